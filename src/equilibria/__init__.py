@@ -1,0 +1,49 @@
+"""equilibria: looped and equilibrium language/reasoning models for the Hugging Face ecosystem.
+
+Importing the package registers every model family with transformers' Auto classes::
+
+    import equilibria
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained("path/to/ouro-checkpoint")
+    model.generate(input_ids, num_loops=8, max_new_tokens=32)
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from .modeling import (
+    OuroCache,
+    OuroCausalLMOutput,
+    OuroConfig,
+    OuroForCausalLM,
+    OuroModel,
+    OuroModelOutput,
+    OuroPreTrainedModel,
+)
+
+try:
+    __version__ = version("equilibria")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+unknown"
+
+
+def _register() -> None:
+    AutoConfig.register(OuroConfig.model_type, OuroConfig, exist_ok=True)
+    AutoModel.register(OuroConfig, OuroModel, exist_ok=True)
+    AutoModelForCausalLM.register(OuroConfig, OuroForCausalLM, exist_ok=True)
+
+
+_register()
+
+__all__ = [
+    "OuroCache",
+    "OuroCausalLMOutput",
+    "OuroConfig",
+    "OuroForCausalLM",
+    "OuroModel",
+    "OuroModelOutput",
+    "OuroPreTrainedModel",
+    "__version__",
+]

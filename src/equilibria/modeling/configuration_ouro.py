@@ -1,0 +1,162 @@
+"""Configuration of the Ouro looped language model.
+
+The keys and their meaning follow the published Ouro-1.4B / Ouro-2.6B ``config.json`` files, so
+those load unchanged. The only Ouro-specific keys are ``total_ut_steps`` (how many times the shared
+decoder stack is applied) and ``early_exit_threshold`` (the cumulative exit probability at which a
+token stops looping).
+
+This module travels to the Hub as remote code: it imports only ``transformers``.
+"""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+from transformers.modeling_rope_utils import RopeParameters
+
+
+@strict
+class OuroConfig(PreTrainedConfig):
+    r"""Configuration for [`OuroModel`] and [`OuroForCausalLM`].
+
+    Args:
+        vocab_size (`int`): Number of tokens in the vocabulary.
+        hidden_size (`int`): Width of the residual stream.
+        intermediate_size (`int`): Width of the SwiGLU MLP.
+        num_hidden_layers (`int`): Number of distinct decoder layers in the shared stack (``L``).
+        num_attention_heads (`int`): Number of query heads; must divide ``hidden_size``.
+        num_key_value_heads (`int`, *optional*): Number of key/value heads (grouped-query attention);
+            must divide ``num_attention_heads``. Defaults to ``num_attention_heads``.
+        head_dim (`int`, *optional*): Width of one head. Defaults to ``hidden_size // num_attention_heads``.
+        hidden_act (`str`): Activation of the MLP gate.
+        max_position_embeddings (`int`): Longest sequence the RoPE tables are sized for.
+        initializer_range (`float`): Standard deviation of the normal initialiser.
+        rms_norm_eps (`float`): Epsilon of the RMSNorms.
+        use_cache (`bool`): Whether forward returns a key/value cache by default.
+        tie_word_embeddings (`bool`): Whether ``lm_head`` shares the input embedding matrix.
+        rope_parameters (`dict`, *optional*): RoPE parameters (``rope_theta``, ``rope_type`` ...). The legacy
+            keys ``rope_theta`` and ``rope_scaling`` of the published configs are converted into it.
+        use_sliding_window, sliding_window, max_window_layers, layer_types: Qwen2-style sliding-window
+            attention switches, kept for compatibility (the published checkpoints use full attention).
+        attention_dropout (`float`): Dropout on attention probabilities.
+        total_ut_steps (`int`): Default number of loop steps ``T``: the whole stack (and the final norm) is
+            applied ``T`` times with shared weights. ``forward``/``generate`` accept ``num_loops`` to override it
+            for one call (any value >= 1).
+        early_exit_threshold (`float`, *optional*): Default exit threshold in ``(0, 1]``. A token exits at the
+            first step where the cumulative probability of its exit distribution reaches the threshold. ``None``
+            or ``1.0`` (the published default) run every token for all steps.
+    """
+
+    model_type = "ouro"
+    _auto_class = "AutoConfig"  # save_pretrained writes this file beside the weights (remote code)
+    # the Trainer's evaluation loop passes only the logits to compute_metrics
+    keys_to_ignore_at_inference = ["cache", "hidden_states", "exit_steps", "exit_probs", "loop_residual"]
+
+    base_model_tp_plan = {
+        "layers.*.self_attn.q_proj": "colwise",
+        "layers.*.self_attn.k_proj": "colwise",
+        "layers.*.self_attn.v_proj": "colwise",
+        "layers.*.self_attn.o_proj": "rowwise",
+        "layers.*.mlp.gate_proj": "colwise",
+        "layers.*.mlp.up_proj": "colwise",
+        "layers.*.mlp.down_proj": "rowwise",
+    }
+
+    vocab_size: int = 49152
+    hidden_size: int = 2048
+    intermediate_size: int = 5632
+    num_hidden_layers: int = 24
+    num_attention_heads: int = 16
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    hidden_act: str = "silu"
+    max_position_embeddings: int = 4096
+    initializer_range: float = 0.02
+    rms_norm_eps: float = 1e-6
+    use_cache: bool = True
+    tie_word_embeddings: bool = False
+    rope_parameters: RopeParameters | dict | None = None
+    use_sliding_window: bool = False
+    sliding_window: int | None = None
+    max_window_layers: int = 28
+    layer_types: list[str] | None = None
+    attention_dropout: float | int = 0.0
+    total_ut_steps: int = 4
+    early_exit_threshold: float | None = 1.0
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+
+    def __post_init__(self, **kwargs):
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        _check_positive_int(self, "num_attention_heads", "hidden_size", "num_key_value_heads")
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if not self.use_sliding_window:
+            self.sliding_window = None
+        if self.layer_types is None:
+            self.layer_types = [
+                "sliding_attention"
+                if self.sliding_window is not None and i >= self.max_window_layers
+                else "full_attention"
+                for i in range(self.num_hidden_layers)
+            ]
+        super().__post_init__(**kwargs)
+        self.check_values()
+
+    def check_values(self) -> None:
+        """Raise ``ValueError`` (naming the key and its allowed values) for a config that cannot describe a
+        working Ouro model. Called at construction; call it again after editing attributes by hand."""
+        _check_positive_int(
+            self,
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "max_position_embeddings",
+        )
+        if not isinstance(self.total_ut_steps, int) or isinstance(self.total_ut_steps, bool) or self.total_ut_steps < 1:
+            raise ValueError(
+                f"OuroConfig: total_ut_steps (the number of loop steps) must be an integer >= 1, got {self.total_ut_steps!r}."
+            )
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"OuroConfig: num_attention_heads ({self.num_attention_heads}) must divide hidden_size "
+                f"({self.hidden_size})."
+            )
+        if self.num_attention_heads % self.num_key_value_heads != 0:
+            raise ValueError(
+                f"OuroConfig: num_key_value_heads ({self.num_key_value_heads}) must divide num_attention_heads "
+                f"({self.num_attention_heads})."
+            )
+        if self.head_dim % 2 != 0:
+            raise ValueError(f"OuroConfig: head_dim must be even for rotary embeddings, got {self.head_dim}.")
+        if not self.rms_norm_eps > 0:
+            raise ValueError(f"OuroConfig: rms_norm_eps must be > 0, got {self.rms_norm_eps}.")
+        if not 0.0 <= float(self.attention_dropout) < 1.0:
+            raise ValueError(f"OuroConfig: attention_dropout must be in [0, 1), got {self.attention_dropout}.")
+        check_exit_threshold(self.early_exit_threshold, "OuroConfig: early_exit_threshold")
+        if self.use_sliding_window and (self.sliding_window is None or self.sliding_window < 1):
+            raise ValueError(
+                f"OuroConfig: use_sliding_window=True needs sliding_window >= 1, got {self.sliding_window!r}."
+            )
+
+
+def check_exit_threshold(value, name: str = "exit_threshold") -> None:
+    """Raise ``ValueError`` unless ``value`` is ``None`` or a number in ``(0, 1]``."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < float(value) <= 1.0:
+        raise ValueError(f"{name} must be None or a number in (0, 1], got {value!r}.")
+
+
+def _check_positive_int(config: OuroConfig, *names: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"OuroConfig: {name} must be a positive integer, got {value!r}.")
+
+
+__all__ = ["OuroConfig"]

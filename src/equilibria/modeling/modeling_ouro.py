@@ -1,0 +1,783 @@
+"""The Ouro looped language model (Zhu et al., 2025, "Scaling Latent Reasoning via Looped Language Models").
+
+A stack of ``L`` decoder layers with shared weights is applied ``T`` times ("loop steps", the published
+config calls ``T`` ``total_ut_steps``). Each layer uses sandwich normalisation (an RMSNorm before *and*
+after attention and after the MLP), the final RMSNorm is applied at the end of every loop step (so the
+next step starts from a normalised state), and an exit gate ``sigmoid(w . h_t + b)`` read at every step
+gives each token a distribution over exit steps:
+
+    p_t = lambda_t * prod_{j<t} (1 - lambda_j)   for t < T,   p_T = prod_{j<T} (1 - lambda_j).
+
+Weights, config keys and numbers match the published Ouro-1.4B / 2.6B checkpoints and their reference
+code; on top of that this implementation gives
+
+* ``num_loops`` in ``forward`` and ``generate`` (any value >= 1, deeper than trained included);
+* a KV cache ([`OuroCache`]) with one entry per (loop step, layer) that works with ``generate`` of
+  transformers 5.x, including left-padded batches;
+* early exit that saves compute during decoding (see [`OuroModel.forward`] for the exact semantics).
+
+This module travels to the Hub as remote code: it imports only torch, transformers and its sibling
+``configuration_ouro``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel, slice_logits_to_keep
+from transformers.utils import can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
+
+from .configuration_ouro import OuroConfig, check_exit_threshold
+
+# --------------------------------------------------------------------------------------------------
+# Building blocks (standard Llama/Qwen2 pieces)
+# --------------------------------------------------------------------------------------------------
+
+
+class OuroRMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+
+
+class OuroRotaryEmbedding(nn.Module):
+    def __init__(self, config: OuroConfig):
+        super().__init__()
+        self.max_seq_len_cached = config.max_position_embeddings
+        self.original_max_seq_len = config.max_position_embeddings
+        self.config = config
+        self.rope_type = config.rope_parameters["rope_type"]
+        rope_init_fn: Callable = self.compute_default_rope_parameters
+        if self.rope_type != "default":
+            rope_init_fn = ROPE_INIT_FUNCTIONS[self.rope_type]
+        inv_freq, self.attention_scaling = rope_init_fn(config)
+        self.inv_freq = nn.Buffer(inv_freq, persistent=False)
+        self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
+
+    @staticmethod
+    def compute_default_rope_parameters(config: OuroConfig, **kwargs) -> tuple[torch.Tensor, float]:
+        base = config.rope_parameters["rope_theta"]
+        dim = config.head_dim
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        return inv_freq, 1.0
+
+    @dynamic_rope_update
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = emb.cos() * self.attention_scaling
+        sin = emb.sin() * self.attention_scaling
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim: int = 1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+
+
+def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(batch, kv_heads, seq, dim) -> (batch, kv_heads * n_rep, seq, dim)."""
+    if n_rep == 1:
+        return hidden_states
+    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
+    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
+    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+
+
+def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    key_states = repeat_kv(key, module.num_key_value_groups)
+    value_states = repeat_kv(value, module.num_key_value_groups)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            attn_weights = attn_weights.masked_fill(~attention_mask, torch.finfo(attn_weights.dtype).min)
+        else:
+            attn_weights = attn_weights + attention_mask
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value_states)
+    return attn_output.transpose(1, 2).contiguous(), attn_weights
+
+
+class OuroMLP(nn.Module):
+    def __init__(self, config: OuroConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.act_fn = ACT2FN[config.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+# --------------------------------------------------------------------------------------------------
+# Cache and early-exit bookkeeping
+# --------------------------------------------------------------------------------------------------
+
+
+class OuroCache(DynamicCache):
+    """A dynamic KV cache with one entry per (loop step, layer): entry ``step * num_hidden_layers + layer``.
+
+    Entries are created on first use, so the same class serves any number of loops. A cache is bound to
+    the loop count of the forward that first filled it; continuing it with another ``num_loops`` raises
+    ``ValueError`` (its deeper entries would be missing for the past tokens).
+
+    Besides keys and values it records telemetry for every cached position: ``exit_steps`` (a
+    ``(batch, seq_len)`` LongTensor, the number of loop steps each position ran). After
+    ``generate(..., return_dict_in_generate=True)`` it is ``outputs.cache.exit_steps``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.num_loops: int | None = None
+        self.exit_steps: torch.Tensor | None = None
+
+    def bind(self, num_loops: int, num_layers: int) -> None:
+        """Check (or record, on first use) the loop count this cache holds entries for."""
+        if self.get_seq_length() == 0:
+            self.num_loops = num_loops
+            self.exit_steps = None
+        elif self.num_loops != num_loops:
+            raise ValueError(
+                f"This OuroCache holds keys/values for num_loops={self.num_loops}; it cannot be continued with "
+                f"num_loops={num_loops}. Use the same num_loops for the whole generation, or start a new cache."
+            )
+
+    def record_exit_steps(self, exit_steps: torch.Tensor) -> None:
+        if self.exit_steps is None:
+            self.exit_steps = exit_steps
+        else:
+            self.exit_steps = torch.cat([self.exit_steps, exit_steps.to(self.exit_steps.device)], dim=1)
+
+    def reset(self) -> None:
+        super().reset()
+        self.exit_steps = None
+
+    def crop(self, tokens_to_remove: int) -> None:
+        super().crop(tokens_to_remove)
+        if self.exit_steps is not None and tokens_to_remove < 0:
+            self.exit_steps = self.exit_steps[:, :tokens_to_remove]
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        super().reorder_cache(beam_idx)
+        if self.exit_steps is not None:
+            self.exit_steps = self.exit_steps.index_select(0, beam_idx.to(self.exit_steps.device))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        super().batch_repeat_interleave(repeats)
+        if self.exit_steps is not None:
+            self.exit_steps = self.exit_steps.repeat_interleave(repeats, dim=0)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        super().batch_select_indices(indices)
+        if self.exit_steps is not None:
+            self.exit_steps = self.exit_steps[indices]
+
+
+class _FrozenTokens:
+    """Per-forward bookkeeping for early exit.
+
+    ``exited[b, s]`` marks the current tokens that have exited. Their keys/values at every later loop step
+    are the ones they had at their exit step: ``kv[layer]`` holds, for each layer, the keys/values the
+    current tokens used at the last step computed, and :meth:`merge` substitutes them for exited tokens.
+    ``rows`` is set during single-token decoding when only some batch rows are still looping: the layers
+    then run on those rows only.
+    """
+
+    def __init__(self, batch_size: int, seq_len: int, device: torch.device):
+        self.exited = torch.zeros(batch_size, seq_len, dtype=torch.bool, device=device)
+        self.any_exited = False
+        self.rows: torch.Tensor | None = None
+        self.kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def merge(self, layer_idx: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.rows is not None:
+            prev_key, prev_value = self.kv[layer_idx]
+            key = prev_key.index_copy(0, self.rows, key)
+            value = prev_value.index_copy(0, self.rows, value)
+        elif self.any_exited:
+            prev_key, prev_value = self.kv[layer_idx]
+            frozen = self.exited[:, None, :, None]
+            key = torch.where(frozen, prev_key, key)
+            value = torch.where(frozen, prev_value, value)
+        self.kv[layer_idx] = (key, value)
+        return key, value
+
+
+# --------------------------------------------------------------------------------------------------
+# Attention and decoder layer
+# --------------------------------------------------------------------------------------------------
+
+
+class OuroAttention(nn.Module):
+    def __init__(self, config: OuroConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = config.attention_dropout
+        self.is_causal = True
+        self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=False)
+        self.sliding_window = config.sliding_window if config.layer_types[layer_idx] == "sliding_attention" else None
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None,
+        cache: Cache | None = None,
+        cache_index: int | None = None,
+        frozen: _FrozenTokens | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+
+        if frozen is not None:
+            key_states, value_states = frozen.merge(self.layer_idx, key_states, value_states)
+        if cache is not None:
+            key_states, value_states = cache.update(key_states, value_states, cache_index)
+        if frozen is not None and frozen.rows is not None:
+            key_states = key_states.index_select(0, frozen.rows)
+            value_states = value_states.index_select(0, frozen.rows)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, _ = attention_interface(
+            self,
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout,
+            scaling=self.scaling,
+            sliding_window=self.sliding_window,
+            **kwargs,
+        )
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.o_proj(attn_output)
+
+
+class OuroDecoderLayer(GradientCheckpointingLayer):
+    """One layer of the shared stack, with Ouro's sandwich norms:
+    ``h = h + norm2(attn(norm1(h)))``, then ``h = h + norm4(mlp(norm3(h)))``."""
+
+    def __init__(self, config: OuroConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = OuroAttention(config=config, layer_idx=layer_idx)
+        self.mlp = OuroMLP(config)
+        self.input_layernorm = OuroRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.input_layernorm_2 = OuroRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = OuroRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm_2 = OuroRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.attention_type = config.layer_types[layer_idx]
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: Cache | None = None,
+        cache_index: int | None = None,
+        frozen: _FrozenTokens | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        residual = hidden_states
+        hidden_states = self.self_attn(
+            self.input_layernorm(hidden_states),
+            position_embeddings=position_embeddings,
+            attention_mask=attention_mask,
+            cache=cache,
+            cache_index=cache_index,
+            frozen=frozen,
+            **kwargs,
+        )
+        hidden_states = residual + self.input_layernorm_2(hidden_states)
+        residual = hidden_states
+        hidden_states = self.mlp(self.post_attention_layernorm(hidden_states))
+        return residual + self.post_attention_layernorm_2(hidden_states)
+
+
+# --------------------------------------------------------------------------------------------------
+# Outputs
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class OuroModelOutput(BaseModelOutputWithPast):
+    r"""
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, seq_len, hidden_size)`):
+        Each token's state at its exit step (the last step when no token exits early), after the final norm.
+    hidden_states (`tuple(torch.FloatTensor)`, returned with `output_hidden_states=True`):
+        The loop states: the input embeddings, then the state after each loop step (``num_loops + 1`` tensors).
+    exit_steps (`torch.LongTensor` of shape `(batch, seq_len)`):
+        Number of loop steps each token ran (``num_loops`` unless it exited early).
+    exit_probs (`torch.FloatTensor` of shape `(batch, seq_len, num_loops)`):
+        The exit gate's distribution over exit steps, per token.
+    loop_residual (`torch.FloatTensor` of shape `(batch, seq_len)`):
+        Relative change made by each token's last loop step, ``||h_t - h_{t-1}|| / ||h_{t-1}||``.
+    """
+
+    exit_steps: torch.LongTensor | None = None
+    exit_probs: torch.FloatTensor | None = None
+    loop_residual: torch.FloatTensor | None = None
+
+
+@dataclass
+class OuroCausalLMOutput(CausalLMOutputWithPast):
+    r"""Causal-LM output with the loop telemetry of [`OuroModelOutput`] (`exit_steps`, `exit_probs`,
+    `loop_residual`)."""
+
+    exit_steps: torch.LongTensor | None = None
+    exit_probs: torch.FloatTensor | None = None
+    loop_residual: torch.FloatTensor | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------------
+
+
+def check_num_loops(num_loops) -> int:
+    """Return ``num_loops`` as an int, or raise ``ValueError`` unless it is an integer >= 1."""
+    if isinstance(num_loops, torch.Tensor) and num_loops.numel() == 1 and not num_loops.is_floating_point():
+        num_loops = int(num_loops.item())
+    if isinstance(num_loops, bool) or not isinstance(num_loops, int) or num_loops < 1:
+        raise ValueError(f"num_loops must be an integer >= 1 (the number of loop steps), got {num_loops!r}.")
+    return num_loops
+
+
+class OuroPreTrainedModel(PreTrainedModel):
+    config_class = OuroConfig
+    config: OuroConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["OuroDecoderLayer"]
+    _skip_keys_device_placement = ["cache"]
+    _supports_flash_attn = True
+    _supports_sdpa = True
+    _supports_flex_attn = False
+    _supports_attention_backend = True
+    _can_compile_fullgraph = False
+    _auto_class = "AutoModel"
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """[`PreTrainedModel.from_pretrained`], but strict: a checkpoint whose weights are missing, unexpected or
+        of the wrong shape raises ``ValueError`` naming them instead of leaving randomly initialised weights
+        behind a warning. ``ignore_mismatched_sizes=True`` keeps transformers' lenient behaviour for shapes."""
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        problems = []
+        missing = sorted(info.get("missing_keys", []))
+        unexpected = sorted(k for k in info.get("unexpected_keys", []) if not k.startswith("lm_head."))
+        mismatched = info.get("mismatched_keys", [])
+        if missing:
+            problems.append(f"missing weights (would be left randomly initialised): {missing[:12]}")
+        if unexpected:
+            problems.append(f"unexpected weights (not part of {cls.__name__}): {unexpected[:12]}")
+        if mismatched and not kwargs.get("ignore_mismatched_sizes", False):
+            problems.append(f"weights of the wrong shape (key, checkpoint shape, model shape): {list(mismatched)[:12]}")
+        if problems:
+            raise ValueError(
+                f"{cls.__name__}.from_pretrained: the checkpoint does not match the config: " + "; ".join(problems)
+            )
+        return (model, info) if want_info else model
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """[`PreTrainedModel.save_pretrained`], writing the remote code and an ``auto_map`` for ``AutoConfig``,
+        ``AutoModel`` and ``AutoModelForCausalLM``, so the folder loads with ``trust_remote_code=True`` where
+        ``equilibria`` is not installed."""
+        self.config.auto_map = {
+            "AutoConfig": "configuration_ouro.OuroConfig",
+            "AutoModel": "modeling_ouro.OuroModel",
+            "AutoModelForCausalLM": "modeling_ouro.OuroForCausalLM",
+        }
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+class OuroModel(OuroPreTrainedModel):
+    """The looped decoder: embeddings, ``L`` shared layers applied ``num_loops`` times, per-step final norm
+    and exit gate. Returns [`OuroModelOutput`]."""
+
+    def __init__(self, config: OuroConfig):
+        super().__init__(config)
+        self.padding_idx = config.pad_token_id
+        self.vocab_size = config.vocab_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
+        self.layers = nn.ModuleList([OuroDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.norm = OuroRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = OuroRotaryEmbedding(config=config)
+        self.early_exit_gate = nn.Linear(config.hidden_size, 1)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def _masks(self, inputs_embeds, attention_mask, cache, position_ids) -> dict:
+        if isinstance(attention_mask, dict):  # already prepared by the caller
+            return attention_mask
+        kwargs = dict(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            cache=cache,
+            position_ids=position_ids,
+        )
+        masks = {"full_attention": create_causal_mask(**kwargs)}
+        if "sliding_attention" in self.config.layer_types:
+            masks["sliding_attention"] = create_sliding_window_causal_mask(**kwargs)
+        return masks
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        use_cache: bool | None = None,
+        num_loops: int | None = None,
+        exit_threshold: float | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> OuroModelOutput:
+        r"""Run the loop.
+
+        Args:
+            num_loops (`int`, *optional*): Loop steps for this call (>= 1); defaults to ``config.total_ut_steps``.
+            exit_threshold (`float`, *optional*): Early-exit threshold in ``(0, 1]`` for this call; defaults to
+                ``config.early_exit_threshold``. ``None`` or ``1.0`` disable early exit. Ignored (all tokens run
+                every step) in training mode with gradients enabled.
+
+        Early exit. A token exits at the first step ``t < num_loops`` where the cumulative probability of its
+        exit distribution reaches the threshold; its output is its state at that step. From then on it is
+        frozen: at every later loop step ``s`` and layer ``l``, later (and concurrent) tokens attend to the
+        keys/values the exited token had at its exit step for layer ``l``. The cache entries for steps after
+        the exit are filled with those copies, so the cache always holds all ``num_loops x L`` entries, and a
+        cached run equals an uncached one. During single-token decoding the layers run only on the batch
+        rows still looping, and once every row has exited the remaining steps are skipped altogether (only
+        the copies are written). During a multi-token forward (prefill) all tokens are computed and exited
+        ones are masked, which gives the same numbers without the saving.
+        """
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        if kwargs.pop("output_attentions", False):
+            raise ValueError("Ouro does not return attention weights (output_attentions=True is not supported).")
+        num_loops = check_num_loops(self.config.total_ut_steps if num_loops is None else num_loops)
+        exit_threshold = self.config.early_exit_threshold if exit_threshold is None else exit_threshold
+        check_exit_threshold(exit_threshold)
+        training_with_grad = self.training and torch.is_grad_enabled()
+        early_exit = exit_threshold is not None and exit_threshold < 1.0 and not training_with_grad
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if use_cache is None:
+            use_cache = self.config.use_cache and not training_with_grad
+        if self.gradient_checkpointing and training_with_grad:
+            use_cache = False
+
+        if inputs_embeds is None:
+            if input_ids.dim() != 2:
+                raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}.")
+            inputs_embeds = self.embed_tokens(input_ids)
+
+        num_layers = self.config.num_hidden_layers
+        if use_cache and cache is None:
+            cache = OuroCache()
+        if not use_cache:
+            cache = None
+        if cache is not None:
+            _check_cache(cache, num_loops, num_layers)
+
+        batch_size, seq_len = inputs_embeds.shape[:2]
+        if position_ids is None:
+            past_seen = cache.get_seq_length() if cache is not None else 0
+            position_ids = torch.arange(past_seen, past_seen + seq_len, device=inputs_embeds.device).unsqueeze(0)
+        masks = self._masks(inputs_embeds, attention_mask, cache, position_ids)
+        position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
+
+        hidden = inputs_embeds
+        all_states = (hidden,) if output_hidden_states else None
+        device = hidden.device
+        remaining = torch.ones(batch_size, seq_len, device=device, dtype=torch.float32)
+        cdf = torch.zeros_like(remaining)
+        exit_probs = []
+        exit_steps = torch.full((batch_size, seq_len), num_loops, dtype=torch.long, device=device)
+        residual = torch.zeros_like(remaining)
+        frozen = _FrozenTokens(batch_size, seq_len, device) if early_exit else None
+        can_drop_rows = (
+            early_exit and seq_len == 1 and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
+        )
+
+        for step in range(num_loops):
+            if frozen is not None and frozen.any_exited and can_drop_rows:
+                active = ~frozen.exited[:, 0]
+                if not bool(active.any()):
+                    # every row has exited: write the frozen keys/values for the remaining steps and stop
+                    if cache is not None:
+                        for later in range(step, num_loops):
+                            for layer_idx in range(num_layers):
+                                key, value = frozen.kv[layer_idx]
+                                cache.update(key, value, later * num_layers + layer_idx)
+                    gate = self._exit_gate(hidden)  # the states are frozen, so the gate is too
+                    for later in range(step, num_loops):
+                        p = remaining if later == num_loops - 1 else gate * remaining
+                        exit_probs.append(p)
+                        remaining = remaining - p
+                        if output_hidden_states:
+                            all_states += (hidden,)
+                    break
+                frozen.rows = active.nonzero().squeeze(1)
+            new_hidden = self.loop_step(
+                hidden,
+                step,
+                position_embeddings=position_embeddings,
+                attention_masks=masks,
+                cache=cache,
+                frozen=frozen,
+                **kwargs,
+            )
+            if frozen is not None and frozen.any_exited:
+                new_hidden = torch.where(frozen.exited[..., None], hidden, new_hidden)
+            step_residual = (new_hidden - hidden).float().norm(dim=-1) / hidden.float().norm(dim=-1).clamp_min(1e-12)
+            residual = step_residual if frozen is None else torch.where(frozen.exited, residual, step_residual)
+            hidden = new_hidden
+            if output_hidden_states:
+                all_states += (hidden,)
+
+            last = step == num_loops - 1
+            p = remaining if last else self._exit_gate(hidden) * remaining
+            exit_probs.append(p)
+            remaining = remaining - p
+            cdf = cdf + p
+            if frozen is not None and not last:
+                newly = (~frozen.exited) & (cdf >= exit_threshold)
+                if bool(newly.any()):
+                    exit_steps = torch.where(newly, step + 1, exit_steps)
+                    frozen.exited |= newly
+                    frozen.any_exited = True
+
+        if isinstance(cache, OuroCache):
+            cache.record_exit_steps(exit_steps)
+        return OuroModelOutput(
+            last_hidden_state=hidden,
+            cache=cache,
+            hidden_states=all_states,
+            exit_steps=exit_steps,
+            exit_probs=torch.stack(exit_probs, dim=-1),
+            loop_residual=residual,
+        )
+
+    def loop_step(
+        self,
+        hidden_states: torch.Tensor,
+        step: int,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_masks: dict,
+        cache: Cache | None = None,
+        frozen: _FrozenTokens | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        """One application of the loop body ``h -> norm(stack(h))`` at loop step ``step`` (0-based; the step
+        only selects the cache entries). This is the map whose Jacobian STARS regularises."""
+        rows = frozen.rows if frozen is not None else None
+        hidden = hidden_states
+        if rows is not None:
+            hidden = hidden.index_select(0, rows)
+            position_embeddings = tuple(
+                t.index_select(0, rows) if t.shape[0] > 1 else t for t in position_embeddings
+            )
+            attention_masks = {
+                k: m.index_select(0, rows) if isinstance(m, torch.Tensor) and m.shape[0] > 1 else m
+                for k, m in attention_masks.items()
+            }
+        num_layers = self.config.num_hidden_layers
+        for layer_idx, layer in enumerate(self.layers[:num_layers]):
+            hidden = layer(
+                hidden,
+                attention_mask=attention_masks[layer.attention_type],
+                position_embeddings=position_embeddings,
+                cache=cache,
+                cache_index=step * num_layers + layer_idx,
+                frozen=frozen,
+                **kwargs,
+            )
+        hidden = self.norm(hidden)
+        if rows is not None:
+            hidden = hidden_states.index_copy(0, rows, hidden)
+            frozen.rows = None
+        return hidden
+
+    def _exit_gate(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The exit gate ``lambda_t = sigmoid(w . h_t + b)`` per token, in float32. A token exits at step ``t``
+        with probability ``lambda_t`` times the probability that it has not exited before; at the last step
+        all the remaining probability exits."""
+        return torch.sigmoid(self.early_exit_gate(hidden).squeeze(-1).float())
+
+
+def _check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
+    needed = num_loops * num_layers
+    if isinstance(cache, OuroCache):
+        cache.bind(num_loops, num_layers)
+        return
+    if getattr(cache, "layer_class_to_replicate", None) is None and len(cache.layers) < needed:
+        raise ValueError(
+            f"Ouro needs a cache with one entry per (loop step, layer) = {needed} entries for num_loops={num_loops}, "
+            f"but got a {type(cache).__name__} with {len(cache.layers)} layers. Pass an OuroCache() (or nothing)."
+        )
+    if cache.get_seq_length() > 0 and len(cache.layers) != needed:
+        raise ValueError(
+            f"The cache holds {len(cache.layers)} (loop step, layer) entries, but num_loops={num_loops} needs "
+            f"{needed}. Use the same num_loops for the whole generation."
+        )
+
+
+class OuroForCausalLM(OuroPreTrainedModel, GenerationMixin):
+    """[`OuroModel`] with a language-modelling head. ``forward`` and ``generate`` accept ``num_loops`` and
+    ``exit_threshold``; ``generate`` falls back to ``generation_config.num_loops`` (when set, e.g. saved in
+    ``generation_config.json``) and then to ``config.total_ut_steps``."""
+
+    _auto_class = "AutoModelForCausalLM"
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    _tp_plan = {"lm_head": "colwise_gather_output"}
+    _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
+    _loop_generate_kwargs = ("num_loops", "exit_threshold")
+
+    def __init__(self, config: OuroConfig):
+        super().__init__(config)
+        self.model = OuroModel(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        num_loops: int | None = None,
+        exit_threshold: float | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> OuroCausalLMOutput:
+        r"""Language-model forward. ``labels`` gives the usual shifted cross-entropy on the logits read out at
+        each token's exit step (the last step without early exit). See [`OuroModel.forward`] for
+        ``num_loops``, ``exit_threshold`` and the early-exit semantics."""
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        outputs: OuroModelOutput = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            num_loops=num_loops,
+            exit_threshold=exit_threshold,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)
+        logits = self.lm_head(hidden_states)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(
+                logits=logits, labels=labels, vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch
+            )
+        return OuroCausalLMOutput(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            hidden_states=outputs.hidden_states,
+            exit_steps=outputs.exit_steps,
+            exit_probs=outputs.exit_probs,
+            loop_residual=outputs.loop_residual,
+        )
+
+    # ---- generate() integration -------------------------------------------------------------------
+
+    def _prepare_generation_config(self, generation_config, **kwargs):
+        # `num_loops` / `exit_threshold` are model kwargs, not generation parameters. A default saved in the
+        # generation config (`generation_config.num_loops`) is honoured, but an explicit argument wins, and the
+        # value always reaches `forward` (GenerationConfig.update would otherwise swallow it).
+        loop_kwargs = {k: kwargs.pop(k) for k in self._loop_generate_kwargs if k in kwargs}
+        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
+        for key in self._loop_generate_kwargs:
+            value = loop_kwargs.get(key)
+            if value is None:
+                value = getattr(generation_config, key, None)
+            if value is not None:
+                if key == "num_loops":
+                    value = check_num_loops(value)
+                else:
+                    check_exit_threshold(value)
+                model_kwargs[key] = value
+        return generation_config, model_kwargs
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        implementation = generation_config.cache_implementation
+        if model_kwargs.get("cache") is None and implementation not in (None, "dynamic"):
+            raise ValueError(
+                f"Ouro generates with its own OuroCache (one entry per loop step and layer); cache_implementation "
+                f"must be None or 'dynamic', got {implementation!r}."
+            )
+        user_cache = model_kwargs.get("cache")
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        if user_cache is None and type(model_kwargs.get("cache")) is DynamicCache:
+            model_kwargs["cache"] = OuroCache()
+
+
+__all__ = [
+    "OuroCache",
+    "OuroCausalLMOutput",
+    "OuroForCausalLM",
+    "OuroModel",
+    "OuroModelOutput",
+    "OuroPreTrainedModel",
+]
