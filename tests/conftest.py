@@ -1,0 +1,74 @@
+"""Shared fixtures: tiny seeded Ouro models and a character tokenizer, all built locally (no Hub access)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import equilibria  # noqa: F401  (registers the Auto classes)
+from equilibria import OuroConfig, OuroForCausalLM
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+OURO_REFERENCE = FIXTURES / "ouro-reference-tiny"
+
+CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789 .,+=?!")
+
+
+def tiny_ouro_config(**overrides) -> OuroConfig:
+    kwargs = dict(
+        vocab_size=len(CHARS) + 3,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        total_ut_steps=3,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        attn_implementation="eager",
+    )
+    kwargs.update(overrides)
+    return OuroConfig(**kwargs)
+
+
+def tiny_ouro(seed: int = 0, **overrides) -> OuroForCausalLM:
+    torch.manual_seed(seed)
+    model = OuroForCausalLM(tiny_ouro_config(**overrides)).eval()
+    # random init gives near-uniform logits; sharpen them so greedy decoding is not decided by rounding noise
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+        model.model.embed_tokens.weight.mul_(20.0)
+    return model
+
+
+def char_tokenizer():
+    """A real PreTrainedTokenizerFast over single characters (pad=0, bos=1, eos=2)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2}
+    vocab.update({c: i + 3 for i, c in enumerate(CHARS)})
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", padding_side="left"
+    )
+
+
+@pytest.fixture
+def model() -> OuroForCausalLM:
+    return tiny_ouro()
+
+
+@pytest.fixture
+def tokenizer():
+    return char_tokenizer()

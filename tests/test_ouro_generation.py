@@ -1,0 +1,212 @@
+"""Claims about Ouro generation: the cache, padding, loop counts and early exit."""
+
+import pytest
+import torch
+from conftest import tiny_ouro
+
+from equilibria import OuroCache
+
+
+def greedy(model, input_ids, use_cache, max_new_tokens=10, **kwargs):
+    out = model.generate(
+        input_ids,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        use_cache=use_cache,
+        return_dict_in_generate=True,
+        output_logits=True,
+        pad_token_id=0,
+        eos_token_id=None,
+        **kwargs,
+    )
+    return out.sequences, torch.stack(out.logits, dim=1), out
+
+
+PROMPT = torch.tensor([[5, 9, 14, 3, 22, 7]])
+
+
+@pytest.mark.parametrize("num_loops", [1, 3, 7])
+def test_generation_with_cache_equals_generation_without(model, num_loops):
+    seq_cached, logits_cached, _ = greedy(model, PROMPT, True, num_loops=num_loops)
+    seq_plain, logits_plain, _ = greedy(model, PROMPT, False, num_loops=num_loops)
+    assert seq_cached.tolist() == seq_plain.tolist()
+    torch.testing.assert_close(logits_cached, logits_plain, rtol=0, atol=1e-4)
+
+
+def test_cache_has_one_entry_per_loop_step_and_layer(model):
+    _, _, out = greedy(model, PROMPT, True, num_loops=5, max_new_tokens=4)
+    cache = out.cache
+    assert isinstance(cache, OuroCache)
+    assert len(cache.layers) == 5 * model.config.num_hidden_layers
+    assert cache.get_seq_length() == PROMPT.shape[1] + 3  # the last token is never fed back
+    assert cache.exit_steps.shape == (1, PROMPT.shape[1] + 3)
+    assert (cache.exit_steps == 5).all()
+
+
+def test_num_loops_changes_the_output(model):
+    a, _, _ = greedy(model, PROMPT, True, num_loops=1)
+    b, _, _ = greedy(model, PROMPT, True, num_loops=6)
+    assert a.tolist() != b.tolist()
+    with torch.no_grad():
+        l2 = model(PROMPT, num_loops=2).logits
+        l3 = model(PROMPT, num_loops=3).logits
+        default = model(PROMPT).logits
+    assert not torch.allclose(l2, l3)
+    torch.testing.assert_close(default, l3)  # config.total_ut_steps == 3
+
+
+def test_left_padded_batch_gives_each_row_what_it_gives_alone(model):
+    rows = [[5, 9, 14, 3, 22, 7], [11, 4, 30], [8, 8, 19, 2, 6]]
+    width = max(map(len, rows))
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    seq, logits, _ = greedy(model, ids, True, attention_mask=mask, num_loops=4)
+    for i, r in enumerate(rows):
+        alone_seq, alone_logits, _ = greedy(model, torch.tensor([r]), True, num_loops=4)
+        assert seq[i, width:].tolist() == alone_seq[0, len(r):].tolist()
+        torch.testing.assert_close(logits[i], alone_logits[0], rtol=0, atol=1e-4)
+
+
+def test_continuing_a_cache_with_another_loop_count_is_an_error(model):
+    cache = OuroCache()
+    with torch.no_grad():
+        model(PROMPT, cache=cache, use_cache=True, num_loops=3)
+        with pytest.raises(ValueError, match="num_loops=3"):
+            model(PROMPT[:, :1], cache=cache, use_cache=True, num_loops=4)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "3"])
+def test_invalid_num_loops_raise_value_error(model, bad):
+    with pytest.raises(ValueError, match="num_loops must be an integer >= 1"):
+        model(PROMPT, num_loops=bad)
+    with pytest.raises(ValueError, match="num_loops must be an integer >= 1"):
+        model.generate(PROMPT, num_loops=bad, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.5, 1.5])
+def test_invalid_exit_threshold_raises_value_error(model, bad):
+    with pytest.raises(ValueError, match=r"exit_threshold must be None or a number in \(0, 1\]"):
+        model(PROMPT, exit_threshold=bad)
+
+
+def test_static_cache_is_refused_with_a_clear_error(model):
+    with pytest.raises(ValueError, match="cache_implementation"):
+        model.generate(PROMPT, max_new_tokens=2, cache_implementation="static")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Early exit
+# ---------------------------------------------------------------------------------------------------
+
+
+def exit_model(seed=0, total_ut_steps=6):
+    """A tiny model whose exit gate is strong enough that tokens exit at different steps."""
+    model = tiny_ouro(seed=seed, total_ut_steps=total_ut_steps)
+    with torch.no_grad():
+        torch.manual_seed(seed + 100)
+        model.model.early_exit_gate.weight.normal_(0, 0.2)
+        model.model.early_exit_gate.bias.fill_(-2.5)
+    return model
+
+
+def test_early_exit_reports_per_token_exit_steps():
+    model = exit_model()
+    with torch.no_grad():
+        out = model(PROMPT, exit_threshold=0.5, use_cache=False)
+        full = model(PROMPT, use_cache=False)
+    steps = out.exit_steps[0]
+    assert steps.min() >= 1 and steps.max() <= 6
+    assert len(set(steps.tolist())) > 1, "the test model should make tokens exit at different steps"
+    cdf = out.exit_probs.cumsum(-1)
+    for s, t in enumerate(steps.tolist()):
+        # each token exits at the first step where its cumulative exit probability reaches the threshold
+        assert t == 6 or cdf[0, s, t - 1] >= 0.5
+        assert t == 1 or cdf[0, s, t - 2] < 0.5
+    assert (full.exit_steps == 6).all()
+    torch.testing.assert_close(full.exit_probs.sum(-1), torch.ones(1, PROMPT.shape[1]))
+
+
+def test_early_exit_generation_with_cache_equals_without():
+    model = exit_model()
+    seq_c, logits_c, out_c = greedy(model, PROMPT, True, exit_threshold=0.5, max_new_tokens=12)
+    seq_p, logits_p, _ = greedy(model, PROMPT, False, exit_threshold=0.5, max_new_tokens=12)
+    assert seq_c.tolist() == seq_p.tolist()
+    torch.testing.assert_close(logits_c, logits_p, rtol=0, atol=1e-4)
+    steps = out_c.cache.exit_steps[0]
+    assert steps.min() < 6, "some generated or prompt tokens should exit early"
+
+
+def test_exited_tokens_are_seen_through_their_exit_step_keys_and_values():
+    """Documented semantics: at loop steps after a token's exit, its cache entries repeat the ones of its exit
+    step (same layer), for prompt tokens and decoded tokens alike."""
+    model = exit_model()
+    _, _, out = greedy(model, PROMPT, True, exit_threshold=0.5, max_new_tokens=8)
+    cache, num_layers = out.cache, model.config.num_hidden_layers
+    steps = cache.exit_steps[0]
+    checked = 0
+    for pos, exit_step in enumerate(steps.tolist()):
+        for later in range(exit_step, 6):
+            for layer in range(num_layers):
+                at_exit = cache.layers[(exit_step - 1) * num_layers + layer]
+                after = cache.layers[later * num_layers + layer]
+                torch.testing.assert_close(after.keys[0, :, pos], at_exit.keys[0, :, pos], rtol=0, atol=0)
+                torch.testing.assert_close(after.values[0, :, pos], at_exit.values[0, :, pos], rtol=0, atol=0)
+                checked += 1
+    assert checked > 0
+
+
+def test_early_exit_skips_the_remaining_steps_while_decoding():
+    model = exit_model()
+    calls = []
+    hook = model.model.layers[0].register_forward_hook(lambda m, args, out: calls.append(out.shape[:2]))
+    try:
+        _, _, out = greedy(model, PROMPT, True, exit_threshold=0.5, max_new_tokens=8)
+    finally:
+        hook.remove()
+    steps = out.cache.exit_steps[0].tolist()
+    prompt_len = PROMPT.shape[1]
+    decode_calls = [c for c in calls if c[1] == 1]
+    # one call of layer 0 per loop step actually run: the decoded tokens' exit steps add up to the calls
+    assert len(decode_calls) == sum(steps[prompt_len:])
+    assert len(decode_calls) < 6 * (len(steps) - prompt_len)
+
+
+def test_batched_early_exit_runs_only_the_rows_still_looping():
+    model = exit_model(seed=3)
+    rows = [[5, 9, 14, 3, 22, 7], [11, 4, 30, 17, 2, 9], [8, 8, 19, 2, 6, 1]]
+    ids = torch.tensor(rows)
+    batch_sizes = []
+    hook = model.model.layers[0].register_forward_hook(
+        lambda m, args, out: batch_sizes.append(out.shape[0]) if out.shape[1] == 1 else None
+    )
+    try:
+        seq, logits, out = greedy(model, ids, True, exit_threshold=0.5, max_new_tokens=8)
+    finally:
+        hook.remove()
+    assert min(batch_sizes) < len(rows), "some decode steps should run on a subset of the rows"
+    for i, r in enumerate(rows):
+        alone_seq, alone_logits, alone = greedy(model, torch.tensor([r]), True, exit_threshold=0.5, max_new_tokens=8)
+        assert seq[i].tolist() == alone_seq[0].tolist()
+        torch.testing.assert_close(logits[i], alone_logits[0], rtol=0, atol=1e-4)
+        assert out.cache.exit_steps[i].tolist() == alone.cache.exit_steps[0].tolist()
+
+
+def test_threshold_of_one_disables_early_exit():
+    model = exit_model()
+    with torch.no_grad():
+        a = model(PROMPT, exit_threshold=1.0)
+        b = model(PROMPT)
+    assert (a.exit_steps == 6).all()
+    torch.testing.assert_close(a.logits, b.logits)
+
+
+def test_config_threshold_is_the_default_and_training_ignores_it():
+    model = exit_model()
+    model.config.early_exit_threshold = 0.5
+    with torch.no_grad():
+        out = model(PROMPT)
+    assert out.exit_steps.min() < 6
+    model.train()
+    out = model(PROMPT, labels=PROMPT)
+    assert (out.exit_steps == 6).all()
+    out.loss.backward()
