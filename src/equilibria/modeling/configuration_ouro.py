@@ -103,6 +103,18 @@ class OuroConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self.check_values()
 
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """Build from a ``config.json`` dict; a dict written for another model type is refused (``ValueError``)
+        rather than loaded into an Ouro config with a warning."""
+        model_type = config_dict.get("model_type")
+        if model_type is not None and model_type != cls.model_type:
+            raise ValueError(
+                f"OuroConfig cannot load a config with model_type {model_type!r}: expected {cls.model_type!r}. "
+                "Load it with AutoConfig, or the config class of that model type."
+            )
+        return super().from_dict(config_dict, **kwargs)
+
     def check_values(self) -> None:
         """Raise ``ValueError`` (naming the key and its allowed values) for a config that cannot describe a
         working Ouro model. Called at construction; call it again after editing attributes by hand."""

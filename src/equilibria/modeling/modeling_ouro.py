@@ -407,7 +407,9 @@ class OuroPreTrainedModel(PreTrainedModel):
         of the wrong shape raises ``ValueError`` naming them instead of leaving randomly initialised weights
         behind a warning. ``ignore_mismatched_sizes=True`` keeps transformers' lenient behaviour for shapes."""
         want_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        lenient_shapes = kwargs.pop("ignore_mismatched_sizes", False)
+        # load leniently, then report every problem at once in one clear error
+        model, info = super().from_pretrained(*args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
         problems = []
         missing = sorted(info.get("missing_keys", []))
         unexpected = sorted(k for k in info.get("unexpected_keys", []) if not k.startswith("lm_head."))
@@ -416,8 +418,9 @@ class OuroPreTrainedModel(PreTrainedModel):
             problems.append(f"missing weights (would be left randomly initialised): {missing[:12]}")
         if unexpected:
             problems.append(f"unexpected weights (not part of {cls.__name__}): {unexpected[:12]}")
-        if mismatched and not kwargs.get("ignore_mismatched_sizes", False):
-            problems.append(f"weights of the wrong shape (key, checkpoint shape, model shape): {list(mismatched)[:12]}")
+        if mismatched and not lenient_shapes:
+            shapes = [f"{key}: checkpoint {tuple(ckpt)} vs model {tuple(ours)}" for key, ckpt, ours in list(mismatched)[:12]]
+            problems.append(f"weights of the wrong shape: {shapes}")
         if problems:
             raise ValueError(
                 f"{cls.__name__}.from_pretrained: the checkpoint does not match the config: " + "; ".join(problems)

@@ -1,0 +1,238 @@
+"""Saving, loading (three ways), remote code, PEFT and the transformers tools around generate."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import tiny_ouro
+from safetensors.torch import load_file, save_file
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    GenerationConfig,
+    TextStreamer,
+    pipeline,
+)
+
+from equilibria import OuroConfig, OuroForCausalLM, OuroModel
+
+IDS = torch.tensor([[5, 9, 14, 3, 22, 7], [11, 4, 30, 17, 2, 9]])
+
+
+def test_saved_equals_loaded(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    files = set(os.listdir(tmp_path))
+    assert "model.safetensors" in files and not any(f.endswith(".bin") for f in files)
+    assert {"configuration_ouro.py", "modeling_ouro.py", "config.json", "generation_config.json"} <= files
+    loaded = OuroForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    with torch.no_grad():
+        for loops in (1, 3, 5):
+            torch.testing.assert_close(loaded(IDS, num_loops=loops).logits, model(IDS, num_loops=loops).logits,
+                                       rtol=0, atol=0)
+
+
+def test_auto_classes_resolve_after_import(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), OuroConfig)
+    assert isinstance(AutoModel.from_pretrained(tmp_path), OuroModel)
+    assert isinstance(AutoModelForCausalLM.from_pretrained(tmp_path), OuroForCausalLM)
+    assert isinstance(AutoModelForCausalLM.from_config(OuroConfig(hidden_size=32, num_attention_heads=4,
+                                                                  num_hidden_layers=1, intermediate_size=64,
+                                                                  vocab_size=50)), OuroForCausalLM)
+    auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
+    assert auto_map == {
+        "AutoConfig": "configuration_ouro.OuroConfig",
+        "AutoModel": "modeling_ouro.OuroModel",
+        "AutoModelForCausalLM": "modeling_ouro.OuroForCausalLM",
+    }
+
+
+def test_remote_code_loads_without_the_package(model, tmp_path):
+    """In a fresh interpreter where `import equilibria` fails, trust_remote_code gives identical logits."""
+    ckpt = tmp_path / "ckpt"
+    model.save_pretrained(ckpt)
+    with torch.no_grad():
+        expected = {loops: model(IDS, num_loops=loops).logits for loops in (2, 4)}
+    torch.save({"ids": IDS, "expected": expected}, tmp_path / "expected.pt")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["equilibria"] = None  # any `import equilibria` now raises ImportError
+        try:
+            import equilibria  # noqa
+            raise SystemExit("equilibria should not be importable here")
+        except ImportError:
+            pass
+        import torch
+        from transformers import AutoModel, AutoModelForCausalLM
+        data = torch.load({str(tmp_path / "expected.pt")!r})
+        model = AutoModelForCausalLM.from_pretrained(
+            {str(ckpt)!r}, trust_remote_code=True, attn_implementation="eager"
+        ).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        with torch.no_grad():
+            for loops, expected in data["expected"].items():
+                got = model(data["ids"], num_loops=loops).logits
+                assert torch.equal(got, expected), (loops, (got - expected).abs().max())
+            out = model.generate(data["ids"][:1], max_new_tokens=4, do_sample=False, num_loops=3, pad_token_id=0)
+        base = AutoModel.from_pretrained({str(ckpt)!r}, trust_remote_code=True)
+        assert type(base).__name__ == "OuroModel"
+        print("REMOTE_OK", out.shape[1])
+        """
+    )
+    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "REMOTE_OK 10" in result.stdout
+
+
+def test_base_model_loads_from_a_causal_lm_checkpoint(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    base = OuroModel.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(base(IDS).last_hidden_state, model.model(IDS).last_hidden_state, rtol=0, atol=0)
+
+
+def test_wrongly_named_weights_are_a_clear_error(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    weights["model.layers.0.self_attn.query.weight"] = weights.pop("model.layers.0.self_attn.q_proj.weight")
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"missing weights.*q_proj.*unexpected weights.*query"):
+        OuroForCausalLM.from_pretrained(tmp_path)
+
+
+def test_wrongly_shaped_weights_are_a_clear_error(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    weights["model.layers.1.mlp.up_proj.weight"] = torch.zeros(65, 32)
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"up_proj"):
+        OuroForCausalLM.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(total_ut_steps=0), "total_ut_steps"),
+        (dict(total_ut_steps=-3), "total_ut_steps"),
+        (dict(hidden_size=30, num_attention_heads=4), "must divide hidden_size"),
+        (dict(num_key_value_heads=3), "must divide num_attention_heads"),
+        (dict(early_exit_threshold=1.5), "early_exit_threshold"),
+        (dict(vocab_size=0), "vocab_size"),
+        (dict(rms_norm_eps=0.0), "rms_norm_eps"),
+    ],
+)
+def test_nonsense_configs_raise_value_error(overrides, message):
+    base = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=1, intermediate_size=64, vocab_size=50)
+    base.update(overrides)
+    with pytest.raises(ValueError, match=message):
+        OuroConfig(**base)
+
+
+def test_unknown_or_foreign_model_type_is_a_clear_error(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.pop("auto_map")
+    config["model_type"] = "ouro-unknown"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="ouro-unknown"):
+        AutoConfig.from_pretrained(tmp_path)
+    config["model_type"] = "llama"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="model_type 'llama'"):
+        OuroConfig.from_pretrained(tmp_path)
+
+
+def test_lora_trains_and_merges_to_the_same_logits(model):
+    from peft import LoraConfig, get_peft_model
+
+    peft_model = get_peft_model(
+        model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    )
+    trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=1e-2)
+    peft_model.train()
+    losses = []
+    for _ in range(8):
+        loss = peft_model(input_ids=IDS, labels=IDS, num_loops=2).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    peft_model.eval()
+    with torch.no_grad():
+        adapted = peft_model(input_ids=IDS, num_loops=3).logits
+        merged_model = peft_model.merge_and_unload()
+        merged = merged_model(input_ids=IDS, num_loops=3).logits
+    assert isinstance(merged_model, OuroForCausalLM)
+    torch.testing.assert_close(merged, adapted, rtol=0, atol=1e-4)
+
+
+def test_text_generation_pipeline_and_streamer(model, tokenizer, capsys):
+    generator = pipeline("text-generation", model=model, tokenizer=tokenizer)
+    result = generator("ab+cd=", max_new_tokens=6, do_sample=False, num_loops=2)
+    text = result[0]["generated_text"]
+    assert text.startswith("ab+cd=") and len(text) > len("ab+cd=")
+    ids = tokenizer("ab+cd=", return_tensors="pt").input_ids
+    direct = model.generate(ids, max_new_tokens=6, do_sample=False, num_loops=2, pad_token_id=0)
+    assert text == tokenizer.decode(direct[0], skip_special_tokens=True)
+    streamer = TextStreamer(tokenizer, skip_special_tokens=True)
+    model.generate(ids, max_new_tokens=6, do_sample=False, num_loops=2, streamer=streamer, pad_token_id=0)
+    assert capsys.readouterr().out.strip() == text
+
+
+def test_generation_config_num_loops_is_a_saved_default(model, tmp_path):
+    ids = IDS[:1]
+    kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    two = model.generate(ids, num_loops=2, **kwargs)
+    five = model.generate(ids, num_loops=5, **kwargs)
+    assert two.tolist() != five.tolist()
+    model.generation_config.num_loops = 5
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "generation_config.json").read_text())["num_loops"] == 5
+    loaded = OuroForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert loaded.generate(ids, **kwargs).tolist() == five.tolist()
+    # an explicit argument wins over the saved default, and so does a GenerationConfig passed in
+    assert loaded.generate(ids, num_loops=2, **kwargs).tolist() == two.tolist()
+    config = GenerationConfig(max_new_tokens=8, do_sample=False, pad_token_id=0, num_loops=2)
+    assert loaded.generate(ids, generation_config=config).tolist() == two.tolist()
+
+
+def test_trainer_runs_a_training_step(model, tmp_path):
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    data = Dataset.from_dict({"input_ids": IDS.tolist() * 4, "labels": IDS.tolist() * 4})
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4,
+                             learning_rate=1e-2, report_to=[], use_cpu=True, save_strategy="no", logging_steps=1)
+    before = model.lm_head.weight.detach().clone()
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    assert not torch.equal(before, model.lm_head.weight.detach())
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    a, b = tiny_ouro(seed=1), tiny_ouro(seed=1)
+    b.gradient_checkpointing_enable()
+    for m in (a, b):
+        m.train()
+        m(IDS, labels=IDS, num_loops=3).loss.backward()
+    for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
+        torch.testing.assert_close(pa.grad, pb.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_tied_embeddings():
+    model = tiny_ouro(tie_word_embeddings=True)
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
