@@ -210,3 +210,24 @@ def test_config_threshold_is_the_default_and_training_ignores_it():
     out = model(PROMPT, labels=PROMPT)
     assert (out.exit_steps == 6).all()
     out.loss.backward()
+
+
+def test_single_loop_and_exit_distribution_shapes(model):
+    with torch.no_grad():
+        one = model(PROMPT, num_loops=1)
+        four = model(PROMPT, num_loops=4)
+    assert one.exit_probs.shape == (1, PROMPT.shape[1], 1) and torch.all(one.exit_probs == 1)
+    assert four.exit_probs.shape == (1, PROMPT.shape[1], 4)
+    torch.testing.assert_close(four.exit_probs.sum(-1), torch.ones(1, PROMPT.shape[1]))
+    assert torch.all(four.loop_residual > 0)
+
+
+def test_hidden_states_are_the_loop_states(model):
+    with torch.no_grad():
+        out = model.model(PROMPT, num_loops=3, output_hidden_states=True)
+        two = model.model(PROMPT, num_loops=2, output_hidden_states=True)
+    assert len(out.hidden_states) == 4
+    torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
+    torch.testing.assert_close(out.hidden_states[2], two.last_hidden_state)  # step t does not see later steps
+    expected = (out.hidden_states[3] - out.hidden_states[2]).norm(dim=-1) / out.hidden_states[2].norm(dim=-1)
+    torch.testing.assert_close(out.loop_residual, expected)

@@ -225,7 +225,7 @@ def test_trainer_runs_a_training_step(model, tmp_path):
 
 def test_gradient_checkpointing_gives_the_same_gradients():
     a, b = tiny_ouro(seed=1), tiny_ouro(seed=1)
-    b.gradient_checkpointing_enable()
+    b.activation_checkpointing_enable()
     for m in (a, b):
         m.train()
         m(IDS, labels=IDS, num_loops=3).loss.backward()

@@ -539,15 +539,16 @@ class OuroModel(OuroPreTrainedModel):
         masks = self._masks(inputs_embeds, attention_mask, cache, position_ids)
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
 
-        hidden = inputs_embeds
+        hidden = previous = inputs_embeds
         all_states = (hidden,) if output_hidden_states else None
         device = hidden.device
-        remaining = torch.ones(batch_size, seq_len, device=device, dtype=torch.float32)
-        cdf = torch.zeros_like(remaining)
-        exit_probs = []
         exit_steps = torch.full((batch_size, seq_len), num_loops, dtype=torch.long, device=device)
-        residual = torch.zeros_like(remaining)
+        gate_logits: list[torch.Tensor] = []  # the exit gate read after every step but the last
+        residual = None
         frozen = _FrozenTokens(batch_size, seq_len, device) if early_exit else None
+        if frozen is not None:
+            survive = torch.ones(batch_size, seq_len, device=device, dtype=torch.float32)
+            cdf = torch.zeros_like(survive)
         can_drop_rows = (
             early_exit and seq_len == 1 and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
         )
@@ -562,13 +563,10 @@ class OuroModel(OuroPreTrainedModel):
                             for layer_idx in range(num_layers):
                                 key, value = frozen.kv[layer_idx]
                                 cache.update(key, value, later * num_layers + layer_idx)
-                    gate = self._exit_gate(hidden)  # the states are frozen, so the gate is too
-                    for later in range(step, num_loops):
-                        p = remaining if later == num_loops - 1 else gate * remaining
-                        exit_probs.append(p)
-                        remaining = remaining - p
-                        if output_hidden_states:
-                            all_states += (hidden,)
+                    frozen_gate = self.early_exit_gate(hidden).squeeze(-1)  # frozen states, frozen gate
+                    gate_logits += [frozen_gate] * (num_loops - 1 - step)
+                    if output_hidden_states:
+                        all_states += (hidden,) * (num_loops - step)
                     break
                 frozen.rows = active.nonzero().squeeze(1)
             new_hidden = self.loop_step(
@@ -580,26 +578,29 @@ class OuroModel(OuroPreTrainedModel):
                 frozen=frozen,
                 **kwargs,
             )
-            if frozen is not None and frozen.any_exited:
-                new_hidden = torch.where(frozen.exited[..., None], hidden, new_hidden)
-            step_residual = (new_hidden - hidden).float().norm(dim=-1) / hidden.float().norm(dim=-1).clamp_min(1e-12)
-            residual = step_residual if frozen is None else torch.where(frozen.exited, residual, step_residual)
-            hidden = new_hidden
+            if frozen is not None:
+                if frozen.any_exited:
+                    new_hidden = torch.where(frozen.exited[..., None], hidden, new_hidden)
+                step_residual = _relative_change(new_hidden, hidden)
+                residual = step_residual if residual is None else torch.where(frozen.exited, residual, step_residual)
+            previous, hidden = hidden, new_hidden
             if output_hidden_states:
                 all_states += (hidden,)
-
-            last = step == num_loops - 1
-            p = remaining if last else self._exit_gate(hidden) * remaining
-            exit_probs.append(p)
-            remaining = remaining - p
-            cdf = cdf + p
-            if frozen is not None and not last:
+            if step == num_loops - 1:
+                break
+            gate_logits.append(self.early_exit_gate(hidden).squeeze(-1))
+            if frozen is not None:
+                lam = torch.sigmoid(gate_logits[-1].float())
+                cdf = cdf + lam * survive
+                survive = survive * (1.0 - lam)
                 newly = (~frozen.exited) & (cdf >= exit_threshold)
                 if bool(newly.any()):
                     exit_steps = torch.where(newly, step + 1, exit_steps)
                     frozen.exited |= newly
                     frozen.any_exited = True
 
+        if residual is None:
+            residual = _relative_change(hidden, previous)
         if isinstance(cache, OuroCache):
             cache.record_exit_steps(exit_steps)
         return OuroModelOutput(
@@ -607,7 +608,7 @@ class OuroModel(OuroPreTrainedModel):
             cache=cache,
             hidden_states=all_states,
             exit_steps=exit_steps,
-            exit_probs=torch.stack(exit_probs, dim=-1),
+            exit_probs=exit_distribution(gate_logits, hidden),
             loop_residual=residual,
         )
 
@@ -635,7 +636,7 @@ class OuroModel(OuroPreTrainedModel):
                 for k, m in attention_masks.items()
             }
         num_layers = self.config.num_hidden_layers
-        for layer_idx, layer in enumerate(self.layers[:num_layers]):
+        for layer_idx, layer in enumerate(self.layers):
             hidden = layer(
                 hidden,
                 attention_mask=attention_masks[layer.attention_type],
@@ -651,11 +652,21 @@ class OuroModel(OuroPreTrainedModel):
             frozen.rows = None
         return hidden
 
-    def _exit_gate(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The exit gate ``lambda_t = sigmoid(w . h_t + b)`` per token, in float32. A token exits at step ``t``
-        with probability ``lambda_t`` times the probability that it has not exited before; at the last step
-        all the remaining probability exits."""
-        return torch.sigmoid(self.early_exit_gate(hidden).squeeze(-1).float())
+
+
+def exit_distribution(gate_logits: list[torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
+    """Exit probabilities over ``len(gate_logits) + 1`` steps from the gate logits read after each step but
+    the last: ``p_t = lambda_t * prod_{j<t} (1 - lambda_j)``, the last step taking what remains (float32)."""
+    if not gate_logits:  # a single step: everything exits there
+        return torch.ones(*hidden.shape[:-1], 1, device=hidden.device, dtype=torch.float32)
+    lam = torch.sigmoid(torch.stack(gate_logits, dim=-1).float())
+    survive = torch.cumprod(1.0 - lam, dim=-1)
+    before = torch.cat([torch.ones_like(survive[..., :1]), survive[..., :-1]], dim=-1)
+    return torch.cat([lam * before, survive[..., -1:]], dim=-1)
+
+
+def _relative_change(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    return (new - old).float().norm(dim=-1) / old.float().norm(dim=-1).clamp_min(1e-12)
 
 
 def _check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
