@@ -1,0 +1,125 @@
+"""The main job: train a small Ouro looped LM on addition, evaluate it across loop counts, write a Hub-ready
+folder and load it back (through the package and as remote code)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+from .modeling import OuroConfig, OuroForCausalLM
+from .tasks import addition_tokenizer, build_addition_dataset, exact_match, tokenize_for_training
+
+EVAL_LOOPS = (1, 2, 4, 8)
+
+
+def run_demo(output_dir: str | Path = "equilibria-demo", steps: int = 300, quick: bool = False, seed: int = 0) -> dict:
+    """Run the demo and return its results (also written to ``output_dir/demo_results.json``)."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    output_dir = Path(output_dir)
+    set_seed(seed)
+    started = time.time()
+    if quick:
+        steps = min(steps, 20)
+    digits, n_train, n_test = (2, 2000, 200) if not quick else (1, 80, 20)
+
+    print(f"[1/4] addition data: {digits}-digit operands, {n_train} train / {n_test} test problems (no overlap)")
+    data = build_addition_dataset(num_digits=digits, num_train=n_train, num_test=n_test, seed=seed)
+    tokenizer = addition_tokenizer()
+    train_tokenizer = copy.deepcopy(tokenizer)
+    train_tokenizer.padding_side = "right"
+    train_set = tokenize_for_training(data["train"], tokenizer)
+
+    config = OuroConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128 if not quick else 32,
+        intermediate_size=256 if not quick else 64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        total_ut_steps=4,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model = OuroForCausalLM(config)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"[2/4] training an Ouro model ({n_params / 1e6:.2f}M parameters, {config.num_hidden_layers} layers x "
+          f"{config.total_ut_steps} loops) for {steps} steps")
+    args = TrainingArguments(
+        output_dir=str(output_dir / "training"),
+        max_steps=steps,
+        per_device_train_batch_size=64,
+        learning_rate=3e-3,
+        warmup_steps=max(1, steps // 20),
+        lr_scheduler_type="cosine",
+        weight_decay=0.01,
+        logging_steps=max(1, steps // 10),
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=seed,
+        disable_tqdm=quick,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train_set,
+        data_collator=DataCollatorForSeq2Seq(train_tokenizer, label_pad_token_id=-100),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+
+    print(f"[3/4] exact match on the test split at loops {list(EVAL_LOOPS)} (trained at {config.total_ut_steps})")
+    accuracy = {loops: exact_match(model, tokenizer, data["test"], num_loops=loops) for loops in EVAL_LOOPS}
+    print("  loops | exact match")
+    for loops, acc in accuracy.items():
+        print(f"  {loops:>5} | {acc:6.1%}")
+
+    folder = output_dir / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    print(f"[4/4] wrote a Hub-ready folder to {folder}: " + ", ".join(sorted(p.name for p in folder.iterdir())))
+
+    prompt = data["test"][0]["prompt"]
+    reloaded = {
+        "package": AutoModelForCausalLM.from_pretrained(folder),
+        "remote code": AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True),
+    }
+    loaded_tokenizer = AutoTokenizer.from_pretrained(folder)
+    samples = {}
+    for how, loaded in reloaded.items():
+        loaded.eval()
+        enc = loaded_tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+        for loops in (2, 8):
+            with torch.no_grad():
+                out = loaded.generate(**enc, max_new_tokens=digits + 2, do_sample=False, num_loops=loops)
+            text = loaded_tokenizer.decode(out[0], skip_special_tokens=True)
+            samples[f"{how}, num_loops={loops}"] = text
+            print(f"  reloaded via {how:<11} ({type(loaded).__module__.split('.')[0]}), num_loops={loops}: {text!r}")
+
+    results = {
+        "accuracy_by_loops": {str(k): v for k, v in accuracy.items()},
+        "trained_loops": config.total_ut_steps,
+        "steps": steps,
+        "final_train_loss": next((h["train_loss"] for h in reversed(trainer.state.log_history) if "train_loss" in h),
+                                 None),
+        "samples": samples,
+        "model_dir": str(folder),
+        "seconds": round(time.time() - started, 1),
+    }
+    (output_dir / "demo_results.json").write_text(json.dumps(results, indent=2))
+    print(f"done in {results['seconds']} s; results in {output_dir / 'demo_results.json'}")
+    return results

@@ -1,0 +1,91 @@
+"""Multi-digit addition, "1234+5678=" -> "6912", as ``datasets.Dataset`` splits with an exact-match evaluator."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+from datasets import Dataset, DatasetDict
+from transformers import PreTrainedTokenizerBase
+
+from .tokenization import char_tokenizer
+
+ADDITION_CHARS = "0123456789+="
+
+
+def addition_tokenizer() -> "PreTrainedTokenizerBase":
+    """The character tokenizer for addition problems (digits, '+', '=')."""
+    return char_tokenizer(ADDITION_CHARS)
+
+
+def build_addition_dataset(num_digits: int = 2, num_train: int = 2000, num_test: int = 200, seed: int = 0) -> DatasetDict:
+    """Random ``a+b=`` problems with ``a`` and ``b`` of at most ``num_digits`` digits.
+
+    Columns: ``prompt`` ("12+34="), ``answer`` ("46"), ``text`` (prompt + answer). The train and test splits
+    share no problem; the pair (a, b) is drawn without replacement.
+    """
+    if not isinstance(num_digits, int) or num_digits < 1:
+        raise ValueError(f"num_digits must be an integer >= 1, got {num_digits!r}")
+    if num_train < 1 or num_test < 0:
+        raise ValueError(f"num_train must be >= 1 and num_test >= 0, got {num_train} and {num_test}")
+    space = (10**num_digits) ** 2
+    if num_train + num_test > space:
+        raise ValueError(
+            f"{num_train + num_test} distinct problems requested but only {space} exist with {num_digits} digits"
+        )
+    rng = random.Random(seed)
+    codes = rng.sample(range(space), num_train + num_test)
+    top = 10**num_digits
+
+    def rows(chunk):
+        prompts, answers = [], []
+        for code in chunk:
+            a, b = divmod(code, top)
+            prompts.append(f"{a}+{b}=")
+            answers.append(str(a + b))
+        return {"prompt": prompts, "answer": answers, "text": [p + s for p, s in zip(prompts, answers)]}
+
+    return DatasetDict(
+        train=Dataset.from_dict(rows(codes[:num_train])),
+        test=Dataset.from_dict(rows(codes[num_train:])),
+    )
+
+
+def tokenize_for_training(dataset: Dataset, tokenizer, max_length: int | None = None) -> Dataset:
+    """``input_ids`` = prompt + answer + eos, ``labels`` = the same with the prompt masked (-100), so the loss
+    is on the answer only."""
+
+    def encode(example):
+        prompt = tokenizer(example["prompt"], add_special_tokens=False)["input_ids"]
+        answer = tokenizer(example["answer"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        ids = prompt + answer
+        if max_length is not None:
+            ids = ids[:max_length]
+        labels = ([-100] * len(prompt) + answer)[: len(ids)]
+        return {"input_ids": ids, "labels": labels}
+
+    return dataset.map(encode, remove_columns=dataset.column_names)
+
+
+@torch.no_grad()
+def exact_match(model, tokenizer, dataset: Dataset, num_loops: int, batch_size: int = 64, **generate_kwargs) -> float:
+    """Fraction of problems whose greedy continuation (up to eos) equals the answer, at ``num_loops``."""
+    model.eval()
+    correct = 0
+    max_answer = max(len(a) for a in dataset["answer"]) + 1
+    tokenizer.padding_side = "left"
+    for start in range(0, len(dataset), batch_size):
+        batch = dataset[start : start + batch_size]
+        enc = tokenizer(batch["prompt"], return_tensors="pt", padding=True, add_special_tokens=False)
+        out = model.generate(
+            **enc.to(model.device),
+            max_new_tokens=max_answer,
+            do_sample=False,
+            num_loops=num_loops,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            **generate_kwargs,
+        )
+        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        correct += sum(t.strip() == a for t, a in zip(texts, batch["answer"]))
+    return correct / len(dataset)

@@ -1,0 +1,44 @@
+"""Character-level tokenizers as real ``transformers`` tokenizers.
+
+They are ``PreTrainedTokenizerFast`` objects backed by a ``tokenizers`` WordLevel model over single
+characters, so ``save_pretrained`` writes a plain ``tokenizer.json`` that ``AutoTokenizer`` loads anywhere,
+with no custom code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
+
+
+def char_tokenizer(chars: Iterable[str], padding_side: str = "left") -> PreTrainedTokenizerFast:
+    """A tokenizer with one token per character of ``chars`` (ids 4...) after ``<pad>``=0, ``<s>``=1,
+    ``</s>``=2, ``<unk>``=3. Characters outside ``chars`` map to ``<unk>``.
+
+    ``padding_side`` defaults to ``"left"``, what batched generation with a decoder-only model needs.
+    """
+    chars = list(dict.fromkeys(chars))
+    bad = [c for c in chars if len(c) != 1]
+    if bad:
+        raise ValueError(f"char_tokenizer takes single characters, got {bad[:5]}")
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for c in chars:
+        vocab.setdefault(c, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        padding_side=padding_side,
+        clean_up_tokenization_spaces=False,
+    )
