@@ -46,15 +46,21 @@ def timed_generate(model, ids, new_tokens, **kwargs) -> float:
     return elapsed
 
 
-def compare(contenders: dict, repeats: int) -> dict[str, float]:
-    """Median seconds per contender, runs interleaved, after one warm-up run each."""
+def compare(contenders: dict, repeats: int) -> dict[str, list[float]]:
+    """Seconds per run for each contender, runs interleaved (A B A B ...), after one warm-up run each."""
     for run in contenders.values():
         run()
     times = {name: [] for name in contenders}
     for _ in range(repeats):
         for name, run in contenders.items():
             times[name].append(run())
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return times
+
+
+def paired_ratio(times: dict[str, list[float]], a: str, b: str) -> tuple[float, float, float]:
+    """Median, min and max of the ratios a/b of runs made back to back (robust to slow drifts of the machine)."""
+    ratios = [x / y for x, y in zip(times[a], times[b])]
+    return statistics.median(ratios), min(ratios), max(ratios)
 
 
 def ouro_config(width, intermediate, heads, layers, loops, vocab) -> OuroConfig:
@@ -85,17 +91,19 @@ def bench_loop_overhead(args) -> dict:
     ouro.eval()
     llama.eval()
     ids = torch.randint(3, args.vocab, (1, args.prompt))
-    medians = compare(
+    times = compare(
         {
             "ouro": lambda: timed_generate(ouro, ids, args.new_tokens),
             "llama": lambda: timed_generate(llama, ids, args.new_tokens),
         },
         args.repeats,
     )
+    ratio, low, high = paired_ratio(times, "ouro", "llama")
     return {
-        "ouro_s": medians["ouro"],
-        "llama_s": medians["llama"],
-        "ratio": medians["ouro"] / medians["llama"],
+        "ouro_s": statistics.median(times["ouro"]),
+        "llama_s": statistics.median(times["llama"]),
+        "ratio": ratio,
+        "ratio_range": [low, high],
         "ouro_params": sum(p.numel() for p in ouro.parameters()),
         "llama_params": sum(p.numel() for p in llama.parameters()),
     }
@@ -133,45 +141,50 @@ def bench_early_exit(args) -> dict:
         tried[middle] = mean_decode_exit_steps(model, ids, args.new_tokens, middle)
         low, high = (middle, high) if tried[middle] < target else (low, middle)
     threshold = min(tried, key=lambda t: abs(tried[t] - target))
-    medians = compare(
+    times = compare(
         {
             "exit": lambda: timed_generate(model, ids, args.new_tokens, exit_threshold=threshold),
             "full": lambda: timed_generate(model, ids, args.new_tokens),
         },
         args.repeats,
     )
+    ratio, low, high = paired_ratio(times, "exit", "full")
     measured_mean = mean_decode_exit_steps(model, ids, args.new_tokens, threshold)
     return {
         "loops": loops,
         "threshold": threshold,
         "calibration": tried,
         "mean_exit_steps": measured_mean,
-        "exit_s": medians["exit"],
-        "full_s": medians["full"],
-        "ratio": medians["exit"] / medians["full"],
+        "exit_s": statistics.median(times["exit"]),
+        "full_s": statistics.median(times["full"]),
+        "ratio": ratio,
+        "ratio_range": [low, high],
     }
 
 
 def bench_cache(args) -> dict:
     torch.manual_seed(2)
     model = OuroForCausalLM(
-        ouro_config(args.cache_width, 4 * args.cache_width, max(1, args.cache_width // 64), args.layers, args.loops,
-                    args.vocab)
+        ouro_config(
+            args.cache_width, 4 * args.cache_width, max(1, args.cache_width // 64), args.layers, args.loops, args.vocab
+        )
     )
     model.eval()
     ids = torch.randint(3, args.vocab, (1, args.prompt))
-    medians = compare(
+    times = compare(
         {
             "cache": lambda: timed_generate(model, ids, args.cache_tokens, use_cache=True),
             "no_cache": lambda: timed_generate(model, ids, args.cache_tokens, use_cache=False),
         },
         max(1, args.repeats // 2),
     )
+    speedup, low, high = paired_ratio(times, "no_cache", "cache")
     return {
         "new_tokens": args.cache_tokens,
-        "cache_s": medians["cache"],
-        "no_cache_s": medians["no_cache"],
-        "speedup": medians["no_cache"] / medians["cache"],
+        "cache_s": statistics.median(times["cache"]),
+        "no_cache_s": statistics.median(times["no_cache"]),
+        "speedup": speedup,
+        "speedup_range": [low, high],
     }
 
 
@@ -201,26 +214,42 @@ def main(argv=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; sizes: width {args.width}, "
-          f"intermediate {args.intermediate}, heads {args.heads}, L={args.layers}, k={args.loops}, "
-          f"prompt {args.prompt}, new tokens {args.new_tokens}, repeats {args.repeats}", flush=True)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; sizes: width {args.width}, "
+        f"intermediate {args.intermediate}, heads {args.heads}, L={args.layers}, k={args.loops}, "
+        f"prompt {args.prompt}, new tokens {args.new_tokens}, repeats {args.repeats}",
+        flush=True,
+    )
     results = {"args": {k: str(v) for k, v in vars(args).items()}}
     results["loop_overhead"] = overhead = bench_loop_overhead(args)
     results["early_exit"] = early = bench_early_exit(args)
     results["cache"] = cache = bench_cache(args)
 
     rows = [
-        ("loop overhead", f"Ouro {args.layers} layers x {args.loops} loops vs Llama {args.layers * args.loops} layers",
-         f"{overhead['ouro_s']:.3f} s vs {overhead['llama_s']:.3f} s", f"{overhead['ratio']:.3f}", "<= 1.10"),
-        ("early exit", f"{early['loops']} loops, threshold {early['threshold']}, mean exit "
-         f"{early['mean_exit_steps']:.2f} steps", f"{early['exit_s']:.3f} s vs {early['full_s']:.3f} s",
-         f"{early['ratio']:.3f}", "<= 0.60"),
-        ("KV cache", f"{cache['new_tokens']} new tokens, width {args.cache_width}",
-         f"{cache['no_cache_s']:.3f} s vs {cache['cache_s']:.3f} s", f"{cache['speedup']:.2f}x speed-up", "> 1"),
+        (
+            "loop overhead",
+            f"Ouro {args.layers} layers x {args.loops} loops vs Llama {args.layers * args.loops} layers",
+            f"{overhead['ouro_s']:.3f} s vs {overhead['llama_s']:.3f} s",
+            f"{overhead['ratio']:.3f} [{overhead['ratio_range'][0]:.3f}, {overhead['ratio_range'][1]:.3f}]",
+            "<= 1.10",
+        ),
+        (
+            "early exit",
+            f"{early['loops']} loops, threshold {early['threshold']}, mean exit {early['mean_exit_steps']:.2f} steps",
+            f"{early['exit_s']:.3f} s vs {early['full_s']:.3f} s",
+            f"{early['ratio']:.3f} [{early['ratio_range'][0]:.3f}, {early['ratio_range'][1]:.3f}]",
+            "<= 0.60",
+        ),
+        (
+            "KV cache",
+            f"{cache['new_tokens']} new tokens, width {args.cache_width}",
+            f"{cache['no_cache_s']:.3f} s vs {cache['cache_s']:.3f} s",
+            f"{cache['speedup']:.2f}x [{cache['speedup_range'][0]:.2f}, {cache['speedup_range'][1]:.2f}]",
+            "> 1",
+        ),
     ]
-    widths = [max(len(str(r[i])) for r in rows + [("measure", "setting", "times", "ratio", "target")])
-              for i in range(5)]
-    header = ("measure", "setting", "times", "ratio", "target")
+    header = ("measure", "setting", "median times", "paired ratio [min, max]", "target")
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(5)]
     for row in [header] + rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
     if args.json:

@@ -63,7 +63,7 @@ def test_left_padded_batch_gives_each_row_what_it_gives_alone(model):
     seq, logits, _ = greedy(model, ids, True, attention_mask=mask, num_loops=4)
     for i, r in enumerate(rows):
         alone_seq, alone_logits, _ = greedy(model, torch.tensor([r]), True, num_loops=4)
-        assert seq[i, width:].tolist() == alone_seq[0, len(r):].tolist()
+        assert seq[i, width:].tolist() == alone_seq[0, len(r) :].tolist()
         torch.testing.assert_close(logits[i], alone_logits[0], rtol=0, atol=1e-4)
 
 

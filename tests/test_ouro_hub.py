@@ -34,8 +34,9 @@ def test_saved_equals_loaded(model, tmp_path):
         assert torch.equal(loaded.state_dict()[name], tensor), name
     with torch.no_grad():
         for loops in (1, 3, 5):
-            torch.testing.assert_close(loaded(IDS, num_loops=loops).logits, model(IDS, num_loops=loops).logits,
-                                       rtol=0, atol=0)
+            torch.testing.assert_close(
+                loaded(IDS, num_loops=loops).logits, model(IDS, num_loops=loops).logits, rtol=0, atol=0
+            )
 
 
 def test_auto_classes_resolve_after_import(model, tmp_path):
@@ -43,9 +44,12 @@ def test_auto_classes_resolve_after_import(model, tmp_path):
     assert isinstance(AutoConfig.from_pretrained(tmp_path), OuroConfig)
     assert isinstance(AutoModel.from_pretrained(tmp_path), OuroModel)
     assert isinstance(AutoModelForCausalLM.from_pretrained(tmp_path), OuroForCausalLM)
-    assert isinstance(AutoModelForCausalLM.from_config(OuroConfig(hidden_size=32, num_attention_heads=4,
-                                                                  num_hidden_layers=1, intermediate_size=64,
-                                                                  vocab_size=50)), OuroForCausalLM)
+    assert isinstance(
+        AutoModelForCausalLM.from_config(
+            OuroConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=1, intermediate_size=64, vocab_size=50)
+        ),
+        OuroForCausalLM,
+    )
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
     assert auto_map == {
         "AutoConfig": "configuration_ouro.OuroConfig",
@@ -213,8 +217,16 @@ def test_trainer_runs_a_training_step(model, tmp_path):
     from transformers import Trainer, TrainingArguments
 
     data = Dataset.from_dict({"input_ids": IDS.tolist() * 4, "labels": IDS.tolist() * 4})
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4,
-                             learning_rate=1e-2, report_to=[], use_cpu=True, save_strategy="no", logging_steps=1)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=1,
+    )
     before = model.lm_head.weight.detach().clone()
     trainer = Trainer(model=model, args=args, train_dataset=data)
     trainer.train()

@@ -28,9 +28,20 @@ def test_published_config_loads_as_is():
     raw = json.loads((OURO_REFERENCE / "config.json").read_text())
     config = AutoConfig.from_pretrained(OURO_REFERENCE)
     assert isinstance(config, OuroConfig)
-    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
-                "total_ut_steps", "early_exit_threshold"):
+    for key in (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "tie_word_embeddings",
+        "total_ut_steps",
+        "early_exit_threshold",
+    ):
         assert getattr(config, key) == raw[key], key
     assert config.rope_parameters["rope_theta"] == raw["rope_theta"]
 

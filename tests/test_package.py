@@ -91,9 +91,15 @@ def test_demo_quick_mode_writes_and_reloads_a_hub_folder(tmp_path):
     results = equilibria.demo.run_demo(output_dir=tmp_path, quick=True)
     folder = Path(results["model_dir"])
     names = {p.name for p in folder.iterdir()}
-    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
-            "configuration_ouro.py", "modeling_ouro.py"} <= names
+    assert {
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "configuration_ouro.py",
+        "modeling_ouro.py",
+    } <= names
     assert set(results["accuracy_by_loops"]) == {"1", "2", "4", "8"}
-    assert len(results["samples"]) == 4
+    assert len(results["samples"]) == 4 and any(k.startswith("remote code") for k in results["samples"])
     assert json.loads((tmp_path / "demo_results.json").read_text())["steps"] == results["steps"]
     assert torch.isfinite(torch.tensor(results["final_train_loss"]))

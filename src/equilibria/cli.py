@@ -18,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = sub.add_parser("demo", help="train a small Ouro model, evaluate it across loop counts, save and reload it")
     demo.add_argument("--output-dir", default="equilibria-demo", help="where to write the Hub-ready folder")
-    demo.add_argument("--steps", type=int, default=300, help="training steps")
+    demo.add_argument("--steps", type=int, default=1500, help="training steps")
     demo.add_argument("--quick", action="store_true", help="a tiny run (seconds), for smoke tests")
     demo.add_argument("--seed", type=int, default=0)
     return parser

@@ -419,7 +419,9 @@ class OuroPreTrainedModel(PreTrainedModel):
         if unexpected:
             problems.append(f"unexpected weights (not part of {cls.__name__}): {unexpected[:12]}")
         if mismatched and not lenient_shapes:
-            shapes = [f"{key}: checkpoint {tuple(ckpt)} vs model {tuple(ours)}" for key, ckpt, ours in list(mismatched)[:12]]
+            shapes = [
+                f"{key}: checkpoint {tuple(ckpt)} vs model {tuple(ours)}" for key, ckpt, ours in list(mismatched)[:12]
+            ]
             problems.append(f"weights of the wrong shape: {shapes}")
         if problems:
             raise ValueError(
@@ -628,9 +630,7 @@ class OuroModel(OuroPreTrainedModel):
         hidden = hidden_states
         if rows is not None:
             hidden = hidden.index_select(0, rows)
-            position_embeddings = tuple(
-                t.index_select(0, rows) if t.shape[0] > 1 else t for t in position_embeddings
-            )
+            position_embeddings = tuple(t.index_select(0, rows) if t.shape[0] > 1 else t for t in position_embeddings)
             attention_masks = {
                 k: m.index_select(0, rows) if isinstance(m, torch.Tensor) and m.shape[0] > 1 else m
                 for k, m in attention_masks.items()
@@ -651,7 +651,6 @@ class OuroModel(OuroPreTrainedModel):
             hidden = hidden_states.index_copy(0, rows, hidden)
             frozen.rows = None
         return hidden
-
 
 
 def exit_distribution(gate_logits: list[torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:

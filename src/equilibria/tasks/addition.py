@@ -13,12 +13,14 @@ from .tokenization import char_tokenizer
 ADDITION_CHARS = "0123456789+="
 
 
-def addition_tokenizer() -> "PreTrainedTokenizerBase":
+def addition_tokenizer() -> PreTrainedTokenizerBase:
     """The character tokenizer for addition problems (digits, '+', '=')."""
     return char_tokenizer(ADDITION_CHARS)
 
 
-def build_addition_dataset(num_digits: int = 2, num_train: int = 2000, num_test: int = 200, seed: int = 0) -> DatasetDict:
+def build_addition_dataset(
+    num_digits: int = 2, num_train: int = 2000, num_test: int = 200, seed: int = 0
+) -> DatasetDict:
     """Random ``a+b=`` problems with ``a`` and ``b`` of at most ``num_digits`` digits.
 
     Columns: ``prompt`` ("12+34="), ``answer`` ("46"), ``text`` (prompt + answer). The train and test splits
