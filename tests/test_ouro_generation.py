@@ -231,3 +231,34 @@ def test_hidden_states_are_the_loop_states(model):
     torch.testing.assert_close(out.hidden_states[2], two.last_hidden_state)  # step t does not see later steps
     expected = (out.hidden_states[3] - out.hidden_states[2]).norm(dim=-1) / out.hidden_states[2].norm(dim=-1)
     torch.testing.assert_close(out.loop_residual, expected)
+
+
+def test_beam_search_and_sampling_work_with_the_cache(model):
+    kwargs = dict(
+        max_new_tokens=6,
+        num_beams=3,
+        num_return_sequences=2,
+        do_sample=False,
+        pad_token_id=0,
+        eos_token_id=None,
+        num_loops=2,
+    )
+    cached = model.generate(PROMPT, use_cache=True, **kwargs)
+    plain = model.generate(PROMPT, use_cache=False, **kwargs)
+    assert cached.tolist() == plain.tolist()
+    torch.manual_seed(0)
+    a = model.generate(PROMPT, max_new_tokens=6, do_sample=True, top_k=5, pad_token_id=0, num_loops=2)
+    torch.manual_seed(0)
+    b = model.generate(PROMPT, max_new_tokens=6, do_sample=True, top_k=5, pad_token_id=0, num_loops=2, use_cache=False)
+    assert a.tolist() == b.tolist()
+
+
+def test_tied_model_saves_and_loads(tmp_path):
+    from equilibria import OuroForCausalLM
+
+    model = tiny_ouro(tie_word_embeddings=True)
+    model.save_pretrained(tmp_path)
+    loaded = OuroForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(PROMPT).logits, model(PROMPT).logits, rtol=0, atol=0)

@@ -243,8 +243,3 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         m(IDS, labels=IDS, num_loops=3).loss.backward()
     for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
         torch.testing.assert_close(pa.grad, pb.grad, rtol=1e-5, atol=1e-6, msg=name)
-
-
-def test_tied_embeddings():
-    model = tiny_ouro(tie_word_embeddings=True)
-    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
