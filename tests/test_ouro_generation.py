@@ -262,3 +262,10 @@ def test_tied_model_saves_and_loads(tmp_path):
     assert loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()
     with torch.no_grad():
         torch.testing.assert_close(loaded(PROMPT).logits, model(PROMPT).logits, rtol=0, atol=0)
+
+
+def test_a_cache_passed_in_training_mode_is_used_not_dropped(model):
+    model.train()
+    cache = OuroCache()
+    out = model(PROMPT, cache=cache, num_loops=2)
+    assert out.cache is cache and cache.get_seq_length() == PROMPT.shape[1]

@@ -35,10 +35,12 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel, slice_logits_to_keep
-from transformers.utils import can_return_tuple
+from transformers.utils import can_return_tuple, logging
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_ouro import OuroConfig, check_exit_threshold
+
+logger = logging.get_logger(__name__)
 
 # --------------------------------------------------------------------------------------------------
 # Building blocks (standard Llama/Qwen2 pieces)
@@ -516,9 +518,10 @@ class OuroModel(OuroPreTrainedModel):
         early_exit = exit_threshold is not None and exit_threshold < 1.0 and not training_with_grad
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        if use_cache is None:
-            use_cache = self.config.use_cache and not training_with_grad
-        if self.gradient_checkpointing and training_with_grad:
+        if use_cache is None:  # a cache passed in is always used; otherwise none is built for training
+            use_cache = cache is not None or (self.config.use_cache and not training_with_grad)
+        if use_cache and self.gradient_checkpointing and training_with_grad:
+            logger.warning_once("Ouro: the KV cache is incompatible with gradient checkpointing; running without it.")
             use_cache = False
 
         if inputs_embeds is None:
