@@ -269,3 +269,11 @@ def test_a_cache_passed_in_training_mode_is_used_not_dropped(model):
     cache = OuroCache()
     out = model(PROMPT, cache=cache, num_loops=2)
     assert out.cache is cache and cache.get_seq_length() == PROMPT.shape[1]
+
+
+def test_loop_map_is_one_loop_step(model):
+    with torch.no_grad():
+        out = model.model(PROMPT, num_loops=3, output_hidden_states=True)
+        f = model.model.loop_map(PROMPT)
+        for t in range(3):
+            torch.testing.assert_close(f(out.hidden_states[t]), out.hidden_states[t + 1], rtol=1e-5, atol=1e-5)

@@ -617,6 +617,30 @@ class OuroModel(OuroPreTrainedModel):
             loop_residual=residual,
         )
 
+    def loop_map(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The loop body for these inputs as a function ``f(h) = norm(stack(h))`` of the state alone (no cache):
+        ``h_{t+1} = f(h_t)`` for every step ``t``. Use it for Jacobian analysis (STARS' spectral-radius
+        penalty, fixed-point diagnostics): ``torch.func.jvp(f, (h,), (v,))`` or ``autograd.grad(f(h), h, v)``."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        if position_ids is None:
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device).unsqueeze(0)
+        masks = self._masks(inputs_embeds, attention_mask, None, position_ids)
+        position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
+
+        def step(hidden_states: torch.Tensor) -> torch.Tensor:
+            return self.loop_step(hidden_states, 0, position_embeddings=position_embeddings, attention_masks=masks)
+
+        return step
+
     def loop_step(
         self,
         hidden_states: torch.Tensor,

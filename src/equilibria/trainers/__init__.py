@@ -1,0 +1,6 @@
+"""Trainer subclasses that add each family's objective to ``transformers.Trainer``."""
+
+from .regularizers import spectral_radius
+from .stars import StarsTrainer, StarsTrainingArguments, find_looped_core, sample_num_loops
+
+__all__ = ["StarsTrainer", "StarsTrainingArguments", "find_looped_core", "sample_num_loops", "spectral_radius"]

@@ -1,0 +1,231 @@
+"""STARS fine-tuning (Yang et al., 2026, "Stabilizing Recurrent Dynamics for Test-Time Scalable Latent Reasoning
+in Looped Language Models"): random loop-count sampling plus a Jacobian spectral-radius regulariser (JSRR), so
+that a looped model keeps working when run with more loops than it was trained with.
+
+    from equilibria.trainers import StarsTrainer, StarsTrainingArguments
+
+    args = StarsTrainingArguments(output_dir="out", min_loops=1, max_loops=8, jsrr_weight=0.1)
+    StarsTrainer(model=model, args=args, train_dataset=train).train()
+
+Multi-GPU: put the same script behind ``accelerate launch`` or ``torchrun`` (see the README).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers import Trainer, TrainingArguments
+
+from .regularizers import spectral_radius
+
+JSRR_PENALTIES = ("square", "hinge")
+
+
+@dataclass
+class StarsTrainingArguments(TrainingArguments):
+    """[`~transformers.TrainingArguments`] plus the STARS options.
+
+    Loop sampling: every optimizer step trains with ``num_loops = clip(round(exp(N(loop_log_mean,
+    loop_log_std^2))), min_loops, max_loops)``, drawn from a generator seeded by ``(seed, global step)``, so all
+    processes of a multi-process run (and a resumed run) use the same count at the same step.
+
+    JSRR: at the sampled count ``T``, the spectral radius ``rho`` of the Jacobian of one loop step
+    ``h -> f(h)`` at the final state ``h_T`` (detached), is estimated by ``jsrr_power_iters``
+    power iterations of vector-Jacobian products; the loss is ``(1 - jsrr_weight) * LM + jsrr_weight *
+    penalty`` with ``penalty = rho^2`` (``"square"``) or ``max(0, rho - jsrr_target)^2`` (``"hinge"``),
+    averaged over sequences.
+
+    Defaults follow the STARS reference code's Ouro fine-tuning (log-normal mean 1.7 and std 0.4 of the log,
+    loops in [1, 16], lambda = 0.1); its addition experiment used mean 2.0, std 0.7, loops in [1, 100] and one
+    power iteration.
+    """
+
+    min_loops: int = field(default=1, metadata={"help": "Fewest loop steps sampled per training step (>= 1)."})
+    max_loops: int = field(default=16, metadata={"help": "Most loop steps sampled per training step (>= min_loops)."})
+    loop_log_mean: float = field(
+        default=1.7, metadata={"help": "Mean of log(num_loops) of the log-normal loop sampler."}
+    )
+    loop_log_std: float = field(
+        default=0.4, metadata={"help": "Std of log(num_loops); 0 trains always at round(exp(loop_log_mean))."}
+    )
+    jsrr_weight: float = field(
+        default=0.1,
+        metadata={"help": "lambda in [0, 1): loss = (1 - lambda) * LM + lambda * penalty; 0 disables JSRR."},
+    )
+    jsrr_power_iters: int = field(default=4, metadata={"help": "Power iterations per spectral-radius estimate (>= 1)."})
+    jsrr_penalty: str = field(
+        default="square", metadata={"help": "'square' (rho^2) or 'hinge' (max(0, rho - target)^2)."}
+    )
+    jsrr_target: float = field(default=1.0, metadata={"help": "The hinge penalty's target radius (> 0)."})
+    eval_num_loops: int | None = field(
+        default=None, metadata={"help": "Loop steps for evaluation losses (default: the model config's)."}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("min_loops", "max_loops", "jsrr_power_iters"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"StarsTrainingArguments: {name} must be an integer >= 1, got {value!r}")
+        if self.min_loops > self.max_loops:
+            raise ValueError(
+                f"StarsTrainingArguments: min_loops ({self.min_loops}) must be <= max_loops ({self.max_loops})"
+            )
+        if not self.loop_log_std >= 0:
+            raise ValueError(f"StarsTrainingArguments: loop_log_std must be >= 0, got {self.loop_log_std}")
+        if not 0.0 <= self.jsrr_weight < 1.0:
+            raise ValueError(f"StarsTrainingArguments: jsrr_weight (lambda) must be in [0, 1), got {self.jsrr_weight}")
+        if self.jsrr_penalty not in JSRR_PENALTIES:
+            raise ValueError(
+                f"StarsTrainingArguments: jsrr_penalty must be one of {JSRR_PENALTIES}, got {self.jsrr_penalty!r}"
+            )
+        if not self.jsrr_target > 0:
+            raise ValueError(f"StarsTrainingArguments: jsrr_target must be > 0, got {self.jsrr_target}")
+        if self.eval_num_loops is not None and (not isinstance(self.eval_num_loops, int) or self.eval_num_loops < 1):
+            raise ValueError(
+                f"StarsTrainingArguments: eval_num_loops must be None or >= 1, got {self.eval_num_loops!r}"
+            )
+
+
+def sample_num_loops(step: int, seed: int, log_mean: float, log_std: float, min_loops: int, max_loops: int) -> int:
+    """The loop count of training step ``step``: a log-normal draw rounded and clipped to ``[min, max]``,
+    deterministic in ``(seed, step)``."""
+    value = (
+        math.exp(log_mean) if log_std == 0 else random.Random(f"stars-{seed}-{step}").lognormvariate(log_mean, log_std)
+    )
+    return int(min(max_loops, max(min_loops, round(value))))
+
+
+def find_looped_core(model: nn.Module) -> nn.Module | None:
+    """The module that exposes ``loop_map`` (e.g. ``OuroModel``) inside ``model`` and any wrapper around it
+    (PEFT, DDP), or ``None``."""
+    for module in model.modules():
+        if callable(getattr(module, "loop_map", None)):
+            return module
+    return None
+
+
+class StarsTrainer(Trainer):
+    """[`~transformers.Trainer`] with STARS' random loop sampling and Jacobian spectral-radius regularisation.
+
+    The model must be a looped model whose ``forward`` takes ``num_loops`` and that contains a module with
+    ``loop_map`` (``OuroForCausalLM``, also wrapped by PEFT). Logged next to the loss (so the progress bar,
+    TensorBoard and W&B show them): ``num_loops`` (mean sampled count), ``spectral_radius``, ``lm_loss`` and
+    ``jsrr_penalty`` (means over the logging interval and the processes).
+
+    Gradient accumulation, multi-process runs (DDP, the penalty's gradients are all-reduced with the LM
+    loss's), PEFT and checkpoint resume work. Gradient checkpointing works with ``jsrr_weight=0``; with the
+    penalty on it is refused, since the double backward through checkpointed layers is not supported here.
+    """
+
+    def __init__(self, model=None, args: StarsTrainingArguments | None = None, **kwargs):
+        if args is None:
+            raise ValueError("StarsTrainer needs StarsTrainingArguments (args=StarsTrainingArguments(...)).")
+        if not isinstance(args, StarsTrainingArguments):
+            raise ValueError(f"StarsTrainer needs StarsTrainingArguments, got {type(args).__name__}.")
+        if model is None or find_looped_core(model) is None:
+            raise ValueError(
+                f"StarsTrainer needs a looped model (one containing a module with `loop_map`, such as "
+                f"OuroForCausalLM); got {type(model).__name__}."
+            )
+        if args.gradient_checkpointing and args.jsrr_weight > 0:
+            raise ValueError(
+                "StarsTrainer: gradient_checkpointing=True is not supported together with the JSRR penalty "
+                "(jsrr_weight > 0); turn one of them off."
+            )
+        super().__init__(model=model, args=args, **kwargs)
+        self._stars_sums = {"num_loops": 0.0, "spectral_radius": 0.0, "lm_loss": 0.0, "jsrr_penalty": 0.0}
+        self._stars_count = 0
+
+    # -- the loss ---------------------------------------------------------------------------------------
+
+    def current_num_loops(self) -> int:
+        """The loop count for the current optimizer step (the same for all micro-batches and processes)."""
+        a = self.args
+        return sample_num_loops(
+            self.state.global_step, a.seed, a.loop_log_mean, a.loop_log_std, a.min_loops, a.max_loops
+        )
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        args: StarsTrainingArguments = self.args
+        training = model.training and torch.is_grad_enabled()
+        if not training:
+            loops = args.eval_num_loops
+            outputs = model(**inputs, **({"num_loops": loops} if loops is not None else {}))
+            return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+        loops = self.current_num_loops()
+        use_jsrr = args.jsrr_weight > 0
+        extra = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
+        outputs = model(**inputs, num_loops=loops, output_hidden_states=use_jsrr, use_cache=False, **extra)
+        lm_loss = outputs.loss
+        # scale for gradient accumulation and data parallelism ourselves (loss_is_scaled_for_ga below): the LM
+        # loss is a sum over the tokens of the whole accumulated, all-process batch when num_items_in_batch is
+        # known; the penalty is a per-micro-batch mean
+        accumulation = self.current_gradient_accumulation_steps
+        if num_items_in_batch is not None:
+            scaled_lm = lm_loss * self.accelerator.num_processes if args.average_tokens_across_devices else lm_loss
+            report_lm = (
+                lm_loss * accumulation * (self.accelerator.num_processes if args.average_tokens_across_devices else 1)
+            )
+        else:
+            scaled_lm = lm_loss / accumulation
+            report_lm = lm_loss
+        loss = scaled_lm
+        rho_mean = torch.zeros((), device=lm_loss.device)
+        penalty = torch.zeros((), device=lm_loss.device)
+        if use_jsrr:
+            core = find_looped_core(self.accelerator.unwrap_model(model))
+            f = core.loop_map(
+                input_ids=inputs.get("input_ids"),
+                attention_mask=inputs.get("attention_mask"),
+                position_ids=inputs.get("position_ids"),
+                inputs_embeds=inputs.get("inputs_embeds"),
+            )
+            generator = torch.Generator().manual_seed(
+                hash((args.seed, self.state.global_step, self.accelerator.process_index)) % (2**63)
+            )
+            rho = spectral_radius(
+                f,
+                outputs.hidden_states[loops],
+                num_iters=args.jsrr_power_iters,
+                valid=inputs.get("attention_mask"),
+                generator=generator,
+            )
+            if args.jsrr_penalty == "square":
+                penalty = (rho**2).mean()
+            else:
+                penalty = (torch.relu(rho - args.jsrr_target) ** 2).mean()
+            rho_mean = rho.detach().mean()
+            loss = (1.0 - args.jsrr_weight) * scaled_lm + args.jsrr_weight * penalty / accumulation
+        self.loss_is_scaled_for_ga = True
+
+        sums = self._stars_sums
+        sums["num_loops"] += loops
+        sums["spectral_radius"] += float(rho_mean)
+        sums["lm_loss"] += float(report_lm.detach())
+        sums["jsrr_penalty"] += float(penalty.detach())
+        self._stars_count += 1
+        return (loss, outputs) if return_outputs else loss
+
+    # -- logging ----------------------------------------------------------------------------------------
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self._stars_count > 0:
+            values = torch.tensor(
+                [self._stars_sums[k] / self._stars_count for k in self._stars_sums],
+                device=self.args.device,
+                dtype=torch.float64,
+            )
+            values = self.accelerator.reduce(values, reduction="mean") if self.accelerator.num_processes > 1 else values
+            for key, value in zip(self._stars_sums, values.tolist()):
+                if key in ("spectral_radius", "jsrr_penalty") and self.args.jsrr_weight == 0:
+                    continue
+                logs[key] = round(value, 6)
+            self._stars_sums = dict.fromkeys(self._stars_sums, 0.0)
+            self._stars_count = 0
+        super().log(logs, start_time)

@@ -1,0 +1,304 @@
+"""StarsTrainer: loop sampling, the JSRR penalty, accumulation, resume, PEFT and bad input."""
+
+import functools
+import math
+import statistics
+
+import pytest
+import torch
+from conftest import tiny_ouro
+from datasets import Dataset
+from transformers import TrainerCallback
+
+from equilibria.trainers import StarsTrainer, StarsTrainingArguments, sample_num_loops, spectral_radius
+
+
+def token_data(n=32, length=10, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 40, (n, length), generator=g)
+    return Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+
+
+def stars_args(tmp_path, **overrides):
+    kwargs = dict(
+        output_dir=str(tmp_path),
+        max_steps=4,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=1,
+        min_loops=1,
+        max_loops=6,
+        loop_log_mean=math.log(3),
+        loop_log_std=0.6,
+        jsrr_weight=0.1,
+        seed=0,
+        disable_tqdm=True,
+    )
+    kwargs.update(overrides)
+    return StarsTrainingArguments(**kwargs)
+
+
+def params(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(min_loops=0), "min_loops must be an integer >= 1"),
+        (dict(min_loops=5, max_loops=3), r"min_loops \(5\) must be <= max_loops \(3\)"),
+        (dict(jsrr_weight=1.0), r"jsrr_weight \(lambda\) must be in \[0, 1\)"),
+        (dict(jsrr_weight=-0.1), r"jsrr_weight \(lambda\) must be in \[0, 1\)"),
+        (dict(jsrr_penalty="cube"), "jsrr_penalty must be one of"),
+        (dict(jsrr_target=0.0), "jsrr_target must be > 0"),
+        (dict(jsrr_power_iters=0), "jsrr_power_iters must be an integer >= 1"),
+        (dict(loop_log_std=-1.0), "loop_log_std must be >= 0"),
+    ],
+)
+def test_bad_arguments_fail_at_construction(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        stars_args(tmp_path, **overrides)
+
+
+def test_a_model_that_does_not_loop_is_refused(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    llama = LlamaForCausalLM(
+        LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4)
+    )
+    with pytest.raises(ValueError, match="StarsTrainer needs a looped model"):
+        StarsTrainer(model=llama, args=stars_args(tmp_path), train_dataset=token_data())
+    from transformers import TrainingArguments
+
+    with pytest.raises(ValueError, match="needs StarsTrainingArguments"):
+        StarsTrainer(model=tiny_ouro(), args=TrainingArguments(output_dir=str(tmp_path)), train_dataset=token_data())
+
+
+def test_gradient_checkpointing_with_the_penalty_is_refused_and_without_it_trains(tmp_path):
+    with pytest.raises(ValueError, match="gradient_checkpointing"):
+        StarsTrainer(
+            model=tiny_ouro(), args=stars_args(tmp_path, gradient_checkpointing=True), train_dataset=token_data()
+        )
+    model = tiny_ouro()
+    trainer = StarsTrainer(
+        model=model, args=stars_args(tmp_path, gradient_checkpointing=True, jsrr_weight=0.0), train_dataset=token_data()
+    )
+    before = params(model)
+    trainer.train()
+    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters())
+
+
+# ---- loop sampling ---------------------------------------------------------------------------------
+
+
+def test_loop_sampling_is_log_normal_clipped_and_deterministic():
+    draws = [sample_num_loops(step, 0, math.log(4), 0.5, 1, 12) for step in range(4000)]
+    assert draws == [sample_num_loops(step, 0, math.log(4), 0.5, 1, 12) for step in range(4000)]
+    assert min(draws) >= 1 and max(draws) <= 12
+    assert statistics.median(draws) == 4
+    logs = [math.log(d) for d in draws if 1 < d < 12]
+    assert 0.3 < statistics.pstdev(logs) < 0.6
+    assert draws != [sample_num_loops(step, 1, math.log(4), 0.5, 1, 12) for step in range(4000)]
+    assert {sample_num_loops(s, 0, math.log(5), 0.0, 1, 12) for s in range(50)} == {5}
+
+
+def test_every_micro_batch_of_a_step_uses_the_steps_sampled_count(tmp_path):
+    model = tiny_ouro()
+    seen = []
+    original = model.forward
+
+    @functools.wraps(original)
+    def recording_forward(*args, **kwargs):
+        if model.training:
+            seen.append(kwargs["num_loops"])
+        return original(*args, **kwargs)
+
+    model.forward = recording_forward
+    args = stars_args(tmp_path, max_steps=6, gradient_accumulation_steps=2, per_device_train_batch_size=2)
+    trainer = StarsTrainer(model=model, args=args, train_dataset=token_data())
+    trainer.train()
+    expected = [sample_num_loops(step, 0, args.loop_log_mean, args.loop_log_std, 1, 6) for step in range(6)]
+    assert seen == [loops for loops in expected for _ in range(2)]
+    assert len(set(expected)) > 1
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["num_loops"] for h in logged] == expected
+    assert all({"spectral_radius", "lm_loss", "jsrr_penalty"} <= set(h) for h in logged)
+    for h in logged:  # the logged loss is the combination of the logged parts
+        assert h["loss"] == pytest.approx(0.9 * h["lm_loss"] + 0.1 * h["jsrr_penalty"], rel=1e-4)
+
+
+# ---- the spectral radius --------------------------------------------------------------------------
+
+
+def test_power_iteration_finds_the_spectral_radius_of_a_known_map():
+    torch.manual_seed(0)
+    a = torch.randn(6, 6)
+    sym = (a + a.T) / 4  # symmetric: real eigenvalues, power iteration converges to max |eigenvalue|
+    exact = torch.linalg.eigvalsh(sym).abs().max()
+    h = torch.randn(3, 6)
+    estimate = spectral_radius(
+        lambda x: x @ sym, h, num_iters=200, create_graph=False, generator=torch.Generator().manual_seed(0)
+    )
+    torch.testing.assert_close(estimate, exact.expand(3), rtol=1e-4, atol=1e-5)
+    few = spectral_radius(
+        lambda x: x @ sym, h, num_iters=2, create_graph=False, generator=torch.Generator().manual_seed(0)
+    )
+    assert torch.all(few <= exact + 1e-5)  # few iterations underestimate
+
+
+def test_estimate_on_the_ouro_loop_map_is_bounded_by_the_largest_singular_value():
+    model = tiny_ouro()
+    ids = torch.randint(3, 40, (1, 5))
+    f = model.model.loop_map(ids)
+    with torch.no_grad():
+        h = model.model(ids, num_loops=3).last_hidden_state
+    jac = torch.autograd.functional.jacobian(lambda x: f(x.view_as(h)).flatten(), h.flatten())
+    sigma_max = torch.linalg.matrix_norm(jac, ord=2)
+    radius = torch.linalg.eigvals(jac).abs().max()
+    estimate = spectral_radius(f, h, num_iters=60, create_graph=False, generator=torch.Generator().manual_seed(1))
+    assert estimate.item() <= sigma_max.item() * (1 + 1e-4)
+    assert estimate.item() >= 0.5 * radius.item()
+
+
+def test_padding_positions_are_left_out_of_the_estimate():
+    torch.manual_seed(0)
+    a = torch.randn(4, 4)
+    w = (a + a.T) / 4
+    exact = torch.linalg.eigvalsh(w).abs().max()
+
+    def f(x):  # positions independent, except that padding positions are garbage
+        return x @ w + 100.0 * (x[:, 2:3] * 0 + x[:, 2:3].pow(2))
+
+    h = torch.randn(2, 3, 4)
+    valid = torch.tensor([[1, 1, 0], [1, 1, 0]])
+    masked = spectral_radius(
+        f, h, num_iters=100, valid=valid, create_graph=False, generator=torch.Generator().manual_seed(0)
+    )
+    torch.testing.assert_close(masked, exact.expand(2), rtol=1e-4, atol=1e-5)
+    unmasked = spectral_radius(f, h, num_iters=100, create_graph=False, generator=torch.Generator().manual_seed(0))
+    assert torch.all(unmasked > 10 * exact)
+
+
+def test_jsrr_gradient_is_nonzero_and_lowers_the_radius(tmp_path):
+    model = tiny_ouro(seed=2)
+    data = token_data()
+    ids = torch.tensor(data["input_ids"][:4])
+
+    def radius():
+        with torch.no_grad():
+            h = model.model(ids, num_loops=4).last_hidden_state
+        return (
+            spectral_radius(
+                model.model.loop_map(ids),
+                h,
+                num_iters=30,
+                create_graph=False,
+                generator=torch.Generator().manual_seed(0),
+            )
+            .mean()
+            .item()
+        )
+
+    before = radius()
+    # the penalty alone has a non-zero gradient on the loop's parameters
+    h = model.model(ids, num_loops=4).last_hidden_state
+    rho = spectral_radius(model.model.loop_map(ids), h, num_iters=3)
+    (rho**2).mean().backward()
+    grad = model.model.layers[0].mlp.down_proj.weight.grad
+    assert grad is not None and grad.abs().sum() > 0
+    model.zero_grad()
+    args = stars_args(tmp_path, max_steps=15, jsrr_weight=0.9, learning_rate=3e-3, min_loops=4, max_loops=4)
+    StarsTrainer(model=model, args=args, train_dataset=data).train()
+    after = radius()
+    assert after < 0.8 * before, (before, after)
+
+
+# ---- training mechanics -----------------------------------------------------------------------------
+
+
+def test_gradient_accumulation_updates_like_one_big_batch(tmp_path):
+    a, b = tiny_ouro(seed=4), tiny_ouro(seed=4)
+    data = token_data(n=16)
+    common = dict(max_steps=2, jsrr_weight=0.0, learning_rate=1e-2, lr_scheduler_type="constant")
+    StarsTrainer(
+        model=a, args=stars_args(tmp_path / "a", per_device_train_batch_size=8, **common), train_dataset=data
+    ).train()
+    StarsTrainer(
+        model=b,
+        args=stars_args(tmp_path / "b", per_device_train_batch_size=4, gradient_accumulation_steps=2, **common),
+        train_dataset=data,
+    ).train()
+    for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6, msg=name)
+
+
+class StopAt(TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True  # the run is "killed" right after its checkpoint
+        return control
+
+
+def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
+    data = token_data(n=48)
+    common = dict(max_steps=6, per_device_train_batch_size=4, save_strategy="steps", save_steps=3, jsrr_weight=0.2)
+    full = tiny_ouro(seed=5)
+    StarsTrainer(model=full, args=stars_args(tmp_path / "full", **common), train_dataset=data).train()
+
+    interrupted = tiny_ouro(seed=5)
+    StarsTrainer(
+        model=interrupted, args=stars_args(tmp_path / "run", **common), train_dataset=data, callbacks=[StopAt(3)]
+    ).train()
+    assert (tmp_path / "run" / "checkpoint-3").is_dir() and not (tmp_path / "run" / "checkpoint-6").exists()
+    resumed = tiny_ouro(seed=99)  # different weights: everything must come from the checkpoint
+    StarsTrainer(model=resumed, args=stars_args(tmp_path / "run", **common), train_dataset=data).train(
+        resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-3")
+    )
+    moved = [n for n, p in full.named_parameters() if not torch.equal(p, tiny_ouro(seed=5).state_dict()[n])]
+    assert moved
+    for (name, pa), (_, pb) in zip(full.named_parameters(), resumed.named_parameters()):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_lora_model_trains_with_stars(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(tiny_ouro(), LoraConfig(r=4, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+    before = params(model)
+    trainer = StarsTrainer(model=model, args=stars_args(tmp_path, max_steps=3), train_dataset=token_data())
+    trainer.train()
+    changed = {n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())}
+    assert changed and all("lora_" in n for n in changed)
+    assert all(h["spectral_radius"] > 0 for h in trainer.state.log_history if "loss" in h)
+
+
+def test_bf16_autocast_step_runs(tmp_path):
+    model = tiny_ouro()
+    trainer = StarsTrainer(model=model, args=stars_args(tmp_path, max_steps=2, bf16=True), train_dataset=token_data())
+    trainer.train()
+    assert all(math.isfinite(h["loss"]) for h in trainer.state.log_history if "loss" in h)
+
+
+def test_evaluation_uses_the_evaluation_loop_count(tmp_path):
+    model = tiny_ouro()
+    data = token_data(n=8)
+    trainer = StarsTrainer(
+        model=model,
+        args=stars_args(tmp_path, eval_num_loops=5, per_device_eval_batch_size=8),
+        train_dataset=data,
+        eval_dataset=data,
+    )
+    metrics = trainer.evaluate()
+    ids = torch.tensor(data["input_ids"])
+    with torch.no_grad():
+        expected = model(input_ids=ids, labels=ids, num_loops=5).loss.item()
+    assert metrics["eval_loss"] == pytest.approx(expected, rel=1e-5)
