@@ -302,3 +302,42 @@ def test_evaluation_uses_the_evaluation_loop_count(tmp_path):
     with torch.no_grad():
         expected = model(input_ids=ids, labels=ids, num_loops=5).loss.item()
     assert metrics["eval_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_two_process_run_keeps_replicas_identical(tmp_path):
+    """torchrun --nproc_per_node 2 (gloo, CPU): the JSRR term's gradients are all-reduced with the LM loss's,
+    so both replicas hold identical parameters after the steps, and they differ from the start."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent / "scripts" / "stars_ddp.py"
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(port),
+        str(script),
+        str(tmp_path),
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    assert r0["world"] == r1["world"] == 2
+    start = tiny_ouro(seed=0).state_dict()
+    for name, p0 in r0["params"].items():
+        assert torch.equal(p0, r1["params"][name]), name
+    assert any(not torch.equal(p, start[n]) for n, p in r0["params"].items())
+    logged = [h for h in r0["log"] if "loss" in h]
+    assert logged and all(h["spectral_radius"] > 0 for h in logged)

@@ -1,6 +1,19 @@
 """Task builders (``datasets.Dataset``), tokenizers and evaluators."""
 
-from .addition import addition_tokenizer, build_addition_dataset, exact_match, tokenize_for_training
+from .addition import (
+    addition_tokenizer,
+    build_addition_dataset,
+    evaluate_loop_scaling,
+    exact_match,
+    tokenize_for_training,
+)
 from .tokenization import char_tokenizer
 
-__all__ = ["addition_tokenizer", "build_addition_dataset", "char_tokenizer", "exact_match", "tokenize_for_training"]
+__all__ = [
+    "addition_tokenizer",
+    "build_addition_dataset",
+    "char_tokenizer",
+    "evaluate_loop_scaling",
+    "exact_match",
+    "tokenize_for_training",
+]

@@ -19,12 +19,19 @@ def addition_tokenizer() -> PreTrainedTokenizerBase:
 
 
 def build_addition_dataset(
-    num_digits: int = 2, num_train: int = 2000, num_test: int = 200, seed: int = 0
+    num_digits: int = 2,
+    num_train: int = 2000,
+    num_test: int = 200,
+    seed: int = 0,
+    reverse_answer: bool = False,
 ) -> DatasetDict:
-    """Random ``a+b=`` problems with ``a`` and ``b`` of at most ``num_digits`` digits.
+    """Random ``a+b=`` problems with ``a`` and ``b`` of at most ``num_digits`` digits (uniform in
+    ``[0, 10**num_digits)``).
 
     Columns: ``prompt`` ("12+34="), ``answer`` ("46"), ``text`` (prompt + answer). The train and test splits
-    share no problem; the pair (a, b) is drawn without replacement.
+    share no problem: the pairs (a, b) are drawn without replacement. ``reverse_answer=True`` writes the sum
+    least-significant digit first ("1234+5678=" -> "2196"), the format of the STARS reference code, which lets a
+    left-to-right decoder produce each digit after the carries it depends on.
     """
     if not isinstance(num_digits, int) or num_digits < 1:
         raise ValueError(f"num_digits must be an integer >= 1, got {num_digits!r}")
@@ -44,7 +51,7 @@ def build_addition_dataset(
         for code in chunk:
             a, b = divmod(code, top)
             prompts.append(f"{a}+{b}=")
-            answers.append(str(a + b))
+            answers.append(str(a + b)[::-1] if reverse_answer else str(a + b))
         return {"prompt": prompts, "answer": answers, "text": [p + s for p, s in zip(prompts, answers)]}
 
     return DatasetDict(
@@ -91,3 +98,12 @@ def exact_match(model, tokenizer, dataset: Dataset, num_loops: int, batch_size: 
         texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         correct += sum(t.strip() == a for t, a in zip(texts, batch["answer"]))
     return correct / len(dataset)
+
+
+def evaluate_loop_scaling(
+    model, tokenizer, dataset: Dataset, loops=(1, 2, 4, 8, 16, 32), batch_size: int = 64, **generate_kwargs
+) -> dict[int, float]:
+    """Exact-match accuracy of greedy generation at each loop count: ``{num_loops: accuracy}``."""
+    return {
+        n: exact_match(model, tokenizer, dataset, num_loops=n, batch_size=batch_size, **generate_kwargs) for n in loops
+    }

@@ -1,0 +1,47 @@
+"""Run under `torchrun --nproc_per_node 2`: a few StarsTrainer steps with the JSRR penalty on a tiny Ouro model.
+Each rank writes its final parameters to OUT/rank{R}.pt, for the test to compare."""
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from datasets import Dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conftest import tiny_ouro  # noqa: E402
+
+from equilibria.trainers import StarsTrainer, StarsTrainingArguments  # noqa: E402
+
+
+def main(out: Path) -> None:
+    model = tiny_ouro(seed=0)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 40, (32, 10), generator=g)
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    args = StarsTrainingArguments(
+        output_dir=str(out / "run"),
+        max_steps=4,
+        per_device_train_batch_size=4,
+        learning_rate=3e-3,
+        report_to=[],
+        use_cpu=True,
+        ddp_backend="gloo",
+        save_strategy="no",
+        logging_steps=2,
+        min_loops=1,
+        max_loops=5,
+        jsrr_weight=0.3,
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = StarsTrainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    state = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    torch.save({"world": world, "params": state, "log": trainer.state.log_history}, out / f"rank{rank}.pt")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
