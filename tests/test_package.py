@@ -103,3 +103,59 @@ def test_demo_quick_mode_writes_and_reloads_a_hub_folder(tmp_path):
     assert len(results["samples"]) == 4 and any(k.startswith("remote code") for k in results["samples"])
     assert json.loads((tmp_path / "demo_results.json").read_text())["steps"] == results["steps"]
     assert torch.isfinite(torch.tensor(results["final_train_loss"]))
+
+
+def test_reversed_answers_and_the_loop_scaling_evaluator(model, tokenizer):
+    data = build_addition_dataset(num_digits=3, num_train=20, num_test=8, seed=1, reverse_answer=True)
+    for row in data["train"]:
+        a, b = row["prompt"][:-1].split("+")
+        assert row["answer"] == str(int(a) + int(b))[::-1]
+    from equilibria.tasks import evaluate_loop_scaling
+
+    tok = addition_tokenizer()
+    accuracy = evaluate_loop_scaling(model, tok, data["test"], loops=[1, 3])
+    assert set(accuracy) == {1, 3} and all(0.0 <= v <= 1.0 for v in accuracy.values())
+
+
+class _Oracle(torch.nn.Module):
+    """A stand-in 'model' whose generate writes the right answer: exact_match must score it 100%."""
+
+    def __init__(self, tokenizer, answers):
+        super().__init__()
+        self.tok, self.answers, self.device = tokenizer, answers, torch.device("cpu")
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, num_loops, **kwargs):
+        prompts = self.tok.batch_decode(input_ids, skip_special_tokens=True)
+        rows = [
+            self.tok(self.answers[p], add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id] for p in prompts
+        ]
+        width = max(map(len, rows))
+        rows = [r + [self.tok.pad_token_id] * (width - len(r)) for r in rows]
+        return torch.cat([input_ids, torch.tensor(rows)], dim=1)
+
+
+def test_exact_match_scores_right_and_wrong_answers():
+    from equilibria.tasks import exact_match
+
+    tok = addition_tokenizer()
+    data = build_addition_dataset(num_digits=2, num_train=5, num_test=10, seed=2)
+    truth = dict(zip(data["test"]["prompt"], data["test"]["answer"]))
+    assert exact_match(_Oracle(tok, truth), tok, data["test"], num_loops=2, batch_size=4) == 1.0
+    wrong = {p: str(int(a) + 1) for p, a in truth.items()}
+    wrong[data["test"][0]["prompt"]] = truth[data["test"][0]["prompt"]]
+    assert exact_match(_Oracle(tok, wrong), tok, data["test"], num_loops=2, batch_size=4) == 0.1
+
+
+def test_stars_benchmark_quick_mode_runs(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_stars_addition
+    finally:
+        sys.path.pop(0)
+    results = bench_stars_addition.main(["--quick", "--output-dir", str(tmp_path)])
+    assert set(results) == {"baseline", "stars"}
+    assert (tmp_path / "stars_addition.png").stat().st_size > 1000
+    for res in results.values():
+        assert set(res["accuracy"]) == {1, 2, 4}
+        assert len(res["dynamics"]["relative_step"]) == 3
+    assert any("spectral_radius" in h for h in results["stars"]["log"])

@@ -122,6 +122,9 @@ class StarsTrainer(Trainer):
     penalty on it is refused, since the double backward through checkpointed layers is not supported here.
     """
 
+    # compute_loss scales both loss parts for gradient accumulation (and data parallelism) itself
+    loss_is_scaled_for_ga = True
+
     def __init__(self, model=None, args: StarsTrainingArguments | None = None, **kwargs):
         if args is None:
             raise ValueError("StarsTrainer needs StarsTrainingArguments (args=StarsTrainingArguments(...)).")
@@ -163,7 +166,7 @@ class StarsTrainer(Trainer):
         extra = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
         outputs = model(**inputs, num_loops=loops, output_hidden_states=use_jsrr, use_cache=False, **extra)
         lm_loss = outputs.loss
-        # scale for gradient accumulation and data parallelism ourselves (loss_is_scaled_for_ga below): the LM
+        # scale for gradient accumulation and data parallelism ourselves (see loss_is_scaled_for_ga): the LM
         # loss is a sum over the tokens of the whole accumulated, all-process batch when num_items_in_batch is
         # known; the penalty is a per-micro-batch mean
         accumulation = self.current_gradient_accumulation_steps
@@ -202,8 +205,6 @@ class StarsTrainer(Trainer):
                 penalty = (torch.relu(rho - args.jsrr_target) ** 2).mean()
             rho_mean = rho.detach().mean()
             loss = (1.0 - args.jsrr_weight) * scaled_lm + args.jsrr_weight * penalty / accumulation
-        self.loss_is_scaled_for_ga = True
-
         sums = self._stars_sums
         sums["num_loops"] += loops
         sums["spectral_radius"] += float(rho_mean)

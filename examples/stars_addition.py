@@ -1,0 +1,72 @@
+"""Fine-tune a small Ouro model with STARS on multi-digit addition, on one or many processes.
+
+Every StarsTrainingArguments / TrainingArguments field is a command-line flag (HfArgumentParser), e.g.
+
+    python examples/stars_addition.py --output_dir out --max_steps 200 --use_cpu
+    torchrun --nproc_per_node 2 examples/stars_addition.py --output_dir out --max_steps 200 --use_cpu --ddp_backend gloo
+    accelerate launch --num_processes 8 examples/stars_addition.py --output_dir out --max_steps 2000 --bf16
+
+The model, tokenizer and a loop-scaling table are written to --output_dir.
+"""
+
+import copy
+from dataclasses import dataclass, field
+
+from transformers import DataCollatorForSeq2Seq, HfArgumentParser
+
+from equilibria import OuroConfig, OuroForCausalLM
+from equilibria.tasks import addition_tokenizer, build_addition_dataset, evaluate_loop_scaling, tokenize_for_training
+from equilibria.trainers import StarsTrainer, StarsTrainingArguments
+
+
+@dataclass
+class TaskArguments:
+    digits: int = field(default=2, metadata={"help": "operand digits"})
+    train_size: int = field(default=20000)
+    test_size: int = field(default=200)
+    reverse_answer: bool = field(default=True, metadata={"help": "sums least-significant digit first"})
+    hidden_size: int = field(default=128)
+    num_hidden_layers: int = field(default=2)
+    eval_loops: str = field(default="1,2,4,8,16")
+
+
+def main():
+    task, args = HfArgumentParser((TaskArguments, StarsTrainingArguments)).parse_args_into_dataclasses()
+    data = build_addition_dataset(
+        task.digits, task.train_size, task.test_size, seed=args.seed, reverse_answer=task.reverse_answer
+    )
+    tokenizer = addition_tokenizer()
+    collate_tokenizer = copy.deepcopy(tokenizer)
+    collate_tokenizer.padding_side = "right"
+    model = OuroForCausalLM(
+        OuroConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=task.hidden_size,
+            intermediate_size=2 * task.hidden_size,
+            num_hidden_layers=task.num_hidden_layers,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+            total_ut_steps=4,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    )
+    trainer = StarsTrainer(
+        model=model,
+        args=args,
+        train_dataset=tokenize_for_training(data["train"], tokenizer),
+        data_collator=DataCollatorForSeq2Seq(collate_tokenizer, label_pad_token_id=-100),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    trainer.save_model()
+    if trainer.is_world_process_zero():
+        loops = [int(x) for x in task.eval_loops.split(",")]
+        accuracy = evaluate_loop_scaling(trainer.model, tokenizer, data["test"], loops=loops)
+        for n, acc in accuracy.items():
+            print(f"loops {n:>3}: exact match {acc:.1%}")
+
+
+if __name__ == "__main__":
+    main()
