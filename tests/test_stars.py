@@ -336,8 +336,21 @@ def test_two_process_run_keeps_replicas_identical(tmp_path):
     r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
     assert r0["world"] == r1["world"] == 2
     start = tiny_ouro(seed=0).state_dict()
-    for name, p0 in r0["params"].items():
-        assert torch.equal(p0, r1["params"][name]), name
-    assert any(not torch.equal(p, start[n]) for n, p in r0["params"].items())
-    logged = [h for h in r0["log"] if "loss" in h]
+    for run in ("jsrr", "lm_only"):
+        for name, p0 in r0[run]["params"].items():
+            assert torch.equal(p0, r1[run]["params"][name]), (run, name)
+        assert any(not torch.equal(p, start[n]) for n, p in r0[run]["params"].items())
+    logged = [h for h in r0["jsrr"]["log"] if "loss" in h]
     assert logged and all(h["spectral_radius"] > 0 for h in logged)
+
+    # the loss is scaled right across processes: 2 processes x batch 4 update like 1 process accumulating 2 x 4
+    sys.path.insert(0, str(script.parent))
+    try:
+        import stars_ddp
+    finally:
+        sys.path.pop(0)
+    single = tiny_ouro(seed=0)
+    args = stars_ddp.arguments(tmp_path / "single", jsrr_weight=0.0, gradient_accumulation_steps=2, ddp_backend=None)
+    StarsTrainer(model=single, args=args, train_dataset=stars_ddp.data()).train()
+    for name, p in single.named_parameters():
+        torch.testing.assert_close(r0["lm_only"]["params"][name], p.detach(), rtol=1e-5, atol=1e-6, msg=name)

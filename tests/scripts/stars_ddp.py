@@ -14,13 +14,15 @@ from conftest import tiny_ouro  # noqa: E402
 from equilibria.trainers import StarsTrainer, StarsTrainingArguments  # noqa: E402
 
 
-def main(out: Path) -> None:
-    model = tiny_ouro(seed=0)
+def data() -> Dataset:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(3, 40, (32, 10), generator=g)
-    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
-    args = StarsTrainingArguments(
-        output_dir=str(out / "run"),
+    return Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+
+
+def arguments(out: Path, **overrides) -> StarsTrainingArguments:
+    kwargs = dict(
+        output_dir=str(out),
         max_steps=4,
         per_device_train_batch_size=4,
         learning_rate=3e-3,
@@ -35,12 +37,20 @@ def main(out: Path) -> None:
         seed=0,
         disable_tqdm=True,
     )
-    trainer = StarsTrainer(model=model, args=args, train_dataset=data)
-    trainer.train()
+    kwargs.update(overrides)
+    return StarsTrainingArguments(**kwargs)
+
+
+def main(out: Path) -> None:
+    results = {}
+    for name, overrides in {"jsrr": {}, "lm_only": {"jsrr_weight": 0.0}}.items():
+        trainer = StarsTrainer(model=tiny_ouro(seed=0), args=arguments(out / name, **overrides), train_dataset=data())
+        trainer.train()
+        params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        results[name] = {"params": params, "log": trainer.state.log_history}
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
-    state = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    torch.save({"world": world, "params": state, "log": trainer.state.log_history}, out / f"rank{rank}.pt")
+    torch.save({"world": world, **results}, out / f"rank{rank}.pt")
 
 
 if __name__ == "__main__":
