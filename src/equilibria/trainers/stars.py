@@ -23,6 +23,7 @@ from transformers import Trainer, TrainingArguments
 from .regularizers import spectral_radius
 
 JSRR_PENALTIES = ("square", "hinge")
+STARS_LOG_KEYS = ("num_loops", "spectral_radius", "lm_loss", "jsrr_penalty")
 
 
 @dataclass
@@ -141,7 +142,7 @@ class StarsTrainer(Trainer):
                 "(jsrr_weight > 0); turn one of them off."
             )
         super().__init__(model=model, args=args, **kwargs)
-        self._stars_sums = {"num_loops": 0.0, "spectral_radius": 0.0, "lm_loss": 0.0, "jsrr_penalty": 0.0}
+        self._stars_sums: torch.Tensor | None = None  # running sums of STARS_LOG_KEYS since the last log
         self._stars_count = 0
 
     # -- the loss ---------------------------------------------------------------------------------------
@@ -179,8 +180,8 @@ class StarsTrainer(Trainer):
             scaled_lm = lm_loss / accumulation
             report_lm = lm_loss
         loss = scaled_lm
-        rho_mean = torch.zeros((), device=lm_loss.device)
-        penalty = torch.zeros((), device=lm_loss.device)
+        rho_mean = torch.zeros((), device=lm_loss.device, dtype=torch.float32)
+        penalty = torch.zeros((), device=lm_loss.device, dtype=torch.float32)
         if use_jsrr:
             core = find_looped_core(self.accelerator.unwrap_model(model))
             f = core.loop_map(
@@ -203,13 +204,18 @@ class StarsTrainer(Trainer):
                 penalty = (rho**2).mean()
             else:
                 penalty = (torch.relu(rho - args.jsrr_target) ** 2).mean()
-            rho_mean = rho.detach().mean()
+            rho_mean = rho.detach().float().mean()
             loss = (1.0 - args.jsrr_weight) * scaled_lm + args.jsrr_weight * penalty / accumulation
-        sums = self._stars_sums
-        sums["num_loops"] += loops
-        sums["spectral_radius"] += float(rho_mean)
-        sums["lm_loss"] += float(report_lm.detach())
-        sums["jsrr_penalty"] += float(penalty.detach())
+        # accumulate on the device (no host sync per step); averaged and gathered in `log`
+        step_values = torch.stack(
+            [
+                torch.tensor(float(loops), device=lm_loss.device),
+                rho_mean,
+                report_lm.detach().float(),
+                penalty.detach().float(),
+            ]
+        )
+        self._stars_sums = step_values if self._stars_sums is None else self._stars_sums + step_values
         self._stars_count += 1
         return (loss, outputs) if return_outputs else loss
 
@@ -217,16 +223,13 @@ class StarsTrainer(Trainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and self._stars_count > 0:
-            values = torch.tensor(
-                [self._stars_sums[k] / self._stars_count for k in self._stars_sums],
-                device=self.args.device,
-                dtype=torch.float64,
-            )
-            values = self.accelerator.reduce(values, reduction="mean") if self.accelerator.num_processes > 1 else values
-            for key, value in zip(self._stars_sums, values.tolist()):
+            values = (self._stars_sums / self._stars_count).double()
+            if self.accelerator.num_processes > 1:  # every rank logs at the same step, so this cannot hang
+                values = self.accelerator.reduce(values, reduction="mean")
+            for key, value in zip(STARS_LOG_KEYS, values.tolist()):
                 if key in ("spectral_radius", "jsrr_penalty") and self.args.jsrr_weight == 0:
                     continue
                 logs[key] = round(value, 6)
-            self._stars_sums = dict.fromkeys(self._stars_sums, 0.0)
+            self._stars_sums = None
             self._stars_count = 0
         super().log(logs, start_time)
