@@ -41,6 +41,12 @@ def parse(argv):
         default=True,
         help="write sums least-significant digit first (the STARS reference code's format)",
     )
+    p.add_argument(
+        "--pad-operands",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fixed-width operands and sums (0034+5678=05712)",
+    )
     p.add_argument("--train-size", type=int, default=100_000)
     p.add_argument("--test-size", type=int, default=300)
     p.add_argument("--steps", type=int, default=3000)
@@ -224,7 +230,12 @@ def main(argv=None) -> dict:
         flush=True,
     )
     data = build_addition_dataset(
-        args.digits, args.train_size, args.test_size, seed=args.seed, reverse_answer=args.reverse_answer
+        args.digits,
+        args.train_size,
+        args.test_size,
+        seed=args.seed,
+        reverse_answer=args.reverse_answer,
+        pad_operands=args.pad_operands,
     )
     tokenizer = addition_tokenizer()
     kinds = [args.only] if args.only else ["baseline", "stars"]

@@ -159,3 +159,13 @@ def test_stars_benchmark_quick_mode_runs(tmp_path):
         assert set(res["accuracy"]) == {1, 2, 4}
         assert len(res["dynamics"]["relative_step"]) == 3
     assert any("spectral_radius" in h for h in results["stars"]["log"])
+
+
+def test_padded_operands_have_a_fixed_width():
+    data = build_addition_dataset(
+        num_digits=4, num_train=50, num_test=10, seed=5, pad_operands=True, reverse_answer=True
+    )
+    for row in data["train"]:
+        a, b = row["prompt"][:-1].split("+")
+        assert len(a) == len(b) == 4 and len(row["answer"]) == 5
+        assert int(row["answer"][::-1]) == int(a) + int(b)

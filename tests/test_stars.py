@@ -354,3 +354,23 @@ def test_two_process_run_keeps_replicas_identical(tmp_path):
     StarsTrainer(model=single, args=args, train_dataset=stars_ddp.data()).train()
     for name, p in single.named_parameters():
         torch.testing.assert_close(r0["lm_only"]["params"][name], p.detach(), rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_bf16_weights_train_with_the_penalty(tmp_path):
+    model = tiny_ouro().to(torch.bfloat16)
+    trainer = StarsTrainer(model=model, args=stars_args(tmp_path, max_steps=2, bf16=True), train_dataset=token_data())
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert logged and all(math.isfinite(h["loss"]) and h["spectral_radius"] > 0 for h in logged)
+
+
+def test_unsupported_loss_options_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="label_smoothing_factor"):
+        StarsTrainer(
+            model=tiny_ouro(), args=stars_args(tmp_path, label_smoothing_factor=0.1), train_dataset=token_data()
+        )
+
+
+def test_ddp_allows_the_exit_gate_to_have_no_gradient(tmp_path):
+    assert stars_args(tmp_path).ddp_find_unused_parameters is True
+    assert stars_args(tmp_path, ddp_find_unused_parameters=False).ddp_find_unused_parameters is False

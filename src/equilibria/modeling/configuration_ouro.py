@@ -5,7 +5,8 @@ those load unchanged. The only Ouro-specific keys are ``total_ut_steps`` (how ma
 decoder stack is applied) and ``early_exit_threshold`` (the cumulative exit probability at which a
 token stops looping).
 
-This module travels to the Hub as remote code: it imports only ``transformers``.
+This module travels to the Hub as remote code: it imports only ``transformers`` (and ``huggingface_hub``, one of
+its dependencies).
 """
 
 from huggingface_hub.dataclasses import strict
@@ -80,7 +81,7 @@ class OuroConfig(PreTrainedConfig):
     layer_types: list[str] | None = None
     attention_dropout: float | int = 0.0
     total_ut_steps: int = 4
-    early_exit_threshold: float | None = 1.0
+    early_exit_threshold: float | int | None = 1.0
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None

@@ -493,9 +493,9 @@ class OuroModel(OuroPreTrainedModel):
 
         Args:
             num_loops (`int`, *optional*): Loop steps for this call (>= 1); defaults to ``config.total_ut_steps``.
-            exit_threshold (`float`, *optional*): Early-exit threshold in ``(0, 1]`` for this call; defaults to
-                ``config.early_exit_threshold``. ``None`` or ``1.0`` disable early exit. Ignored (all tokens run
-                every step) in training mode with gradients enabled.
+            exit_threshold (`float`, *optional*): Early-exit threshold in ``(0, 1]`` for this call; when not given,
+                ``config.early_exit_threshold``. ``1.0`` (or a config value of ``None``) disables early exit.
+                Ignored (all tokens run every step) in training mode with gradients enabled.
 
         Early exit. A token exits at the first step ``t < num_loops`` where the cumulative probability of its
         exit distribution reaches the threshold; its output is its state at that step. From then on it is
@@ -691,6 +691,7 @@ def exit_distribution(gate_logits: list[torch.Tensor], hidden: torch.Tensor) -> 
     return torch.cat([lam * before, survive[..., -1:]], dim=-1)
 
 
+@torch.no_grad()
 def _relative_change(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
     return (new - old).float().norm(dim=-1) / old.float().norm(dim=-1).clamp_min(1e-12)
 
@@ -750,7 +751,7 @@ class OuroForCausalLM(OuroPreTrainedModel, GenerationMixin):
         r"""Language-model forward. ``labels`` gives the usual shifted cross-entropy on the logits read out at
         each token's exit step (the last step without early exit). See [`OuroModel.forward`] for
         ``num_loops``, ``exit_threshold`` and the early-exit semantics."""
-        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index", "shift_labels") if k in kwargs}
         outputs: OuroModelOutput = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -767,9 +768,7 @@ class OuroForCausalLM(OuroPreTrainedModel, GenerationMixin):
         logits = self.lm_head(hidden_states)
         loss = None
         if labels is not None:
-            loss = self.loss_function(
-                logits=logits, labels=labels, vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch
-            )
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)
         return OuroCausalLMOutput(
             loss=loss,
             logits=logits,

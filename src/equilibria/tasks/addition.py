@@ -24,6 +24,7 @@ def build_addition_dataset(
     num_test: int = 200,
     seed: int = 0,
     reverse_answer: bool = False,
+    pad_operands: bool = False,
 ) -> DatasetDict:
     """Random ``a+b=`` problems with ``a`` and ``b`` of at most ``num_digits`` digits (uniform in
     ``[0, 10**num_digits)``).
@@ -31,7 +32,9 @@ def build_addition_dataset(
     Columns: ``prompt`` ("12+34="), ``answer`` ("46"), ``text`` (prompt + answer). The train and test splits
     share no problem: the pairs (a, b) are drawn without replacement. ``reverse_answer=True`` writes the sum
     least-significant digit first ("1234+5678=" -> "2196"), the format of the STARS reference code, which lets a
-    left-to-right decoder produce each digit after the carries it depends on.
+    left-to-right decoder produce each digit after the carries it depends on. ``pad_operands=True`` writes every
+    operand with exactly ``num_digits`` digits and the sum with ``num_digits + 1`` ("0034+5678=" -> "05712"), so
+    digits that are added together always sit at the same distance from each other.
     """
     if not isinstance(num_digits, int) or num_digits < 1:
         raise ValueError(f"num_digits must be an integer >= 1, got {num_digits!r}")
@@ -50,8 +53,13 @@ def build_addition_dataset(
         prompts, answers = [], []
         for code in chunk:
             a, b = divmod(code, top)
-            prompts.append(f"{a}+{b}=")
-            answers.append(str(a + b)[::-1] if reverse_answer else str(a + b))
+            if pad_operands:
+                prompts.append(f"{a:0{num_digits}d}+{b:0{num_digits}d}=")
+                total = f"{a + b:0{num_digits + 1}d}"
+            else:
+                prompts.append(f"{a}+{b}=")
+                total = str(a + b)
+            answers.append(total[::-1] if reverse_answer else total)
         return {"prompt": prompts, "answer": answers, "text": [p + s for p, s in zip(prompts, answers)]}
 
     return DatasetDict(

@@ -31,7 +31,7 @@ def spectral_radius(
         num_iters: power iterations (>= 1).
         valid: optional ``(batch, seq_len)`` mask; positions where it is 0 (padding) are left out.
         create_graph: make the estimate differentiable (for a penalty).
-        generator: seeds the random start vector.
+        generator: seeds the random start vector; it must live on ``h``'s device.
 
     Returns:
         ``(batch,)`` tensor of estimates.
@@ -49,7 +49,7 @@ def spectral_radius(
     mask = None
     if valid is not None:
         mask = valid.to(h.dtype).reshape(*valid.shape, *([1] * (h.dim() - valid.dim())))
-    v = torch.randn(h.shape, generator=generator, dtype=h.dtype, device="cpu").to(h.device)
+    v = torch.randn(h.shape, generator=generator, dtype=h.dtype, device=h.device)
     if mask is not None:
         v = v * mask
     v = v / _row_norm(v).clamp_min(1e-12).reshape(-1, *([1] * (h.dim() - 1)))

@@ -86,6 +86,10 @@ class StarsTrainingArguments(TrainingArguments):
             )
         if not self.jsrr_target > 0:
             raise ValueError(f"StarsTrainingArguments: jsrr_target must be > 0, got {self.jsrr_target}")
+        if self.ddp_find_unused_parameters is None:
+            # the exit gate of a looped model feeds its exit distribution, not the LM loss: DDP must allow
+            # parameters without gradients (transformers would turn this off under gradient checkpointing)
+            self.ddp_find_unused_parameters = True
         if self.eval_num_loops is not None and (not isinstance(self.eval_num_loops, int) or self.eval_num_loops < 1):
             raise ValueError(
                 f"StarsTrainingArguments: eval_num_loops must be None or >= 1, got {self.eval_num_loops!r}"
@@ -136,6 +140,16 @@ class StarsTrainer(Trainer):
                 f"StarsTrainer needs a looped model (one containing a module with `loop_map`, such as "
                 f"OuroForCausalLM); got {type(model).__name__}."
             )
+        if args.label_smoothing_factor > 0 or kwargs.get("compute_loss_func") is not None:
+            raise ValueError(
+                "StarsTrainer computes its own loss: label_smoothing_factor and compute_loss_func are not supported."
+            )
+        attn = str(getattr(getattr(model, "config", None), "_attn_implementation", ""))
+        if args.jsrr_weight > 0 and attn.startswith("flash"):
+            raise ValueError(
+                f"StarsTrainer: the JSRR penalty needs double backward through attention, which {attn} does not "
+                "support; load the model with attn_implementation='sdpa' or 'eager', or set jsrr_weight=0."
+            )
         if args.gradient_checkpointing and args.jsrr_weight > 0:
             raise ValueError(
                 "StarsTrainer: gradient_checkpointing=True is not supported together with the JSRR penalty "
@@ -159,23 +173,30 @@ class StarsTrainer(Trainer):
         training = model.training and torch.is_grad_enabled()
         if not training:
             loops = args.eval_num_loops
-            outputs = model(**inputs, **({"num_loops": loops} if loops is not None else {}))
+            outputs = model(**inputs, use_cache=False, **({"num_loops": loops} if loops is not None else {}))
             return (outputs.loss, outputs) if return_outputs else outputs.loss
 
         loops = self.current_num_loops()
         use_jsrr = args.jsrr_weight > 0
         extra = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
-        outputs = model(**inputs, num_loops=loops, output_hidden_states=use_jsrr, use_cache=False, **extra)
-        lm_loss = outputs.loss
-        # scale for gradient accumulation and data parallelism ourselves (see loss_is_scaled_for_ga): the LM
-        # loss is a sum over the tokens of the whole accumulated, all-process batch when num_items_in_batch is
-        # known; the penalty is a per-micro-batch mean
+        core = find_looped_core(self.accelerator.unwrap_model(model))
+        final_state = []
+        hook = core.register_forward_hook(lambda module, inp, out: final_state.append(out.last_hidden_state))
+        try:
+            outputs = model(**inputs, num_loops=loops, use_cache=False, **extra)
+        finally:
+            hook.remove()
+        lm_loss = outputs.loss.mean()  # a vector under nn.DataParallel
+        # scale for gradient accumulation and data parallelism ourselves (see loss_is_scaled_for_ga), as
+        # Trainer.compute_loss + training_step do: with num_items_in_batch the LM loss is already a sum over
+        # the tokens of the whole accumulated, all-process batch; the penalty is a per-micro-batch mean
         accumulation = self.current_gradient_accumulation_steps
         if num_items_in_batch is not None:
-            scaled_lm = lm_loss * self.accelerator.num_processes if args.average_tokens_across_devices else lm_loss
-            report_lm = (
-                lm_loss * accumulation * (self.accelerator.num_processes if args.average_tokens_across_devices else 1)
-            )
+            replicas = 1
+            if args.average_tokens_across_devices:
+                replicas = self.accelerator.num_processes // self.get_tp_size() if args.n_gpu <= 1 else args.n_gpu
+            scaled_lm = lm_loss * replicas
+            report_lm = lm_loss * accumulation * replicas
         else:
             scaled_lm = lm_loss / accumulation
             report_lm = lm_loss
@@ -183,27 +204,28 @@ class StarsTrainer(Trainer):
         rho_mean = torch.zeros((), device=lm_loss.device, dtype=torch.float32)
         penalty = torch.zeros((), device=lm_loss.device, dtype=torch.float32)
         if use_jsrr:
-            core = find_looped_core(self.accelerator.unwrap_model(model))
-            f = core.loop_map(
-                input_ids=inputs.get("input_ids"),
-                attention_mask=inputs.get("attention_mask"),
-                position_ids=inputs.get("position_ids"),
-                inputs_embeds=inputs.get("inputs_embeds"),
-            )
-            generator = torch.Generator().manual_seed(
-                hash((args.seed, self.state.global_step, self.accelerator.process_index)) % (2**63)
-            )
-            rho = spectral_radius(
-                f,
-                outputs.hidden_states[loops],
-                num_iters=args.jsrr_power_iters,
-                valid=inputs.get("attention_mask"),
-                generator=generator,
-            )
+            # the loop map runs on the unwrapped module, outside the wrapper's forward: apply the same autocast
+            with self.accelerator.autocast():
+                f = core.loop_map(
+                    input_ids=inputs.get("input_ids"),
+                    attention_mask=inputs.get("attention_mask"),
+                    position_ids=inputs.get("position_ids"),
+                    inputs_embeds=inputs.get("inputs_embeds"),
+                )
+                generator = torch.Generator(device=final_state[-1].device).manual_seed(
+                    hash((args.seed, self.state.global_step, self.accelerator.process_index)) % (2**63)
+                )
+                rho = spectral_radius(
+                    f,
+                    final_state[-1],
+                    num_iters=args.jsrr_power_iters,
+                    valid=inputs.get("attention_mask"),
+                    generator=generator,
+                )
             if args.jsrr_penalty == "square":
-                penalty = (rho**2).mean()
+                penalty = (rho.float() ** 2).mean()
             else:
-                penalty = (torch.relu(rho - args.jsrr_target) ** 2).mean()
+                penalty = (torch.relu(rho.float() - args.jsrr_target) ** 2).mean()
             rho_mean = rho.detach().float().mean()
             loss = (1.0 - args.jsrr_weight) * scaled_lm + args.jsrr_weight * penalty / accumulation
         # accumulate on the device (no host sync per step); averaged and gathered in `log`
