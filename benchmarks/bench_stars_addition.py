@@ -64,6 +64,7 @@ def parse(argv):
     p.add_argument("--jsrr-power-iters", type=int, default=2)
     p.add_argument("--jsrr-penalty", default="hinge", choices=["square", "hinge"])
     p.add_argument("--jsrr-target", type=float, default=0.5)
+    p.add_argument("--jsrr-warmup-steps", type=int, default=0)
     p.add_argument("--eval-loops", default="1,2,4,8,16,32")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", choices=["baseline", "stars"], default=None, help="train only one of the two")
@@ -171,6 +172,7 @@ def train_one(kind: str, args, data, tokenizer) -> dict:
                 jsrr_power_iters=args.jsrr_power_iters,
                 jsrr_penalty=args.jsrr_penalty,
                 jsrr_target=args.jsrr_target,
+                jsrr_warmup_steps=args.jsrr_warmup_steps,
             ),
             train_dataset=train_set,
             data_collator=collator,

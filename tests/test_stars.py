@@ -59,6 +59,7 @@ def params(model):
         (dict(jsrr_target=0.0), "jsrr_target must be > 0"),
         (dict(jsrr_power_iters=0), "jsrr_power_iters must be an integer >= 1"),
         (dict(loop_log_std=-1.0), "loop_log_std must be >= 0"),
+        (dict(jsrr_warmup_steps=-1), "jsrr_warmup_steps must be an integer >= 0"),
     ],
 )
 def test_bad_arguments_fail_at_construction(tmp_path, overrides, message):
@@ -374,3 +375,12 @@ def test_unsupported_loss_options_are_refused(tmp_path):
 def test_ddp_allows_the_exit_gate_to_have_no_gradient(tmp_path):
     assert stars_args(tmp_path).ddp_find_unused_parameters is True
     assert stars_args(tmp_path, ddp_find_unused_parameters=False).ddp_find_unused_parameters is False
+
+
+def test_the_penalty_starts_after_its_warmup(tmp_path):
+    trainer = StarsTrainer(
+        model=tiny_ouro(), args=stars_args(tmp_path, max_steps=4, jsrr_warmup_steps=2), train_dataset=token_data()
+    )
+    trainer.train()
+    penalties = [h["jsrr_penalty"] for h in trainer.state.log_history if "loss" in h]
+    assert penalties[:2] == [0.0, 0.0] and all(p > 0 for p in penalties[2:])

@@ -62,6 +62,13 @@ class StarsTrainingArguments(TrainingArguments):
         default="square", metadata={"help": "'square' (rho^2) or 'hinge' (max(0, rho - target)^2)."}
     )
     jsrr_target: float = field(default=1.0, metadata={"help": "The hinge penalty's target radius (> 0)."})
+    jsrr_warmup_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Optimizer steps trained on the LM loss alone before the penalty starts (the STARS "
+            "reference code's addition run waits 2000 of 10000 steps)."
+        },
+    )
     eval_num_loops: int | None = field(
         default=None, metadata={"help": "Loop steps for evaluation losses (default: the model config's)."}
     )
@@ -83,6 +90,14 @@ class StarsTrainingArguments(TrainingArguments):
         if self.jsrr_penalty not in JSRR_PENALTIES:
             raise ValueError(
                 f"StarsTrainingArguments: jsrr_penalty must be one of {JSRR_PENALTIES}, got {self.jsrr_penalty!r}"
+            )
+        if (
+            isinstance(self.jsrr_warmup_steps, bool)
+            or not isinstance(self.jsrr_warmup_steps, int)
+            or self.jsrr_warmup_steps < 0
+        ):
+            raise ValueError(
+                f"StarsTrainingArguments: jsrr_warmup_steps must be an integer >= 0, got {self.jsrr_warmup_steps!r}"
             )
         if not self.jsrr_target > 0:
             raise ValueError(f"StarsTrainingArguments: jsrr_target must be > 0, got {self.jsrr_target}")
@@ -177,7 +192,7 @@ class StarsTrainer(Trainer):
             return (outputs.loss, outputs) if return_outputs else outputs.loss
 
         loops = self.current_num_loops()
-        use_jsrr = args.jsrr_weight > 0
+        use_jsrr = args.jsrr_weight > 0 and self.state.global_step >= args.jsrr_warmup_steps
         extra = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
         core = find_looped_core(self.accelerator.unwrap_model(model))
         final_state = []
