@@ -29,10 +29,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from equilibria import OuroConfig, OuroForCausalLM
 
 
-def timed_generate(model, ids, new_tokens, **kwargs) -> float:
-    start = time.perf_counter()
+def greedy(model, ids, new_tokens, **kwargs):
+    """Greedy decoding of exactly ``new_tokens`` tokens (no eos stop)."""
     with torch.no_grad():
-        out = model.generate(
+        return model.generate(
             ids,
             max_new_tokens=new_tokens,
             min_new_tokens=new_tokens,
@@ -41,6 +41,11 @@ def timed_generate(model, ids, new_tokens, **kwargs) -> float:
             eos_token_id=None,
             **kwargs,
         )
+
+
+def timed_generate(model, ids, new_tokens, **kwargs) -> float:
+    start = time.perf_counter()
+    out = greedy(model, ids, new_tokens, **kwargs)
     elapsed = time.perf_counter() - start
     assert out.shape[1] == ids.shape[1] + new_tokens
     return elapsed
@@ -110,17 +115,7 @@ def bench_loop_overhead(args) -> dict:
 
 
 def mean_decode_exit_steps(model, ids, new_tokens, threshold) -> float:
-    with torch.no_grad():
-        out = model.generate(
-            ids,
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=False,
-            pad_token_id=0,
-            eos_token_id=None,
-            exit_threshold=threshold,
-            return_dict_in_generate=True,
-        )
+    out = greedy(model, ids, new_tokens, exit_threshold=threshold, return_dict_in_generate=True)
     steps = out.cache.exit_steps[:, ids.shape[1] :]
     return steps.float().mean().item()
 
