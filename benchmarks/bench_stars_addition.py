@@ -28,8 +28,14 @@ from pathlib import Path
 import torch
 from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments, set_seed
 
-from equilibria import OuroConfig, OuroForCausalLM
-from equilibria.tasks import addition_tokenizer, build_addition_dataset, evaluate_loop_scaling, tokenize_for_training
+from equilibria import OuroForCausalLM
+from equilibria.tasks import (
+    addition_tokenizer,
+    build_addition_dataset,
+    evaluate_loop_scaling,
+    small_ouro_config,
+    tokenize_for_training,
+)
 from equilibria.trainers import StarsTrainer, StarsTrainingArguments, spectral_radius
 
 
@@ -81,17 +87,12 @@ def parse(argv):
 
 def build_model(args, tokenizer) -> OuroForCausalLM:
     set_seed(args.seed)
-    config = OuroConfig(
-        vocab_size=len(tokenizer),
+    config = small_ouro_config(
+        tokenizer,
         hidden_size=args.width,
-        intermediate_size=2 * args.width,
         num_hidden_layers=args.layers,
         num_attention_heads=args.heads,
-        max_position_embeddings=64,
         total_ut_steps=args.train_loops,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
     )
     return OuroForCausalLM(config)
 

@@ -14,8 +14,14 @@ from dataclasses import dataclass, field
 
 from transformers import DataCollatorForSeq2Seq, HfArgumentParser
 
-from equilibria import OuroConfig, OuroForCausalLM
-from equilibria.tasks import addition_tokenizer, build_addition_dataset, evaluate_loop_scaling, tokenize_for_training
+from equilibria import OuroForCausalLM
+from equilibria.tasks import (
+    addition_tokenizer,
+    build_addition_dataset,
+    evaluate_loop_scaling,
+    small_ouro_config,
+    tokenize_for_training,
+)
 from equilibria.trainers import StarsTrainer, StarsTrainingArguments
 
 
@@ -39,18 +45,7 @@ def main():
     collate_tokenizer = copy.deepcopy(tokenizer)
     collate_tokenizer.padding_side = "right"
     model = OuroForCausalLM(
-        OuroConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=task.hidden_size,
-            intermediate_size=2 * task.hidden_size,
-            num_hidden_layers=task.num_hidden_layers,
-            num_attention_heads=4,
-            max_position_embeddings=64,
-            total_ut_steps=4,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
+        small_ouro_config(tokenizer, hidden_size=task.hidden_size, num_hidden_layers=task.num_hidden_layers)
     )
     trainer = StarsTrainer(
         model=model,

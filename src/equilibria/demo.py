@@ -22,8 +22,8 @@ from transformers import (
     set_seed,
 )
 
-from .modeling import OuroConfig, OuroForCausalLM
-from .tasks import addition_tokenizer, build_addition_dataset, exact_match, tokenize_for_training
+from .modeling import OuroForCausalLM
+from .tasks import addition_tokenizer, build_addition_dataset, exact_match, small_ouro_config, tokenize_for_training
 
 EVAL_LOOPS = (1, 2, 4, 8)
 
@@ -77,18 +77,7 @@ def run_demo(output_dir: str | Path = "equilibria-demo", steps: int = 1500, quic
     train_tokenizer.padding_side = "right"
     train_set = tokenize_for_training(data["train"], tokenizer)
 
-    config = OuroConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=128 if not quick else 32,
-        intermediate_size=256 if not quick else 64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=64,
-        total_ut_steps=4,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    config = small_ouro_config(tokenizer, hidden_size=128 if not quick else 32, total_ut_steps=4)
     model = OuroForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())
     print(

@@ -5,6 +5,7 @@ from .addition import (
     build_addition_dataset,
     evaluate_loop_scaling,
     exact_match,
+    small_ouro_config,
     tokenize_for_training,
 )
 from .tokenization import char_tokenizer
@@ -15,5 +16,6 @@ __all__ = [
     "char_tokenizer",
     "evaluate_loop_scaling",
     "exact_match",
+    "small_ouro_config",
     "tokenize_for_training",
 ]

@@ -8,6 +8,7 @@ import torch
 from datasets import Dataset, DatasetDict
 from transformers import PreTrainedTokenizerBase
 
+from ..modeling import OuroConfig
 from .tokenization import char_tokenizer
 
 ADDITION_CHARS = "0123456789+="
@@ -16,6 +17,25 @@ ADDITION_CHARS = "0123456789+="
 def addition_tokenizer() -> PreTrainedTokenizerBase:
     """The character tokenizer for addition problems (digits, '+', '=')."""
     return char_tokenizer(ADDITION_CHARS)
+
+
+def small_ouro_config(
+    tokenizer, hidden_size: int = 128, num_hidden_layers: int = 2, num_attention_heads: int = 4, total_ut_steps: int = 4
+) -> OuroConfig:
+    """A small Ouro config for a character-level task: vocabulary and special tokens from ``tokenizer``, SwiGLU
+    width ``2 * hidden_size``, positions up to 64."""
+    return OuroConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        max_position_embeddings=64,
+        total_ut_steps=total_ut_steps,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
 
 
 def build_addition_dataset(
