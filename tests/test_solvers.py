@@ -1,0 +1,121 @@
+"""Fixed-point solvers and their gradients, on problems with known answers."""
+
+import warnings
+
+import pytest
+import torch
+
+from equilibria.modeling import solvers
+from equilibria.modeling.solvers import implicit_gradient, one_step_gradient, solve
+
+
+def linear_problem(batch=3, dim=6, scale=0.7, seed=0):
+    """z = A z + b with ||A|| = scale < 1: fixed point (I - A)^-1 b."""
+    g = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=g, dtype=torch.float64))
+    a = scale * q  # orthogonal times scale: spectral norm = scale
+    b = torch.randn(batch, dim, generator=g, dtype=torch.float64)
+    exact = torch.linalg.solve(torch.eye(dim, dtype=torch.float64) - a, b.T).T
+    return (lambda z: z @ a.T + b), b, exact
+
+
+@pytest.mark.parametrize("solver", ["anderson", "picard"])
+def test_linear_contraction_reaches_the_known_fixed_point(solver):
+    f, b, exact = linear_problem()
+    z, stats = solve(f, torch.zeros_like(b), solver=solver, max_iter=200, tol=1e-10)
+    torch.testing.assert_close(z, exact, rtol=1e-8, atol=1e-8)
+    assert stats.converged.all() and not stats.diverged.any()
+    assert torch.all(stats.rel_residual <= 1e-10)
+
+
+def test_anderson_needs_fewer_iterations_than_picard():
+    f, b, _ = linear_problem(scale=0.95)
+    _, s_anderson = solve(f, torch.zeros_like(b), solver="anderson", max_iter=500, tol=1e-8)
+    _, s_picard = solve(f, torch.zeros_like(b), solver="picard", max_iter=500, tol=1e-8)
+    assert s_anderson.converged.all() and s_picard.converged.all()
+    assert s_anderson.max_steps < s_picard.max_steps / 3
+
+
+def test_nonlinear_map_and_per_sample_stopping():
+    torch.manual_seed(0)
+    w = torch.randn(8, 8, dtype=torch.float64)
+    w = 0.5 * w / torch.linalg.matrix_norm(w, ord=2)
+    x = torch.randn(4, 8, dtype=torch.float64)
+    x[0] = 0.0  # sample 0's fixed point is 0 = tanh(0): reached at once from z0 = 0
+
+    def f(z):
+        return torch.tanh(z @ w.T + x)
+
+    z, stats = solve(f, torch.zeros_like(x), solver="anderson", max_iter=100, tol=1e-10)
+    torch.testing.assert_close(f(z), z, rtol=0, atol=1e-9)
+    assert stats.steps[0] == 0 and torch.all(stats.steps[1:] > 0)
+
+
+def test_divergence_is_flagged_warned_and_the_lowest_residual_iterate_returned():
+    solvers._warned = False
+    f = lambda z: 3.0 * z + 1.0  # noqa: E731  expansive: iteration blows up
+    z0 = torch.zeros(2, 3, dtype=torch.float64)
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        z, stats = solve(f, z0, solver="picard", max_iter=100, tol=1e-8)
+    assert stats.diverged.all() and not stats.converged.any()
+    assert torch.isfinite(z).all()
+    torch.testing.assert_close(stats.abs_residual, (f(z) - z).flatten(1).norm(dim=1))
+    assert torch.all(stats.abs_residual <= (f(z0) - z0).flatten(1).norm(dim=1))  # never worse than the start
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        solve(f, z0, solver="anderson", max_iter=20, tol=1e-8)  # warned once already
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(solver="newton"), "solver must be one of"),
+        (dict(tol=0.0), "tol must be > 0"),
+        (dict(max_iter=-1), "max_iter must be an integer >= 0"),
+        (dict(solver="anderson", memory=0), "memory must be an integer >= 1"),
+        (dict(solver="picard", damping=1.5), r"damping must be in \(0, 1\]"),
+    ],
+)
+def test_bad_solver_arguments(kwargs, message):
+    f, b, _ = linear_problem()
+    with pytest.raises(ValueError, match=message):
+        solve(f, torch.zeros_like(b), **kwargs)
+
+
+def test_implicit_gradient_matches_finite_differences():
+    torch.manual_seed(1)
+    dim = 5
+    w = torch.randn(dim, dim, dtype=torch.float64)
+    w = (0.6 * w / torch.linalg.matrix_norm(w, ord=2)).requires_grad_(True)
+    x = torch.randn(2, dim, dtype=torch.float64)
+    target = torch.randn(2, dim, dtype=torch.float64)
+
+    def fixed_point_loss(weight, grad_mode):
+        def f(z):
+            return torch.tanh(z @ weight.T + x)
+
+        z_star, _ = solve(f, torch.zeros_like(x), max_iter=200, tol=1e-13)
+        z = implicit_gradient(f, z_star, tol=1e-13, max_iter=200) if grad_mode else f(z_star)
+        return ((z - target) ** 2).sum()
+
+    loss = fixed_point_loss(w, True)
+    (grad,) = torch.autograd.grad(loss, w)
+    eps = 1e-6
+    numeric = torch.zeros_like(w)
+    with torch.no_grad():
+        for i in range(dim):
+            for j in range(dim):
+                up, down = w.detach().clone(), w.detach().clone()
+                up[i, j] += eps
+                down[i, j] -= eps
+                numeric[i, j] = (fixed_point_loss(up, False) - fixed_point_loss(down, False)) / (2 * eps)
+    torch.testing.assert_close(grad, numeric, rtol=1e-5, atol=1e-7)
+
+    # the one-step gradient is a different (cheaper) approximation: same sign structure, not equal
+    def f(z):
+        return torch.tanh(z @ w.T + x)
+
+    z_star, _ = solve(f, torch.zeros_like(x), max_iter=200, tol=1e-13)
+    (one_step,) = torch.autograd.grad(((one_step_gradient(f, z_star) - target) ** 2).sum(), w)
+    cosine = torch.nn.functional.cosine_similarity(one_step.flatten(), grad.flatten(), dim=0)
+    assert 0.3 < cosine < 1 - 1e-6
