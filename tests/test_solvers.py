@@ -119,3 +119,35 @@ def test_implicit_gradient_matches_finite_differences():
     (one_step,) = torch.autograd.grad(((one_step_gradient(f, z_star) - target) ** 2).sum(), w)
     cosine = torch.nn.functional.cosine_similarity(one_step.flatten(), grad.flatten(), dim=0)
     assert 0.3 < cosine < 1 - 1e-6
+
+
+def test_solver_benchmark_quick_mode_runs():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_solvers
+    finally:
+        sys.path.pop(0)
+    results = bench_solvers.main(["--quick"])
+    ours = {k: v for k, v in results.items() if k[1].startswith("equilibria")}
+    assert all(v["rel_residual"] <= 1e-5 for v in ours.values())
+    for lip in (0.9, 0.99):
+        assert (
+            results[(lip, "equilibria anderson (m=5)")]["iterations"]
+            < results[(lip, "equilibria picard")]["iterations"]
+        )
+
+
+def test_solvers_handle_sequence_shaped_states():
+    f, b, exact = linear_problem(batch=6, dim=4)
+    z, stats = solve(
+        lambda z: f(z.reshape(6, 4)).reshape(2, 3, 4),
+        torch.zeros(2, 3, 4, dtype=torch.float64),
+        max_iter=200,
+        tol=1e-10,
+    )
+    # the batch is the first dimension: here 2 samples of 3 x 4
+    assert stats.steps.shape == (2,)
+    torch.testing.assert_close(z.reshape(6, 4), exact, rtol=1e-8, atol=1e-8)

@@ -1,0 +1,98 @@
+"""Fixed-point solvers side by side: iterations and wall time to reach a relative residual tolerance.
+
+Contenders: equilibria's Anderson and Picard (`equilibria.modeling.solvers`) and, when it is importable,
+torchdeq's Anderson (`pip install torchdeq` into the environment running this script; the project does not
+depend on it). The maps are batched contractions z -> tanh(W z + x), W symmetric with eigenvalues spread over
+[-L, L] for the given Lipschitz bounds L; the slower the contraction, the more acceleration pays. Times are medians of interleaved
+repeats.
+
+    python benchmarks/bench_solvers.py            # full run
+    python benchmarks/bench_solvers.py --quick    # small, seconds; a test runs this
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+from equilibria.modeling.solvers import solve
+
+
+def make_map(dim: int, batch: int, lipschitz: float, seed: int):
+    """W symmetric with eigenvalues spread evenly over [-lipschitz, lipschitz], small inputs: near the fixed point
+    the map is almost linear and plain iteration contracts by about ``lipschitz`` per step."""
+    g = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=g))
+    w = lipschitz * (q * torch.linspace(-1, 1, dim)) @ q.T
+    x = 0.1 * torch.randn(batch, dim, generator=g)
+    return lambda z: torch.tanh(z @ w.T + x), torch.zeros(batch, dim)
+
+
+def contenders(tol: float, max_iter: int) -> dict:
+    runs = {
+        "equilibria anderson (m=5)": lambda f, z0: _ours(f, z0, "anderson", tol, max_iter),
+        "equilibria picard": lambda f, z0: _ours(f, z0, "picard", tol, max_iter),
+    }
+    try:
+        from torchdeq.solver import get_solver
+
+        tdq = get_solver("anderson")
+
+        def run_torchdeq(f, z0):
+            with torch.no_grad():
+                z, _, info = tdq(f, z0, max_iter=max_iter, tol=tol, stop_mode="rel", m=5)
+            rel = ((f(z) - z).flatten(1).norm(dim=1) / f(z).flatten(1).norm(dim=1)).max().item()
+            return int(info["nstep"].max().item()), rel
+
+        # torchdeq's own stopping rule and iteration count (info["nstep"]); the residual is measured here
+        runs["torchdeq anderson (m=5)"] = run_torchdeq
+    except ImportError:
+        print("torchdeq is not installed here: its column is skipped (pip install torchdeq to add it)")
+    return runs
+
+
+def _ours(f, z0, solver, tol, max_iter):
+    z, stats = solve(f, z0, solver=solver, max_iter=max_iter, tol=tol)
+    return stats.max_steps, stats.rel_residual.max().item()
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--dim", type=int, default=512)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--lipschitz", default="0.9,0.99")
+    p.add_argument("--tol", type=float, default=1e-5)
+    p.add_argument("--max-iter", type=int, default=2000)
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.dim, args.batch, args.repeats, args.max_iter = 32, 4, 1, 500
+    results = {}
+    runs = contenders(args.tol, args.max_iter)
+    print(f"tanh(Wz + x), dim {args.dim}, batch {args.batch}, relative tolerance {args.tol}, {args.repeats} repeats")
+    header = f"{'Lipschitz':>9}  {'solver':<26} {'iterations':>10} {'max rel residual':>17} {'median time':>12}"
+    print(header)
+    for lip in [float(v) for v in args.lipschitz.split(",")]:
+        f, z0 = make_map(args.dim, args.batch, lip, seed=0)
+        times = {name: [] for name in runs}
+        outcome = {}
+        for _ in range(args.repeats):
+            for name, run in runs.items():
+                start = time.perf_counter()
+                outcome[name] = run(f, z0)
+                times[name].append(time.perf_counter() - start)
+        for name in runs:
+            steps, rel = outcome[name]
+            median = statistics.median(times[name])
+            results[(lip, name)] = {"iterations": steps, "rel_residual": rel, "seconds": median}
+            print(f"{lip:>9}  {name:<26} {steps:>10} {rel:>17.2e} {median:>11.4f}s")
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
