@@ -163,7 +163,7 @@ class OuroCache(DynamicCache):
         self.num_loops: int | None = None
         self.exit_steps: torch.Tensor | None = None
 
-    def bind(self, num_loops: int, num_layers: int) -> None:
+    def bind(self, num_loops: int) -> None:
         """Check (or record, on first use) the loop count this cache holds entries for."""
         if self.get_seq_length() == 0:
             self.num_loops = num_loops
@@ -699,7 +699,7 @@ def _relative_change(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
 def _check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
     needed = num_loops * num_layers
     if isinstance(cache, OuroCache):
-        cache.bind(num_loops, num_layers)
+        cache.bind(num_loops)
         return
     if getattr(cache, "layer_class_to_replicate", None) is None and len(cache.layers) < needed:
         raise ValueError(

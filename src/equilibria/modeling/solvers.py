@@ -52,13 +52,15 @@ def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return mask.reshape(-1, *([1] * (like.dim() - 1)))
 
 
-def _check(z0: torch.Tensor, max_iter: int, tol: float) -> None:
+def _check(z0: torch.Tensor, max_iter: int, tol: float, damping: float) -> None:
     if z0.dim() < 1 or z0.shape[0] < 1:
         raise ValueError(f"z0 must have a batch dimension, got shape {tuple(z0.shape)}")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
         raise ValueError(f"max_iter must be an integer >= 0, got {max_iter!r}")
     if not tol > 0:
         raise ValueError(f"tol must be > 0, got {tol!r}")
+    if not 0 < damping <= 1:
+        raise ValueError(f"damping must be in (0, 1], got {damping!r}")
 
 
 class _Tracker:
@@ -107,9 +109,7 @@ def picard(
     damping: float = 1.0,
 ) -> tuple[torch.Tensor, SolverStats]:
     """Damped fixed-point iteration ``z <- (1 - damping) z + damping f(z)``."""
-    _check(z0, max_iter, tol)
-    if not 0 < damping <= 1:
-        raise ValueError(f"damping must be in (0, 1], got {damping!r}")
+    _check(z0, max_iter, tol, damping)
     z = z0
     fz = f(z)
     tracker = _Tracker(z, fz, tol)
@@ -135,11 +135,9 @@ def anderson(
 ) -> tuple[torch.Tensor, SolverStats]:
     """Anderson acceleration (type II) with ``memory`` past iterates, mixing ``damping`` and a ridge term on
     the small least-squares system; batched, each sample with its own mixing weights."""
-    _check(z0, max_iter, tol)
+    _check(z0, max_iter, tol, damping)
     if isinstance(memory, bool) or not isinstance(memory, int) or memory < 1:
         raise ValueError(f"memory must be an integer >= 1, got {memory!r}")
-    if not 0 < damping <= 1:
-        raise ValueError(f"damping must be in (0, 1], got {damping!r}")
     batch = z0.shape[0]
     shape = z0.shape
     flat = z0.reshape(batch, -1)

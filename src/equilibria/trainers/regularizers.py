@@ -55,10 +55,7 @@ def spectral_radius(
     v = v / _row_norm(v).clamp_min(1e-12).reshape(-1, *([1] * (h.dim() - 1)))
     for i in range(num_iters):
         last = i == num_iters - 1
-        with sdpa_kernel(SDPBackend.MATH):
-            (u,) = torch.autograd.grad(
-                fh, h, v, retain_graph=not last or create_graph, create_graph=last and create_graph
-            )
+        (u,) = torch.autograd.grad(fh, h, v, retain_graph=not last or create_graph, create_graph=last and create_graph)
         if mask is not None:
             u = u * mask
         norm = _row_norm(u)

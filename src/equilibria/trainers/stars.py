@@ -150,7 +150,8 @@ class StarsTrainer(Trainer):
             raise ValueError("StarsTrainer needs StarsTrainingArguments (args=StarsTrainingArguments(...)).")
         if not isinstance(args, StarsTrainingArguments):
             raise ValueError(f"StarsTrainer needs StarsTrainingArguments, got {type(args).__name__}.")
-        if model is None or find_looped_core(model) is None:
+        core = find_looped_core(model) if model is not None else None
+        if core is None:
             raise ValueError(
                 f"StarsTrainer needs a looped model (one containing a module with `loop_map`, such as "
                 f"OuroForCausalLM); got {type(model).__name__}."
@@ -171,6 +172,7 @@ class StarsTrainer(Trainer):
                 "(jsrr_weight > 0); turn one of them off."
             )
         super().__init__(model=model, args=args, **kwargs)
+        self._looped_core = core  # the same module object inside any wrapper added later (DDP, ...)
         self._stars_sums: torch.Tensor | None = None  # running sums of STARS_LOG_KEYS since the last log
         self._stars_count = 0
 
@@ -194,7 +196,7 @@ class StarsTrainer(Trainer):
         loops = self.current_num_loops()
         use_jsrr = args.jsrr_weight > 0 and self.state.global_step >= args.jsrr_warmup_steps
         extra = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
-        core = find_looped_core(self.accelerator.unwrap_model(model))
+        core = self._looped_core
         final_state = []
         hook = core.register_forward_hook(lambda module, inp, out: final_state.append(out.last_hidden_state))
         try:
