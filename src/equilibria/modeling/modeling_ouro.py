@@ -39,6 +39,7 @@ from transformers.utils import can_return_tuple, logging
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_ouro import OuroConfig, check_exit_threshold
+from .loop_utils import LoopGenerationMixin, StrictLoadingMixin, as_int
 
 logger = logging.get_logger(__name__)
 
@@ -382,14 +383,10 @@ class OuroCausalLMOutput(CausalLMOutputWithPast):
 
 def check_num_loops(num_loops) -> int:
     """Return ``num_loops`` as an int, or raise ``ValueError`` unless it is an integer >= 1."""
-    if isinstance(num_loops, torch.Tensor) and num_loops.numel() == 1 and not num_loops.is_floating_point():
-        num_loops = int(num_loops.item())
-    if isinstance(num_loops, bool) or not isinstance(num_loops, int) or num_loops < 1:
-        raise ValueError(f"num_loops must be an integer >= 1 (the number of loop steps), got {num_loops!r}.")
-    return num_loops
+    return as_int(num_loops, "num_loops", 1, "the number of loop steps")
 
 
-class OuroPreTrainedModel(PreTrainedModel):
+class OuroPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     config_class = OuroConfig
     config: OuroConfig
     base_model_prefix = "model"
@@ -403,44 +400,11 @@ class OuroPreTrainedModel(PreTrainedModel):
     _can_compile_fullgraph = False
     _auto_class = "AutoModel"
 
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """[`PreTrainedModel.from_pretrained`], but strict: a checkpoint whose weights are missing, unexpected or
-        of the wrong shape raises ``ValueError`` naming them instead of leaving randomly initialised weights
-        behind a warning. ``ignore_mismatched_sizes=True`` keeps transformers' lenient behaviour for shapes."""
-        want_info = kwargs.pop("output_loading_info", False)
-        lenient_shapes = kwargs.pop("ignore_mismatched_sizes", False)
-        # load leniently, then report every problem at once in one clear error
-        model, info = super().from_pretrained(*args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
-        problems = []
-        missing = sorted(info.get("missing_keys", []))
-        unexpected = sorted(k for k in info.get("unexpected_keys", []) if not k.startswith("lm_head."))
-        mismatched = info.get("mismatched_keys", [])
-        if missing:
-            problems.append(f"missing weights (would be left randomly initialised): {missing[:12]}")
-        if unexpected:
-            problems.append(f"unexpected weights (not part of {cls.__name__}): {unexpected[:12]}")
-        if mismatched and not lenient_shapes:
-            shapes = [
-                f"{key}: checkpoint {tuple(ckpt)} vs model {tuple(ours)}" for key, ckpt, ours in list(mismatched)[:12]
-            ]
-            problems.append(f"weights of the wrong shape: {shapes}")
-        if problems:
-            raise ValueError(
-                f"{cls.__name__}.from_pretrained: the checkpoint does not match the config: " + "; ".join(problems)
-            )
-        return (model, info) if want_info else model
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """[`PreTrainedModel.save_pretrained`], writing the remote code and an ``auto_map`` for ``AutoConfig``,
-        ``AutoModel`` and ``AutoModelForCausalLM``, so the folder loads with ``trust_remote_code=True`` where
-        ``equilibria`` is not installed."""
-        self.config.auto_map = {
-            "AutoConfig": "configuration_ouro.OuroConfig",
-            "AutoModel": "modeling_ouro.OuroModel",
-            "AutoModelForCausalLM": "modeling_ouro.OuroForCausalLM",
-        }
-        return super().save_pretrained(save_directory, *args, **kwargs)
+    _remote_auto_map = {
+        "AutoConfig": "configuration_ouro.OuroConfig",
+        "AutoModel": "modeling_ouro.OuroModel",
+        "AutoModelForCausalLM": "modeling_ouro.OuroForCausalLM",
+    }
 
 
 class OuroModel(OuroPreTrainedModel):
@@ -713,7 +677,7 @@ def _check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
         )
 
 
-class OuroForCausalLM(OuroPreTrainedModel, GenerationMixin):
+class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin):
     """[`OuroModel`] with a language-modelling head. ``forward`` and ``generate`` accept ``num_loops`` and
     ``exit_threshold``; ``generate`` falls back to ``generation_config.num_loops`` (when set, e.g. saved in
     ``generation_config.json``) and then to ``config.total_ut_steps``."""
@@ -722,7 +686,10 @@ class OuroForCausalLM(OuroPreTrainedModel, GenerationMixin):
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
     _tp_plan = {"lm_head": "colwise_gather_output"}
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
-    _loop_generate_kwargs = ("num_loops", "exit_threshold")
+    _loop_generate_kwargs = {
+        "num_loops": lambda value: check_num_loops(value),
+        "exit_threshold": lambda value: check_exit_threshold(value) or value,
+    }
 
     def __init__(self, config: OuroConfig):
         super().__init__(config)
@@ -780,24 +747,6 @@ class OuroForCausalLM(OuroPreTrainedModel, GenerationMixin):
         )
 
     # ---- generate() integration -------------------------------------------------------------------
-
-    def _prepare_generation_config(self, generation_config, **kwargs):
-        # `num_loops` / `exit_threshold` are model kwargs, not generation parameters. A default saved in the
-        # generation config (`generation_config.num_loops`) is honoured, but an explicit argument wins, and the
-        # value always reaches `forward` (GenerationConfig.update would otherwise swallow it).
-        loop_kwargs = {k: kwargs.pop(k) for k in self._loop_generate_kwargs if k in kwargs}
-        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
-        for key in self._loop_generate_kwargs:
-            value = loop_kwargs.get(key)
-            if value is None:
-                value = getattr(generation_config, key, None)
-            if value is not None:
-                if key == "num_loops":
-                    value = check_num_loops(value)
-                else:
-                    check_exit_threshold(value)
-                model_kwargs[key] = value
-        return generation_config, model_kwargs
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         implementation = generation_config.cache_implementation
