@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import equilibria  # noqa: F401  (registers the Auto classes)
-from equilibria import OuroConfig, OuroForCausalLM
+from equilibria import AttractorConfig, AttractorForCausalLM, OuroConfig, OuroForCausalLM
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -46,6 +46,42 @@ def tiny_ouro(seed: int = 0, **overrides) -> OuroForCausalLM:
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)
         model.model.embed_tokens.weight.mul_(20.0)
+    return model
+
+
+def tiny_attractor_config(**overrides) -> AttractorConfig:
+    kwargs = dict(
+        vocab_size=len(CHARS) + 3,
+        hidden_size=32,
+        intermediate_size=64,
+        num_backbone_layers=1,
+        num_attractor_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        num_loops=60,
+        solver_tol=1e-6,
+        attractor_gate_init=1.0,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        attn_implementation="eager",
+    )
+    kwargs.update(overrides)
+    return AttractorConfig(**kwargs)
+
+
+def tiny_attractor(seed: int = 0, strength: float = 10.0, **overrides) -> AttractorForCausalLM:
+    """A tiny seeded Attractor LM whose attractor really iterates: the attractor layers' output weights are
+    scaled by ``strength`` (random init alone makes T nearly constant, solved in one or two steps), and the
+    logits are sharpened so greedy decoding is not decided by rounding noise."""
+    torch.manual_seed(seed)
+    model = AttractorForCausalLM(tiny_attractor_config(**overrides)).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+        for layer in model.model.attractor.layers:
+            for weight in (layer.self_attn.v_proj, layer.self_attn.o_proj, layer.mlp.up_proj, layer.mlp.down_proj):
+                weight.weight.mul_(strength)
     return model
 
 

@@ -197,19 +197,24 @@ def test_text_generation_pipeline_and_streamer(model, tokenizer, capsys):
 
 def test_generation_config_num_loops_is_a_saved_default(model, tmp_path):
     ids = IDS[:1]
-    kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
-    two = model.generate(ids, num_loops=2, **kwargs)
-    five = model.generate(ids, num_loops=5, **kwargs)
-    assert two.tolist() != five.tolist()
+    kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True)
+
+    def logits(m, **extra):
+        return torch.stack(m.generate(ids, **kwargs, **extra).logits, dim=1)
+
+    two, five, default = logits(model, num_loops=2), logits(model, num_loops=5), logits(model)  # default: 3
+    assert not torch.allclose(two, five) and not torch.allclose(five, default)
     model.generation_config.num_loops = 5
     model.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "generation_config.json").read_text())["num_loops"] == 5
     loaded = OuroForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
-    assert loaded.generate(ids, **kwargs).tolist() == five.tolist()
+    assert loaded.generation_config.num_loops == 5
+    torch.testing.assert_close(logits(loaded), five, rtol=0, atol=1e-5)
     # an explicit argument wins over the saved default, and so does a GenerationConfig passed in
-    assert loaded.generate(ids, num_loops=2, **kwargs).tolist() == two.tolist()
+    torch.testing.assert_close(logits(loaded, num_loops=2), two, rtol=0, atol=1e-5)
     config = GenerationConfig(max_new_tokens=8, do_sample=False, pad_token_id=0, num_loops=2)
-    assert loaded.generate(ids, generation_config=config).tolist() == two.tolist()
+    out = loaded.generate(ids, generation_config=config, return_dict_in_generate=True, output_logits=True)
+    torch.testing.assert_close(torch.stack(out.logits, dim=1), two, rtol=0, atol=1e-5)
 
 
 def test_trainer_runs_a_training_step(model, tmp_path):

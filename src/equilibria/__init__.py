@@ -7,6 +7,8 @@ Importing the package registers every model family with transformers' Auto class
 
     model = AutoModelForCausalLM.from_pretrained("path/to/ouro-checkpoint")
     model.generate(input_ids, num_loops=8, max_new_tokens=32)
+
+Families: Ouro looped LM (``model_type="ouro"``) and the Attractor LM (``"attractor_lm"``).
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -14,6 +16,13 @@ from importlib.metadata import PackageNotFoundError, version
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from .modeling import (
+    AttractorCache,
+    AttractorCausalLMOutput,
+    AttractorConfig,
+    AttractorForCausalLM,
+    AttractorModel,
+    AttractorModelOutput,
+    AttractorPreTrainedModel,
     OuroCache,
     OuroCausalLMOutput,
     OuroConfig,
@@ -33,11 +42,21 @@ def _register() -> None:
     AutoConfig.register(OuroConfig.model_type, OuroConfig, exist_ok=True)
     AutoModel.register(OuroConfig, OuroModel, exist_ok=True)
     AutoModelForCausalLM.register(OuroConfig, OuroForCausalLM, exist_ok=True)
+    AutoConfig.register(AttractorConfig.model_type, AttractorConfig, exist_ok=True)
+    AutoModel.register(AttractorConfig, AttractorModel, exist_ok=True)
+    AutoModelForCausalLM.register(AttractorConfig, AttractorForCausalLM, exist_ok=True)
 
 
 _register()
 
 __all__ = [
+    "AttractorCache",
+    "AttractorCausalLMOutput",
+    "AttractorConfig",
+    "AttractorForCausalLM",
+    "AttractorModel",
+    "AttractorModelOutput",
+    "AttractorPreTrainedModel",
     "OuroCache",
     "OuroCausalLMOutput",
     "OuroConfig",

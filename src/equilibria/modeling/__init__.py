@@ -4,7 +4,16 @@ Every file in this folder can travel to the Hub as remote code: the files import
 transformers and each other (``from .name import ...``), never the rest of ``equilibria``.
 """
 
+from .configuration_attractor import AttractorConfig
 from .configuration_ouro import OuroConfig
+from .modeling_attractor import (
+    AttractorCache,
+    AttractorCausalLMOutput,
+    AttractorForCausalLM,
+    AttractorModel,
+    AttractorModelOutput,
+    AttractorPreTrainedModel,
+)
 from .modeling_ouro import (
     OuroCache,
     OuroCausalLMOutput,
@@ -15,6 +24,13 @@ from .modeling_ouro import (
 )
 
 __all__ = [
+    "AttractorCache",
+    "AttractorCausalLMOutput",
+    "AttractorConfig",
+    "AttractorForCausalLM",
+    "AttractorModel",
+    "AttractorModelOutput",
+    "AttractorPreTrainedModel",
     "OuroCache",
     "OuroCausalLMOutput",
     "OuroConfig",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from transformers.cache_utils import DynamicCache
 
 
 class StrictLoadingMixin:
@@ -63,6 +64,17 @@ class LoopGenerationMixin:
 
     _loop_generate_kwargs: dict[str, Callable] = {}
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Save as usual; a loop default set on the generation config (``generation_config.num_loops = 8``) is
+        kept in ``generation_config.json``. (A generation config derived from the model config is marked
+        ``_from_model_config``, and transformers drops unknown keys when loading such a file.)"""
+        generation_config = getattr(self, "generation_config", None)
+        if generation_config is not None and any(
+            getattr(generation_config, key, None) is not None for key in self._loop_generate_kwargs
+        ):
+            generation_config._from_model_config = False
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
     def _prepare_generation_config(self, generation_config, **kwargs):
         loop_kwargs = {k: kwargs.pop(k) for k in self._loop_generate_kwargs if k in kwargs}
         generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
@@ -75,6 +87,53 @@ class LoopGenerationMixin:
         return generation_config, model_kwargs
 
 
+class TelemetryCache(DynamicCache):
+    """A lazily growing [`~transformers.DynamicCache`] that also keeps per-position telemetry: for each name in
+    ``telemetry_names`` an attribute holding a ``(batch, seq_len)`` tensor (or ``None`` before the first
+    forward), extended by every forward and kept in step with the keys/values through beam reordering, batch
+    expansion/selection and cropping."""
+
+    telemetry_names: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        for name in self.telemetry_names:
+            setattr(self, name, None)
+
+    def record(self, name: str, values: torch.Tensor) -> None:
+        """Append ``values`` (``(batch, new_positions)``) to the telemetry ``name``."""
+        old = getattr(self, name)
+        setattr(self, name, values if old is None else torch.cat([old, values.to(old.device)], dim=1))
+
+    def _apply(self, fn) -> None:
+        for name in self.telemetry_names:
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, fn(value))
+
+    def reset(self) -> None:
+        super().reset()
+        for name in self.telemetry_names:
+            setattr(self, name, None)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        super().crop(tokens_to_remove)
+        if tokens_to_remove < 0:
+            self._apply(lambda t: t[:, :tokens_to_remove])
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        super().reorder_cache(beam_idx)
+        self._apply(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        super().batch_repeat_interleave(repeats)
+        self._apply(lambda t: t.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        super().batch_select_indices(indices)
+        self._apply(lambda t: t[indices])
+
+
 def as_int(value, name: str, minimum: int, meaning: str) -> int:
     """Return ``value`` as an int (a one-element integer tensor is accepted), or raise ``ValueError`` unless it is
     an integer >= ``minimum``."""
@@ -85,4 +144,4 @@ def as_int(value, name: str, minimum: int, meaning: str) -> int:
     return value
 
 
-__all__ = ["LoopGenerationMixin", "StrictLoadingMixin", "as_int"]
+__all__ = ["LoopGenerationMixin", "StrictLoadingMixin", "TelemetryCache", "as_int"]

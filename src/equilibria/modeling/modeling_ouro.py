@@ -39,7 +39,7 @@ from transformers.utils import can_return_tuple, logging
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_ouro import OuroConfig, check_exit_threshold
-from .loop_utils import LoopGenerationMixin, StrictLoadingMixin, as_int
+from .loop_utils import LoopGenerationMixin, StrictLoadingMixin, TelemetryCache, as_int
 
 logger = logging.get_logger(__name__)
 
@@ -147,7 +147,7 @@ class OuroMLP(nn.Module):
 # --------------------------------------------------------------------------------------------------
 
 
-class OuroCache(DynamicCache):
+class OuroCache(TelemetryCache):
     """A dynamic KV cache with one entry per (loop step, layer): entry ``step * num_hidden_layers + layer``.
 
     Entries are created on first use, so the same class serves any number of loops. A cache is bound to
@@ -159,10 +159,11 @@ class OuroCache(DynamicCache):
     ``generate(..., return_dict_in_generate=True)`` it is ``outputs.cache.exit_steps``.
     """
 
+    telemetry_names = ("exit_steps",)
+
     def __init__(self) -> None:
         super().__init__()
         self.num_loops: int | None = None
-        self.exit_steps: torch.Tensor | None = None
 
     def bind(self, num_loops: int) -> None:
         """Check (or record, on first use) the loop count this cache holds entries for."""
@@ -174,36 +175,6 @@ class OuroCache(DynamicCache):
                 f"This OuroCache holds keys/values for num_loops={self.num_loops}; it cannot be continued with "
                 f"num_loops={num_loops}. Use the same num_loops for the whole generation, or start a new cache."
             )
-
-    def record_exit_steps(self, exit_steps: torch.Tensor) -> None:
-        if self.exit_steps is None:
-            self.exit_steps = exit_steps
-        else:
-            self.exit_steps = torch.cat([self.exit_steps, exit_steps.to(self.exit_steps.device)], dim=1)
-
-    def reset(self) -> None:
-        super().reset()
-        self.exit_steps = None
-
-    def crop(self, tokens_to_remove: int) -> None:
-        super().crop(tokens_to_remove)
-        if self.exit_steps is not None and tokens_to_remove < 0:
-            self.exit_steps = self.exit_steps[:, :tokens_to_remove]
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        super().reorder_cache(beam_idx)
-        if self.exit_steps is not None:
-            self.exit_steps = self.exit_steps.index_select(0, beam_idx.to(self.exit_steps.device))
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        super().batch_repeat_interleave(repeats)
-        if self.exit_steps is not None:
-            self.exit_steps = self.exit_steps.repeat_interleave(repeats, dim=0)
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        super().batch_select_indices(indices)
-        if self.exit_steps is not None:
-            self.exit_steps = self.exit_steps[indices]
 
 
 class _FrozenTokens:
@@ -571,7 +542,7 @@ class OuroModel(OuroPreTrainedModel):
         if residual is None:
             residual = _relative_change(hidden, previous)
         if isinstance(cache, OuroCache):
-            cache.record_exit_steps(exit_steps)
+            cache.record("exit_steps", exit_steps)
         return OuroModelOutput(
             last_hidden_state=hidden,
             cache=cache,

@@ -1,0 +1,202 @@
+"""Configuration of the Attractor language model (Fein-Ashley and Rashidinejad, 2026, "Solve the Loop: Attractor
+Models for Language and Reasoning").
+
+This module travels to the Hub as remote code: it imports only ``transformers`` (and ``huggingface_hub``, one of
+its dependencies).
+"""
+
+import math
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+from transformers.modeling_rope_utils import RopeParameters
+
+ATTRACTOR_SOLVERS = ("anderson", "picard")
+GRADIENT_MODES = ("one_step", "implicit", "unrolled")
+INJECTIONS = ("add", "concat")
+
+
+@strict
+class AttractorConfig(PreTrainedConfig):
+    r"""Configuration for [`AttractorModel`] and [`AttractorForCausalLM`].
+
+    The model is a causal transformer in two parts: a *backbone* of ``num_backbone_layers`` ordinary decoder
+    layers maps the tokens to a proposal ``y0`` (in the residual-stream space that the LM head reads), and a
+    weight-tied *attractor* of ``num_attractor_layers`` layers refines it to the fixed point
+    ``y* = T(y*, y0)``, found by a solver within ``num_loops`` iterations.
+
+    Args:
+        vocab_size, hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, head_dim,
+        hidden_act, max_position_embeddings, initializer_range, rms_norm_eps, rope_parameters,
+        attention_dropout, attention_bias, mlp_bias, use_cache, tie_word_embeddings: the usual Llama-style
+            transformer sizes and switches (both parts use Llama decoder layers).
+        num_backbone_layers (`int`): Layers of the backbone (0: the proposal is the token embedding itself).
+        num_attractor_layers (`int`): Layers of the weight-tied attractor module (>= 1).
+        injection (`str`): How the proposal enters every attractor step: ``"add"`` (the module reads
+            ``y + y0``) or ``"concat"`` (it reads ``W [y; y0]``, with ``W`` initialised to ``[I I]`` so that it
+            starts out equal to ``"add"``).
+        solver (`str`): ``"anderson"`` (Anderson acceleration) or ``"picard"`` (plain fixed-point iteration).
+        solver_tol (`float`): Relative-residual tolerance ``||T(y) - y|| / ||T(y)||`` at which a sequence stops
+            iterating (> 0).
+        num_loops (`int`): Default iteration budget of the solver (>= 0); 0 runs the backbone alone.
+            ``forward``/``generate`` accept ``num_loops`` to override it for one call.
+        anderson_memory (`int`): Past iterates Anderson mixes (>= 1).
+        damping (`float`): Mixing weight of the solver's update, in ``(0, 1]`` (1: no damping).
+        gradient_mode (`str`): How training differentiates through the equilibrium: ``"one_step"`` (gradient of
+            one application of ``T`` at the detached fixed point; constant memory), ``"implicit"`` (exact
+            implicit-function-theorem gradient, solving the backward fixed point with the same solver; constant
+            memory) or ``"unrolled"`` (backpropagation through ``num_loops`` plain iterations from ``y0``; memory
+            grows with the budget; the baseline the other two are compared with).
+        attractor_gate_init (`float`): Initial value of the attractor's per-channel gate (>= 0). Each step
+            writes ``T(y, y0) = y0 + gate * rms(y0) * norm(module(y, y0))``, so the gate is a step size relative
+            to the proposal's scale; a small gate keeps ``T`` contractive (0 makes ``T(y, y0) = y0`` at
+            initialisation).
+        num_hidden_layers (`int`, *optional*): Derived: ``num_backbone_layers + num_attractor_layers`` (the
+            number of key/value cache entries); given explicitly it must equal that sum.
+    """
+
+    model_type = "attractor_lm"
+    _auto_class = "AutoConfig"  # save_pretrained writes this file beside the weights (remote code)
+    # the Trainer's evaluation loop passes only the logits to compute_metrics
+    keys_to_ignore_at_inference = [
+        "cache",
+        "hidden_states",
+        "proposal",
+        "solver_steps",
+        "abs_residual",
+        "rel_residual",
+        "converged",
+        "diverged",
+        "jacobian_penalty",
+        "correction_loss",
+    ]
+
+    vocab_size: int = 32000
+    hidden_size: int = 512
+    intermediate_size: int = 1408
+    num_backbone_layers: int = 6
+    num_attractor_layers: int = 2
+    num_attention_heads: int = 8
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    hidden_act: str = "silu"
+    max_position_embeddings: int = 2048
+    initializer_range: float | int = 0.02
+    rms_norm_eps: float = 1e-6
+    use_cache: bool = True
+    tie_word_embeddings: bool = True
+    rope_parameters: RopeParameters | dict | None = None
+    attention_dropout: float | int = 0.0
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    injection: str = "add"
+    solver: str = "anderson"
+    solver_tol: float | int = 1e-4
+    num_loops: int = 16
+    anderson_memory: int = 5
+    damping: float | int = 1.0
+    gradient_mode: str = "one_step"
+    attractor_gate_init: float | int = 0.5
+    num_hidden_layers: int | None = None
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+
+    def __post_init__(self, **kwargs):
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        _check_int(self, 1, "num_attention_heads", "hidden_size", "num_key_value_heads")
+        _check_int(self, 0, "num_backbone_layers")
+        _check_int(self, 1, "num_attractor_layers")
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        total = self.num_backbone_layers + self.num_attractor_layers
+        if self.num_hidden_layers is None:
+            self.num_hidden_layers = total
+        elif self.num_hidden_layers != total:
+            raise ValueError(
+                f"AttractorConfig: num_hidden_layers is derived (num_backbone_layers + num_attractor_layers = "
+                f"{total}), got {self.num_hidden_layers!r}; leave it unset."
+            )
+        super().__post_init__(**kwargs)
+        self.check_values()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """Build from a ``config.json`` dict; a dict written for another model type is refused (``ValueError``)."""
+        model_type = config_dict.get("model_type")
+        if model_type is not None and model_type != cls.model_type:
+            raise ValueError(
+                f"AttractorConfig cannot load a config with model_type {model_type!r}: expected {cls.model_type!r}. "
+                "Load it with AutoConfig, or the config class of that model type."
+            )
+        return super().from_dict(config_dict, **kwargs)
+
+    def check_values(self) -> None:
+        """Raise ``ValueError`` (naming the key and its allowed values) for a config that cannot describe a
+        working Attractor model. Called at construction; call it again after editing attributes by hand."""
+        _check_int(
+            self,
+            1,
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_attractor_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "max_position_embeddings",
+            "anderson_memory",
+        )
+        _check_int(self, 0, "num_backbone_layers", "num_loops")
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"AttractorConfig: num_attention_heads ({self.num_attention_heads}) must divide hidden_size "
+                f"({self.hidden_size})."
+            )
+        if self.num_attention_heads % self.num_key_value_heads != 0:
+            raise ValueError(
+                f"AttractorConfig: num_key_value_heads ({self.num_key_value_heads}) must divide num_attention_heads "
+                f"({self.num_attention_heads})."
+            )
+        if self.head_dim % 2 != 0:
+            raise ValueError(f"AttractorConfig: head_dim must be even for rotary embeddings, got {self.head_dim}.")
+        for name, allowed in (
+            ("injection", INJECTIONS),
+            ("solver", ATTRACTOR_SOLVERS),
+            ("gradient_mode", GRADIENT_MODES),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"AttractorConfig: {name} must be one of {allowed}, got {getattr(self, name)!r}.")
+        check_solver_tol(self.solver_tol, "AttractorConfig: solver_tol")
+        if not _is_number(self.damping) or not 0.0 < self.damping <= 1.0:
+            raise ValueError(f"AttractorConfig: damping must be a number in (0, 1], got {self.damping!r}.")
+        if not _is_number(self.attractor_gate_init) or not 0.0 <= self.attractor_gate_init < math.inf:
+            raise ValueError(
+                f"AttractorConfig: attractor_gate_init must be a finite number >= 0, got {self.attractor_gate_init!r}."
+            )
+        if not self.rms_norm_eps > 0:
+            raise ValueError(f"AttractorConfig: rms_norm_eps must be > 0, got {self.rms_norm_eps}.")
+        if not 0.0 <= float(self.attention_dropout) < 1.0:
+            raise ValueError(f"AttractorConfig: attention_dropout must be in [0, 1), got {self.attention_dropout}.")
+
+
+def check_solver_tol(value, name: str = "solver_tol") -> float:
+    """Return ``value`` as a float, or raise ``ValueError`` unless it is a finite number > 0."""
+    if not _is_number(value) or not 0.0 < value < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
+    return float(value)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _check_int(config: AttractorConfig, minimum: int, *names: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ValueError(f"AttractorConfig: {name} must be an integer >= {minimum}, got {value!r}.")
+
+
+__all__ = ["AttractorConfig"]

@@ -1,0 +1,187 @@
+"""Attractor LM: saving, loading (three ways), remote code, PEFT, the Trainer, and bad configs."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import tiny_attractor
+from safetensors.torch import load_file, save_file
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from equilibria import AttractorConfig, AttractorForCausalLM, AttractorModel
+
+IDS = torch.tensor([[5, 9, 14, 3, 22, 7], [11, 4, 30, 17, 2, 9]])
+
+
+@pytest.fixture
+def model():
+    return tiny_attractor(injection="concat")
+
+
+def test_saved_equals_loaded(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    files = set(os.listdir(tmp_path))
+    assert "model.safetensors" in files and not any(f.endswith(".bin") for f in files)
+    assert {
+        "configuration_attractor.py",
+        "modeling_attractor.py",
+        "solvers.py",
+        "loop_utils.py",
+        "config.json",
+    } <= files
+    loaded = AttractorForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    assert loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()  # still tied
+    with torch.no_grad():
+        for loops in (0, 3, 60):
+            torch.testing.assert_close(
+                loaded(IDS, num_loops=loops).logits, model(IDS, num_loops=loops).logits, rtol=0, atol=0
+            )
+
+
+def test_auto_classes_resolve_after_import(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), AttractorConfig)
+    assert isinstance(AutoModel.from_pretrained(tmp_path), AttractorModel)
+    assert isinstance(AutoModelForCausalLM.from_pretrained(tmp_path), AttractorForCausalLM)
+    auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
+    assert auto_map == {
+        "AutoConfig": "configuration_attractor.AttractorConfig",
+        "AutoModel": "modeling_attractor.AttractorModel",
+        "AutoModelForCausalLM": "modeling_attractor.AttractorForCausalLM",
+    }
+
+
+def test_remote_code_loads_without_the_package(model, tmp_path):
+    """In a fresh interpreter where `import equilibria` fails, trust_remote_code gives identical logits and the
+    same cached generation."""
+    ckpt = tmp_path / "ckpt"
+    model.save_pretrained(ckpt)
+    kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, eos_token_id=None)
+    with torch.no_grad():
+        expected = {loops: model(IDS, num_loops=loops).logits for loops in (0, 60)}
+    generated = model.generate(IDS[:1], **kwargs)
+    torch.save({"ids": IDS, "expected": expected, "generated": generated}, tmp_path / "expected.pt")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["equilibria"] = None  # any `import equilibria` now raises ImportError
+        try:
+            import equilibria  # noqa
+            raise SystemExit("equilibria should not be importable here")
+        except ImportError:
+            pass
+        import torch
+        from transformers import AutoModel, AutoModelForCausalLM
+        data = torch.load({str(tmp_path / "expected.pt")!r})
+        model = AutoModelForCausalLM.from_pretrained(
+            {str(ckpt)!r}, trust_remote_code=True, attn_implementation="eager"
+        ).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        with torch.no_grad():
+            for loops, expected in data["expected"].items():
+                got = model(data["ids"], num_loops=loops).logits
+                assert torch.equal(got, expected), (loops, (got - expected).abs().max())
+        out = model.generate(data["ids"][:1], **{kwargs!r})
+        assert out.tolist() == data["generated"].tolist()
+        base = AutoModel.from_pretrained({str(ckpt)!r}, trust_remote_code=True)
+        assert type(base).__name__ == "AttractorModel"
+        print("REMOTE_OK")
+        """
+    )
+    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "REMOTE_OK" in result.stdout
+
+
+def test_wrongly_named_or_shaped_weights_are_a_clear_error(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    weights["model.attractor.injection.weight"] = weights.pop("model.attractor.in_proj.weight")
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"missing weights.*in_proj.*unexpected weights.*injection"):
+        AttractorForCausalLM.from_pretrained(tmp_path)
+    weights["model.attractor.in_proj.weight"] = torch.zeros(32, 32)  # an "add" model's shape
+    weights.pop("model.attractor.injection.weight")
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"wrong shape.*in_proj"):
+        AttractorForCausalLM.from_pretrained(tmp_path)
+
+
+BASE = dict(hidden_size=32, num_attention_heads=4, num_backbone_layers=1, intermediate_size=64, vocab_size=50)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(solver="newton"), r"solver must be one of \('anderson', 'picard'\)"),
+        (dict(gradient_mode="bptt"), r"gradient_mode must be one of \('one_step', 'implicit', 'unrolled'\)"),
+        (dict(injection="multiply"), r"injection must be one of \('add', 'concat'\)"),
+        (dict(solver_tol=0.0), "solver_tol must be a finite number > 0"),
+        (dict(solver_tol=-1e-4), "solver_tol must be a finite number > 0"),
+        (dict(num_loops=-1), "num_loops must be an integer >= 0"),
+        (dict(num_backbone_layers=-2), "num_backbone_layers must be an integer >= 0"),
+        (dict(num_attractor_layers=0), "num_attractor_layers must be an integer >= 1"),
+        (dict(anderson_memory=0), "anderson_memory must be an integer >= 1"),
+        (dict(damping=0.0), r"damping must be a number in \(0, 1\]"),
+        (dict(damping=1.5), r"damping must be a number in \(0, 1\]"),
+        (dict(attractor_gate_init=-0.1), "attractor_gate_init must be a finite number >= 0"),
+        (dict(num_hidden_layers=7), "num_hidden_layers is derived"),
+        (dict(hidden_size=30), "must divide hidden_size"),
+    ],
+)
+def test_nonsense_configs_raise_value_error(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        AttractorConfig(**{**BASE, **overrides})
+
+
+def test_config_round_trips_and_refuses_foreign_model_types(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    loaded = AttractorConfig.from_pretrained(tmp_path)
+    assert loaded.injection == "concat" and loaded.num_hidden_layers == 3 and loaded.solver_tol == 1e-6
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["model_type"] = "llama"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="model_type 'llama'"):
+        AttractorConfig.from_pretrained(tmp_path)
+
+
+def test_lora_trains_and_merges_to_the_same_logits(model):
+    from peft import LoraConfig, get_peft_model
+
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"]))
+    trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert any(".attractor." in n for n in trainable) and any(".backbone." in n for n in trainable)
+    optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=1e-2)
+    peft_model.train()
+    losses = []
+    for _ in range(8):
+        loss = peft_model(input_ids=IDS, labels=IDS).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    peft_model.eval()
+    with torch.no_grad():
+        adapted = peft_model(input_ids=IDS).logits
+        merged_model = peft_model.merge_and_unload()
+        merged = merged_model(input_ids=IDS).logits
+    assert isinstance(merged_model, AttractorForCausalLM)
+    torch.testing.assert_close(merged, adapted, rtol=0, atol=1e-3)
+
+
+def test_generation_config_num_loops_is_a_saved_default(model, tmp_path):
+    kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=0, eos_token_id=None, return_dict_in_generate=True)
+    model.generation_config.num_loops = 2
+    model.save_pretrained(tmp_path)
+    loaded = AttractorForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert (loaded.generate(IDS[:1], **kwargs).cache.solver_steps <= 2).all()
+    assert (loaded.generate(IDS[:1], num_loops=40, **kwargs).cache.solver_steps > 2).any()
