@@ -318,3 +318,18 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         _, gb = _grads(b, mode)
         for name in ga:
             torch.testing.assert_close(ga[name], gb[name], rtol=1e-4, atol=1e-6, msg=(mode, name))
+
+
+def test_correction_iterates_are_spread_over_the_solve_in_constant_memory():
+    from equilibria.modeling.modeling_attractor import _IterateSampler
+
+    sampler = _IterateSampler(3)
+    for i in range(100):
+        sampler.offer(torch.tensor([float(i)]))
+        assert len(sampler.kept) <= 6
+    picked = [int(t.item()) for t in sampler.select(100)]
+    assert len(picked) == 3 and picked == sorted(picked) and picked[-1] >= 64 and picked[0] >= 16
+    short = _IterateSampler(3)
+    for i in range(2):
+        short.offer(torch.tensor([float(i)]))
+    assert [int(t.item()) for t in short.select(2)] == [0, 1]

@@ -265,8 +265,9 @@ class AttractorModel(AttractorPreTrainedModel):
                 (used only in training mode with gradients enabled); defaults to ``config.gradient_mode``.
             jacobian_samples (`int`): Random probes for the Hutchinson estimate of the attractor's Jacobian
                 norm at the fixed point (0: not computed). The estimate is differentiable (a regulariser).
-            correction_states (`int`): Intermediate iterates of the solve, evenly spread over the budget, at
-                which ``T`` is re-applied with a one-step graph (for the fixed-point correction loss).
+            correction_states (`int`): Iterates of the solve (the proposal and the intermediate ones, evenly spread
+                over the iterations actually run; kept in constant memory), at which ``T`` is re-applied with a
+                one-step graph (for the fixed-point correction loss).
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
@@ -332,20 +333,19 @@ class AttractorModel(AttractorPreTrainedModel):
             )
             peek = partial(step, cache=_ReadOnlyCache(cache) if cache is not None else None)
             append = partial(step, cache=cache)
-            keep = _spread(budget, correction_states) if correction_states else set()
-            kept: list[torch.Tensor] = []
+            sampler = _IterateSampler(correction_states) if correction_states else None
             mode = gradient_mode if training_with_grad else "one_step"
             if mode == "unrolled":
                 z = y0
-                for i in range(budget - 1):
-                    if i in keep:
-                        kept.append(z.detach())
+                for _ in range(budget - 1):
+                    if sampler is not None:
+                        sampler.offer(z)
                     z = peek(z)
                 y_star = append(z)
                 stats = _unrolled_stats(z, y_star, budget, tol)
             else:
                 z_star, stats = solve(
-                    _recording(peek, keep, kept),
+                    peek if sampler is None else sampler.wrap(peek),
                     y0,
                     solver=config.solver,
                     max_iter=budget,
@@ -369,8 +369,8 @@ class AttractorModel(AttractorPreTrainedModel):
                     y_star = torch.where(stats.diverged[:, None, None], z_star.to(y_star.dtype), y_star)
             if jacobian_samples:
                 penalty = _hutchinson_penalty(peek, y_star.detach(), jacobian_samples, attention_mask, seq_len)
-            if kept:
-                corrections = tuple(peek(z) for z in kept)
+            if sampler is not None:
+                corrections = tuple(peek(z) for z in sampler.select(int(stats.steps.max())))
 
         if output_hidden_states:
             all_states += (y_star,)
@@ -443,23 +443,39 @@ class AttractorModel(AttractorPreTrainedModel):
         return partial(self.attractor, y0=hidden, attention_mask=mask, position_embeddings=position_embeddings), hidden
 
 
-def _spread(budget: int, count: int) -> set[int]:
-    """``count`` iterate indices spread evenly over ``1 .. budget - 1`` (fewer when the budget is small)."""
-    return {round(budget * (i + 1) / (count + 1)) for i in range(count)} & set(range(1, budget))
+class _IterateSampler:
+    """Keeps about ``count`` iterates of a solve spread evenly over however many iterations it runs, in
+    constant memory: it stores every ``stride``-th iterate and, when more than ``2 * count`` are stored, doubles
+    the stride and drops every other one."""
 
+    def __init__(self, count: int):
+        self.count = count
+        self.stride = 1
+        self.calls = 0
+        self.kept: list[tuple[int, torch.Tensor]] = []
 
-def _recording(f: Callable, keep: set[int], kept: list[torch.Tensor]) -> Callable:
-    """``f``, also storing (detached) the iterates it is called with at the call indices in ``keep``."""
-    if not keep:
-        return f
-    calls = iter(range(1 << 30))
+    def wrap(self, f: Callable) -> Callable:
+        def recorded(z: torch.Tensor) -> torch.Tensor:
+            self.offer(z)
+            return f(z)
 
-    def recorded(z: torch.Tensor) -> torch.Tensor:
-        if next(calls) in keep:
-            kept.append(z.detach().clone())
-        return f(z)
+        return recorded
 
-    return recorded
+    def offer(self, z: torch.Tensor) -> None:
+        index, self.calls = self.calls, self.calls + 1
+        if index % self.stride == 0:
+            self.kept.append((index, z.detach().clone()))
+            if len(self.kept) > 2 * self.count:
+                self.stride *= 2
+                self.kept = [(i, t) for i, t in self.kept if i % self.stride == 0]
+
+    def select(self, last: int) -> list[torch.Tensor]:
+        """Up to ``count`` of the kept iterates before iteration ``last`` (the solution), evenly spread."""
+        candidates = [t for i, t in self.kept if i < last]
+        if len(candidates) <= self.count:
+            return candidates
+        picks = {round((len(candidates) - 1) * (j + 1) / self.count) for j in range(self.count)}
+        return [candidates[j] for j in sorted(picks)]
 
 
 @torch.no_grad()

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from transformers import Trainer, TrainingArguments
 
+from .common import RunningMeans, loss_scales
 from .regularizers import spectral_radius
 
 JSRR_PENALTIES = ("square", "hinge")
@@ -173,8 +174,7 @@ class StarsTrainer(Trainer):
             )
         super().__init__(model=model, args=args, **kwargs)
         self._looped_core = core  # the same module object inside any wrapper added later (DDP, ...)
-        self._stars_sums: torch.Tensor | None = None  # running sums of STARS_LOG_KEYS since the last log
-        self._stars_count = 0
+        self._stars_means = RunningMeans(STARS_LOG_KEYS)  # logged next to the loss
 
     # -- the loss ---------------------------------------------------------------------------------------
 
@@ -204,19 +204,9 @@ class StarsTrainer(Trainer):
         finally:
             hook.remove()
         lm_loss = outputs.loss.mean()  # a vector under nn.DataParallel
-        # scale for gradient accumulation and data parallelism ourselves (see loss_is_scaled_for_ga), as
-        # Trainer.compute_loss + training_step do: with num_items_in_batch the LM loss is already a sum over
-        # the tokens of the whole accumulated, all-process batch; the penalty is a per-micro-batch mean
-        accumulation = self.current_gradient_accumulation_steps
-        if num_items_in_batch is not None:
-            replicas = 1
-            if args.average_tokens_across_devices:
-                replicas = self.accelerator.num_processes // self.get_tp_size() if args.n_gpu <= 1 else args.n_gpu
-            scaled_lm = lm_loss * replicas
-            report_lm = lm_loss * accumulation * replicas
-        else:
-            scaled_lm = lm_loss / accumulation
-            report_lm = lm_loss
+        lm_scale, report_scale, reg_scale = loss_scales(self, num_items_in_batch)
+        scaled_lm = lm_loss * lm_scale
+        report_lm = lm_loss * report_scale
         loss = scaled_lm
         rho_mean = torch.zeros((), device=lm_loss.device, dtype=torch.float32)
         penalty = torch.zeros((), device=lm_loss.device, dtype=torch.float32)
@@ -244,31 +234,19 @@ class StarsTrainer(Trainer):
             else:
                 penalty = (torch.relu(rho.float() - args.jsrr_target) ** 2).mean()
             rho_mean = rho.detach().float().mean()
-            loss = (1.0 - args.jsrr_weight) * scaled_lm + args.jsrr_weight * penalty / accumulation
-        # accumulate on the device (no host sync per step); averaged and gathered in `log`
-        step_values = torch.stack(
-            [
-                torch.tensor(float(loops), device=lm_loss.device),
-                rho_mean,
-                report_lm.detach().float(),
-                penalty.detach().float(),
-            ]
+            loss = (1.0 - args.jsrr_weight) * scaled_lm + args.jsrr_weight * penalty * reg_scale
+        self._stars_means.add(
+            {"num_loops": float(loops), "spectral_radius": rho_mean, "lm_loss": report_lm, "jsrr_penalty": penalty},
+            lm_loss.device,
         )
-        self._stars_sums = step_values if self._stars_sums is None else self._stars_sums + step_values
-        self._stars_count += 1
         return (loss, outputs) if return_outputs else loss
 
     # -- logging ----------------------------------------------------------------------------------------
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._stars_count > 0:
-            values = (self._stars_sums / self._stars_count).double()
-            if self.accelerator.num_processes > 1:  # every rank logs at the same step, so this cannot hang
-                values = self.accelerator.reduce(values, reduction="mean")
-            for key, value in zip(STARS_LOG_KEYS, values.tolist()):
+        if "loss" in logs:
+            for key, value in self._stars_means.pop(self.accelerator).items():
                 if key in ("spectral_radius", "jsrr_penalty") and self.args.jsrr_weight == 0:
                     continue
-                logs[key] = round(value, 6)
-            self._stars_sums = None
-            self._stars_count = 0
+                logs[key] = value
         super().log(logs, start_time)

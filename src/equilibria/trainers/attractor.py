@@ -1,0 +1,203 @@
+"""Training Attractor LMs: the LM loss on the fixed point, differentiated without unrolling the solver, plus
+two optional stabilisers, with the solver's behaviour logged as training goes.
+
+    from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
+
+    args = AttractorTrainingArguments(output_dir="out", train_num_loops=16, jacobian_weight=0.1)
+    AttractorTrainer(model=model, args=args, train_dataset=train).train()
+
+Multi-GPU: put the same script behind ``accelerate launch`` or ``torchrun`` (see the README).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import Trainer, TrainingArguments
+
+from ..modeling.configuration_attractor import GRADIENT_MODES
+from .common import RunningMeans, loss_scales
+
+ATTRACTOR_LOG_KEYS = (
+    "lm_loss",
+    "solver_steps",
+    "rel_residual",
+    "converged_rate",
+    "diverged_rate",
+    "jacobian_penalty",
+    "correction_loss",
+)
+
+
+@dataclass
+class AttractorTrainingArguments(TrainingArguments):
+    """[`~transformers.TrainingArguments`] plus the Attractor LM's training options.
+
+    The loss is ``LM(y*) + jacobian_weight * J + correction_weight * C`` where
+
+    * ``J`` is a Hutchinson estimate (``jacobian_samples`` Gaussian probes) of ``||dT/dy||_F^2`` per state entry
+      at the fixed point: it keeps the attractor contractive, so the solver keeps converging in few steps
+      (Bai et al., 2021, "Stabilizing Equilibrium Models by Jacobian Regularization");
+    * ``C`` is the mean LM loss read from ``T`` applied at ``correction_states`` intermediate iterates of the
+      solve (one-step gradient at each; "fixed-point correction", Bai et al., 2022), which teaches the
+      attractor to move toward good predictions from anywhere along the path, not only at the end.
+    """
+
+    train_num_loops: int | None = field(
+        default=None, metadata={"help": "Solver budget in training (>= 1; default: the model config's num_loops)."}
+    )
+    eval_num_loops: int | None = field(
+        default=None, metadata={"help": "Solver budget for evaluation losses (>= 0; default: the config's)."}
+    )
+    gradient_mode: str | None = field(
+        default=None,
+        metadata={"help": "'one_step', 'implicit' or 'unrolled' (default: the model config's gradient_mode)."},
+    )
+    jacobian_weight: float = field(
+        default=0.0, metadata={"help": "Weight of the Jacobian-norm penalty (>= 0; 0 disables it)."}
+    )
+    jacobian_samples: int = field(default=1, metadata={"help": "Hutchinson probes per step (>= 1)."})
+    correction_weight: float = field(
+        default=0.0, metadata={"help": "Weight of the fixed-point correction loss (>= 0; 0 disables it)."}
+    )
+    correction_states: int = field(
+        default=2, metadata={"help": "Intermediate iterates the correction loss reads (>= 1)."}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.train_num_loops is not None and not _is_int(self.train_num_loops, 1):
+            raise ValueError(
+                f"AttractorTrainingArguments: train_num_loops must be None or an integer >= 1, got "
+                f"{self.train_num_loops!r}"
+            )
+        if self.eval_num_loops is not None and not _is_int(self.eval_num_loops, 0):
+            raise ValueError(
+                f"AttractorTrainingArguments: eval_num_loops must be None or an integer >= 0, got {self.eval_num_loops!r}"
+            )
+        if self.gradient_mode is not None and self.gradient_mode not in GRADIENT_MODES:
+            raise ValueError(
+                f"AttractorTrainingArguments: gradient_mode must be None or one of {GRADIENT_MODES}, got "
+                f"{self.gradient_mode!r}"
+            )
+        for name in ("jacobian_weight", "correction_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"AttractorTrainingArguments: {name} must be a number >= 0, got {value!r}")
+        for name in ("jacobian_samples", "correction_states"):
+            if not _is_int(getattr(self, name), 1):
+                raise ValueError(
+                    f"AttractorTrainingArguments: {name} must be an integer >= 1, got {getattr(self, name)!r}"
+                )
+
+
+def _is_int(value, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _find_attractor_core(model) -> torch.nn.Module | None:
+    for module in model.modules():
+        if callable(getattr(module, "attractor_map", None)):
+            return module
+    return None
+
+
+class AttractorTrainer(Trainer):
+    """[`~transformers.Trainer`] for Attractor LMs (``AttractorForCausalLM``, also wrapped by PEFT).
+
+    Logged next to the loss (progress bar, TensorBoard, W&B, ``state.log_history``), as means over the logging
+    interval and the processes: ``lm_loss``, ``solver_steps`` (iterations per sequence), ``rel_residual`` (the
+    solve's final relative residual), ``converged_rate`` and ``diverged_rate`` (shares of sequences), and, when
+    enabled, ``jacobian_penalty`` and ``correction_loss``.
+
+    Gradient accumulation, multi-process runs (DDP: the penalty's gradients are all-reduced with the LM loss's),
+    PEFT and checkpoint resume work as with the plain Trainer.
+    """
+
+    # compute_loss scales every loss part for gradient accumulation (and data parallelism) itself
+    loss_is_scaled_for_ga = True
+
+    def __init__(self, model=None, args: AttractorTrainingArguments | None = None, **kwargs):
+        if not isinstance(args, AttractorTrainingArguments):
+            raise ValueError(
+                "AttractorTrainer needs AttractorTrainingArguments (args=AttractorTrainingArguments(...)), got "
+                f"{type(args).__name__}."
+            )
+        if model is None or _find_attractor_core(model) is None:
+            raise ValueError(
+                f"AttractorTrainer needs an Attractor model (one containing a module with `attractor_map`, such as "
+                f"AttractorForCausalLM); got {type(model).__name__}."
+            )
+        if args.label_smoothing_factor > 0 or kwargs.get("compute_loss_func") is not None:
+            raise ValueError(
+                "AttractorTrainer computes its own loss: label_smoothing_factor and compute_loss_func are not "
+                "supported."
+            )
+        attn = str(getattr(getattr(model, "config", None), "_attn_implementation", ""))
+        if args.jacobian_weight > 0 and attn.startswith("flash"):
+            raise ValueError(
+                f"AttractorTrainer: the Jacobian penalty needs double backward through attention, which {attn} "
+                "does not support; load the model with attn_implementation='sdpa' or 'eager', or set "
+                "jacobian_weight=0."
+            )
+        super().__init__(model=model, args=args, **kwargs)
+        self._means = RunningMeans(ATTRACTOR_LOG_KEYS)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        args: AttractorTrainingArguments = self.args
+        if not (model.training and torch.is_grad_enabled()):
+            extra = {"num_loops": args.eval_num_loops} if args.eval_num_loops is not None else {}
+            outputs = model(**inputs, use_cache=False, **extra)
+            return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+        extra = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
+        if args.train_num_loops is not None:
+            extra["num_loops"] = args.train_num_loops
+        if args.gradient_mode is not None:
+            extra["gradient_mode"] = args.gradient_mode
+        if args.jacobian_weight > 0:
+            extra["jacobian_samples"] = args.jacobian_samples
+        if args.correction_weight > 0:
+            extra["correction_states"] = args.correction_states
+        outputs = model(**inputs, use_cache=False, **extra)
+        if outputs.loss is None:
+            raise ValueError("AttractorTrainer: the batch has no `labels`, so the model returned no loss.")
+
+        lm_loss = outputs.loss.mean()  # a vector under nn.DataParallel
+        lm_scale, report_scale, reg_scale = loss_scales(self, num_items_in_batch)
+        loss = lm_loss * lm_scale
+        zero = torch.zeros((), device=lm_loss.device)
+        penalty = correction = zero
+        if args.jacobian_weight > 0 and outputs.jacobian_penalty is not None:
+            penalty = outputs.jacobian_penalty
+            loss = loss + args.jacobian_weight * penalty * reg_scale
+        if args.correction_weight > 0 and outputs.correction_loss is not None:
+            correction = outputs.correction_loss.mean()  # the same token normalisation as the LM loss
+            loss = loss + args.correction_weight * correction * lm_scale
+            correction = correction * report_scale
+        steps = outputs.solver_steps
+        solved = steps is not None
+        self._means.add(
+            {
+                "lm_loss": lm_loss * report_scale,
+                "solver_steps": steps.float().mean() if solved else zero,
+                "rel_residual": outputs.rel_residual.float().mean() if solved else zero,
+                "converged_rate": outputs.converged.float().mean() if solved else zero,
+                "diverged_rate": outputs.diverged.float().mean() if solved else zero,
+                "jacobian_penalty": penalty,
+                "correction_loss": correction,
+            },
+            lm_loss.device,
+        )
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:
+            for key, value in self._means.pop(self.accelerator).items():
+                if (key == "jacobian_penalty" and self.args.jacobian_weight == 0) or (
+                    key == "correction_loss" and self.args.correction_weight == 0
+                ):
+                    continue
+                logs[key] = value
+        super().log(logs, start_time)

@@ -1,0 +1,54 @@
+"""Pieces the family trainers share: scaling a loss made of an LM part and regulariser parts the way
+``Trainer`` scales a plain loss, and logging running means of extra metrics."""
+
+from __future__ import annotations
+
+import torch
+from transformers import Trainer
+
+
+def loss_scales(trainer: Trainer, num_items_in_batch) -> tuple[float, float, float]:
+    """Factors ``(lm, report, regulariser)`` for a trainer whose ``compute_loss`` scales its loss itself
+    (``loss_is_scaled_for_ga = True``), as ``Trainer.compute_loss`` + ``training_step`` would:
+
+    * ``lm``: multiply the model's LM loss by this before backward. With ``num_items_in_batch`` the LM loss is
+      already a sum over the tokens of the whole accumulated, all-process batch, and DDP averages gradients over
+      processes, so it is multiplied by the number of data-parallel replicas; otherwise it is a micro-batch mean
+      and is divided by the accumulation steps.
+    * ``report``: multiply the LM loss by this to log it as a per-token mean.
+    * ``regulariser``: multiply a per-micro-batch mean regulariser by this before backward (``1 / accumulation``).
+    """
+    args = trainer.args
+    accumulation = trainer.current_gradient_accumulation_steps
+    if num_items_in_batch is not None:
+        replicas = 1
+        if args.average_tokens_across_devices:
+            replicas = trainer.accelerator.num_processes // trainer.get_tp_size() if args.n_gpu <= 1 else args.n_gpu
+        return float(replicas), float(accumulation * replicas), 1.0 / accumulation
+    return 1.0 / accumulation, 1.0, 1.0 / accumulation
+
+
+class RunningMeans:
+    """Sums of named scalar metrics over the micro-batches since the last log, kept on the device (no host sync
+    per step); :meth:`pop` averages them over the micro-batches and the processes."""
+
+    def __init__(self, keys: tuple[str, ...]):
+        self.keys = keys
+        self._sums: torch.Tensor | None = None
+        self._count = 0
+
+    def add(self, values: dict[str, torch.Tensor | float], device: torch.device) -> None:
+        row = torch.stack([torch.as_tensor(values[k], dtype=torch.float32, device=device).detach() for k in self.keys])
+        self._sums = row if self._sums is None else self._sums + row
+        self._count += 1
+
+    def pop(self, accelerator) -> dict[str, float]:
+        """The means since the last call (``{}`` if nothing was added), averaged over the processes. Every rank
+        logs at the same step, so the collective cannot hang."""
+        if self._count == 0:
+            return {}
+        values = (self._sums / self._count).double()
+        if accelerator.num_processes > 1:
+            values = accelerator.reduce(values, reduction="mean")
+        self._sums, self._count = None, 0
+        return {k: round(v, 6) for k, v in zip(self.keys, values.tolist())}

@@ -1,0 +1,200 @@
+"""Claims about AttractorTrainer: what it logs, its two stabilisers, loss scaling, and multi-process runs."""
+
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_attractor, tiny_ouro
+from datasets import Dataset
+
+from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
+
+
+def token_data(n: int = 16, length: int = 10) -> Dataset:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 40, (n, length), generator=g)
+    return Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+
+
+def attractor_args(tmp_path, **overrides) -> AttractorTrainingArguments:
+    kwargs = dict(
+        output_dir=str(tmp_path / "out"),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        learning_rate=3e-3,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        disable_tqdm=True,
+    )
+    kwargs.update(overrides)
+    return AttractorTrainingArguments(**kwargs)
+
+
+def small_model(**overrides):
+    return tiny_attractor(seed=0, strength=3.0, **{"solver_tol": 1e-4, "num_loops": 20, **overrides})
+
+
+def logged(trainer):
+    return [h for h in trainer.state.log_history if "loss" in h]
+
+
+def test_training_logs_the_solver_and_lowers_the_loss(tmp_path):
+    trainer = AttractorTrainer(
+        model=small_model(), args=attractor_args(tmp_path, max_steps=12, learning_rate=1e-2), train_dataset=token_data()
+    )
+    trainer.train()
+    history = logged(trainer)
+    assert len(history) == 12
+    for h in history:
+        assert {"lm_loss", "solver_steps", "rel_residual", "converged_rate", "diverged_rate"} <= set(h)
+        assert "jacobian_penalty" not in h and "correction_loss" not in h
+        assert h["solver_steps"] >= 1 and h["diverged_rate"] == 0
+        assert h["lm_loss"] == pytest.approx(h["loss"], rel=1e-4)  # no regulariser: the loss is the LM loss
+    assert history[-1]["lm_loss"] < history[0]["lm_loss"]
+
+
+@pytest.mark.parametrize("mode", ["one_step", "implicit", "unrolled"])
+def test_every_gradient_mode_trains(tmp_path, mode):
+    model = small_model()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = AttractorTrainer(
+        model=model, args=attractor_args(tmp_path, gradient_mode=mode), train_dataset=token_data()
+    )
+    trainer.train()
+    assert all(math.isfinite(h["loss"]) for h in logged(trainer))
+    assert not torch.equal(before["model.attractor.gate"], model.model.attractor.gate.detach())
+    assert not torch.equal(before["model.backbone.0.mlp.up_proj.weight"], model.model.backbone[0].mlp.up_proj.weight)
+
+
+def test_the_jacobian_penalty_is_logged_and_lowers_the_jacobian_norm(tmp_path):
+    model = small_model(attractor_gate_init=3.0)
+
+    ids = torch.tensor(token_data(4)["input_ids"])
+
+    def jacobian_norm():
+        model.train()
+        torch.manual_seed(1)
+        value = model(ids, jacobian_samples=64).jacobian_penalty.item()
+        model.eval()
+        return value
+
+    before = jacobian_norm()
+    args = attractor_args(tmp_path, max_steps=8, jacobian_weight=50.0, jacobian_samples=2, learning_rate=1e-2)
+    trainer = AttractorTrainer(model=model, args=args, train_dataset=token_data())
+    trainer.train()
+    history = logged(trainer)
+    assert all(h["jacobian_penalty"] > 0 for h in history)
+    assert jacobian_norm() < 0.7 * before
+
+
+def test_the_correction_loss_is_logged(tmp_path):
+    args = attractor_args(tmp_path, correction_weight=0.5, correction_states=2, gradient_mode="one_step")
+    trainer = AttractorTrainer(model=small_model(solver="picard"), args=args, train_dataset=token_data())
+    trainer.train()
+    for h in logged(trainer):
+        assert h["correction_loss"] > 0
+        assert h["loss"] == pytest.approx(h["lm_loss"] + 0.5 * h["correction_loss"], rel=1e-4)
+
+
+def test_gradient_accumulation_updates_like_one_big_batch(tmp_path):
+    """LM plus correction loss, 2 micro-batches of 4 accumulated == 1 batch of 8 (token-count normalisation)."""
+    finals = []
+    for batch, accumulation in ((8, 1), (4, 2)):
+        model = small_model(solver="picard")
+        args = attractor_args(
+            tmp_path / str(batch),
+            max_steps=2,
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=accumulation,
+            correction_weight=0.5,
+        )
+        AttractorTrainer(model=model, args=args, train_dataset=token_data()).train()
+        finals.append({n: p.detach().clone() for n, p in model.named_parameters()})
+    for name, value in finals[0].items():
+        torch.testing.assert_close(finals[1][name], value, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_evaluation_uses_the_evaluation_budget(tmp_path):
+    model = small_model()
+    args = attractor_args(tmp_path, eval_num_loops=0, per_device_eval_batch_size=4)
+    trainer = AttractorTrainer(model=model, args=args, eval_dataset=token_data(4))
+    metrics = trainer.evaluate()
+    ids = torch.tensor(token_data(4)["input_ids"])
+    with torch.no_grad():
+        expected = model(input_ids=ids, labels=ids, num_loops=0).loss.item()
+    assert metrics["eval_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_lora_model_trains(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(small_model(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    trainer = AttractorTrainer(
+        model=model, args=attractor_args(tmp_path, jacobian_weight=0.1), train_dataset=token_data()
+    )
+    trainer.train()
+    assert all(math.isfinite(h["loss"]) for h in logged(trainer))
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(train_num_loops=0), "train_num_loops"),
+        (dict(eval_num_loops=-1), "eval_num_loops"),
+        (dict(gradient_mode="bptt"), "gradient_mode"),
+        (dict(jacobian_weight=-1.0), "jacobian_weight"),
+        (dict(jacobian_samples=0), "jacobian_samples"),
+        (dict(correction_states=0), "correction_states"),
+    ],
+)
+def test_bad_arguments_fail_at_construction(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        attractor_args(tmp_path, **overrides)
+
+
+def test_a_model_without_an_attractor_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="needs an Attractor model"):
+        AttractorTrainer(model=tiny_ouro(), args=attractor_args(tmp_path), train_dataset=token_data())
+    from transformers import TrainingArguments
+
+    with pytest.raises(ValueError, match="AttractorTrainingArguments"):
+        AttractorTrainer(
+            model=small_model(),
+            args=TrainingArguments(output_dir=str(tmp_path), use_cpu=True),
+            train_dataset=token_data(),
+        )
+
+
+def test_two_process_run_keeps_replicas_identical(tmp_path):
+    """torchrun --nproc_per_node 2 (gloo, CPU) with the implicit gradient, the Jacobian penalty and the
+    correction loss: both replicas hold identical parameters after the steps, and they moved."""
+    script = Path(__file__).parent / "scripts" / "attractor_ddp.py"
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+    cmd += ["--master_port", str(port), str(script), str(tmp_path)]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    assert r0["world"] == r1["world"] == 2
+    for name, p0 in r0["params"].items():
+        assert torch.equal(p0, r1["params"][name]), name
+    sys.path.insert(0, str(script.parent))
+    try:
+        import attractor_ddp
+    finally:
+        sys.path.pop(0)
+    start = attractor_ddp.model().state_dict()
+    assert any(not torch.equal(p, start[n]) for n, p in r0["params"].items())
+    history = [h for h in r0["log"] if "loss" in h]
+    assert history and all(h["jacobian_penalty"] > 0 and h["correction_loss"] > 0 for h in history)
