@@ -3,8 +3,10 @@
 Contenders: equilibria's Anderson and Picard (`equilibria.modeling.solvers`) and, when it is importable,
 torchdeq's Anderson (`pip install torchdeq` into the environment running this script; the project does not
 depend on it). The maps are batched contractions z -> tanh(W z + x), W symmetric with eigenvalues spread over
-[-L, L] for the given Lipschitz bounds L; the slower the contraction, the more acceleration pays. Times are medians of interleaved
-repeats.
+[-L, L] for the given Lipschitz bounds L (the slower the contraction, the more acceleration pays), and the
+attractor map T(y, y0) of a randomly initialised Attractor LM on random tokens, started from its proposal y0
+(``--attractor-strength`` scales its attractor layers' output weights, so that T is far from constant). Times
+are medians of interleaved repeats.
 
     python benchmarks/bench_solvers.py            # full run
     python benchmarks/bench_solvers.py --quick    # small, seconds; a test runs this
@@ -30,6 +32,25 @@ def make_map(dim: int, batch: int, lipschitz: float, seed: int):
     w = lipschitz * (q * torch.linspace(-1, 1, dim)) @ q.T
     x = 0.1 * torch.randn(batch, dim, generator=g)
     return lambda z: torch.tanh(z @ w.T + x), torch.zeros(batch, dim)
+
+
+def make_attractor_map(hidden: int, seq_len: int, batch: int, strength: float, seed: int):
+    """The attractor map ``y -> T(y, y0)`` of a random Attractor LM (2 backbone + 2 attractor layers) on random
+    tokens, and its proposal ``y0`` as the start."""
+    from equilibria import AttractorForCausalLM
+    from equilibria.tasks import small_attractor_config
+
+    torch.manual_seed(seed)
+    config = small_attractor_config(
+        256, hidden_size=hidden, num_attention_heads=max(1, hidden // 64), attractor_gate_init=1.0
+    )
+    model = AttractorForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in model.model.attractor.layers:
+            for proj in (layer.self_attn.v_proj, layer.self_attn.o_proj, layer.mlp.up_proj, layer.mlp.down_proj):
+                proj.weight.mul_(strength)
+        f, y0 = model.model.attractor_map(torch.randint(0, 256, (batch, seq_len)))
+    return f, y0.detach()
 
 
 def contenders(tol: float, max_iter: int) -> dict:
@@ -69,28 +90,37 @@ def main(argv=None) -> dict:
     p.add_argument("--tol", type=float, default=1e-5)
     p.add_argument("--max-iter", type=int, default=2000)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument(
+        "--attractor-strength", type=float, default=10.0, help="0 leaves the Attractor LM map out of the table"
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.dim, args.batch, args.repeats, args.max_iter = 32, 4, 1, 500
     results = {}
     runs = contenders(args.tol, args.max_iter)
-    print(f"tanh(Wz + x), dim {args.dim}, batch {args.batch}, relative tolerance {args.tol}, {args.repeats} repeats")
-    header = f"{'Lipschitz':>9}  {'solver':<26} {'iterations':>10} {'max rel residual':>17} {'median time':>12}"
-    print(header)
-    for lip in [float(v) for v in args.lipschitz.split(",")]:
-        f, z0 = make_map(args.dim, args.batch, lip, seed=0)
-        times = {name: [] for name in runs}
-        outcome = {}
-        for _ in range(args.repeats):
-            for name, run in runs.items():
-                start = time.perf_counter()
-                outcome[name] = run(f, z0)
-                times[name].append(time.perf_counter() - start)
-        for name in runs:
-            steps, rel = outcome[name]
-            median = statistics.median(times[name])
-            results[(lip, name)] = {"iterations": steps, "rel_residual": rel, "seconds": median}
-            print(f"{lip:>9}  {name:<26} {steps:>10} {rel:>17.2e} {median:>11.4f}s")
+    maps = [
+        (f"tanh, L={lip}", *make_map(args.dim, args.batch, float(lip), seed=0)) for lip in args.lipschitz.split(",")
+    ]
+    if args.attractor_strength > 0:
+        hidden, seq = (32, 8) if args.quick else (256, 64)
+        label = f"attractor LM x{args.attractor_strength:g}"
+        maps.append((label, *make_attractor_map(hidden, seq, args.batch // 8 or 1, args.attractor_strength, 0)))
+    print(f"dim {args.dim}, batch {args.batch}, relative tolerance {args.tol}, {args.repeats} repeats")
+    print(f"{'map':<22} {'solver':<26} {'iterations':>10} {'max rel residual':>17} {'median time':>12}")
+    with torch.no_grad():
+        for label, f, z0 in maps:
+            times = {name: [] for name in runs}
+            outcome = {}
+            for _ in range(args.repeats):
+                for name, run in runs.items():
+                    start = time.perf_counter()
+                    outcome[name] = run(f, z0)
+                    times[name].append(time.perf_counter() - start)
+            for name in runs:
+                steps, rel = outcome[name]
+                median = statistics.median(times[name])
+                results[(label, name)] = {"iterations": steps, "rel_residual": rel, "seconds": median}
+                print(f"{label:<22} {name:<26} {steps:>10} {rel:>17.2e} {median:>11.4f}s")
     return results
 
 

@@ -185,3 +185,14 @@ def test_generation_config_num_loops_is_a_saved_default(model, tmp_path):
     loaded = AttractorForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
     assert (loaded.generate(IDS[:1], **kwargs).cache.solver_steps <= 2).all()
     assert (loaded.generate(IDS[:1], num_loops=40, **kwargs).cache.solver_steps > 2).any()
+
+
+def test_text_generation_pipeline_passes_the_budget(model, tokenizer):
+    from transformers import pipeline
+
+    generator = pipeline("text-generation", model=model, tokenizer=tokenizer)
+    for budget in (0, 30):
+        text = generator("ab+cd=", max_new_tokens=5, do_sample=False, num_loops=budget)[0]["generated_text"]
+        ids = tokenizer("ab+cd=", return_tensors="pt").input_ids
+        direct = model.generate(ids, max_new_tokens=5, do_sample=False, num_loops=budget, pad_token_id=0)
+        assert text == tokenizer.decode(direct[0], skip_special_tokens=True)

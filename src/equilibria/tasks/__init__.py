@@ -5,6 +5,7 @@ from .addition import (
     build_addition_dataset,
     evaluate_loop_scaling,
     exact_match,
+    small_attractor_config,
     small_ouro_config,
     tokenize_for_training,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "char_tokenizer",
     "evaluate_loop_scaling",
     "exact_match",
+    "small_attractor_config",
     "small_ouro_config",
     "tokenize_for_training",
 ]

@@ -1,0 +1,159 @@
+"""Peak training memory of the Attractor LM against its iteration budget: one-step and implicit gradients
+(constant memory) against backpropagation through every iteration ("unrolled"), same weights, same batch.
+
+Every (gradient mode, budget) runs one forward + backward in its own fresh process, with Picard iteration at a
+tolerance it never reaches, so each mode runs exactly ``budget`` iterations. Measured per run:
+
+* saved for backward: bytes of the distinct tensors autograd keeps for the backward pass (exact, from
+  ``torch.autograd.graph.saved_tensors_hooks``);
+* peak memory increase of the step: on CUDA ``torch.cuda.max_memory_allocated`` over the step; on CPU the
+  process's peak resident set size (``ru_maxrss``) minus its resident size just before the step.
+
+    python benchmarks/bench_attractor_memory.py            # hidden 256, batch 8 x 256 tokens, budgets 2 8 32
+    python benchmarks/bench_attractor_memory.py --quick    # tiny, seconds; a test runs this
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+MODES = ("one_step", "implicit", "unrolled")
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def child(mode: str, budget: int, hidden: int, seq_len: int, batch: int) -> dict:
+    """One measured training step (run in a fresh process)."""
+    import torch
+
+    from equilibria import AttractorForCausalLM
+    from equilibria.tasks import small_attractor_config
+
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    config = small_attractor_config(
+        512,
+        hidden_size=hidden,
+        num_attention_heads=max(1, hidden // 64),
+        solver="picard",
+        solver_tol=1e-30,  # never reached: every mode runs the whole budget
+        num_loops=budget,
+        gradient_mode=mode,
+        attn_implementation="sdpa",
+    )
+    model = AttractorForCausalLM(config).to(device).train()
+    ids = torch.randint(0, 512, (batch, seq_len), device=device)
+    storages: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    else:
+        before = max(_rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = model(ids, labels=ids).loss
+    loss.backward()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    return {"saved_bytes": sum(storages.values()), "peak_increase_bytes": max(peak, 0), "device": device}
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--budgets", default="2,8,32")
+    p.add_argument("--modes", default=",".join(MODES), help="gradient modes to measure, comma-separated")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--output-dir", default=str(Path(__file__).parent / "results" / "attractor_memory"))
+    p.add_argument("--child", nargs=2, metavar=("MODE", "BUDGET"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.hidden, args.seq_len, args.batch = 32, 32, 2
+    if args.child:
+        result = child(args.child[0], int(args.child[1]), args.hidden, args.seq_len, args.batch)
+        print("RESULT " + json.dumps(result))
+        return result
+
+    budgets = [int(b) for b in args.budgets.split(",")]
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise SystemExit(f"--modes: unknown gradient modes {unknown}; allowed: {', '.join(MODES)}")
+    results: dict[tuple[str, int], dict] = {}
+    script = Path(__file__).resolve()
+    common = ["--hidden", str(args.hidden), "--seq-len", str(args.seq_len), "--batch", str(args.batch)]
+    for budget in budgets:  # interleaved: each budget for every mode before the next budget
+        for mode in modes:
+            cmd = [sys.executable, str(script), "--child", mode, str(budget), *common]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))
+            results[(mode, budget)] = json.loads(line[len("RESULT ") :])
+    device = next(iter(results.values()))["device"]
+    peak_name = "peak allocated increase" if device == "cuda" else "peak RSS increase"
+    print(
+        f"Attractor LM training step: hidden {args.hidden}, 2 backbone + 2 attractor layers, batch {args.batch} x "
+        f"{args.seq_len} tokens, Picard, exactly `budget` iterations, device {device}"
+    )
+    print(f"{'gradient':<10} {'budget':>6} {'saved for backward':>19} {'ratio':>6} {peak_name:>24} {'ratio':>6}")
+    first = budgets[0]
+    for mode in modes:
+        for budget in budgets:
+            r = results[(mode, budget)]
+            base = results[(mode, first)]
+            r["saved_ratio"] = r["saved_bytes"] / base["saved_bytes"]
+            r["peak_ratio"] = r["peak_increase_bytes"] / max(base["peak_increase_bytes"], 1)
+            print(
+                f"{mode:<10} {budget:>6} {r['saved_bytes'] / 2**20:>16.1f} MB {r['saved_ratio']:>6.2f} "
+                f"{r['peak_increase_bytes'] / 2**20:>21.1f} MB {r['peak_ratio']:>6.2f}"
+            )
+    print(f"(ratios: to the same gradient mode at budget {first})")
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "memory.json").write_text(json.dumps({f"{m}@{b}": v for (m, b), v in results.items()}, indent=2) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(5.5, 3.6))
+        for mode, marker in zip(modes, "osx"):
+            ax.plot(
+                budgets, [results[(mode, b)]["peak_increase_bytes"] / 2**20 for b in budgets], marker=marker, label=mode
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(budgets, [str(b) for b in budgets])
+        ax.set_xlabel("solver iterations (budget)")
+        ax.set_ylabel(f"{peak_name} (MB)")
+        ax.set_title("Attractor LM: training memory vs iterations")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out_dir / "memory.png", dpi=120)
+        print(f"wrote {out_dir / 'memory.png'} and {out_dir / 'memory.json'}")
+    except ImportError:
+        print(f"matplotlib is not installed: no plot (wrote {out_dir / 'memory.json'})")
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
