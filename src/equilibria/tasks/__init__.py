@@ -1,4 +1,4 @@
-"""Task builders (``datasets.Dataset``), tokenizers and evaluators."""
+"""Task builders (``datasets.Dataset``), loaders for the published formats, tokenizers and evaluators."""
 
 from .addition import (
     addition_tokenizer,
@@ -9,15 +9,26 @@ from .addition import (
     small_ouro_config,
     tokenize_for_training,
 )
+from .maze import build_maze_dataset, generate_maze, load_maze_csv, solve_maze
+from .sudoku import augment_sudoku, build_sudoku_dataset, generate_sudoku, load_sudoku_csv, solve_sudoku
 from .tokenization import char_tokenizer
 
 __all__ = [
     "addition_tokenizer",
+    "augment_sudoku",
     "build_addition_dataset",
+    "build_maze_dataset",
+    "build_sudoku_dataset",
     "char_tokenizer",
     "evaluate_loop_scaling",
     "exact_match",
+    "generate_maze",
+    "generate_sudoku",
+    "load_maze_csv",
+    "load_sudoku_csv",
     "small_attractor_config",
     "small_ouro_config",
+    "solve_maze",
+    "solve_sudoku",
     "tokenize_for_training",
 ]
