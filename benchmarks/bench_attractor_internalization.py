@@ -11,7 +11,7 @@ At the end: greedy exact-match accuracy with the backbone alone and with the sol
 iterations over training) as a PNG. The paper (Fein-Ashley and Rashidinejad, 2026) reports that iterations fall
 and the backbone alone comes close to the solved model.
 
-    python benchmarks/bench_attractor_internalization.py            # about 10 minutes on 2 CPU cores
+    python benchmarks/bench_attractor_internalization.py            # about 18 minutes on 2 CPU cores
     python benchmarks/bench_attractor_internalization.py --quick    # seconds; a test runs this
 """
 
@@ -157,8 +157,8 @@ def plot(rows: list[dict], path: Path) -> None:
     twin = ax2.twinx()
     twin.plot(steps, [r["displacement"] for r in rows], marker="x", color="tab:red", label="||y* - y0|| / ||y*||")
     twin.set_ylabel("||y* - y0|| / ||y*||")
-    ax2.legend(loc="upper center")
-    twin.legend(loc="upper right")
+    handles = ax2.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    ax2.legend(handles, [h.get_label() for h in handles], loc="lower right")
     fig.suptitle("Attractor LM on addition: equilibrium internalization")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -8,12 +8,13 @@ Importing the package registers every model family with transformers' Auto class
     model = AutoModelForCausalLM.from_pretrained("path/to/ouro-checkpoint")
     model.generate(input_ids, num_loops=8, max_new_tokens=32)
 
-Families: Ouro looped LM (``model_type="ouro"``) and the Attractor LM (``"attractor_lm"``).
+Families: Ouro looped LM (``model_type="ouro"``), the Attractor LM (``"attractor_lm"``) and the Equilibrium
+Reasoner (``"eqr"``, ``AutoModelForTokenClassification``: one answer token per puzzle cell).
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification
 
 from .modeling import (
     AttractorCache,
@@ -23,6 +24,12 @@ from .modeling import (
     AttractorModel,
     AttractorModelOutput,
     AttractorPreTrainedModel,
+    EqRConfig,
+    EqRForPuzzleSolving,
+    EqRModel,
+    EqRModelOutput,
+    EqRPuzzleOutput,
+    EqRSolveOutput,
     OuroCache,
     OuroCausalLMOutput,
     OuroConfig,
@@ -45,6 +52,9 @@ def _register() -> None:
     AutoConfig.register(AttractorConfig.model_type, AttractorConfig, exist_ok=True)
     AutoModel.register(AttractorConfig, AttractorModel, exist_ok=True)
     AutoModelForCausalLM.register(AttractorConfig, AttractorForCausalLM, exist_ok=True)
+    AutoConfig.register(EqRConfig.model_type, EqRConfig, exist_ok=True)
+    AutoModel.register(EqRConfig, EqRModel, exist_ok=True)
+    AutoModelForTokenClassification.register(EqRConfig, EqRForPuzzleSolving, exist_ok=True)
 
 
 _register()
@@ -57,6 +67,12 @@ __all__ = [
     "AttractorModel",
     "AttractorModelOutput",
     "AttractorPreTrainedModel",
+    "EqRConfig",
+    "EqRForPuzzleSolving",
+    "EqRModel",
+    "EqRModelOutput",
+    "EqRPuzzleOutput",
+    "EqRSolveOutput",
     "OuroCache",
     "OuroCausalLMOutput",
     "OuroConfig",

@@ -5,6 +5,7 @@ transformers and each other (``from .name import ...``), never the rest of ``equ
 """
 
 from .configuration_attractor import AttractorConfig
+from .configuration_eqr import EqRConfig
 from .configuration_ouro import OuroConfig
 from .modeling_attractor import (
     AttractorCache,
@@ -14,6 +15,7 @@ from .modeling_attractor import (
     AttractorModelOutput,
     AttractorPreTrainedModel,
 )
+from .modeling_eqr import EqRForPuzzleSolving, EqRModel, EqRModelOutput, EqRPuzzleOutput, EqRSolveOutput
 from .modeling_ouro import (
     OuroCache,
     OuroCausalLMOutput,
@@ -31,6 +33,12 @@ __all__ = [
     "AttractorModel",
     "AttractorModelOutput",
     "AttractorPreTrainedModel",
+    "EqRConfig",
+    "EqRForPuzzleSolving",
+    "EqRModel",
+    "EqRModelOutput",
+    "EqRPuzzleOutput",
+    "EqRSolveOutput",
     "OuroCache",
     "OuroCausalLMOutput",
     "OuroConfig",

@@ -1,0 +1,166 @@
+"""Configuration of the Equilibrium Reasoner (Huang, Geng and Kolter, 2026, "Equilibrium Reasoners: Learning
+Attractors Enables Scalable Reasoning").
+
+This module travels to the Hub as remote code: it imports only ``transformers`` (and ``huggingface_hub``).
+"""
+
+import math
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+from transformers.modeling_rope_utils import RopeParameters
+
+BLOCK_TYPES = ("attention", "mlp")
+SELECTIONS = ("residual", "vote", "halt")
+
+
+@strict
+class EqRConfig(PreTrainedConfig):
+    r"""Configuration for [`EqRModel`] and [`EqRForPuzzleSolving`].
+
+    The model iterates one weight-tied block ``f(z; x) = norm(block(z + embed(x)))`` on a latent state ``z``
+    (one vector per puzzle cell):
+
+        z_{k+1} = z_k + (1 - damping) * (f(z_k; x) - z_k) + noise * eps_k,      eps_k ~ N(0, I),
+
+    from a random start ``z_0 ~ N(0, init_std^2 I)`` (``random_init=True``) or a learned one. A linear head reads
+    each cell's answer from ``z``; a halting head reads, per puzzle, whether the current answer is right.
+
+    Args:
+        vocab_size (`int`): Input and output tokens (11 for the published Sudoku encoding, 6 for mazes).
+        max_seq_len (`int`): Cells per puzzle (81 for 9x9 Sudoku, 900 for 30x30 mazes); the token-mixing MLP block
+            needs every input to have exactly this length, the attention block accepts up to it.
+        hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, head_dim, hidden_act,
+        rms_norm_eps, rope_parameters, attention_dropout, attention_bias, mlp_bias, initializer_range:
+            the usual transformer sizes (the attention block uses Llama layers, bidirectional).
+        num_layers (`int`): Layers inside the weight-tied block.
+        block_type (`str`): ``"attention"`` (bidirectional self-attention layers) or ``"mlp"`` (MLP-Mixer layers:
+            a token-mixing MLP across the cells, then a channel MLP).
+        token_mixing_size (`int`, *optional*): Hidden width of the token-mixing MLP (default ``2 * max_seq_len``).
+        damping (`float`): ``lambda`` in ``[0, 1)``: the share of the old state kept at every step.
+        train_noise (`float`): ``beta`` during training (>= 0), the scale of the Gaussian noise added per step.
+        test_noise (`float`): ``beta`` at inference (>= 0).
+        random_init (`bool`): Start from ``N(0, init_std^2)`` states (True) or from a learned state (False).
+        init_std (`float`): Standard deviation of the random start (> 0).
+        num_loops (`int`): Default depth (iterations, >= 1); ``forward``/``solve`` accept ``num_loops``/``depth``.
+        halting (`bool`): Whether the model has a halting head.
+    """
+
+    model_type = "eqr"
+    _auto_class = "AutoConfig"
+    keys_to_ignore_at_inference = ["state", "residuals", "halt_logits", "states"]
+
+    vocab_size: int = 11
+    max_seq_len: int = 81
+    hidden_size: int = 128
+    intermediate_size: int = 512
+    num_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    hidden_act: str = "silu"
+    block_type: str = "attention"
+    token_mixing_size: int | None = None
+    damping: float | int = 0.0
+    train_noise: float | int = 0.1
+    test_noise: float | int = 0.0
+    random_init: bool = True
+    init_std: float | int = 1.0
+    num_loops: int = 16
+    halting: bool = True
+    rms_norm_eps: float = 1e-6
+    rope_parameters: RopeParameters | dict | None = None
+    attention_dropout: float | int = 0.0
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    initializer_range: float | int = 0.02
+    max_position_embeddings: int | None = None
+    tie_word_embeddings: bool = False
+    pad_token_id: int | None = 0
+
+    def __post_init__(self, **kwargs):
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        _check_int(self, 1, "num_attention_heads", "hidden_size", "num_key_value_heads", "max_seq_len")
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.token_mixing_size is None:
+            self.token_mixing_size = 2 * self.max_seq_len
+        if self.max_position_embeddings is None:
+            self.max_position_embeddings = self.max_seq_len
+        super().__post_init__(**kwargs)
+        self.check_values()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """Build from a ``config.json`` dict; a dict written for another model type is refused (``ValueError``)."""
+        model_type = config_dict.get("model_type")
+        if model_type is not None and model_type != cls.model_type:
+            raise ValueError(
+                f"EqRConfig cannot load a config with model_type {model_type!r}: expected {cls.model_type!r}. "
+                "Load it with AutoConfig, or the config class of that model type."
+            )
+        return super().from_dict(config_dict, **kwargs)
+
+    def check_values(self) -> None:
+        """Raise ``ValueError`` (naming the key and its allowed values) for a config that cannot work."""
+        _check_int(
+            self,
+            1,
+            "vocab_size",
+            "max_seq_len",
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "token_mixing_size",
+            "num_loops",
+        )
+        if self.block_type not in BLOCK_TYPES:
+            raise ValueError(f"EqRConfig: block_type must be one of {BLOCK_TYPES}, got {self.block_type!r}.")
+        if self.block_type == "attention":
+            if self.hidden_size % self.num_attention_heads != 0:
+                raise ValueError(
+                    f"EqRConfig: num_attention_heads ({self.num_attention_heads}) must divide hidden_size "
+                    f"({self.hidden_size})."
+                )
+            if self.num_attention_heads % self.num_key_value_heads != 0:
+                raise ValueError(
+                    f"EqRConfig: num_key_value_heads ({self.num_key_value_heads}) must divide num_attention_heads "
+                    f"({self.num_attention_heads})."
+                )
+            if self.head_dim % 2 != 0:
+                raise ValueError(f"EqRConfig: head_dim must be even for rotary embeddings, got {self.head_dim}.")
+        if not _is_number(self.damping) or not 0.0 <= self.damping < 1.0:
+            raise ValueError(f"EqRConfig: damping (lambda) must be a number in [0, 1), got {self.damping!r}.")
+        for name in ("train_noise", "test_noise"):
+            check_noise(getattr(self, name), f"EqRConfig: {name}")
+        if not _is_number(self.init_std) or not 0.0 < self.init_std < math.inf:
+            raise ValueError(f"EqRConfig: init_std must be a finite number > 0, got {self.init_std!r}.")
+        if not self.rms_norm_eps > 0:
+            raise ValueError(f"EqRConfig: rms_norm_eps must be > 0, got {self.rms_norm_eps}.")
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"EqRConfig: pad_token_id must be in [0, vocab_size), got {self.pad_token_id!r}.")
+
+
+def check_noise(value, name: str = "noise") -> float:
+    """Return ``value`` as a float, or raise ``ValueError`` unless it is a finite number >= 0."""
+    if not _is_number(value) or not 0.0 <= value < math.inf:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
+    return float(value)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _check_int(config: EqRConfig, minimum: int, *names: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ValueError(f"EqRConfig: {name} must be an integer >= {minimum}, got {value!r}.")
+
+
+__all__ = ["EqRConfig"]

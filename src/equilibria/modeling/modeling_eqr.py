@@ -1,0 +1,392 @@
+"""The Equilibrium Reasoner (Huang, Geng and Kolter, 2026, "Equilibrium Reasoners: Learning Attractors Enables
+Scalable Reasoning").
+
+A weight-tied block ``f(z; x) = norm(block(z + embed(x)))`` is iterated on a latent state ``z`` (one vector per
+puzzle cell), from a random start, with damping ``lambda`` and Gaussian noise ``beta``:
+
+    z_{k+1} = z_k + (1 - lambda) * (f(z_k; x) - z_k) + beta * eps_k.
+
+Trained so that correct answers are stable, reachable fixed points, it scales at test time in depth (more
+iterations) and breadth (more random restarts), picking per puzzle the restart whose trajectory converged best
+(lowest final residual ``||f(z) - z||``), the most common answer, or the one the halting head trusts most:
+[`EqRForPuzzleSolving.solve`].
+
+This module travels to the Hub as remote code: it imports only torch, transformers and its siblings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import ModelOutput
+from transformers.modeling_utils import PreTrainedModel
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
+from transformers.utils import can_return_tuple
+
+from .configuration_eqr import SELECTIONS, EqRConfig, check_noise
+from .loop_utils import StrictLoadingMixin, as_int
+
+
+def check_depth(value, name: str = "depth") -> int:
+    return as_int(value, name, 1, "iterations of the weight-tied block")
+
+
+class EqRMixerLayer(nn.Module):
+    """An MLP-Mixer layer: a token-mixing MLP across the cells, then a channel MLP, each pre-normed and residual."""
+
+    def __init__(self, config: EqRConfig):
+        super().__init__()
+        self.seq_len = config.max_seq_len
+        self.token_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.token_in = nn.Linear(config.max_seq_len, config.token_mixing_size, bias=config.mlp_bias)
+        self.token_out = nn.Linear(config.token_mixing_size, config.max_seq_len, bias=config.mlp_bias)
+        self.channel_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.channel_mlp = LlamaMLP(config)
+
+    def forward(self, hidden: torch.Tensor, **kwargs) -> torch.Tensor:
+        if hidden.shape[1] != self.seq_len:
+            raise ValueError(
+                f"the token-mixing block needs puzzles of exactly max_seq_len={self.seq_len} cells, got "
+                f"{hidden.shape[1]}; use block_type='attention' for variable sizes."
+            )
+        mixed = self.token_out(nn.functional.silu(self.token_in(self.token_norm(hidden).transpose(1, 2))))
+        hidden = hidden + mixed.transpose(1, 2)
+        return hidden + self.channel_mlp(self.channel_norm(hidden))
+
+
+@dataclass
+class EqRModelOutput(ModelOutput):
+    r"""
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, seq_len, hidden_size)`): the final state ``z_D``.
+    residuals (`torch.FloatTensor` of shape `(batch, depth)`): per step ``k``, the relative residual
+        ``||f(z_k) - z_k|| / ||f(z_k)||`` of each puzzle (the last column is the final one).
+    halt_logits (`torch.FloatTensor` of shape `(batch, depth)`): the halting head's logit after each step
+        ("the current answer is right"); ``None`` without a halting head.
+    states (`tuple(torch.FloatTensor)`): with ``output_states=True``, ``z_0 .. z_D``.
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    residuals: torch.FloatTensor | None = None
+    halt_logits: torch.FloatTensor | None = None
+    states: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class EqRPuzzleOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor`): ``lm_loss + halt_loss`` when ``labels`` are given.
+    lm_loss (`torch.FloatTensor`): cross-entropy of every cell's answer (cells labelled -100 are skipped).
+    halt_loss (`torch.FloatTensor`): binary cross-entropy of the final halting logit against "every cell is
+        right"; ``None`` without a halting head.
+    logits (`torch.FloatTensor` of shape `(batch, seq_len, vocab_size)`): per-cell answer logits from ``z_D``.
+    state (`torch.FloatTensor`): the final state ``z_D``, to continue from (pass it back as ``state``).
+    residuals, halt_logits, states: as in [`EqRModelOutput`].
+    """
+
+    loss: torch.FloatTensor | None = None
+    lm_loss: torch.FloatTensor | None = None
+    halt_loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    state: torch.FloatTensor | None = None
+    residuals: torch.FloatTensor | None = None
+    halt_logits: torch.FloatTensor | None = None
+    states: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class EqRSolveOutput(ModelOutput):
+    r"""
+    answers (`torch.LongTensor` of shape `(num_puzzles, seq_len)`): the selected answer tokens per puzzle.
+    chosen (`torch.LongTensor` of shape `(num_puzzles,)`): which restart was selected.
+    predictions (`torch.LongTensor` of shape `(num_puzzles, breadth, seq_len)`): every restart's answer.
+    residuals (`torch.FloatTensor` of shape `(num_puzzles, breadth)`): every restart's final relative residual.
+    halt_probs (`torch.FloatTensor` of shape `(num_puzzles, breadth)`): the halting head's final probability.
+    votes (`torch.LongTensor` of shape `(num_puzzles, breadth)`): how many restarts gave the same answer.
+    """
+
+    answers: torch.LongTensor | None = None
+    chosen: torch.LongTensor | None = None
+    predictions: torch.LongTensor | None = None
+    residuals: torch.FloatTensor | None = None
+    halt_probs: torch.FloatTensor | None = None
+    votes: torch.LongTensor | None = None
+
+
+class EqRPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
+    config_class = EqRConfig
+    config: EqRConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = False
+    _no_split_modules = ["LlamaDecoderLayer", "EqRMixerLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _supports_attention_backend = True
+    _can_compile_fullgraph = False
+    _auto_class = "AutoModel"
+    _remote_auto_map = {
+        "AutoConfig": "configuration_eqr.EqRConfig",
+        "AutoModel": "modeling_eqr.EqRModel",
+        "AutoModelForTokenClassification": "modeling_eqr.EqRForPuzzleSolving",
+    }
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, EqRModel) and module.init_state is not None:
+            init.normal_(module.init_state, std=float(self.config.init_std))
+
+
+class EqRModel(EqRPreTrainedModel):
+    """The iterated weight-tied block with its random or learned start and the halting head. Returns
+    [`EqRModelOutput`]."""
+
+    def __init__(self, config: EqRConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
+        if config.block_type == "attention":
+            self.rotary_emb = LlamaRotaryEmbedding(config=config)
+            self.layers = nn.ModuleList([LlamaDecoderLayer(config, i) for i in range(config.num_layers)])
+            for layer in self.layers:
+                layer.self_attn.is_causal = False  # every cell sees every other
+        else:
+            self.rotary_emb = None
+            self.layers = nn.ModuleList([EqRMixerLayer(config) for _ in range(config.num_layers)])
+        self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.init_state = None if config.random_init else nn.Parameter(torch.zeros(config.hidden_size))
+        self.halt_head = nn.Linear(config.hidden_size, 1) if config.halting else None
+        self.post_init()
+
+    def initial_state(
+        self, batch_size: int, seq_len: int, generator: torch.Generator | None = None, dtype=None
+    ) -> torch.Tensor:
+        """``z_0``: ``N(0, init_std^2)`` per entry with ``random_init``, else the learned state on every cell."""
+        dtype = dtype or self.embed_tokens.weight.dtype
+        device = self.embed_tokens.weight.device
+        if self.init_state is None:
+            noise = torch.randn(
+                (batch_size, seq_len, self.config.hidden_size), generator=generator, device=device, dtype=dtype
+            )
+            return noise * float(self.config.init_std)
+        return self.init_state.to(dtype).expand(batch_size, seq_len, -1)
+
+    def block_map(self, inputs: torch.LongTensor, attention_mask: torch.Tensor | None = None):
+        """``f(., x)`` for these puzzles: a function of the state alone (for analysis and the audit)."""
+        embeds = self.embed_tokens(inputs)
+        mask, position_embeddings = self._context(embeds, attention_mask)
+        return lambda z: self._step(z, embeds, mask, position_embeddings)
+
+    def _context(self, embeds: torch.Tensor, attention_mask: torch.Tensor | None):
+        if self.rotary_emb is None:
+            if attention_mask is not None and not bool(attention_mask.all()):
+                raise ValueError("the token-mixing block does not support padding (attention_mask with zeros).")
+            return None, None
+        positions = torch.arange(embeds.shape[1], device=embeds.device).unsqueeze(0)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeds, attention_mask=attention_mask)
+        return mask, self.rotary_emb(embeds, positions)
+
+    def _step(self, z, embeds, mask, position_embeddings) -> torch.Tensor:
+        hidden = z + embeds
+        for layer in self.layers:
+            hidden = layer(hidden, attention_mask=mask, position_embeddings=position_embeddings)
+        return self.norm(hidden)
+
+    @can_return_tuple
+    def forward(
+        self,
+        inputs: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+        num_loops: int | None = None,
+        noise: float | None = None,
+        generator: torch.Generator | None = None,
+        output_states: bool = False,
+        **kwargs,
+    ) -> EqRModelOutput:
+        r"""Iterate the block ``num_loops`` times.
+
+        Args:
+            inputs (`torch.LongTensor` of shape `(batch, seq_len)`): the puzzle tokens.
+            state (`torch.Tensor`, *optional*): the state to start from (e.g. the last segment's, detached);
+                default: a fresh [`initial_state`].
+            num_loops (`int`, *optional*): iterations (>= 1); default ``config.num_loops``.
+            noise (`float`, *optional*): ``beta`` for this call; default ``config.train_noise`` in training mode
+                and ``config.test_noise`` otherwise.
+            generator (`torch.Generator`, *optional*): randomness of the start and the noise.
+        """
+        if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
+            raise ValueError(f"inputs must be a (batch, seq_len) LongTensor, got {getattr(inputs, 'shape', inputs)!r}")
+        if inputs.shape[1] > self.config.max_seq_len:
+            raise ValueError(f"puzzles have at most max_seq_len={self.config.max_seq_len} cells, got {inputs.shape[1]}")
+        depth = check_depth(self.config.num_loops if num_loops is None else num_loops, "num_loops")
+        beta = (self.config.train_noise if self.training else self.config.test_noise) if noise is None else noise
+        beta = check_noise(beta)
+        keep = float(self.config.damping)
+        embeds = self.embed_tokens(inputs)
+        mask, position_embeddings = self._context(embeds, attention_mask)
+        batch, seq_len = inputs.shape
+        z = self.initial_state(batch, seq_len, generator, embeds.dtype) if state is None else state
+        if z.shape != embeds.shape:
+            raise ValueError(f"state must have shape {tuple(embeds.shape)}, got {tuple(z.shape)}")
+        states = (z,) if output_states else None
+        residuals, halts = [], []
+        for _ in range(depth):
+            fz = self._step(z, embeds, mask, position_embeddings)
+            with torch.no_grad():
+                diff = (fz - z).float().flatten(1).norm(dim=1)
+                residuals.append(diff / fz.float().flatten(1).norm(dim=1).clamp_min(1e-12))
+            z = z + (1.0 - keep) * (fz - z)
+            if beta > 0:
+                z = z + beta * torch.randn(z.shape, generator=generator, device=z.device, dtype=z.dtype)
+            if self.halt_head is not None:
+                halts.append(self.halt_head(z.mean(dim=1)).squeeze(-1))
+            if output_states:
+                states += (z,)
+        return EqRModelOutput(
+            last_hidden_state=z,
+            residuals=torch.stack(residuals, dim=1),
+            halt_logits=torch.stack(halts, dim=1) if halts else None,
+            states=states,
+        )
+
+
+class EqRForPuzzleSolving(EqRPreTrainedModel):
+    """[`EqRModel`] with a per-cell answer head, the training losses and test-time depth x breadth
+    [`solve`]. Registered for ``AutoModelForTokenClassification`` (one answer token per input cell)."""
+
+    _auto_class = "AutoModelForTokenClassification"
+
+    def __init__(self, config: EqRConfig):
+        super().__init__(config)
+        self.model = EqRModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        inputs: torch.LongTensor,
+        labels: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        state: torch.Tensor | None = None,
+        num_loops: int | None = None,
+        noise: float | None = None,
+        generator: torch.Generator | None = None,
+        output_states: bool = False,
+        **kwargs,
+    ) -> EqRPuzzleOutput:
+        r"""Iterate and read the answers; with ``labels`` (``(batch, seq_len)``, -100 to skip a cell) also the
+        losses. See [`EqRModel.forward`] for the other arguments."""
+        outputs: EqRModelOutput = self.model(
+            inputs,
+            attention_mask=attention_mask,
+            state=state,
+            num_loops=num_loops,
+            noise=noise,
+            generator=generator,
+            output_states=output_states,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)
+        loss = lm_loss = halt_loss = None
+        if labels is not None:
+            if labels.shape != inputs.shape:
+                raise ValueError(f"labels must have the inputs' shape {tuple(inputs.shape)}, got {tuple(labels.shape)}")
+            lm_loss = nn.functional.cross_entropy(
+                logits.flatten(0, 1).float(), labels.flatten().long(), ignore_index=-100
+            )
+            loss = lm_loss
+            if outputs.halt_logits is not None:
+                solved = puzzle_solved(logits, labels)
+                halt_loss = nn.functional.binary_cross_entropy_with_logits(
+                    outputs.halt_logits[:, -1].float(), solved.float()
+                )
+                loss = loss + halt_loss
+        return EqRPuzzleOutput(
+            loss=loss,
+            lm_loss=lm_loss,
+            halt_loss=halt_loss,
+            logits=logits,
+            state=outputs.last_hidden_state,
+            residuals=outputs.residuals,
+            halt_logits=outputs.halt_logits,
+            states=outputs.states,
+        )
+
+    @torch.no_grad()
+    def solve(
+        self,
+        inputs: torch.LongTensor,
+        depth: int | None = None,
+        breadth: int = 1,
+        select: str = "residual",
+        noise: float | None = None,
+        attention_mask: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> EqRSolveOutput:
+        """Test-time scaling: ``breadth`` random restarts of ``depth`` iterations per puzzle, run batched, and one
+        answer selected per puzzle by ``select``:
+
+        * ``"residual"``: the restart with the lowest final residual (the best-converged trajectory);
+        * ``"vote"``: the most common answer among the restarts (ties: the lowest residual among them);
+        * ``"halt"``: the restart whose halting head is most confident the answer is right.
+
+        ``noise`` defaults to ``config.test_noise``. Returns [`EqRSolveOutput`]."""
+        depth = check_depth(self.config.num_loops if depth is None else depth)
+        breadth = as_int(breadth, "breadth", 1, "random restarts per puzzle")
+        if select not in SELECTIONS:
+            raise ValueError(f"select must be one of {SELECTIONS}, got {select!r}")
+        if select == "halt" and self.model.halt_head is None:
+            raise ValueError("select='halt' needs a halting head (config.halting=True).")
+        if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
+            raise ValueError(
+                f"inputs must be a (num_puzzles, seq_len) LongTensor, got {getattr(inputs, 'shape', None)}"
+            )
+        num = inputs.shape[0]
+        was_training = self.training
+        self.eval()
+        try:
+            out = self(
+                inputs.repeat_interleave(breadth, dim=0),
+                attention_mask=None if attention_mask is None else attention_mask.repeat_interleave(breadth, dim=0),
+                num_loops=depth,
+                noise=noise,
+                generator=generator,
+            )
+        finally:
+            self.train(was_training)
+        predictions = out.logits.argmax(-1).view(num, breadth, -1)
+        residuals = out.residuals[:, -1].view(num, breadth)
+        halt = torch.sigmoid(out.halt_logits[:, -1].float()).view(num, breadth) if out.halt_logits is not None else None
+        same = (predictions[:, :, None, :] == predictions[:, None, :, :]).all(-1)  # (num, breadth, breadth)
+        votes = same.sum(-1)
+        if select == "residual":
+            chosen = residuals.argmin(dim=1)
+        elif select == "halt":
+            chosen = halt.argmax(dim=1)
+        else:  # most votes; among those, the lowest residual
+            ranked = votes.float() - residuals.float() / (residuals.float().max() + 1.0)
+            chosen = ranked.argmax(dim=1)
+        answers = predictions[torch.arange(num, device=predictions.device), chosen]
+        return EqRSolveOutput(
+            answers=answers, chosen=chosen, predictions=predictions, residuals=residuals, halt_probs=halt, votes=votes
+        )
+
+
+def puzzle_solved(logits: torch.Tensor, labels: torch.Tensor) -> torch.BoolTensor:
+    """Per puzzle: whether the argmax answer equals the labels on every labelled cell (-100 skipped)."""
+    right = (logits.argmax(-1) == labels) | (labels == -100)
+    return right.all(dim=1)
+
+
+__all__ = [
+    "EqRForPuzzleSolving",
+    "EqRModel",
+    "EqRModelOutput",
+    "EqRPreTrainedModel",
+    "EqRPuzzleOutput",
+    "EqRSolveOutput",
+]
