@@ -74,7 +74,10 @@ def test_random_and_learned_starts():
     assert not torch.allclose(one, two) and one.std().item() == pytest.approx(1.0, rel=0.1)
     learned = tiny_eqr(random_init=False)
     assert torch.equal(learned.model.initial_state(2, 16), learned.model.initial_state(2, 16))
-    assert "model.init_state" in dict(learned.named_parameters())
+    assert torch.equal(learned.model.initial_state(1, 16)[0, 3], learned.model.init_state.detach())
+    # either start on demand (the trainer's switch), whatever the config says
+    assert torch.equal(random_start.model.initial_state(1, 16, random_init=False)[0, 0], random_start.model.init_state)
+    assert not torch.equal(learned.model.initial_state(1, 16, random_init=True)[0, 0], learned.model.init_state)
 
 
 def test_continuing_from_the_state_equals_running_longer():

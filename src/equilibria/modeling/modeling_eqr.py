@@ -137,7 +137,7 @@ class EqRPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
-        if isinstance(module, EqRModel) and module.init_state is not None:
+        if isinstance(module, EqRModel):
             init.normal_(module.init_state, std=float(self.config.init_std))
 
 
@@ -157,17 +157,23 @@ class EqRModel(EqRPreTrainedModel):
             self.rotary_emb = None
             self.layers = nn.ModuleList([EqRMixerLayer(config) for _ in range(config.num_layers)])
         self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.init_state = None if config.random_init else nn.Parameter(torch.zeros(config.hidden_size))
+        self.init_state = nn.Parameter(torch.zeros(config.hidden_size))  # the learned start (random_init off)
         self.halt_head = nn.Linear(config.hidden_size, 1) if config.halting else None
         self.post_init()
 
     def initial_state(
-        self, batch_size: int, seq_len: int, generator: torch.Generator | None = None, dtype=None
+        self,
+        batch_size: int,
+        seq_len: int,
+        generator: torch.Generator | None = None,
+        dtype=None,
+        random_init: bool | None = None,
     ) -> torch.Tensor:
-        """``z_0``: ``N(0, init_std^2)`` per entry with ``random_init``, else the learned state on every cell."""
+        """``z_0``: ``N(0, init_std^2)`` per entry when ``random_init`` (default ``config.random_init``), else the
+        learned start on every cell."""
         dtype = dtype or self.embed_tokens.weight.dtype
         device = self.embed_tokens.weight.device
-        if self.init_state is None:
+        if self.config.random_init if random_init is None else random_init:
             noise = torch.randn(
                 (batch_size, seq_len, self.config.hidden_size), generator=generator, device=device, dtype=dtype
             )
@@ -204,6 +210,7 @@ class EqRModel(EqRPreTrainedModel):
         num_loops: int | None = None,
         noise: float | None = None,
         generator: torch.Generator | None = None,
+        random_init: bool | None = None,
         output_states: bool = False,
         **kwargs,
     ) -> EqRModelOutput:
@@ -217,6 +224,8 @@ class EqRModel(EqRPreTrainedModel):
             noise (`float`, *optional*): ``beta`` for this call; default ``config.train_noise`` in training mode
                 and ``config.test_noise`` otherwise.
             generator (`torch.Generator`, *optional*): randomness of the start and the noise.
+            random_init (`bool`, *optional*): start from a random state (True) or the learned one (False) when no
+                ``state`` is given; default ``config.random_init``.
         """
         if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
             raise ValueError(f"inputs must be a (batch, seq_len) LongTensor, got {getattr(inputs, 'shape', inputs)!r}")
@@ -229,7 +238,7 @@ class EqRModel(EqRPreTrainedModel):
         embeds = self.embed_tokens(inputs)
         mask, position_embeddings = self._context(embeds, attention_mask)
         batch, seq_len = inputs.shape
-        z = self.initial_state(batch, seq_len, generator, embeds.dtype) if state is None else state
+        z = self.initial_state(batch, seq_len, generator, embeds.dtype, random_init) if state is None else state
         if z.shape != embeds.shape:
             raise ValueError(f"state must have shape {tuple(embeds.shape)}, got {tuple(z.shape)}")
         states = (z,) if output_states else None
@@ -259,6 +268,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
     [`solve`]. Registered for ``AutoModelForTokenClassification`` (one answer token per input cell)."""
 
     _auto_class = "AutoModelForTokenClassification"
+    accepts_loss_kwargs = False  # the loss is a per-batch mean: the Trainer scales it for accumulation
 
     def __init__(self, config: EqRConfig):
         super().__init__(config)
@@ -276,6 +286,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         num_loops: int | None = None,
         noise: float | None = None,
         generator: torch.Generator | None = None,
+        random_init: bool | None = None,
         output_states: bool = False,
         **kwargs,
     ) -> EqRPuzzleOutput:
@@ -288,6 +299,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
             num_loops=num_loops,
             noise=noise,
             generator=generator,
+            random_init=random_init,
             output_states=output_states,
         )
         logits = self.lm_head(outputs.last_hidden_state)

@@ -1,12 +1,15 @@
 """Trainer subclasses that add each family's objective to ``transformers.Trainer``."""
 
 from .attractor import AttractorTrainer, AttractorTrainingArguments
+from .eqr import EqRTrainer, EqRTrainingArguments
 from .regularizers import spectral_radius
 from .stars import StarsTrainer, StarsTrainingArguments, find_looped_core, sample_num_loops
 
 __all__ = [
     "AttractorTrainer",
     "AttractorTrainingArguments",
+    "EqRTrainer",
+    "EqRTrainingArguments",
     "StarsTrainer",
     "StarsTrainingArguments",
     "find_looped_core",

@@ -1,0 +1,234 @@
+"""Training Equilibrium Reasoners with segmented online training (deep supervision with a carried state).
+
+Each puzzle's trajectory is cut into segments of ``segment_loops`` iterations. Every training step runs one
+segment for every row of the batch, supervises its answers (and the halting head), steps the optimizer, and
+carries the detached state on to the next step. A row that halts (its halting head says its answer is right, or
+it has run ``max_segments`` segments) is refilled with a fresh puzzle from the incoming batch, starting again
+from a random (or learned) state. So one long trajectory is trained with constant memory, hard puzzles get
+more segments than easy ones, and the batch stays full.
+
+    from equilibria.trainers import EqRTrainer, EqRTrainingArguments
+
+    args = EqRTrainingArguments(output_dir="out", segment_loops=8, max_segments=4, train_noise=0.1)
+    EqRTrainer(model=model, args=args, train_dataset=puzzles["train"]).train()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from .common import RunningMeans, loss_scales
+
+EQR_LOG_KEYS = (
+    "lm_loss",
+    "halt_loss",
+    "cell_accuracy",
+    "exact_accuracy",
+    "residual",
+    "halted_rate",
+    "segments_at_halt",
+)
+
+
+@dataclass
+class EqRTrainingArguments(TrainingArguments):
+    """[`~transformers.TrainingArguments`] plus segmented online training for Equilibrium Reasoners."""
+
+    segment_loops: int | None = field(
+        default=None, metadata={"help": "Iterations per supervised segment (>= 1; default: the config's num_loops)."}
+    )
+    max_segments: int = field(default=4, metadata={"help": "Segments a puzzle runs at most before it is replaced."})
+    halt_on_head: bool = field(
+        default=True,
+        metadata={"help": "Replace a puzzle as soon as the halting head says its answer is right (prob > 0.5)."},
+    )
+    train_noise: float | None = field(
+        default=None, metadata={"help": "Noise beta during training (>= 0; default: the config's train_noise)."}
+    )
+    random_init: bool | None = field(
+        default=None,
+        metadata={"help": "Start trajectories from random (True) or learned (False) states (default: the config's)."},
+    )
+    eval_num_loops: int | None = field(
+        default=None,
+        metadata={
+            "help": "Iterations for evaluation losses (default: segment_loops * max_segments), from a fresh start."
+        },
+    )
+    ema_decay: float | None = field(
+        default=None,
+        metadata={"help": "Keep an exponential moving average of the weights (e.g. 0.999); loaded at the end."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name, minimum in (("segment_loops", 1), ("eval_num_loops", 1)):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
+                raise ValueError(f"EqRTrainingArguments: {name} must be None or an integer >= {minimum}, got {value!r}")
+        if isinstance(self.max_segments, bool) or not isinstance(self.max_segments, int) or self.max_segments < 1:
+            raise ValueError(f"EqRTrainingArguments: max_segments must be an integer >= 1, got {self.max_segments!r}")
+        if self.train_noise is not None and not (
+            isinstance(self.train_noise, (int, float)) and 0 <= self.train_noise < float("inf")
+        ):
+            raise ValueError(
+                f"EqRTrainingArguments: train_noise must be None or a number >= 0, got {self.train_noise!r}"
+            )
+        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
+            raise ValueError(f"EqRTrainingArguments: ema_decay must be None or in (0, 1), got {self.ema_decay!r}")
+        if self.ddp_find_unused_parameters is None:
+            # the learned start is unused with random starts (and vice versa): DDP must allow that
+            self.ddp_find_unused_parameters = True
+
+
+class _Carry:
+    """The rows in flight: their puzzles, labels, states and how many segments each has run."""
+
+    def __init__(self, batch: dict[str, torch.Tensor]):
+        self.batch = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        n = self.batch["inputs"].shape[0]
+        device = self.batch["inputs"].device
+        self.state: torch.Tensor | None = None
+        self.fresh = torch.ones(n, dtype=torch.bool, device=device)  # rows that start a new puzzle this step
+        self.done = torch.zeros(n, dtype=torch.bool, device=device)  # rows to replace before the next step
+        self.segments = torch.zeros(n, dtype=torch.long, device=device)
+
+    def refill(self, batch: dict[str, torch.Tensor]) -> None:
+        """Put the incoming batch's puzzles in the rows that halted; the other rows go on with theirs."""
+        for key, value in self.batch.items():
+            keep = self.done.view(-1, *([1] * (value.dim() - 1)))
+            self.batch[key] = torch.where(keep, batch[key], value)
+        self.fresh = self.done
+        self.segments = torch.where(self.done, 0, self.segments)
+        self.done = torch.zeros_like(self.done)
+
+
+class _EMACallback(TrainerCallback):
+    def __init__(self, trainer: EqRTrainer, decay: float):
+        self.trainer, self.decay, self.shadow = trainer, decay, None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        with torch.no_grad():
+            if self.shadow is None:
+                self.shadow = {n: p.detach().clone() for n, p in model.named_parameters()}
+            else:
+                for name, param in model.named_parameters():
+                    self.shadow[name].lerp_(param.detach(), 1.0 - self.decay)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.shadow is not None:
+            model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+            with torch.no_grad():
+                for name, param in model.named_parameters():
+                    param.copy_(self.shadow[name])
+
+
+class EqRTrainer(Trainer):
+    """[`~transformers.Trainer`] with segmented online training for [`EqRForPuzzleSolving`] (also wrapped by
+    PEFT). The dataset gives ``inputs`` and ``labels`` (``(seq_len,)`` token lists, e.g. from
+    ``build_sudoku_dataset``); use ``dataloader_drop_last=True`` or the carry restarts when a batch of another
+    size arrives.
+
+    Logged next to the loss: ``lm_loss``, ``halt_loss``, ``cell_accuracy`` and ``exact_accuracy`` of the
+    segment's answers, ``residual`` (final relative residual of the segment), ``halted_rate`` (share of rows
+    replaced after the step) and ``segments_at_halt`` (mean segments a replaced row had run).
+
+    With ``ema_decay``, an exponential moving average of the weights is kept and copied into the model when
+    training ends (the usual practice for these models); ``trainer.ema_weights`` holds it.
+    """
+
+    loss_is_scaled_for_ga = True
+
+    def __init__(self, model=None, args: EqRTrainingArguments | None = None, **kwargs):
+        if not isinstance(args, EqRTrainingArguments):
+            raise ValueError(
+                f"EqRTrainer needs EqRTrainingArguments (args=EqRTrainingArguments(...)), got {type(args).__name__}."
+            )
+        if model is None or not any(callable(getattr(m, "block_map", None)) for m in model.modules()):
+            raise ValueError(
+                f"EqRTrainer needs an Equilibrium Reasoner (a model containing EqRModel, such as "
+                f"EqRForPuzzleSolving); got {type(model).__name__}."
+            )
+        if args.label_smoothing_factor > 0 or kwargs.get("compute_loss_func") is not None:
+            raise ValueError(
+                "EqRTrainer computes its own loss: label_smoothing_factor and compute_loss_func are refused."
+            )
+        super().__init__(model=model, args=args, **kwargs)
+        self._carry: _Carry | None = None
+        self._means = RunningMeans(EQR_LOG_KEYS)
+        self._ema = _EMACallback(self, args.ema_decay) if args.ema_decay is not None else None
+        if self._ema is not None:
+            self.add_callback(self._ema)
+
+    @property
+    def ema_weights(self) -> dict[str, torch.Tensor] | None:
+        return None if self._ema is None else self._ema.shadow
+
+    def _segment_loops(self, model) -> int:
+        config = self.accelerator.unwrap_model(model).config
+        return self.args.segment_loops or config.num_loops
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        args: EqRTrainingArguments = self.args
+        if not (model.training and torch.is_grad_enabled()):
+            loops = args.eval_num_loops or self._segment_loops(model) * args.max_segments
+            outputs = model(inputs=inputs["inputs"], labels=inputs.get("labels"), num_loops=loops)
+            return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+        carry = self._carry
+        if carry is None or carry.batch["inputs"].shape != inputs["inputs"].shape:
+            carry = self._carry = _Carry(inputs)
+        else:
+            carry.refill(inputs)
+        core = self.accelerator.unwrap_model(model)
+        core = next(m for m in core.modules() if callable(getattr(m, "block_map", None)))
+        batch, seq_len = carry.batch["inputs"].shape
+        start = core.initial_state(batch, seq_len, random_init=args.random_init, dtype=core.embed_tokens.weight.dtype)
+        state = start if carry.state is None else torch.where(carry.fresh[:, None, None], start, carry.state)
+        extra = {"noise": args.train_noise} if args.train_noise is not None else {}
+        outputs = model(
+            inputs=carry.batch["inputs"],
+            labels=carry.batch["labels"],
+            attention_mask=carry.batch.get("attention_mask"),
+            state=state,
+            num_loops=self._segment_loops(model),
+            **extra,
+        )
+        _, _, reg_scale = loss_scales(self, None)  # per-micro-batch means: divide by the accumulation steps
+        loss = outputs.loss * reg_scale
+
+        with torch.no_grad():
+            labels = carry.batch["labels"]
+            predicted = outputs.logits.argmax(-1)
+            valid = labels != -100
+            right = (predicted == labels) & valid
+            exact = (right | ~valid).all(dim=1)
+            carry.segments += 1
+            done = carry.segments >= args.max_segments
+            if args.halt_on_head and outputs.halt_logits is not None:
+                done |= outputs.halt_logits[:, -1] > 0
+            carry.state = outputs.state.detach()
+            zero = torch.zeros((), device=loss.device)
+            self._means.add(
+                {
+                    "lm_loss": outputs.lm_loss,
+                    "halt_loss": outputs.halt_loss if outputs.halt_loss is not None else zero,
+                    "cell_accuracy": right.sum() / valid.sum().clamp_min(1),
+                    "exact_accuracy": exact.float().mean(),
+                    "residual": outputs.residuals[:, -1].mean(),
+                    "halted_rate": done.float().mean(),
+                    "segments_at_halt": carry.segments[done].float().mean() if bool(done.any()) else zero,
+                },
+                loss.device,
+            )
+            carry.done = done
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:
+            logs.update(self._means.pop(self.accelerator))
+        super().log(logs, start_time)

@@ -1,0 +1,183 @@
+"""Claims about EqRTrainer: the segment logic (carry, detach, refill on halting), its switches, EMA, evaluation
+and multi-process runs."""
+
+import functools
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from equilibria import EqRConfig, EqRForPuzzleSolving
+from equilibria.tasks import build_sudoku_dataset
+from equilibria.trainers import EqRTrainer, EqRTrainingArguments
+
+DATA = build_sudoku_dataset(size=4, num_train=48, num_test=8, seed=0)
+
+
+def tiny(seed=0, **overrides):
+    torch.manual_seed(seed)
+    kwargs = dict(max_seq_len=16, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_loops=2)
+    kwargs.update(overrides)
+    return EqRForPuzzleSolving(EqRConfig(**kwargs))
+
+
+def eqr_args(tmp_path, **overrides):
+    kwargs = dict(
+        output_dir=str(tmp_path / "out"),
+        max_steps=4,
+        per_device_train_batch_size=4,
+        learning_rate=3e-3,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        disable_tqdm=True,
+        dataloader_drop_last=True,
+        halt_on_head=False,
+        max_segments=2,
+    )
+    kwargs.update(overrides)
+    return EqRTrainingArguments(**kwargs)
+
+
+def record_calls(model):
+    """Wrap forward to record what each training segment received and returned."""
+    calls = []
+    original = model.forward
+
+    @functools.wraps(original)  # keeps the signature, which the Trainer reads to choose dataset columns
+    def forward(*args, **kwargs):
+        out = original(*args, **kwargs)
+        if torch.is_grad_enabled():
+            calls.append(
+                {
+                    "inputs": kwargs["inputs"].clone(),
+                    "state": kwargs["state"].detach().clone(),
+                    "out_state": out.state.detach().clone(),
+                    "halt": out.halt_logits[:, -1].detach().clone(),
+                }
+            )
+        return out
+
+    model.forward = forward
+    return calls
+
+
+def test_segments_carry_the_detached_state_and_refill_after_max_segments(tmp_path):
+    model = tiny()
+    calls = record_calls(model)
+    trainer = EqRTrainer(model=model, args=eqr_args(tmp_path, max_steps=5, max_segments=2), train_dataset=DATA["train"])
+    trainer.train()
+    assert len(calls) == 5
+    # step 2 continues step 1's puzzles from its final state; step 3 starts new puzzles from a fresh start
+    assert torch.equal(calls[1]["inputs"], calls[0]["inputs"])
+    torch.testing.assert_close(calls[1]["state"], calls[0]["out_state"], rtol=0, atol=0)
+    assert not torch.equal(calls[2]["inputs"], calls[1]["inputs"])
+    assert not torch.allclose(calls[2]["state"], calls[1]["out_state"])
+    assert torch.equal(calls[3]["inputs"], calls[2]["inputs"])
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["halted_rate"] for h in history] == [0.0, 1.0, 0.0, 1.0, 0.0]
+    assert all(h["segments_at_halt"] == 2.0 for h in history if h["halted_rate"] == 1.0)
+    for h in history:
+        assert {"lm_loss", "halt_loss", "cell_accuracy", "exact_accuracy", "residual"} <= set(h)
+        assert math.isfinite(h["loss"])
+
+
+def test_rows_the_halting_head_stops_are_replaced_and_the_others_go_on(tmp_path):
+    model = tiny()
+    with torch.no_grad():
+        model.model.halt_head.bias.fill_(-50.0)  # first the head says "never halt" ...
+    calls = record_calls(model)
+    trainer = EqRTrainer(
+        model=model,
+        args=eqr_args(tmp_path, max_steps=3, max_segments=10, halt_on_head=True, learning_rate=0.0),
+        train_dataset=DATA["train"],
+    )
+    trainer.train()
+    for before, after in zip(calls, calls[1:]):  # nothing halts: every row carries on
+        assert torch.equal(after["inputs"], before["inputs"])
+        torch.testing.assert_close(after["state"], before["out_state"], rtol=0, atol=0)
+    with torch.no_grad():
+        model.model.halt_head.bias.fill_(50.0)  # ... then "always halt": every row is replaced every step
+    calls.clear()
+    trainer.args.max_steps = 6
+    trainer.train(resume_from_checkpoint=None)
+    for before, after in zip(calls, calls[1:]):
+        assert not torch.equal(after["inputs"], before["inputs"])
+
+
+def test_the_noise_and_start_switches(tmp_path):
+    model = tiny(train_noise=0.5, random_init=True)
+    calls = record_calls(model)
+    args = eqr_args(tmp_path, max_steps=1, train_noise=0.0, random_init=False, learning_rate=0.0)
+    EqRTrainer(model=model, args=args, train_dataset=DATA["train"]).train()
+    start = calls[0]["state"]
+    assert torch.equal(start, model.model.init_state.detach().expand_as(start))  # the learned start
+    with torch.no_grad():  # no noise: the segment's output is reproducible from its start
+        again = model(inputs=calls[0]["inputs"], state=start, num_loops=2, noise=0.0).state
+    torch.testing.assert_close(calls[0]["out_state"], again)
+
+
+def test_ema_weights_end_up_in_the_model(tmp_path):
+    plain, averaged = tiny(), tiny()
+    EqRTrainer(model=plain, args=eqr_args(tmp_path / "a"), train_dataset=DATA["train"]).train()
+    trainer = EqRTrainer(model=averaged, args=eqr_args(tmp_path / "b", ema_decay=0.5), train_dataset=DATA["train"])
+    trainer.train()
+    for name, param in averaged.named_parameters():
+        assert torch.equal(param.detach(), trainer.ema_weights[name])
+    assert any(not torch.allclose(p, q) for p, q in zip(plain.parameters(), averaged.parameters()))
+
+
+def test_evaluation_runs_a_fresh_trajectory_of_the_evaluation_depth(tmp_path):
+    model = tiny(random_init=False, test_noise=0.0)
+    args = eqr_args(tmp_path, eval_num_loops=5, per_device_eval_batch_size=8)
+    metrics = EqRTrainer(model=model, args=args, eval_dataset=DATA["test"]).evaluate()
+    batch = DATA["test"].with_format("torch")[:8]
+    with torch.no_grad():
+        expected = model.eval()(inputs=batch["inputs"], labels=batch["labels"], num_loops=5).loss.item()
+    assert metrics["eval_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(segment_loops=0), "segment_loops"),
+        (dict(max_segments=0), "max_segments"),
+        (dict(train_noise=-1.0), "train_noise"),
+        (dict(ema_decay=1.0), "ema_decay"),
+    ],
+)
+def test_bad_arguments_fail_at_construction(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        eqr_args(tmp_path, **overrides)
+
+
+def test_a_model_without_an_eqr_core_is_refused(tmp_path):
+    from conftest import tiny_ouro
+
+    with pytest.raises(ValueError, match="needs an Equilibrium Reasoner"):
+        EqRTrainer(model=tiny_ouro(), args=eqr_args(tmp_path), train_dataset=DATA["train"])
+
+
+def test_two_process_run_keeps_replicas_identical(tmp_path):
+    script = Path(__file__).parent / "scripts" / "eqr_ddp.py"
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+    cmd += ["--master_port", str(port), str(script), str(tmp_path)]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    assert r0["world"] == r1["world"] == 2
+    for name, p0 in r0["params"].items():
+        assert torch.equal(p0, r1["params"][name]), name
+    start = tiny().state_dict()
+    assert any(not torch.equal(p, start[n]) for n, p in r0["params"].items())
