@@ -181,3 +181,17 @@ def test_two_process_run_keeps_replicas_identical(tmp_path):
         assert torch.equal(p0, r1["params"][name]), name
     start = tiny().state_dict()
     assert any(not torch.equal(p, start[n]) for n, p in r0["params"].items())
+
+
+def test_sudoku_benchmark_quick_mode_runs(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_eqr_sudoku
+    finally:
+        sys.path.pop(0)
+    results = bench_eqr_sudoku.main(["--quick", "--output-dir", str(tmp_path)])
+    assert set(results) >= {"feedforward", "weight_tied", "eqr"}
+    assert list(results["feedforward"]["accuracy_by_depth"]) == [1]
+    assert set(results["eqr"]["grid"]) == {"2x1", "2x2", "4x1", "4x2"}
+    assert all(set(v) == {"residual", "vote", "halt"} for v in results["eqr"]["grid"].values())
+    assert (tmp_path / "eqr_sudoku.png").stat().st_size > 1000

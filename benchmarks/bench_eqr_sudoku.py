@@ -1,0 +1,247 @@
+"""Equilibrium Reasoner on small Sudoku: feed-forward vs plain weight-tied vs EqR, and EqR's depth x breadth
+test-time scaling with three ways of picking the answer.
+
+Three models of the same size (the same weight-tied block, ``--layers`` layers of width ``--width``) are
+trained with `EqRTrainer` on the same generated puzzles (``--size`` x ``--size``, unique solutions):
+
+* feed-forward: the block applied once (depth 1, one segment), fixed start, no noise;
+* weight-tied: the block iterated (``--segment-loops`` x ``--max-segments``), fixed (learned) start, no noise;
+* EqR: the same iteration, random start and noise ``--noise`` in training.
+
+Printed: exact-solve accuracy on held-out puzzles (no puzzle shared with training); for EqR, accuracy over
+depth x breadth with selection by lowest final residual, majority vote and halting head; and the correlation
+between a trajectory's final residual and whether its answer is right. The plot is saved as a PNG.
+
+    python benchmarks/bench_eqr_sudoku.py                 # 6x6, a few minutes per model on 2 CPU cores
+    python benchmarks/bench_eqr_sudoku.py --size 4
+    python benchmarks/bench_eqr_sudoku.py --quick         # seconds; a test runs this
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import set_seed
+
+from equilibria import EqRConfig, EqRForPuzzleSolving
+from equilibria.tasks import build_sudoku_dataset
+from equilibria.trainers import EqRTrainer, EqRTrainingArguments
+
+SELECTIONS = ("residual", "vote", "halt")
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--size", type=int, default=6, choices=[4, 6, 9])
+    p.add_argument("--train-size", type=int, default=3000)
+    p.add_argument("--test-size", type=int, default=300)
+    p.add_argument("--augmentations", type=int, default=1)
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--width", type=int, default=128)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--block", default="attention", choices=["attention", "mlp"])
+    p.add_argument("--segment-loops", type=int, default=4)
+    p.add_argument("--max-segments", type=int, default=4)
+    p.add_argument("--noise", type=float, default=0.1, help="EqR's training noise beta")
+    p.add_argument("--test-noise", type=float, default=0.05, help="EqR's noise at test time (breadth diversity)")
+    p.add_argument("--depths", default="4,8,16,32,64")
+    p.add_argument("--breadths", default="1,2,4,8,16,32")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", choices=["feedforward", "weight_tied", "eqr"], default=None)
+    p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results/eqr_sudoku"))
+    args = p.parse_args(argv)
+    if args.quick:
+        args.size, args.train_size, args.test_size, args.steps, args.batch_size = 4, 64, 16, 4, 16
+        args.width, args.depths, args.breadths, args.augmentations = 32, "2,4", "1,2", 0
+    args.depths = [int(x) for x in args.depths.split(",")]
+    args.breadths = [int(x) for x in args.breadths.split(",")]
+    return args
+
+
+KINDS = {
+    "feedforward": dict(random_init=False, train_noise=0.0, segment_loops=1, max_segments=1),
+    "weight_tied": dict(random_init=False, train_noise=0.0),
+    "eqr": dict(random_init=True),
+}
+
+
+def build(args, kind: str) -> EqRForPuzzleSolving:
+    set_seed(args.seed)
+    spec = KINDS[kind]
+    config = EqRConfig(
+        vocab_size=11,
+        max_seq_len=args.size * args.size,
+        hidden_size=args.width,
+        intermediate_size=4 * args.width,
+        num_attention_heads=max(1, args.width // 32),
+        num_layers=args.layers,
+        block_type=args.block,
+        random_init=spec["random_init"],
+        train_noise=spec.get("train_noise", args.noise),
+        test_noise=args.test_noise if kind == "eqr" else 0.0,
+        num_loops=spec.get("segment_loops", args.segment_loops),
+    )
+    return EqRForPuzzleSolving(config)
+
+
+def train(args, kind: str, data) -> tuple[EqRForPuzzleSolving, float, list]:
+    model = build(args, kind)
+    spec = KINDS[kind]
+    training_args = EqRTrainingArguments(
+        output_dir=str(args.output_dir / kind),
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=args.lr,
+        warmup_steps=max(1, args.steps // 20),
+        lr_scheduler_type="cosine",
+        weight_decay=0.1,
+        max_grad_norm=1.0,
+        logging_steps=max(1, args.steps // 10),
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=args.seed,
+        data_seed=args.seed,
+        disable_tqdm=True,
+        dataloader_drop_last=True,
+        segment_loops=spec.get("segment_loops", args.segment_loops),
+        max_segments=spec.get("max_segments", args.max_segments),
+    )
+    trainer = EqRTrainer(model=model, args=training_args, train_dataset=data["train"])
+    started = time.time()
+    trainer.train()
+    return model, time.time() - started, [h for h in trainer.state.log_history if "loss" in h]
+
+
+@torch.no_grad()
+def evaluate(model, data, depth: int, breadth: int, seed: int, batch: int = 128) -> dict:
+    """Exact-solve accuracy for each selection rule, plus every restart's residual and correctness."""
+    test = data["test"].with_format("torch")
+    right = {s: 0 for s in SELECTIONS if s != "halt" or model.config.halting}
+    residuals, correct = [], []
+    generator = torch.Generator().manual_seed(seed)
+    for start in range(0, len(test), batch):
+        rows = test[start : start + batch]
+        inputs, labels = rows["inputs"], rows["labels"]
+        out = None
+        for select in right:
+            generator.manual_seed(seed + start)  # the same restarts for every rule
+            out = model.solve(inputs, depth=depth, breadth=breadth, select=select, generator=generator)
+            right[select] += int((out.answers == labels).all(-1).sum())
+        restart_right = (out.predictions == labels[:, None, :]).all(-1)
+        residuals.append(out.residuals.flatten())
+        correct.append(restart_right.flatten())
+    n = len(test)
+    return {
+        "accuracy": {s: r / n for s, r in right.items()},
+        "residuals": torch.cat(residuals),
+        "correct": torch.cat(correct),
+    }
+
+
+def correlation(residuals: torch.Tensor, correct: torch.Tensor) -> float:
+    """Pearson r between log10 final residual and correctness (point-biserial); NaN if either is constant."""
+    x = residuals.double().clamp_min(1e-12).log10()
+    y = correct.double()
+    if x.std() == 0 or y.std() == 0:
+        return float("nan")
+    return float(((x - x.mean()) * (y - y.mean())).mean() / (x.std(unbiased=False) * y.std(unbiased=False)))
+
+
+def plot(grid: dict, args, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for breadth in args.breadths:
+        axes[0].plot(
+            args.depths,
+            [100 * grid[(d, breadth)]["residual"] for d in args.depths],
+            marker="o",
+            label=f"breadth {breadth}",
+        )
+    axes[0].set_xscale("log", base=2)
+    axes[0].set_xlabel("depth (iterations)")
+    axes[0].set_ylabel("exact solve (%)")
+    axes[0].set_title("EqR: depth x breadth (lowest-residual pick)")
+    axes[0].legend(fontsize=8)
+    depth = args.depths[-1]
+    for select, marker in zip(SELECTIONS, "osx"):
+        if (depth, args.breadths[0]) in grid and select in grid[(depth, args.breadths[0])]:
+            axes[1].plot(
+                args.breadths, [100 * grid[(depth, b)][select] for b in args.breadths], marker=marker, label=select
+            )
+    axes[1].set_xscale("log", base=2)
+    axes[1].set_xlabel("breadth (random restarts)")
+    axes[1].set_ylabel("exact solve (%)")
+    axes[1].set_title(f"selection rule at depth {depth}")
+    axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> dict:
+    args = parse(argv)
+    data = build_sudoku_dataset(
+        args.size, args.train_size, args.test_size, seed=args.seed, augmentations=args.augmentations
+    )
+    print(
+        f"{args.size}x{args.size} Sudoku: {len(data['train'])} training puzzles ({args.train_size} + augmentations), "
+        f"{len(data['test'])} held-out; mean clues {sum(data['test']['clues']) / len(data['test']):.1f}"
+    )
+    results = {"args": {k: str(v) for k, v in vars(args).items()}}
+    models = {}
+    kinds = [args.only] if args.only else list(KINDS)
+    for kind in kinds:
+        model, seconds, log = train(args, kind, data)
+        models[kind] = model
+        results[kind] = {"train_seconds": seconds, "log": log}
+        print(f"  trained {kind} in {seconds:.0f} s (final logged loss {log[-1]['loss'] if log else float('nan'):.4f})")
+    print("\nexact solve on held-out puzzles (one trajectory; EqR: breadth 1, lowest residual)")
+    train_depth = args.segment_loops * args.max_segments
+    for kind, model in models.items():
+        depths = [1] if kind == "feedforward" else sorted({train_depth, *args.depths})
+        row = {d: evaluate(model, data, d, 1, args.seed)["accuracy"]["residual"] for d in depths}
+        results[kind]["accuracy_by_depth"] = row
+        print(f"  {kind:<12} " + "  ".join(f"depth {d}: {100 * a:5.1f}%" for d, a in row.items()))
+    if "eqr" in models:
+        grid, corr = {}, {}
+        print("\nEqR depth x breadth (exact solve %, lowest-residual / vote / halting-head selection)")
+        print("  depth " + "".join(f"{'breadth ' + str(b):>22}" for b in args.breadths))
+        for depth in args.depths:
+            cells = []
+            for breadth in args.breadths:
+                ev = evaluate(models["eqr"], data, depth, breadth, args.seed)
+                grid[(depth, breadth)] = ev["accuracy"]
+                if breadth == args.breadths[-1]:
+                    corr[depth] = correlation(ev["residuals"], ev["correct"])
+                acc = ev["accuracy"]
+                cells.append("/".join(f"{100 * acc[s]:.0f}" for s in SELECTIONS if s in acc))
+            print(f"  {depth:>5} " + "".join(f"{c:>22}" for c in cells))
+        print("\ncorrelation of log10 final residual with a restart being right (Pearson r):")
+        print("  " + "  ".join(f"depth {d}: {r:+.2f}" for d, r in corr.items()))
+        results["eqr"]["grid"] = {f"{d}x{b}": v for (d, b), v in grid.items()}
+        results["eqr"]["residual_correctness_r"] = corr
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            plot(grid, args, args.output_dir / "eqr_sudoku.png")
+            print(f"wrote {args.output_dir / 'eqr_sudoku.png'}")
+        except ImportError:
+            print("matplotlib is not installed: no plot")
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    (args.output_dir / "eqr_sudoku.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
