@@ -1,4 +1,4 @@
-"""Equilibrium Reasoner on small Sudoku: feed-forward vs plain weight-tied vs EqR, and EqR's depth x breadth
+"""Equilibrium Reasoner on small Sudoku (or mazes): feed-forward vs plain weight-tied vs EqR, and EqR's depth x breadth
 test-time scaling with three ways of picking the answer.
 
 Three models of the same size (the same weight-tied block, ``--layers`` layers of width ``--width``) are
@@ -14,6 +14,7 @@ between a trajectory's final residual and whether its answer is right. The plot 
 
     python benchmarks/bench_eqr_sudoku.py                 # 6x6, a few minutes per model on 2 CPU cores
     python benchmarks/bench_eqr_sudoku.py --size 4
+    python benchmarks/bench_eqr_sudoku.py --task maze --size 9
     python benchmarks/bench_eqr_sudoku.py --quick         # seconds; a test runs this
 """
 
@@ -29,7 +30,7 @@ import torch
 from transformers import set_seed
 
 from equilibria import EqRConfig, EqRForPuzzleSolving
-from equilibria.tasks import build_sudoku_dataset
+from equilibria.tasks import build_maze_dataset, build_sudoku_dataset
 from equilibria.trainers import EqRTrainer, EqRTrainingArguments
 
 SELECTIONS = ("residual", "vote", "halt")
@@ -38,7 +39,8 @@ SELECTIONS = ("residual", "vote", "halt")
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--size", type=int, default=6, choices=[4, 6, 9])
+    p.add_argument("--task", default="sudoku", choices=["sudoku", "maze"])
+    p.add_argument("--size", type=int, default=6, help="Sudoku: 4, 6 or 9; maze: side length 5..30")
     p.add_argument("--train-size", type=int, default=3000)
     p.add_argument("--test-size", type=int, default=300)
     p.add_argument("--augmentations", type=int, default=1)
@@ -58,8 +60,13 @@ def parse(argv):
     p.add_argument("--only", choices=["feedforward", "weight_tied", "eqr"], default=None)
     p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results/eqr_sudoku"))
     args = p.parse_args(argv)
+    if args.task == "sudoku" and args.size not in (4, 6, 9):
+        p.error("--size for Sudoku must be 4, 6 or 9")
+    if args.task == "maze" and not 5 <= args.size <= 30:
+        p.error("--size for mazes must be in [5, 30]")
     if args.quick:
-        args.size, args.train_size, args.test_size, args.steps, args.batch_size = 4, 64, 16, 4, 16
+        args.size = 4 if args.task == "sudoku" else 7
+        args.train_size, args.test_size, args.steps, args.batch_size = 64, 16, 4, 16
         args.width, args.depths, args.breadths, args.augmentations = 32, "2,4", "1,2", 0
     args.depths = [int(x) for x in args.depths.split(",")]
     args.breadths = [int(x) for x in args.breadths.split(",")]
@@ -73,11 +80,29 @@ KINDS = {
 }
 
 
+def load_task(args):
+    if args.task == "maze":
+        data = build_maze_dataset(args.size, args.train_size, args.test_size, seed=args.seed, min_path=args.size)
+        print(
+            f"{args.size}x{args.size} mazes: {len(data['train'])} training, {len(data['test'])} held-out; mean path "
+            f"length {sum(data['test']['rating']) / len(data['test']):.1f}"
+        )
+        return data, 6
+    data = build_sudoku_dataset(
+        args.size, args.train_size, args.test_size, seed=args.seed, augmentations=args.augmentations
+    )
+    print(
+        f"{args.size}x{args.size} Sudoku: {len(data['train'])} training puzzles ({args.train_size} + augmentations), "
+        f"{len(data['test'])} held-out; mean clues {sum(data['test']['clues']) / len(data['test']):.1f}"
+    )
+    return data, 11
+
+
 def build(args, kind: str) -> EqRForPuzzleSolving:
     set_seed(args.seed)
     spec = KINDS[kind]
     config = EqRConfig(
-        vocab_size=11,
+        vocab_size=args.vocab_size,
         max_seq_len=args.size * args.size,
         hidden_size=args.width,
         intermediate_size=4 * args.width,
@@ -123,20 +148,25 @@ def train(args, kind: str, data) -> tuple[EqRForPuzzleSolving, float, list]:
 
 @torch.no_grad()
 def evaluate(model, data, depth: int, breadth: int, seed: int, batch: int = 128) -> dict:
-    """Exact-solve accuracy for each selection rule, plus every restart's residual and correctness."""
+    """Exact-solve accuracy for each selection rule (all read from the same restarts), plus every restart's
+    final residual and correctness."""
     test = data["test"].with_format("torch")
-    right = {s: 0 for s in SELECTIONS if s != "halt" or model.config.halting}
+    rules = [s for s in SELECTIONS if s != "halt" or model.config.halting]
+    right = dict.fromkeys(rules, 0)
     residuals, correct = [], []
     generator = torch.Generator().manual_seed(seed)
     for start in range(0, len(test), batch):
         rows = test[start : start + batch]
-        inputs, labels = rows["inputs"], rows["labels"]
-        out = None
-        for select in right:
-            generator.manual_seed(seed + start)  # the same restarts for every rule
-            out = model.solve(inputs, depth=depth, breadth=breadth, select=select, generator=generator)
-            right[select] += int((out.answers == labels).all(-1).sum())
-        restart_right = (out.predictions == labels[:, None, :]).all(-1)
+        labels = rows["labels"]
+        out = model.solve(rows["inputs"], depth=depth, breadth=breadth, select="residual", generator=generator)
+        restart_right = (out.predictions == labels[:, None, :]).all(-1)  # (puzzles, breadth)
+        picks = {"residual": out.chosen}
+        ranked = out.votes.float() - out.residuals.float() / (out.residuals.float().max() + 1.0)
+        picks["vote"] = ranked.argmax(1)  # the same rule as solve(select="vote")
+        if out.halt_probs is not None:
+            picks["halt"] = out.halt_probs.argmax(1)
+        for rule in rules:
+            right[rule] += int(restart_right.gather(1, picks[rule][:, None]).sum())
         residuals.append(out.residuals.flatten())
         correct.append(restart_right.flatten())
     n = len(test)
@@ -192,13 +222,7 @@ def plot(grid: dict, args, path: Path) -> None:
 
 def main(argv=None) -> dict:
     args = parse(argv)
-    data = build_sudoku_dataset(
-        args.size, args.train_size, args.test_size, seed=args.seed, augmentations=args.augmentations
-    )
-    print(
-        f"{args.size}x{args.size} Sudoku: {len(data['train'])} training puzzles ({args.train_size} + augmentations), "
-        f"{len(data['test'])} held-out; mean clues {sum(data['test']['clues']) / len(data['test']):.1f}"
-    )
+    data, args.vocab_size = load_task(args)
     results = {"args": {k: str(v) for k, v in vars(args).items()}}
     models = {}
     kinds = [args.only] if args.only else list(KINDS)
