@@ -221,11 +221,10 @@ def test_internalization_benchmark_quick_mode_runs(tmp_path):
 
 def test_memory_benchmark_quick_mode_shows_constant_memory(tmp_path):
     bench = _benchmark("bench_attractor_memory")
-    results = bench.main(
-        ["--quick", "--budgets", "2,16", "--modes", "one_step,unrolled", "--output-dir", str(tmp_path)]
-    )
-    assert results[("one_step", 16)]["saved_bytes"] == results[("one_step", 2)]["saved_bytes"]
-    assert results[("unrolled", 16)]["saved_bytes"] > 4 * results[("unrolled", 2)]["saved_bytes"]
+    # two child processes (each imports torch); the unrolled growth is tested in-process in test_attractor.py
+    results = bench.main(["--quick", "--budgets", "2,16", "--modes", "one_step", "--output-dir", str(tmp_path)])
+    assert results[("one_step", 16)]["saved_bytes"] == results[("one_step", 2)]["saved_bytes"] > 0
+    assert results[("one_step", 16)]["saved_ratio"] == 1.0
     assert (tmp_path / "memory.png").stat().st_size > 1000
     with pytest.raises(SystemExit, match="unknown gradient modes"):
         bench.main(["--quick", "--modes", "bptt"])
