@@ -12,8 +12,8 @@ Printed: exact-solve accuracy on held-out puzzles (no puzzle shared with trainin
 depth x breadth with selection by lowest final residual, majority vote and halting head; and the correlation
 between a trajectory's final residual and whether its answer is right. The plot is saved as a PNG.
 
-    python benchmarks/bench_eqr_sudoku.py                 # 6x6, about 25 minutes on 2 CPU cores in all
-    python benchmarks/bench_eqr_sudoku.py --size 4
+    python benchmarks/bench_eqr_sudoku.py                 # 4x4, about 17 minutes on 2 CPU cores in all
+    python benchmarks/bench_eqr_sudoku.py --size 6 --width 96    # 6x6 (all three at 0% at this budget)
     python benchmarks/bench_eqr_sudoku.py --task maze --size 9
     python benchmarks/bench_eqr_sudoku.py --quick         # seconds; a test runs this
 """
@@ -40,14 +40,14 @@ def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--task", default="sudoku", choices=["sudoku", "maze"])
-    p.add_argument("--size", type=int, default=6, help="Sudoku: 4, 6 or 9; maze: side length 5..30")
+    p.add_argument("--size", type=int, default=4, help="Sudoku: 4, 6 or 9; maze: side length 5..30")
     p.add_argument("--train-size", type=int, default=3000)
     p.add_argument("--test-size", type=int, default=200)
     p.add_argument("--augmentations", type=int, default=1)
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--width", type=int, default=96)
+    p.add_argument("--width", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--block", default="attention", choices=["attention", "mlp"])
     p.add_argument("--segment-loops", type=int, default=4)
@@ -58,7 +58,7 @@ def parse(argv):
     p.add_argument("--breadths", default="1,4,16")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", choices=["feedforward", "weight_tied", "eqr"], default=None)
-    p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results/eqr_sudoku"))
+    p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results/eqr_sudoku_4x4"))
     args = p.parse_args(argv)
     if args.task == "sudoku" and args.size not in (4, 6, 9):
         p.error("--size for Sudoku must be 4, 6 or 9")

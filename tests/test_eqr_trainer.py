@@ -73,6 +73,14 @@ def test_segments_carry_the_detached_state_and_refill_after_max_segments(tmp_pat
     model = tiny()
     calls = record_calls(model)
     trainer = EqRTrainer(model=model, args=eqr_args(tmp_path, max_steps=5, max_segments=2), train_dataset=DATA["train"])
+    averaged = EqRTrainer(
+        model=tiny(),
+        args=eqr_args(tmp_path / "b", max_steps=4, max_segments=2, logging_steps=4),
+        train_dataset=DATA["train"],
+    )
+    averaged.train()  # over a logging interval, the mean segments of the rows replaced, not of every step
+    interval = [h for h in averaged.state.log_history if "loss" in h][0]
+    assert interval["halted_rate"] == 0.5 and interval["segments_at_halt"] == 2.0
     trainer.train()
     assert len(calls) == 5
     # step 2 continues step 1's puzzles from its final state; step 3 starts new puzzles from a fresh start
@@ -84,6 +92,7 @@ def test_segments_carry_the_detached_state_and_refill_after_max_segments(tmp_pat
     history = [h for h in trainer.state.log_history if "loss" in h]
     assert [h["halted_rate"] for h in history] == [0.0, 1.0, 0.0, 1.0, 0.0]
     assert all(h["segments_at_halt"] == 2.0 for h in history if h["halted_rate"] == 1.0)
+    assert all(h["segments_at_halt"] == 0.0 for h in history if h["halted_rate"] == 0.0)
     for h in history:
         assert {"lm_loss", "halt_loss", "cell_accuracy", "exact_accuracy", "residual"} <= set(h)
         assert math.isfinite(h["loss"])

@@ -29,7 +29,7 @@ EQR_LOG_KEYS = (
     "exact_accuracy",
     "residual",
     "halted_rate",
-    "segments_at_halt",
+    "halted_segments",  # per step: segments summed over the rows replaced (logged as segments_at_halt)
 )
 
 
@@ -221,7 +221,7 @@ class EqRTrainer(Trainer):
                     "exact_accuracy": exact.float().mean(),
                     "residual": outputs.residuals[:, -1].mean(),
                     "halted_rate": done.float().mean(),
-                    "segments_at_halt": carry.segments[done].float().mean() if bool(done.any()) else zero,
+                    "halted_segments": carry.segments[done].float().sum(),
                 },
                 loss.device,
             )
@@ -230,5 +230,10 @@ class EqRTrainer(Trainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
-            logs.update(self._means.pop(self.accelerator))
+            means = self._means.pop(self.accelerator)
+            if means:
+                halted_rows = means["halted_rate"] * self._carry.done.numel()  # mean rows replaced per step
+                halted_segments = means.pop("halted_segments")
+                means["segments_at_halt"] = round(halted_segments / halted_rows, 6) if halted_rows > 0 else 0.0
+            logs.update(means)
         super().log(logs, start_time)
