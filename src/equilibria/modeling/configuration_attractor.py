@@ -11,6 +11,8 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
 
+from .config_checks import check_finite, check_int, is_number, refuse_foreign_model_type
+
 ATTRACTOR_SOLVERS = ("anderson", "picard")
 GRADIENT_MODES = ("one_step", "implicit", "unrolled")
 INJECTIONS = ("add", "concat")
@@ -105,9 +107,9 @@ class AttractorConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
-        _check_int(self, 1, "num_attention_heads", "hidden_size", "num_key_value_heads")
-        _check_int(self, 0, "num_backbone_layers")
-        _check_int(self, 1, "num_attractor_layers")
+        check_int(self, 1, "num_attention_heads", "hidden_size", "num_key_value_heads")
+        check_int(self, 0, "num_backbone_layers")
+        check_int(self, 1, "num_attractor_layers")
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads
         total = self.num_backbone_layers + self.num_attractor_layers
@@ -124,18 +126,13 @@ class AttractorConfig(PreTrainedConfig):
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
         """Build from a ``config.json`` dict; a dict written for another model type is refused (``ValueError``)."""
-        model_type = config_dict.get("model_type")
-        if model_type is not None and model_type != cls.model_type:
-            raise ValueError(
-                f"AttractorConfig cannot load a config with model_type {model_type!r}: expected {cls.model_type!r}. "
-                "Load it with AutoConfig, or the config class of that model type."
-            )
+        refuse_foreign_model_type(cls, config_dict)
         return super().from_dict(config_dict, **kwargs)
 
     def check_values(self) -> None:
         """Raise ``ValueError`` (naming the key and its allowed values) for a config that cannot describe a
         working Attractor model. Called at construction; call it again after editing attributes by hand."""
-        _check_int(
+        check_int(
             self,
             1,
             "vocab_size",
@@ -148,7 +145,7 @@ class AttractorConfig(PreTrainedConfig):
             "max_position_embeddings",
             "anderson_memory",
         )
-        _check_int(self, 0, "num_backbone_layers", "num_loops")
+        check_int(self, 0, "num_backbone_layers", "num_loops")
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"AttractorConfig: num_attention_heads ({self.num_attention_heads}) must divide hidden_size "
@@ -169,9 +166,9 @@ class AttractorConfig(PreTrainedConfig):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"AttractorConfig: {name} must be one of {allowed}, got {getattr(self, name)!r}.")
         check_solver_tol(self.solver_tol, "AttractorConfig: solver_tol")
-        if not _is_number(self.damping) or not 0.0 < self.damping <= 1.0:
+        if not is_number(self.damping) or not 0.0 < self.damping <= 1.0:
             raise ValueError(f"AttractorConfig: damping must be a number in (0, 1], got {self.damping!r}.")
-        if not _is_number(self.attractor_gate_init) or not 0.0 <= self.attractor_gate_init < math.inf:
+        if not is_number(self.attractor_gate_init) or not 0.0 <= self.attractor_gate_init < math.inf:
             raise ValueError(
                 f"AttractorConfig: attractor_gate_init must be a finite number >= 0, got {self.attractor_gate_init!r}."
             )
@@ -183,20 +180,7 @@ class AttractorConfig(PreTrainedConfig):
 
 def check_solver_tol(value, name: str = "solver_tol") -> float:
     """Return ``value`` as a float, or raise ``ValueError`` unless it is a finite number > 0."""
-    if not _is_number(value) or not 0.0 < value < math.inf:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
-    return float(value)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
-
-
-def _check_int(config: AttractorConfig, minimum: int, *names: str) -> None:
-    for name in names:
-        value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ValueError(f"AttractorConfig: {name} must be an integer >= {minimum}, got {value!r}.")
+    return check_finite(value, name, 0.0, inclusive=False)
 
 
 __all__ = ["AttractorConfig"]

@@ -10,6 +10,8 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
 
+from .config_checks import check_finite, check_int, is_number, refuse_foreign_model_type
+
 BLOCK_TYPES = ("attention", "mlp")
 SELECTIONS = ("residual", "vote", "halt")
 
@@ -81,7 +83,7 @@ class EqRConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
-        _check_int(self, 1, "num_attention_heads", "hidden_size", "num_key_value_heads", "max_seq_len")
+        check_int(self, 1, "num_attention_heads", "hidden_size", "num_key_value_heads", "max_seq_len")
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads
         if self.token_mixing_size is None:
@@ -94,17 +96,12 @@ class EqRConfig(PreTrainedConfig):
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
         """Build from a ``config.json`` dict; a dict written for another model type is refused (``ValueError``)."""
-        model_type = config_dict.get("model_type")
-        if model_type is not None and model_type != cls.model_type:
-            raise ValueError(
-                f"EqRConfig cannot load a config with model_type {model_type!r}: expected {cls.model_type!r}. "
-                "Load it with AutoConfig, or the config class of that model type."
-            )
+        refuse_foreign_model_type(cls, config_dict)
         return super().from_dict(config_dict, **kwargs)
 
     def check_values(self) -> None:
         """Raise ``ValueError`` (naming the key and its allowed values) for a config that cannot work."""
-        _check_int(
+        check_int(
             self,
             1,
             "vocab_size",
@@ -133,11 +130,11 @@ class EqRConfig(PreTrainedConfig):
                 )
             if self.head_dim % 2 != 0:
                 raise ValueError(f"EqRConfig: head_dim must be even for rotary embeddings, got {self.head_dim}.")
-        if not _is_number(self.damping) or not 0.0 <= self.damping < 1.0:
+        if not is_number(self.damping) or not 0.0 <= self.damping < 1.0:
             raise ValueError(f"EqRConfig: damping (lambda) must be a number in [0, 1), got {self.damping!r}.")
         for name in ("train_noise", "test_noise"):
             check_noise(getattr(self, name), f"EqRConfig: {name}")
-        if not _is_number(self.init_std) or not 0.0 < self.init_std < math.inf:
+        if not is_number(self.init_std) or not 0.0 < self.init_std < math.inf:
             raise ValueError(f"EqRConfig: init_std must be a finite number > 0, got {self.init_std!r}.")
         if not self.rms_norm_eps > 0:
             raise ValueError(f"EqRConfig: rms_norm_eps must be > 0, got {self.rms_norm_eps}.")
@@ -147,20 +144,7 @@ class EqRConfig(PreTrainedConfig):
 
 def check_noise(value, name: str = "noise") -> float:
     """Return ``value`` as a float, or raise ``ValueError`` unless it is a finite number >= 0."""
-    if not _is_number(value) or not 0.0 <= value < math.inf:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
-    return float(value)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
-
-
-def _check_int(config: EqRConfig, minimum: int, *names: str) -> None:
-    for name in names:
-        value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ValueError(f"EqRConfig: {name} must be an integer >= {minimum}, got {value!r}.")
+    return check_finite(value, name, 0.0)
 
 
 __all__ = ["EqRConfig"]

@@ -13,6 +13,8 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
 
+from .config_checks import check_int, refuse_foreign_model_type
+
 
 @strict
 class OuroConfig(PreTrainedConfig):
@@ -89,7 +91,7 @@ class OuroConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
-        _check_positive_int(self, "num_attention_heads", "hidden_size", "num_key_value_heads")
+        check_int(self, 1, "num_attention_heads", "hidden_size", "num_key_value_heads")
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads
         if not self.use_sliding_window:
@@ -108,19 +110,15 @@ class OuroConfig(PreTrainedConfig):
     def from_dict(cls, config_dict: dict, **kwargs):
         """Build from a ``config.json`` dict; a dict written for another model type is refused (``ValueError``)
         rather than loaded into an Ouro config with a warning."""
-        model_type = config_dict.get("model_type")
-        if model_type is not None and model_type != cls.model_type:
-            raise ValueError(
-                f"OuroConfig cannot load a config with model_type {model_type!r}: expected {cls.model_type!r}. "
-                "Load it with AutoConfig, or the config class of that model type."
-            )
+        refuse_foreign_model_type(cls, config_dict)
         return super().from_dict(config_dict, **kwargs)
 
     def check_values(self) -> None:
         """Raise ``ValueError`` (naming the key and its allowed values) for a config that cannot describe a
         working Ouro model. Called at construction; call it again after editing attributes by hand."""
-        _check_positive_int(
+        check_int(
             self,
+            1,
             "vocab_size",
             "hidden_size",
             "intermediate_size",
@@ -163,13 +161,6 @@ def check_exit_threshold(value, name: str = "exit_threshold") -> None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < float(value) <= 1.0:
         raise ValueError(f"{name} must be None or a number in (0, 1], got {value!r}.")
-
-
-def _check_positive_int(config: OuroConfig, *names: str) -> None:
-    for name in names:
-        value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"OuroConfig: {name} must be a positive integer, got {value!r}.")
 
 
 __all__ = ["OuroConfig"]

@@ -63,6 +63,22 @@ class LoopGenerationMixin:
     without this, ``GenerationConfig.update`` would swallow the argument."""
 
     _loop_generate_kwargs: dict[str, Callable] = {}
+    _generation_cache_class: type | None = None  # the dynamic cache generate should use instead of DynamicCache
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        cache_class = self._generation_cache_class
+        if cache_class is None:
+            return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        implementation = generation_config.cache_implementation
+        if model_kwargs.get("cache") is None and implementation not in (None, "dynamic"):
+            raise ValueError(
+                f"{type(self).__name__} generates with its own {cache_class.__name__}; cache_implementation must be "
+                f"None or 'dynamic', got {implementation!r}."
+            )
+        user_cache = model_kwargs.get("cache")
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        if user_cache is None and type(model_kwargs.get("cache")) is DynamicCache:
+            model_kwargs["cache"] = cache_class()
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save as usual; a loop default set on the generation config (``generation_config.num_loops = 8``) is

@@ -523,6 +523,7 @@ class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, Genera
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
     _tp_plan = {"lm_head": "colwise_gather_output"}
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
+    _generation_cache_class = AttractorCache
     _loop_generate_kwargs = {"num_loops": check_budget, "solver_tol": check_solver_tol}
 
     def __init__(self, config: AttractorConfig):
@@ -600,18 +601,6 @@ class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, Genera
             jacobian_penalty=outputs.jacobian_penalty,
             correction_loss=correction_loss,
         )
-
-    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
-        implementation = generation_config.cache_implementation
-        if model_kwargs.get("cache") is None and implementation not in (None, "dynamic"):
-            raise ValueError(
-                f"The Attractor LM generates with a dynamic cache (AttractorCache); cache_implementation must be None "
-                f"or 'dynamic', got {implementation!r}."
-            )
-        user_cache = model_kwargs.get("cache")
-        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        if user_cache is None and type(model_kwargs.get("cache")) is DynamicCache:
-            model_kwargs["cache"] = AttractorCache()
 
 
 __all__ = [

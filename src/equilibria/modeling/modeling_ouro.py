@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache
+from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -657,6 +657,7 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
     _tp_plan = {"lm_head": "colwise_gather_output"}
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
+    _generation_cache_class = OuroCache
     _loop_generate_kwargs = {
         "num_loops": lambda value: check_num_loops(value),
         "exit_threshold": lambda value: check_exit_threshold(value) or value,
@@ -716,20 +717,6 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
             exit_probs=outputs.exit_probs,
             loop_residual=outputs.loop_residual,
         )
-
-    # ---- generate() integration -------------------------------------------------------------------
-
-    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
-        implementation = generation_config.cache_implementation
-        if model_kwargs.get("cache") is None and implementation not in (None, "dynamic"):
-            raise ValueError(
-                f"Ouro generates with its own OuroCache (one entry per loop step and layer); cache_implementation "
-                f"must be None or 'dynamic', got {implementation!r}."
-            )
-        user_cache = model_kwargs.get("cache")
-        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        if user_cache is None and type(model_kwargs.get("cache")) is DynamicCache:
-            model_kwargs["cache"] = OuroCache()
 
 
 __all__ = [
