@@ -30,10 +30,10 @@ import torch
 from transformers import set_seed
 
 from equilibria import EqRConfig, EqRForPuzzleSolving
+from equilibria.modeling.configuration_eqr import SELECTIONS
+from equilibria.modeling.modeling_eqr import pick_restarts
 from equilibria.tasks import build_maze_dataset, build_sudoku_dataset
 from equilibria.trainers import EqRTrainer, EqRTrainingArguments
-
-SELECTIONS = ("residual", "vote", "halt")
 
 
 def parse(argv):
@@ -160,13 +160,9 @@ def evaluate(model, data, depth: int, breadth: int, seed: int, batch: int = 128)
         labels = rows["labels"]
         out = model.solve(rows["inputs"], depth=depth, breadth=breadth, select="residual", generator=generator)
         restart_right = (out.predictions == labels[:, None, :]).all(-1)  # (puzzles, breadth)
-        picks = {"residual": out.chosen}
-        ranked = out.votes.float() - out.residuals.float() / (out.residuals.float().max() + 1.0)
-        picks["vote"] = ranked.argmax(1)  # the same rule as solve(select="vote")
-        if out.halt_probs is not None:
-            picks["halt"] = out.halt_probs.argmax(1)
-        for rule in rules:
-            right[rule] += int(restart_right.gather(1, picks[rule][:, None]).sum())
+        for rule in rules:  # solve's own selection rules, applied to the same restarts
+            picks = pick_restarts(rule, out.residuals, out.votes, out.halt_probs)
+            right[rule] += int(restart_right.gather(1, picks[:, None]).sum())
         residuals.append(out.residuals.flatten())
         correct.append(restart_right.flatten())
     n = len(test)

@@ -85,6 +85,25 @@ def tiny_attractor(seed: int = 0, strength: float = 10.0, **overrides) -> Attrac
     return model
 
 
+def run_two_processes(script_name: str, out_dir: Path) -> tuple[dict, dict]:
+    """Run ``tests/scripts/<script_name>`` under ``torchrun --nproc_per_node 2`` (gloo on CPU) with ``out_dir`` as
+    its argument, and return what ranks 0 and 1 saved in ``out_dir/rank{R}.pt``."""
+    import socket
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent / "scripts" / script_name
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+    cmd += ["--master_port", str(port), str(script), str(out_dir)]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return torch.load(out_dir / "rank0.pt"), torch.load(out_dir / "rank1.pt")
+
+
 def char_tokenizer():
     """A real PreTrainedTokenizerFast over single characters (pad=0, bos=1, eos=2)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers

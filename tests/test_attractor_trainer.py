@@ -2,14 +2,13 @@
 
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_attractor, tiny_ouro
+from conftest import run_two_processes, tiny_attractor, tiny_ouro
 from datasets import Dataset
 
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
@@ -176,20 +175,11 @@ def test_a_model_without_an_attractor_is_refused(tmp_path):
 def test_two_process_run_keeps_replicas_identical(tmp_path):
     """torchrun --nproc_per_node 2 (gloo, CPU) with the implicit gradient, the Jacobian penalty and the
     correction loss: both replicas hold identical parameters after the steps, and they moved."""
-    script = Path(__file__).parent / "scripts" / "attractor_ddp.py"
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
-    cmd += ["--master_port", str(port), str(script), str(tmp_path)]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    r0, r1 = run_two_processes("attractor_ddp.py", tmp_path)
     assert r0["world"] == r1["world"] == 2
     for name, p0 in r0["params"].items():
         assert torch.equal(p0, r1["params"][name]), name
-    sys.path.insert(0, str(script.parent))
+    sys.path.insert(0, str(Path(__file__).parent / "scripts"))
     try:
         import attractor_ddp
     finally:

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 import torch
-from conftest import tiny_ouro
+from conftest import run_two_processes, tiny_ouro
 from datasets import Dataset
 from transformers import TrainerCallback
 
@@ -308,33 +308,11 @@ def test_evaluation_uses_the_evaluation_loop_count(tmp_path):
 def test_two_process_run_keeps_replicas_identical(tmp_path):
     """torchrun --nproc_per_node 2 (gloo, CPU): the JSRR term's gradients are all-reduced with the LM loss's,
     so both replicas hold identical parameters after the steps, and they differ from the start."""
-    import os
-    import socket
-    import subprocess
     import sys
     from pathlib import Path
 
     script = Path(__file__).parent / "scripts" / "stars_ddp.py"
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    with socket.socket() as sock:  # a free port for the rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(port),
-        str(script),
-        str(tmp_path),
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    r0, r1 = run_two_processes("stars_ddp.py", tmp_path)
     assert r0["world"] == r1["world"] == 2
     start = tiny_ouro(seed=0).state_dict()
     for run in ("jsrr", "lm_only"):

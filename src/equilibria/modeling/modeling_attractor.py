@@ -305,22 +305,10 @@ class AttractorModel(AttractorPreTrainedModel):
         if position_ids is None:
             past_seen = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(past_seen, past_seen + seq_len, device=inputs_embeds.device).unsqueeze(0)
-        mask = create_causal_mask(
-            config=config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            cache=cache,
-            position_ids=position_ids,
+        y0, mask, position_embeddings, backbone_states = self._propose(
+            inputs_embeds, attention_mask, position_ids, cache, **kwargs
         )
-        position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
-
-        hidden = inputs_embeds
-        all_states = (hidden,) if output_hidden_states else None
-        for layer in self.backbone:
-            hidden = layer(hidden, attention_mask=mask, position_embeddings=position_embeddings, cache=cache, **kwargs)
-            if output_hidden_states:
-                all_states += (hidden,)
-        y0 = hidden
+        all_states = backbone_states if output_hidden_states else None
 
         stats = None
         penalty = None
@@ -344,25 +332,12 @@ class AttractorModel(AttractorPreTrainedModel):
                 y_star = append(z)
                 stats = _unrolled_stats(z, y_star, budget, tol)
             else:
-                z_star, stats = solve(
-                    peek if sampler is None else sampler.wrap(peek),
-                    y0,
-                    solver=config.solver,
-                    max_iter=budget,
-                    tol=tol,
-                    damping=float(config.damping),
-                    **({"memory": config.anderson_memory} if config.solver == "anderson" else {}),
-                )
-                if mode == "implicit":
-                    y_star = implicit_gradient(
-                        append,
-                        z_star,
-                        solver=config.solver,
-                        max_iter=budget,
-                        tol=tol,
-                        damping=float(config.damping),
-                        **({"memory": config.anderson_memory} if config.solver == "anderson" else {}),
-                    )
+                solver_kwargs = dict(solver=config.solver, max_iter=budget, tol=tol, damping=float(config.damping))
+                if config.solver == "anderson":
+                    solver_kwargs["memory"] = config.anderson_memory
+                z_star, stats = solve(peek if sampler is None else sampler.wrap(peek), y0, **solver_kwargs)
+                if mode == "implicit":  # the backward fixed point is solved with the same solver and budget
+                    y_star = implicit_gradient(append, z_star, **solver_kwargs)
                 else:
                     y_star = append(z_star.detach())
                 if bool(stats.diverged.any()):  # never pass T of a blown-up state on: keep the best iterate
@@ -379,19 +354,42 @@ class AttractorModel(AttractorPreTrainedModel):
             done = stats.converged if stats is not None else torch.ones(batch_size, dtype=torch.bool, device=y0.device)
             cache.record("solver_steps", steps[:, None].expand(batch_size, seq_len))
             cache.record("converged", done[:, None].expand(batch_size, seq_len))
+        telemetry = {}
+        if stats is not None:
+            telemetry = dict(
+                solver_steps=stats.steps,
+                abs_residual=stats.abs_residual,
+                rel_residual=stats.rel_residual,
+                converged=stats.converged,
+                diverged=stats.diverged,
+            )
         return AttractorModelOutput(
             last_hidden_state=self.norm(y_star),
             cache=cache,
             hidden_states=all_states,
             proposal=y0,
-            solver_steps=stats.steps if stats is not None else None,
-            abs_residual=stats.abs_residual if stats is not None else None,
-            rel_residual=stats.rel_residual if stats is not None else None,
-            converged=stats.converged if stats is not None else None,
-            diverged=stats.diverged if stats is not None else None,
             jacobian_penalty=penalty,
             correction_states=corrections,
+            **telemetry,
         )
+
+    def _propose(self, inputs_embeds, attention_mask, position_ids, cache, **kwargs):
+        """The backbone pass: ``(y0, mask, position_embeddings, states)`` with ``states`` the embeddings and every
+        backbone layer's output. The mask is built before the backbone appends to ``cache``."""
+        mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            cache=cache,
+            position_ids=position_ids,
+        )
+        position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
+        hidden = inputs_embeds
+        states = (hidden,)
+        for layer in self.backbone:
+            hidden = layer(hidden, attention_mask=mask, position_embeddings=position_embeddings, cache=cache, **kwargs)
+            states += (hidden,)
+        return hidden, mask, position_embeddings, states
 
     def _check_cache(self, cache: Cache, budget: int) -> None:
         if not isinstance(cache, DynamicCache):
@@ -429,18 +427,8 @@ class AttractorModel(AttractorPreTrainedModel):
             inputs_embeds = self.embed_tokens(input_ids)
         if position_ids is None:
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device).unsqueeze(0)
-        mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            cache=None,
-            position_ids=position_ids,
-        )
-        position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
-        hidden = inputs_embeds
-        for layer in self.backbone:
-            hidden = layer(hidden, attention_mask=mask, position_embeddings=position_embeddings)
-        return partial(self.attractor, y0=hidden, attention_mask=mask, position_embeddings=position_embeddings), hidden
+        y0, mask, position_embeddings, _ = self._propose(inputs_embeds, attention_mask, position_ids, None)
+        return partial(self.attractor, y0=y0, attention_mask=mask, position_embeddings=position_embeddings), y0
 
 
 class _IterateSampler:

@@ -375,17 +375,23 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         halt = torch.sigmoid(out.halt_logits[:, -1].float()).view(num, breadth) if out.halt_logits is not None else None
         same = (predictions[:, :, None, :] == predictions[:, None, :, :]).all(-1)  # (num, breadth, breadth)
         votes = same.sum(-1)
-        if select == "residual":
-            chosen = residuals.argmin(dim=1)
-        elif select == "halt":
-            chosen = halt.argmax(dim=1)
-        else:  # most votes; among those, the lowest residual
-            ranked = votes.float() - residuals.float() / (residuals.float().max() + 1.0)
-            chosen = ranked.argmax(dim=1)
+        chosen = pick_restarts(select, residuals, votes, halt)
         answers = predictions[torch.arange(num, device=predictions.device), chosen]
         return EqRSolveOutput(
             answers=answers, chosen=chosen, predictions=predictions, residuals=residuals, halt_probs=halt, votes=votes
         )
+
+
+def pick_restarts(
+    select: str, residuals: torch.Tensor, votes: torch.Tensor, halt_probs: torch.Tensor | None
+) -> torch.LongTensor:
+    """The restart chosen per puzzle (all ``(num_puzzles, breadth)``): lowest final residual (``"residual"``), most
+    confident halting head (``"halt"``), or most votes, ties going to the lowest residual (``"vote"``)."""
+    if select == "residual":
+        return residuals.argmin(dim=1)
+    if select == "halt":
+        return halt_probs.argmax(dim=1)
+    return (votes.float() - residuals.float() / (residuals.float().max() + 1.0)).argmax(dim=1)
 
 
 def puzzle_solved(logits: torch.Tensor, labels: torch.Tensor) -> torch.BoolTensor:

@@ -10,13 +10,14 @@ the published encoding: ``#`` 1, space 2, ``S`` 3, ``G`` 4, ``o`` 5, with 0 rese
 
 from __future__ import annotations
 
-import csv
 import math
 import random
 from collections import deque
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict
+
+from .puzzle_csv import read_puzzle_csv
 
 MAZE_CHARS = "# SGo"
 MAZE_PAD = 0
@@ -244,23 +245,9 @@ def load_maze_csv(path: str | Path, check_unique: bool = False, limit: int | Non
     """Load a CSV in the published Maze-Hard layout (header ``source,question,answer,rating``; maze strings over
     ``"# SGo"``), validating every row with :func:`check_maze_answer`; a bad row raises ``ValueError`` naming
     its line and the problem."""
-    path = Path(path)
-    rows = []
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        missing = {"source", "question", "answer", "rating"} - set(reader.fieldnames or [])
-        if missing:
-            raise ValueError(
-                f"{path}: the maze CSV layout has columns source,question,answer,rating; missing {sorted(missing)} "
-                f"(found {reader.fieldnames})"
-            )
-        for line, record in enumerate(reader, start=2):
-            if limit is not None and len(rows) >= limit:
-                break
-            try:
-                check_maze_answer(record["question"], record["answer"], check_unique=check_unique)
-                rating = float(record["rating"]) if record["rating"] not in ("", None) else 0.0
-            except ValueError as err:
-                raise ValueError(f"{path}, line {line}: {err}") from None
-            rows.append({**{k: record[k] for k in ("source", "question", "answer")}, "rating": rating})
-    return _to_dataset(rows)
+
+    def check_row(record: dict) -> dict:
+        check_maze_answer(record["question"], record["answer"], check_unique=check_unique)
+        return {"question": record["question"], "answer": record["answer"]}
+
+    return _to_dataset(read_puzzle_csv(path, "maze", check_row, limit))

@@ -9,12 +9,13 @@ reserved for padding, so the vocabulary has 11 tokens for every board size.
 
 from __future__ import annotations
 
-import csv
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict
+
+from .puzzle_csv import read_puzzle_csv
 
 SUDOKU_PAD = 0
 SUDOKU_VOCAB_SIZE = 11  # pad, blank, digits 1..9
@@ -311,24 +312,9 @@ def load_sudoku_csv(path: str | Path, check_unique: bool = False, limit: int | N
     question's clues and obeying the rules, and (``check_unique=True``) that the question has no other solution.
     A bad row raises ``ValueError`` naming its line and the problem. Adds ``clues`` and the ``inputs`` /
     ``labels`` tokens."""
-    path = Path(path)
-    rows = []
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        missing = {"source", "question", "answer", "rating"} - set(reader.fieldnames or [])
-        if missing:
-            raise ValueError(
-                f"{path}: the Sudoku-Extreme CSV layout has columns source,question,answer,rating; missing "
-                f"{sorted(missing)} (found {reader.fieldnames})"
-            )
-        for line, record in enumerate(reader, start=2):
-            if limit is not None and len(rows) >= limit:
-                break
-            try:
-                rows.append(_check_record(record, check_unique))
-            except ValueError as err:
-                raise ValueError(f"{path}, line {line}: {err}") from None
-    return _to_dataset(rows)
+    return _to_dataset(
+        read_puzzle_csv(path, "Sudoku-Extreme", lambda record: _check_record(record, check_unique), limit)
+    )
 
 
 def _check_record(record: dict, check_unique: bool) -> dict:
@@ -345,14 +331,4 @@ def _check_record(record: dict, check_unique: bool) -> dict:
         found = solve_sudoku(q, size, limit=2).solutions
         if len(found) != 1:
             raise ValueError(f"the question has {'no' if not found else 'more than one'} solution: {question!r}")
-    try:
-        rating = float(record["rating"]) if record["rating"] not in ("", None) else 0.0
-    except ValueError:
-        raise ValueError(f"rating must be a number, got {record['rating']!r}") from None
-    return {
-        "source": record["source"],
-        "question": format_board(q),
-        "answer": answer,
-        "rating": rating,
-        "clues": sum(1 for v in q if v),
-    }
+    return {"question": format_board(q), "answer": answer, "clues": sum(1 for v in q if v)}

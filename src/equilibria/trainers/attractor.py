@@ -17,7 +17,7 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from ..modeling.configuration_attractor import GRADIENT_MODES
-from .common import RunningMeans, loss_scales
+from .common import RunningMeans, find_core, loss_scales
 
 ATTRACTOR_LOG_KEYS = (
     "lm_loss",
@@ -96,13 +96,6 @@ def _is_int(value, minimum: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
-def _find_attractor_core(model) -> torch.nn.Module | None:
-    for module in model.modules():
-        if callable(getattr(module, "attractor_map", None)):
-            return module
-    return None
-
-
 class AttractorTrainer(Trainer):
     """[`~transformers.Trainer`] for Attractor LMs (``AttractorForCausalLM``, also wrapped by PEFT).
 
@@ -124,7 +117,7 @@ class AttractorTrainer(Trainer):
                 "AttractorTrainer needs AttractorTrainingArguments (args=AttractorTrainingArguments(...)), got "
                 f"{type(args).__name__}."
             )
-        if model is None or _find_attractor_core(model) is None:
+        if model is None or find_core(model, "attractor_map") is None:
             raise ValueError(
                 f"AttractorTrainer needs an Attractor model (one containing a module with `attractor_map`, such as "
                 f"AttractorForCausalLM); got {type(model).__name__}."

@@ -4,7 +4,17 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
 from transformers import Trainer
+
+
+def find_core(model: nn.Module, method: str) -> nn.Module | None:
+    """The first module inside ``model`` (and any wrapper around it: PEFT, DDP) with a callable ``method`` (e.g.
+    ``"loop_map"`` for ``OuroModel``), or ``None``. The same object stays inside wrappers added later."""
+    for module in model.modules():
+        if callable(getattr(module, method, None)):
+            return module
+    return None
 
 
 def loss_scales(trainer: Trainer, num_items_in_batch) -> tuple[float, float, float]:

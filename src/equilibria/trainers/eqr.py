@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from .common import RunningMeans, loss_scales
+from .common import RunningMeans, find_core, loss_scales
 
 EQR_LOG_KEYS = (
     "lm_loss",
@@ -148,7 +148,8 @@ class EqRTrainer(Trainer):
             raise ValueError(
                 f"EqRTrainer needs EqRTrainingArguments (args=EqRTrainingArguments(...)), got {type(args).__name__}."
             )
-        if model is None or not any(callable(getattr(m, "block_map", None)) for m in model.modules()):
+        core = find_core(model, "block_map") if model is not None else None
+        if core is None:
             raise ValueError(
                 f"EqRTrainer needs an Equilibrium Reasoner (a model containing EqRModel, such as "
                 f"EqRForPuzzleSolving); got {type(model).__name__}."
@@ -158,6 +159,7 @@ class EqRTrainer(Trainer):
                 "EqRTrainer computes its own loss: label_smoothing_factor and compute_loss_func are refused."
             )
         super().__init__(model=model, args=args, **kwargs)
+        self._core = core  # EqRModel: the same object inside any wrapper added later (DDP, ...)
         self._carry: _Carry | None = None
         self._means = RunningMeans(EQR_LOG_KEYS)
         self._ema = _EMACallback(self, args.ema_decay) if args.ema_decay is not None else None
@@ -168,14 +170,13 @@ class EqRTrainer(Trainer):
     def ema_weights(self) -> dict[str, torch.Tensor] | None:
         return None if self._ema is None else self._ema.shadow
 
-    def _segment_loops(self, model) -> int:
-        config = self.accelerator.unwrap_model(model).config
-        return self.args.segment_loops or config.num_loops
+    def _segment_loops(self) -> int:
+        return self.args.segment_loops or self._core.config.num_loops
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args: EqRTrainingArguments = self.args
         if not (model.training and torch.is_grad_enabled()):
-            loops = args.eval_num_loops or self._segment_loops(model) * args.max_segments
+            loops = args.eval_num_loops or self._segment_loops() * args.max_segments
             outputs = model(inputs=inputs["inputs"], labels=inputs.get("labels"), num_loops=loops)
             return (outputs.loss, outputs) if return_outputs else outputs.loss
 
@@ -184,8 +185,7 @@ class EqRTrainer(Trainer):
             carry = self._carry = _Carry(inputs)
         else:
             carry.refill(inputs)
-        core = self.accelerator.unwrap_model(model)
-        core = next(m for m in core.modules() if callable(getattr(m, "block_map", None)))
+        core = self._core
         batch, seq_len = carry.batch["inputs"].shape
         start = core.initial_state(batch, seq_len, random_init=args.random_init, dtype=core.embed_tokens.weight.dtype)
         state = start if carry.state is None else torch.where(carry.fresh[:, None, None], start, carry.state)
@@ -195,7 +195,7 @@ class EqRTrainer(Trainer):
             labels=carry.batch["labels"],
             attention_mask=carry.batch.get("attention_mask"),
             state=state,
-            num_loops=self._segment_loops(model),
+            num_loops=self._segment_loops(),
             **extra,
         )
         _, _, reg_scale = loss_scales(self, None)  # per-micro-batch means: divide by the accumulation steps

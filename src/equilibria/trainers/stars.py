@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from transformers import Trainer, TrainingArguments
 
-from .common import RunningMeans, loss_scales
+from .common import RunningMeans, find_core, loss_scales
 from .regularizers import spectral_radius
 
 JSRR_PENALTIES = ("square", "hinge")
@@ -124,10 +124,7 @@ def sample_num_loops(step: int, seed: int, log_mean: float, log_std: float, min_
 def find_looped_core(model: nn.Module) -> nn.Module | None:
     """The module that exposes ``loop_map`` (e.g. ``OuroModel``) inside ``model`` and any wrapper around it
     (PEFT, DDP), or ``None``."""
-    for module in model.modules():
-        if callable(getattr(module, "loop_map", None)):
-            return module
-    return None
+    return find_core(model, "loop_map")
 
 
 class StarsTrainer(Trainer):
