@@ -44,6 +44,7 @@ def parse(argv):
     p.add_argument("--train-size", type=int, default=3000)
     p.add_argument("--test-size", type=int, default=200)
     p.add_argument("--augmentations", type=int, default=1)
+    p.add_argument("--min-clues", type=int, default=None, help="Sudoku: keep at least this many clues (easier puzzles)")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -89,7 +90,12 @@ def load_task(args):
         )
         return data, 6
     data = build_sudoku_dataset(
-        args.size, args.train_size, args.test_size, seed=args.seed, augmentations=args.augmentations
+        args.size,
+        args.train_size,
+        args.test_size,
+        seed=args.seed,
+        augmentations=args.augmentations,
+        min_clues=args.min_clues,
     )
     print(
         f"{args.size}x{args.size} Sudoku: {len(data['train'])} training puzzles ({args.train_size} + augmentations), "

@@ -9,12 +9,19 @@ Importing the package registers every model family with transformers' Auto class
     model.generate(input_ids, num_loops=8, max_new_tokens=32)
 
 Families: Ouro looped LM (``model_type="ouro"``), the Attractor LM (``"attractor_lm"``) and the Equilibrium
-Reasoner (``"eqr"``, ``AutoModelForTokenClassification``: one answer token per puzzle cell).
+Reasoner (``"eqr"``, ``AutoModelForTokenClassification``: one answer token per puzzle cell) and the
+port-Hamiltonian DEQ (``"phdeq"``, ``AutoModelForSequenceClassification``).
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 
 from .modeling import (
     AttractorCache,
@@ -37,6 +44,12 @@ from .modeling import (
     OuroModel,
     OuroModelOutput,
     OuroPreTrainedModel,
+    PHDEQClassifierOutput,
+    PHDEQConfig,
+    PHDEQForSequenceClassification,
+    PHDEQModel,
+    PHDEQModelOutput,
+    PHDEQPreTrainedModel,
 )
 
 try:
@@ -55,6 +68,9 @@ def _register() -> None:
     AutoConfig.register(EqRConfig.model_type, EqRConfig, exist_ok=True)
     AutoModel.register(EqRConfig, EqRModel, exist_ok=True)
     AutoModelForTokenClassification.register(EqRConfig, EqRForPuzzleSolving, exist_ok=True)
+    AutoConfig.register(PHDEQConfig.model_type, PHDEQConfig, exist_ok=True)
+    AutoModel.register(PHDEQConfig, PHDEQModel, exist_ok=True)
+    AutoModelForSequenceClassification.register(PHDEQConfig, PHDEQForSequenceClassification, exist_ok=True)
 
 
 _register()
@@ -80,5 +96,11 @@ __all__ = [
     "OuroModel",
     "OuroModelOutput",
     "OuroPreTrainedModel",
+    "PHDEQClassifierOutput",
+    "PHDEQConfig",
+    "PHDEQForSequenceClassification",
+    "PHDEQModel",
+    "PHDEQModelOutput",
+    "PHDEQPreTrainedModel",
     "__version__",
 ]

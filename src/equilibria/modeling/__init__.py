@@ -7,6 +7,7 @@ transformers and each other (``from .name import ...``), never the rest of ``equ
 from .configuration_attractor import AttractorConfig
 from .configuration_eqr import EqRConfig
 from .configuration_ouro import OuroConfig
+from .configuration_phdeq import PHDEQConfig
 from .modeling_attractor import (
     AttractorCache,
     AttractorCausalLMOutput,
@@ -23,6 +24,13 @@ from .modeling_ouro import (
     OuroModel,
     OuroModelOutput,
     OuroPreTrainedModel,
+)
+from .modeling_phdeq import (
+    PHDEQClassifierOutput,
+    PHDEQForSequenceClassification,
+    PHDEQModel,
+    PHDEQModelOutput,
+    PHDEQPreTrainedModel,
 )
 
 __all__ = [
@@ -46,4 +54,10 @@ __all__ = [
     "OuroModel",
     "OuroModelOutput",
     "OuroPreTrainedModel",
+    "PHDEQClassifierOutput",
+    "PHDEQConfig",
+    "PHDEQForSequenceClassification",
+    "PHDEQModel",
+    "PHDEQModelOutput",
+    "PHDEQPreTrainedModel",
 ]

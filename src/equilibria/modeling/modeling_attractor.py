@@ -46,7 +46,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_attractor import GRADIENT_MODES, AttractorConfig, check_solver_tol
 from .loop_utils import LoopGenerationMixin, StrictLoadingMixin, TelemetryCache, as_int
-from .solvers import SolverStats, implicit_gradient, solve
+from .solvers import implicit_gradient, residual_stats, solve
 
 logger = logging.get_logger(__name__)
 
@@ -330,7 +330,7 @@ class AttractorModel(AttractorPreTrainedModel):
                         sampler.offer(z)
                     z = peek(z)
                 y_star = append(z)
-                stats = _unrolled_stats(z, y_star, budget, tol)
+                stats = residual_stats(z, y_star, budget, tol)
             else:
                 solver_kwargs = dict(solver=config.solver, max_iter=budget, tol=tol, damping=float(config.damping))
                 if config.solver == "anderson":
@@ -467,18 +467,6 @@ class _IterateSampler:
 
 
 @torch.no_grad()
-def _unrolled_stats(z: torch.Tensor, fz: torch.Tensor, budget: int, tol: float) -> SolverStats:
-    abs_res = (fz - z).float().flatten(1).norm(dim=1)
-    rel_res = abs_res / fz.float().flatten(1).norm(dim=1).clamp_min(1e-12)
-    return SolverStats(
-        steps=torch.full_like(abs_res, budget, dtype=torch.long),
-        abs_residual=abs_res,
-        rel_residual=rel_res,
-        converged=rel_res <= tol,
-        diverged=~torch.isfinite(abs_res),
-    )
-
-
 def _hutchinson_penalty(
     f: Callable, y_star: torch.Tensor, samples: int, attention_mask: torch.Tensor | None, seq_len: int
 ) -> torch.Tensor:

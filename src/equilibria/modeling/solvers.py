@@ -215,6 +215,20 @@ def solve(
     return z, stats
 
 
+def residual_stats(z: torch.Tensor, fz: torch.Tensor, steps: int, tol: float) -> SolverStats:
+    """Stats of iterates that were not found by ``solve`` (e.g. a fixed number of plain steps): the residual of
+    ``z`` given ``fz = f(z)``, with ``steps`` recorded for every sample."""
+    abs_res = (fz - z).detach().float().flatten(1).norm(dim=1)
+    rel_res = abs_res / fz.detach().float().flatten(1).norm(dim=1).clamp_min(1e-12)
+    return SolverStats(
+        steps=torch.full_like(abs_res, steps, dtype=torch.long),
+        abs_residual=abs_res,
+        rel_residual=rel_res,
+        converged=rel_res <= tol,
+        diverged=~torch.isfinite(abs_res),
+    )
+
+
 def one_step_gradient(f: Callable[[torch.Tensor], torch.Tensor], z_star: torch.Tensor) -> torch.Tensor:
     """``f(z*)`` with ``z*`` detached: the value is (at convergence) the fixed point, and its gradient with
     respect to the parameters of ``f`` and its inputs is the one-step approximation ``df/dtheta`` at ``z*``."""

@@ -10,11 +10,23 @@ from .addition import (
     tokenize_for_training,
 )
 from .maze import build_maze_dataset, generate_maze, load_maze_csv, solve_maze
+from .reachability import (
+    bfs_distances,
+    build_reachability_dataset,
+    encode_reachability,
+    generate_graph,
+    reachability_input_size,
+)
 from .sudoku import augment_sudoku, build_sudoku_dataset, generate_sudoku, load_sudoku_csv, solve_sudoku
 from .tokenization import char_tokenizer
 
 __all__ = [
     "addition_tokenizer",
+    "bfs_distances",
+    "build_reachability_dataset",
+    "encode_reachability",
+    "generate_graph",
+    "reachability_input_size",
     "augment_sudoku",
     "build_addition_dataset",
     "build_maze_dataset",

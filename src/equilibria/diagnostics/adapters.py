@@ -1,0 +1,342 @@
+"""What the computation audit needs to know about each model family: its start state ``z0``, its solved state
+``h*``, how to run the loop from a start of our choosing, and how the decoder reads a state.
+
+An adapter works on batches of a ``datasets.Dataset`` and on *units*: one example for the PH-DEQ, one puzzle for
+EqR, one sequence for the language models. States are handed to the audit flattened per unit (``(units,
+features)``, padding positions zeroed), so norms and displacements are per unit whatever the family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from ..modeling.solvers import solve
+
+
+@dataclass
+class LoopRun:
+    """One batch through the loop. All tensors have the units as their first dimension."""
+
+    start: torch.Tensor  # (units, features): z0, flattened
+    solved: torch.Tensor  # (units, features): h*, flattened
+    steps: torch.Tensor  # (units,) float: iterations the loop used
+    converged: torch.Tensor  # (units,) bool
+    diverged: torch.Tensor  # (units,) bool
+    correct: torch.Tensor  # (units,) bool: the decoder's answer from h* is right
+    extra: dict = field(default_factory=dict)  # whatever decode() needs besides the state
+    valid: torch.Tensor | None = None  # (units, features) bool: real entries (False at padding); None = all
+
+
+class LoopAdapter:
+    """Base class: one per family. Subclasses implement :meth:`run`, :meth:`decode` and :meth:`probe_examples`;
+    ``max_iter`` is the loop's cap (for the share of solves that hit it)."""
+
+    family = "?"
+    start_name = "z0"
+    solved_name = "h*"
+
+    def __init__(self, model, num_loops: int | None = None):
+        self.model = model
+        self.num_loops = num_loops
+
+    @property
+    def max_iter(self) -> int:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """What the start state, solved state and decoder are for this family (goes into the report)."""
+        return {"family": self.family, "start": self.start_name, "solved": self.solved_name}
+
+    def batches(self, dataset, batch_size: int) -> Iterator[dict]:
+        data = dataset.with_format("torch")
+        for begin in range(0, len(data), batch_size):
+            yield data[begin : begin + batch_size]
+
+    def difficulty(self, batch: dict) -> torch.Tensor | None:
+        value = batch.get("difficulty")
+        return None if value is None else value.double()
+
+    def run(self, batch: dict, start: torch.Tensor | None = None) -> LoopRun:
+        raise NotImplementedError
+
+    def decode(self, batch: dict, run: LoopRun, state: torch.Tensor) -> torch.Tensor:
+        """Per unit: is the decoder's answer right when it reads ``state`` (flattened like ``run.solved``)?"""
+        raise NotImplementedError
+
+    def probe_examples(self, batch: dict, run: LoopRun, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(features, targets)`` for the linear probe on ``state``: rows of features and their class labels."""
+        raise NotImplementedError
+
+
+def _require(batch: dict, *names: str, family: str) -> None:
+    missing = [n for n in names if n not in batch]
+    if missing:
+        raise ValueError(
+            f"the audit of a {family} model needs dataset columns {list(names)}; missing {missing} "
+            f"(columns present: {sorted(batch)})"
+        )
+
+
+class PHDEQAdapter(LoopAdapter):
+    """PH-DEQ: ``z0`` is the initialiser's proposal, ``h*`` the Anderson solution, the decoder the classifier
+    (with the direct context path when the model has one). Dataset columns: ``inputs``, ``labels`` (and
+    optionally ``attention_mask``, ``difficulty``)."""
+
+    family = "phdeq"
+    start_name = "z0 = initialiser(context)"
+    solved_name = "h* = z* (the solver's equilibrium)"
+
+    @property
+    def max_iter(self) -> int:
+        return self.model.config.num_loops if self.num_loops is None else self.num_loops
+
+    def run(self, batch, start=None):
+        _require(batch, "inputs", "labels", family="PH-DEQ")
+        out = self.model(
+            batch["inputs"].float(),
+            attention_mask=batch.get("attention_mask"),
+            num_loops=self.num_loops,
+            initial_state=start,
+        )
+        return LoopRun(
+            start=out.start_state,
+            solved=out.solved_state,
+            steps=out.solver_steps.double(),
+            converged=out.converged,
+            diverged=out.diverged,
+            correct=out.logits.argmax(-1) == batch["labels"],
+            extra={"context": out.context},
+        )
+
+    def decode(self, batch, run, state):
+        return self.model.decode(state, run.extra["context"]).argmax(-1) == batch["labels"]
+
+    def probe_examples(self, batch, run, state):
+        return state, batch["labels"].long()
+
+
+class EqRAdapter(LoopAdapter):
+    """EqR: ``z0`` is the (random or learned) start drawn with a fixed seed, ``h*`` the state after ``depth``
+    iterations without noise, the decoder the per-cell answer head; a unit is a puzzle, right when every cell
+    is. "Iterations" are the steps until the residual first falls below ``tol`` (the depth when it never does).
+    Dataset columns: ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
+
+    family = "eqr"
+    start_name = "z0 (random or learned start state)"
+    solved_name = "h* = z_depth (state after the iterations)"
+
+    def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
+        super().__init__(model, num_loops)
+        self.tol = tol
+        self.generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def max_iter(self) -> int:
+        return self.model.config.num_loops if self.num_loops is None else self.num_loops
+
+    def difficulty(self, batch):
+        value = batch.get("difficulty", batch.get("rating"))
+        return None if value is None else value.double()
+
+    def run(self, batch, start=None):
+        _require(batch, "inputs", "labels", family="EqR")
+        inputs = batch["inputs"]
+        num, cells = inputs.shape
+        core = self.model.model
+        z0 = core.initial_state(num, cells, generator=self.generator).detach()
+        begin = z0 if start is None else start.view_as(z0)
+        out = self.model(inputs, state=begin, num_loops=self.max_iter, noise=0.0)
+        below = out.residuals <= self.tol
+        first = torch.where(
+            below.any(1), below.float().argmax(1) + 1, torch.full_like(below[:, 0], self.max_iter, dtype=torch.long)
+        )
+        return LoopRun(
+            start=z0.flatten(1),
+            solved=out.state.flatten(1),
+            steps=first.double(),
+            converged=below[:, -1],
+            diverged=~torch.isfinite(out.residuals[:, -1]),
+            correct=_puzzle_right(out.logits, batch["labels"]),
+        )
+
+    def decode(self, batch, run, state):
+        num, cells = batch["inputs"].shape
+        logits = self.model.lm_head(state.view(num, cells, -1))
+        return _puzzle_right(logits, batch["labels"])
+
+    def probe_examples(self, batch, run, state):
+        num, cells = batch["inputs"].shape
+        labels = batch["labels"].flatten()
+        keep = labels != -100
+        return state.view(num * cells, -1)[keep], labels[keep].long()
+
+
+def _puzzle_right(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return ((logits.argmax(-1) == labels) | (labels == -100)).all(dim=1)
+
+
+class _CausalLMAdapter(LoopAdapter):
+    """Shared by the language models: a unit is a sequence, right when every labelled next token is (labels
+    follow the causal-LM convention: ``labels[t]`` is the token after position ``t - 1``, -100 skipped).
+    Dataset columns: ``input_ids``, ``labels`` (and optionally ``attention_mask``, ``difficulty``)."""
+
+    def batches(self, dataset, batch_size):
+        data = dataset.with_format("torch")
+        pad = self.model.config.pad_token_id or 0
+        for begin in range(0, len(data), batch_size):
+            rows = data[begin : begin + batch_size]
+            _require(rows, "input_ids", "labels", family=self.family)
+            ids, labels = rows["input_ids"], rows["labels"]
+            if isinstance(ids, list):  # ragged: right-pad
+                width = max(len(x) for x in ids)
+                mask = torch.stack([torch.arange(width) < len(x) for x in ids]).long()
+                ids = torch.stack([torch.cat([x, x.new_full((width - len(x),), pad)]) for x in ids])
+                labels = torch.stack([torch.cat([x, x.new_full((width - len(x),), -100)]) for x in labels])
+                rows["attention_mask"] = mask
+            rows["input_ids"], rows["labels"] = ids, labels
+            rows.setdefault("attention_mask", torch.ones_like(ids))
+            yield rows
+
+    def _mask(self, batch) -> torch.Tensor:
+        return batch["attention_mask"].bool()
+
+    def _flatten(self, batch, states: torch.Tensor) -> torch.Tensor:
+        return (states * self._mask(batch)[..., None].to(states.dtype)).flatten(1)
+
+    def _valid(self, batch, states: torch.Tensor) -> torch.Tensor:
+        return self._mask(batch)[..., None].expand(states.shape).flatten(1)
+
+    def _logits(self, batch, state_flat: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _right(self, batch, logits: torch.Tensor) -> torch.Tensor:
+        targets = batch["labels"][:, 1:]
+        predicted = logits[:, :-1].argmax(-1)
+        return ((predicted == targets) | (targets == -100)).all(dim=1)
+
+    def decode(self, batch, run, state):
+        return self._right(batch, self._logits(batch, state))
+
+    def probe_examples(self, batch, run, state):
+        num, width = batch["input_ids"].shape
+        states = state.view(num, width, -1)[:, :-1]
+        targets = batch["labels"][:, 1:]
+        keep = targets != -100
+        return states[keep], targets[keep].long()
+
+
+class AttractorAdapter(_CausalLMAdapter):
+    """Attractor LM: ``z0`` is the backbone's proposal ``y0``, ``h*`` the attractor's fixed point (before the
+    final norm), the decoder ``lm_head(norm(.))``."""
+
+    family = "attractor_lm"
+    start_name = "y0 (the backbone's proposal)"
+    solved_name = "y* (the attractor's fixed point)"
+
+    @property
+    def max_iter(self) -> int:
+        return self.model.config.num_loops if self.num_loops is None else self.num_loops
+
+    def run(self, batch, start=None):
+        config = self.model.config
+        f, y0 = self.model.model.attractor_map(batch["input_ids"], attention_mask=batch["attention_mask"])
+        begin = y0 if start is None else start.view_as(y0)
+        kwargs = dict(solver=config.solver, max_iter=self.max_iter, tol=float(config.solver_tol))
+        if config.solver == "anderson":
+            kwargs["memory"] = config.anderson_memory
+        y_star, stats = solve(f, begin, damping=float(config.damping), **kwargs)
+        run = LoopRun(
+            valid=self._valid(batch, y0),
+            start=self._flatten(batch, y0),
+            solved=self._flatten(batch, y_star),
+            steps=stats.steps.double(),
+            converged=stats.converged,
+            diverged=stats.diverged,
+            correct=torch.zeros(0, dtype=torch.bool),
+        )
+        run.correct = self.decode(batch, run, run.solved)
+        return run
+
+    def _logits(self, batch, state_flat):
+        num, width = batch["input_ids"].shape
+        return self.model.lm_head(self.model.model.norm(state_flat.view(num, width, -1)))
+
+
+class OuroAdapter(_CausalLMAdapter):
+    """Ouro: ``z0`` is the input embeddings (the loop's first state), ``h*`` each token's state at its exit
+    step after ``num_loops`` steps, the decoder ``lm_head``. "Iterations" per sequence are the expected exit
+    step under the exit gate, averaged over the labelled tokens; the cap is ``num_loops``."""
+
+    family = "ouro"
+    start_name = "h0 (the input embeddings)"
+    solved_name = "h_T (each token's state at its exit step)"
+
+    @property
+    def max_iter(self) -> int:
+        return self.model.config.total_ut_steps if self.num_loops is None else self.num_loops
+
+    def run(self, batch, start=None):
+        embeds = self.model.model.embed_tokens(batch["input_ids"])
+        begin = embeds if start is None else start.view_as(embeds)
+        out = self.model.model(
+            inputs_embeds=begin, attention_mask=batch["attention_mask"], num_loops=self.max_iter, use_cache=False
+        )
+        steps_axis = torch.arange(1, out.exit_probs.shape[-1] + 1, dtype=torch.float64)
+        expected = (out.exit_probs.double() * steps_axis).sum(-1)  # (batch, seq)
+        weight = (batch["labels"] != -100).double()
+        weight = torch.where(weight.sum(1, keepdim=True) > 0, weight, batch["attention_mask"].double())
+        steps = (expected * weight).sum(1) / weight.sum(1).clamp_min(1.0)
+        run = LoopRun(
+            valid=self._valid(batch, embeds),
+            start=self._flatten(batch, embeds),
+            solved=self._flatten(batch, out.last_hidden_state),
+            steps=steps,
+            converged=torch.ones(len(steps), dtype=torch.bool),
+            diverged=~torch.isfinite(out.last_hidden_state.flatten(1)).all(1),
+            correct=torch.zeros(0, dtype=torch.bool),
+        )
+        run.correct = self.decode(batch, run, run.solved)
+        return run
+
+    def _logits(self, batch, state_flat):
+        num, width = batch["input_ids"].shape
+        return self.model.lm_head(state_flat.view(num, width, -1))
+
+
+ADAPTERS: dict[str, type[LoopAdapter]] = {
+    "phdeq": PHDEQAdapter,
+    "eqr": EqRAdapter,
+    "attractor_lm": AttractorAdapter,
+    "ouro": OuroAdapter,
+}
+
+
+def adapter_for(model, **options) -> LoopAdapter:
+    """The audit adapter of ``model``'s family (by ``config.model_type``); ``options`` go to its constructor."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in ADAPTERS:
+        raise ValueError(
+            f"no audit adapter for model_type {model_type!r}; the audit supports {sorted(ADAPTERS)} "
+            "(or pass adapter=YourAdapter(model), a LoopAdapter subclass)"
+        )
+    if not hasattr(model, "lm_head") and not hasattr(model, "classifier"):
+        raise ValueError(
+            f"the audit needs the model with its decoder head ({type(model).__name__} has none): load it with "
+            "AutoModelForCausalLM / AutoModelForTokenClassification / AutoModelForSequenceClassification"
+        )
+    return ADAPTERS[model_type](model, **options)
+
+
+__all__ = [
+    "ADAPTERS",
+    "AttractorAdapter",
+    "EqRAdapter",
+    "LoopAdapter",
+    "LoopRun",
+    "OuroAdapter",
+    "PHDEQAdapter",
+    "adapter_for",
+]

@@ -1,0 +1,556 @@
+"""The computation audit: is the loop computing, or has it collapsed onto its start state?
+
+A recurrent or equilibrium model can look healthy (it converges, it is accurate, it uses its iteration budget)
+while its loop does nothing: the solved state equals the solver's start, and the decoder gets the answer from a
+direct path. ``audit(model, dataset)`` runs four tests and a contrast on any family of this package:
+
+* **T1 substitution**: feed the start state ``z0`` to the decoder in place of ``h*``; the accuracy it costs, in
+  points. A loop that computes is needed: substituting its start loses accuracy.
+* **T2 representation probe**: a fresh linear probe trained on frozen ``h*`` (and on ``z0`` for contrast); what
+  the solved state encodes linearly.
+* **T3 iteration-difficulty correlation**: Pearson and Spearman ``r`` between the iterations used and the
+  difficulty label, and the share of solves that hit the cap.
+* **T4 forced displacement**: start the loop from ``z0 + d`` for several ``|d|``; the share that returns to
+  ``h*``, stays near the displaced start, or goes elsewhere, and the accuracy from there.
+* **Zeroing** (``h* = 0``), reported beside T1 and marked as confounded: a zero state is off the decoder's
+  input distribution, so a loss there does not show the loop computes.
+
+Plus the displacement ``||h* - z0||`` and a verdict with its reasons: ``computing``, ``lazy identity collapse``,
+``decoder bypass`` (the loop moves the state but the decoder ignores it), ``solver explosion`` or
+``inconclusive``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .adapters import LoopAdapter, adapter_for
+
+VERDICTS = ("computing", "lazy identity collapse", "decoder bypass", "solver explosion", "inconclusive")
+
+
+@dataclass
+class AuditThresholds:
+    """Where the verdict draws its lines (all documented in the report's reasons).
+
+    Args:
+        substitution_points: A T1 change smaller than this (in accuracy points) counts as "costs nothing".
+        identity_displacement: A median relative displacement ``||h* - z0|| / max(||z0||, ||h*||)`` at or
+            below this counts as "the solved state is its start".
+        explosion_share: A share of diverged (or non-finite) solves at or above this is an explosion.
+        explosion_growth: ``median ||h*|| / median ||z0||`` at or above this (with a non-zero start) is an
+            explosion.
+        return_tolerance: T4 counts a displaced run as back at ``h*`` (or still at its start) when it ends within
+            this fraction of ``|d|`` of it.
+        significance: An accuracy change (T1, zeroing) counts only when it is also this many standard errors of
+            the paired per-unit difference away from 0 (so that chance differences on few units do not decide).
+    """
+
+    substitution_points: float = 1.0
+    identity_displacement: float = 1e-3
+    explosion_share: float = 0.5
+    explosion_growth: float = 100.0
+    return_tolerance: float = 0.1
+    significance: float = 2.0
+
+
+@dataclass
+class AuditReport:
+    """The audit's findings; ``str(report)`` is a table, ``save(dir)`` writes JSON and a plot."""
+
+    model_type: str
+    family: dict
+    num_units: int
+    max_iter: int
+    accuracy: float
+    displacement: dict
+    substitution: dict
+    zeroing: dict
+    probe: dict
+    iterations: dict
+    displaced: list
+    verdict: str
+    reasons: list
+    thresholds: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=2, default=_jsonable) + "\n"
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> AuditReport:
+        return cls(**json.loads(Path(path).read_text()))
+
+    def __str__(self) -> str:
+        d, s, z, p, it = self.displacement, self.substitution, self.zeroing, self.probe, self.iterations
+        lines = [
+            f"computation audit: {self.model_type} ({self.num_units} units; start {self.family['start']}; "
+            f"solved {self.family['solved']})",
+            f"  accuracy (decoder on h*)            {100 * self.accuracy:7.2f}%",
+            f"  ||h* - z0||  median / mean / max    {d['median']:.3g} / {d['mean']:.3g} / {d['max']:.3g}"
+            f"   (relative median {d['relative_median']:.3g})",
+            f"  T1 substitution (z0 -> decoder)     {100 * s['accuracy']:7.2f}%   change {s['change_points']:+.2f} pts",
+            f"  zeroing (h* = 0; confounded)        {100 * z['accuracy']:7.2f}%   change {z['change_points']:+.2f} pts",
+        ]
+        if p:
+            lines.append(
+                f"  T2 linear probe  on h* / on z0      {_pct(p.get('solved'))} / {_pct(p.get('start'))}"
+                f"   (majority class {_pct(p.get('majority'))}, {p.get('test_rows', 0)} held-out rows)"
+            )
+        lines.append(
+            f"  T3 iterations vs difficulty         Pearson {_num(it['pearson'])}, Spearman {_num(it['spearman'])};"
+            f" mean {it['mean_steps']:.1f} of cap {self.max_iter}, {100 * it['cap_share']:.1f}% hit the cap"
+        )
+        for row in self.displaced:
+            lines.append(
+                f"  {'T4 |d| = ' + format(row['scale'], 'g') + ' x |z0|':<36}back at h* {100 * row['returned']:5.1f}%, stayed "
+                f"{100 * row['stayed']:5.1f}%, elsewhere {100 * row['elsewhere']:5.1f}%; accuracy "
+                f"{100 * row['accuracy']:6.2f}%"
+            )
+        lines.append(f"  verdict: {self.verdict.upper()}")
+        lines += [f"    - {reason}" for reason in self.reasons]
+        return "\n".join(lines)
+
+    def plot(self, path: str | Path) -> None:
+        """Save a four-panel figure: displacement, T1/zeroing, T3 scatter summary, T4 outcomes."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+        bars = {
+            "h*": self.accuracy,
+            "z0 (T1)": self.substitution["accuracy"],
+            "0 (zeroing)": self.zeroing["accuracy"],
+        }
+        if self.probe:
+            bars["probe h*"] = self.probe.get("solved") or 0.0
+            bars["probe z0"] = self.probe.get("start") or 0.0
+        axes[0].bar(list(bars), [100 * v for v in bars.values()], color=["C0", "C1", "C7", "C2", "C3"][: len(bars)])
+        axes[0].set_ylabel("accuracy (%)")
+        axes[0].set_title("decoder on h*, on z0, on 0; linear probes")
+        axes[0].tick_params(axis="x", labelsize=8)
+        hist = self.displacement.get("log10_histogram")
+        if hist:
+            edges, counts = hist["edges"], hist["counts"]
+            axes[1].bar(edges[:-1], counts, width=[b - a for a, b in zip(edges[:-1], edges[1:])], align="edge")
+        axes[1].set_xlabel("log10 ||h* - z0||")
+        axes[1].set_ylabel("units")
+        axes[1].set_title(f"displacement (cap share {100 * self.iterations['cap_share']:.0f}%)")
+        if self.displaced:
+            scales = [row["scale"] for row in self.displaced]
+            for key, label in (("returned", "back at h*"), ("stayed", "stayed at z0 + d"), ("elsewhere", "elsewhere")):
+                axes[2].plot(scales, [100 * row[key] for row in self.displaced], marker="o", label=label)
+            axes[2].plot(scales, [100 * row["accuracy"] for row in self.displaced], "k--", label="accuracy")
+            axes[2].set_xscale("log")
+            axes[2].legend(fontsize=8)
+        axes[2].set_xlabel("|d| / |z0|")
+        axes[2].set_ylabel("%")
+        axes[2].set_title("T4: starting from z0 + d")
+        fig.suptitle(f"computation audit of {self.model_type}: {self.verdict}")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+    def save(self, directory: str | Path) -> Path:
+        """Write ``audit.json`` and ``audit.png`` (when matplotlib is installed) into ``directory``."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.to_json(directory / "audit.json")
+        try:
+            self.plot(directory / "audit.png")
+        except ImportError:
+            pass
+        return directory
+
+
+@torch.no_grad()
+def audit(
+    model,
+    dataset,
+    *,
+    adapter: LoopAdapter | None = None,
+    num_loops: int | None = None,
+    batch_size: int = 64,
+    max_units: int | None = None,
+    displacement_scales: tuple[float, ...] = (0.1, 1.0, 10.0),
+    probe: bool = True,
+    probe_rows: int = 20000,
+    thresholds: AuditThresholds | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    **adapter_options,
+) -> AuditReport:
+    """Audit ``model``'s loop on ``dataset`` (a ``datasets.Dataset`` with the columns its family's adapter
+    reads: see :mod:`equilibria.diagnostics.adapters`). Returns an [`AuditReport`].
+
+    Args:
+        adapter: How to read the model; default: the adapter of its ``config.model_type``.
+        num_loops: The loop's budget (solver cap, EqR depth, Ouro steps); default: the config's.
+        max_units: Audit only the first this many examples.
+        displacement_scales: T4's ``|d|`` as multiples of ``||z0||`` (of ``||h*||`` where ``z0 = 0``).
+        probe: Run T2 (train linear probes).
+        probe_rows: At most this many rows (examples, cells or tokens) for the probes.
+        thresholds: The verdict's lines, [`AuditThresholds`].
+        seed: Seeds the displacements, the probes' split and EqR's start states.
+    """
+    thresholds = thresholds or AuditThresholds()
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    scales = tuple(float(s) for s in displacement_scales)
+    if any(not (s > 0 and math.isfinite(s)) for s in scales):
+        raise ValueError(f"displacement_scales must be finite numbers > 0, got {displacement_scales!r}")
+    if len(dataset) == 0:
+        raise ValueError("the dataset is empty: nothing to audit")
+    if max_units is not None:
+        dataset = dataset.select(range(min(max_units, len(dataset))))
+    if adapter is None:
+        if "seed" not in adapter_options and getattr(model.config, "model_type", None) == "eqr":
+            adapter_options["seed"] = seed
+        adapter = adapter_for(model, num_loops=num_loops, **adapter_options)
+    was_training = model.training
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    acc = {k: [] for k in ("correct", "t1", "zero", "steps", "conv", "div", "disp", "rel", "n0", "n1", "difficulty")}
+    t4 = {s: {"returned": [], "stayed": [], "elsewhere": [], "diverged": [], "correct": []} for s in scales}
+    probe_rows_seen = {"solved": [], "start": [], "targets": []}
+    batches = adapter.batches(dataset, batch_size)
+    try:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, total=math.ceil(len(dataset) / batch_size), desc="audit", disable=not progress)
+    except ImportError:
+        pass
+    try:
+        for batch in batches:
+            run = adapter.run(batch)
+            start, solved = run.start.float(), run.solved.float()
+            acc["correct"].append(run.correct)
+            acc["t1"].append(adapter.decode(batch, run, run.start))
+            acc["zero"].append(adapter.decode(batch, run, torch.zeros_like(run.solved)))
+            acc["steps"].append(run.steps.double())
+            acc["conv"].append(run.converged)
+            acc["div"].append(run.diverged | ~torch.isfinite(solved).all(1))
+            gap = (solved - start).norm(dim=1)
+            n0, n1 = start.norm(dim=1), solved.norm(dim=1)
+            acc["disp"].append(gap)
+            acc["rel"].append(gap / torch.maximum(n0, n1).clamp_min(1e-30))
+            acc["n0"].append(n0)
+            acc["n1"].append(n1)
+            difficulty = adapter.difficulty(batch)
+            if difficulty is not None:
+                acc["difficulty"].append(difficulty)
+            base = torch.where(n0 > 0, n0, torch.where(n1 > 0, n1, torch.ones_like(n1)))
+            for scale in scales:
+                direction = torch.randn(start.shape, generator=generator, dtype=start.dtype)
+                if run.valid is not None:  # padding stays at 0
+                    direction = direction * run.valid.to(direction.dtype)
+                direction = direction / direction.norm(dim=1, keepdim=True).clamp_min(1e-30)
+                d = direction * (scale * base)[:, None]
+                moved = adapter.run(batch, start=(start + d).to(run.start.dtype))
+                end = moved.solved.float()
+                size = d.norm(dim=1)
+                returned = (end - solved).norm(dim=1) <= thresholds.return_tolerance * size
+                stayed = ~returned & ((end - (start + d)).norm(dim=1) <= thresholds.return_tolerance * size)
+                bad = moved.diverged | ~torch.isfinite(end).all(1)
+                row = t4[scale]
+                row["returned"].append(returned & ~bad)
+                row["stayed"].append(stayed & ~bad)
+                row["elsewhere"].append(~returned & ~stayed | bad)
+                row["diverged"].append(bad)
+                row["correct"].append(moved.correct)
+            if probe and sum(len(t) for t in probe_rows_seen["targets"]) < probe_rows:
+                feats, targets = adapter.probe_examples(batch, run, run.solved)
+                feats0, _ = adapter.probe_examples(batch, run, run.start)
+                probe_rows_seen["solved"].append(feats.float())
+                probe_rows_seen["start"].append(feats0.float())
+                probe_rows_seen["targets"].append(targets)
+    finally:
+        model.train(was_training)
+
+    cat = {k: torch.cat(v) if v else None for k, v in acc.items()}
+    accuracy = cat["correct"].float().mean().item()
+    t1_acc, zero_acc = cat["t1"].float().mean().item(), cat["zero"].float().mean().item()
+    disp, rel = cat["disp"], cat["rel"]
+    finite = torch.isfinite(disp)
+    displacement = {
+        "median": _stat(disp[finite], "median"),
+        "mean": _stat(disp[finite], "mean"),
+        "max": _stat(disp[finite], "max"),
+        "relative_median": _stat(rel[torch.isfinite(rel)], "median"),
+        "start_norm_median": _stat(cat["n0"], "median"),
+        "solved_norm_median": _stat(cat["n1"], "median"),
+        "nonfinite": int((~finite).sum()),
+        "log10_histogram": _histogram(disp[finite]),
+    }
+    steps = cat["steps"]
+    capped = (steps >= adapter.max_iter) & ~cat["conv"]
+    iterations = {
+        "mean_steps": steps.mean().item(),
+        "cap_share": capped.float().mean().item(),
+        "converged_share": cat["conv"].float().mean().item(),
+        "diverged_share": cat["div"].float().mean().item(),
+        "pearson": None,
+        "spearman": None,
+        "note": "",
+    }
+    if cat["difficulty"] is None:
+        iterations["note"] = "no difficulty column: correlation not computed"
+    elif steps.std() == 0 or cat["difficulty"].std() == 0:
+        iterations["note"] = "iterations or difficulty constant: correlation undefined"
+    else:
+        iterations["pearson"] = _pearson(steps, cat["difficulty"])
+        iterations["spearman"] = _pearson(_ranks(steps), _ranks(cat["difficulty"]))
+    displaced = []
+    for scale, row in t4.items():
+        merged = {k: torch.cat(v).float().mean().item() for k, v in row.items()}
+        merged["accuracy"] = merged.pop("correct")
+        displaced.append({"scale": scale, **merged})
+    probe_result = {}
+    if probe and probe_rows_seen["targets"]:
+        targets = torch.cat(probe_rows_seen["targets"])[:probe_rows]
+        probe_result = _probe_both(
+            torch.cat(probe_rows_seen["solved"])[:probe_rows],
+            torch.cat(probe_rows_seen["start"])[:probe_rows],
+            targets,
+            seed,
+        )
+    report = AuditReport(
+        model_type=str(model.config.model_type),
+        family=adapter.describe(),
+        num_units=len(cat["correct"]),
+        max_iter=int(adapter.max_iter),
+        accuracy=accuracy,
+        displacement=displacement,
+        substitution={
+            "accuracy": t1_acc,
+            "change_points": 100 * (t1_acc - accuracy),
+            "z": _paired_z(cat["t1"], cat["correct"]),
+        },
+        zeroing={
+            "accuracy": zero_acc,
+            "change_points": 100 * (zero_acc - accuracy),
+            "z": _paired_z(cat["zero"], cat["correct"]),
+            "confounded": True,
+        },
+        probe=probe_result,
+        iterations=iterations,
+        displaced=displaced,
+        verdict="",
+        reasons=[],
+        thresholds=asdict(thresholds),
+    )
+    report.verdict, report.reasons = verdict(report, thresholds)
+    return report
+
+
+def verdict(report: AuditReport, thresholds: AuditThresholds | None = None) -> tuple[str, list[str]]:
+    """The verdict and its reasons from a report's numbers (see the module docstring for the rules)."""
+    th = thresholds or AuditThresholds()
+    it, d = report.iterations, report.displacement
+    t1, zero = report.substitution["change_points"], report.zeroing["change_points"]
+    cost = -t1  # points lost by substituting z0 for h*
+
+    def matters(change: float, z: float) -> bool:  # a change that is both large and not chance
+        return abs(change) >= th.substitution_points and abs(z) >= th.significance
+
+    t1_matters = matters(t1, report.substitution["z"])
+    zero_matters = matters(zero, report.zeroing["z"])
+    reasons: list[str] = []
+    growth = math.inf if d["start_norm_median"] == 0 else d["solved_norm_median"] / d["start_norm_median"]
+    support = _supporting(report, th)
+
+    exploded = []
+    if it["diverged_share"] >= th.explosion_share:
+        exploded.append(f"{100 * it['diverged_share']:.0f}% of solves diverged (>= {100 * th.explosion_share:.0f}%)")
+    if d["start_norm_median"] > 0 and growth >= th.explosion_growth:
+        exploded.append(f"the solved state is {growth:.3g}x the start's norm (>= {th.explosion_growth:g}x)")
+    if exploded:
+        reasons += exploded
+        if zero_matters and zero > 0:
+            reasons.append(f"zeroing h* improves accuracy by {zero:+.2f} points: the solved state hurts the decoder")
+        return "solver explosion", reasons + support
+
+    if not t1_matters and d["relative_median"] <= th.identity_displacement:
+        reasons.append(
+            f"median ||h* - z0|| / max(||z0||, ||h*||) = {d['relative_median']:.2g} (<= {th.identity_displacement:g}):"
+            " the solved state is its start"
+        )
+        reasons.append(
+            f"substituting z0 for h* changes accuracy by {t1:+.2f} points (|.| < {th.substitution_points:g})"
+        )
+        return "lazy identity collapse", reasons + support
+
+    if t1_matters and cost > 0:
+        reasons.append(
+            f"substituting z0 for h* costs {cost:.2f} points (>= {th.substitution_points:g}, "
+            f"{-report.substitution['z']:.1f} standard errors): the decoder needs what the loop computed"
+        )
+        reasons.append(f"median relative displacement ||h* - z0|| = {d['relative_median']:.2g}")
+        return "computing", reasons + support
+
+    if not t1_matters and not zero_matters:
+        reasons.append(
+            f"the loop moves the state (median relative displacement {d['relative_median']:.2g}) but neither "
+            f"substituting z0 ({t1:+.2f} points) nor zeroing h* ({zero:+.2f} points) changes accuracy: the decoder "
+            "ignores the solved state"
+        )
+        return "decoder bypass", reasons + support
+
+    reasons.append(
+        f"T1 changes accuracy by {t1:+.2f} points and zeroing by {zero:+.2f} points with median relative "
+        f"displacement {d['relative_median']:.2g}: no rule applies cleanly"
+    )
+    return "inconclusive", reasons + support
+
+
+def _paired_z(after: torch.Tensor, before: torch.Tensor) -> float:
+    """z-score of the mean paired difference of two per-unit correctness vectors (inf when every unit moves the
+    same way, 0 when none moves)."""
+    diff = after.double() - before.double()
+    mean = diff.mean()
+    if float(mean) == 0.0:
+        return 0.0
+    se = diff.std() / math.sqrt(len(diff)) if len(diff) > 1 else torch.tensor(0.0)
+    return math.copysign(math.inf, float(mean)) if float(se) == 0.0 else float(mean / se)
+
+
+def _supporting(report: AuditReport, th: AuditThresholds) -> list[str]:
+    """Evidence from T2-T4 that goes with any verdict."""
+    out = []
+    it = report.iterations
+    if it["pearson"] is not None:
+        out.append(
+            f"T3: iterations vs difficulty r = {it['pearson']:+.3f} (Spearman {it['spearman']:+.3f}); "
+            f"{100 * it['cap_share']:.1f}% of solves hit the cap of {report.max_iter}"
+        )
+    else:
+        out.append(f"T3: {it['note']}; {100 * it['cap_share']:.1f}% of solves hit the cap of {report.max_iter}")
+    if report.probe:
+        p = report.probe
+        out.append(
+            f"T2: a linear probe reads the answer from h* at {_pct(p.get('solved'))}, from z0 at "
+            f"{_pct(p.get('start'))} (majority class {_pct(p.get('majority'))})"
+        )
+    for row in report.displaced:
+        where = max(("returned", "stayed", "elsewhere"), key=lambda k: row[k])
+        label = {"returned": "return to h*", "stayed": "stay at their displaced start", "elsewhere": "end elsewhere"}
+        out.append(
+            f"T4: from z0 + d with |d| = {row['scale']:g} x |z0|, {100 * row[where]:.0f}% {label[where]}; accuracy "
+            f"{100 * row['accuracy']:.2f}%"
+        )
+    return out
+
+
+def _probe_both(solved: torch.Tensor, start: torch.Tensor, targets: torch.Tensor, seed: int) -> dict:
+    n = len(targets)
+    if n < 4 or targets.unique().numel() < 2:
+        return {"note": "too few rows or a single class: probe not trained"}
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    train, test = perm[: n // 2], perm[n // 2 :]
+    counts = torch.bincount(targets[train])
+    majority = (targets[test] == counts.argmax()).float().mean().item()
+    return {
+        "solved": linear_probe(solved[train], targets[train], solved[test], targets[test]),
+        "start": linear_probe(start[train], targets[train], start[test], targets[test]),
+        "majority": majority,
+        "train_rows": len(train),
+        "test_rows": len(test),
+    }
+
+
+def linear_probe(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    test_x: torch.Tensor,
+    test_y: torch.Tensor,
+    weight_decay: float = 1e-3,
+    max_iter: int = 200,
+) -> float:
+    """Held-out accuracy of a multinomial logistic regression (standardised features, L2, L-BFGS) trained on
+    ``(train_x, train_y)``."""
+    mean, std = train_x.mean(0), train_x.std(0).clamp_min(1e-6)
+    xtr, xte = (train_x - mean) / std, (test_x - mean) / std
+    xtr, xte = torch.nan_to_num(xtr), torch.nan_to_num(xte)
+    classes = int(max(train_y.max(), test_y.max())) + 1
+    linear = torch.nn.Linear(xtr.shape[1], classes).double()
+    torch.nn.init.zeros_(linear.weight)
+    torch.nn.init.zeros_(linear.bias)
+    xtr, xte = xtr.double(), xte.double()
+    optimizer = torch.optim.LBFGS(linear.parameters(), lr=1.0, max_iter=max_iter, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        with torch.enable_grad():
+            loss = torch.nn.functional.cross_entropy(linear(xtr), train_y) + weight_decay * linear.weight.pow(2).sum()
+            loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        optimizer.step(closure)
+    return (linear(xte).argmax(-1) == test_y).double().mean().item()
+
+
+def _pearson(x: torch.Tensor, y: torch.Tensor) -> float:
+    x, y = x.double() - x.double().mean(), y.double() - y.double().mean()
+    return float((x * y).sum() / (x.norm() * y.norm()).clamp_min(1e-300))
+
+
+def _ranks(x: torch.Tensor) -> torch.Tensor:
+    """Ranks with ties averaged (for Spearman's r)."""
+    x = x.double()
+    order = torch.argsort(x, stable=True)
+    ranks = torch.empty_like(x)
+    ranks[order] = torch.arange(len(x), dtype=torch.float64)
+    values, inverse = torch.unique(x, return_inverse=True)
+    sums = torch.zeros(len(values), dtype=torch.float64).index_add_(0, inverse, ranks)
+    counts = torch.zeros(len(values), dtype=torch.float64).index_add_(0, inverse, torch.ones_like(ranks))
+    return (sums / counts)[inverse]
+
+
+def _stat(x: torch.Tensor, how: str) -> float:
+    if x.numel() == 0:
+        return float("nan")
+    return float(getattr(x.double(), how)())
+
+
+def _histogram(x: torch.Tensor, bins: int = 30) -> dict | None:
+    if x.numel() == 0:
+        return None
+    logs = x.double().clamp_min(1e-30).log10()
+    lo, hi = float(logs.min()), float(logs.max())
+    if hi - lo < 1e-9:
+        lo, hi = lo - 0.5, hi + 0.5
+    counts = torch.histc(logs, bins=bins, min=lo, max=hi)
+    edges = torch.linspace(lo, hi, bins + 1)
+    return {"edges": [round(float(e), 4) for e in edges], "counts": [int(c) for c in counts]}
+
+
+def _pct(x) -> str:
+    return "  n/a" if x is None else f"{100 * x:.2f}%"
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:+.3f}"
+
+
+def _jsonable(x):
+    if isinstance(x, torch.Tensor):
+        return x.tolist()
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return str(x)
+
+
+__all__ = ["VERDICTS", "AuditReport", "AuditThresholds", "audit", "linear_probe", "verdict"]

@@ -1,0 +1,134 @@
+"""Configuration of the port-Hamiltonian deep equilibrium model (PH-DEQ), the subject of the computation audit.
+
+This module travels to the Hub as remote code: it imports only ``transformers`` (and ``huggingface_hub``).
+"""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+from .config_checks import check_finite, check_int, is_number, refuse_foreign_model_type
+
+PHDEQ_SOLVERS = ("anderson", "picard")
+PHDEQ_GRADIENT_MODES = ("implicit", "one_step", "unrolled")
+INITIALIZERS = ("learned", "zero")
+
+
+@strict
+class PHDEQConfig(PreTrainedConfig):
+    r"""Configuration for [`PHDEQModel`] and [`PHDEQForSequenceClassification`].
+
+    The model embeds its input (one feature vector, or a masked sequence of them, mean-pooled) into a context
+    ``c``, starts from ``z_0 = (q_0, p_0)`` given by a feed-forward initialiser ``c -> z_0`` and solves for the
+    equilibrium of damped, anchored port-Hamiltonian dynamics in phase space,
+
+        H(q, p; c) = |p|^2 / 2 + anchor * |q|^2 / 2 + sum_i a_i log cosh(w_i . q + u_i . c + b_i),
+        dq/dt = p,    dp/dt = -dH/dq - damping * p + B c,
+
+    discretised by one symplectic-Euler step of size ``step_size`` (``p`` first, then ``q`` with the new ``p``).
+    The map ``f(z) = z_{k+1}`` has its fixed points exactly at the equilibria (``p* = 0``, ``dH/dq(q*) = B c``);
+    the anchor keeps ``H`` strongly convex in ``q`` at initialisation, so the equilibrium is unique there. A decoder
+    reads the solved state ``h* = z*`` and, with ``direct_path``, the context ``c`` as well.
+
+    Args:
+        input_size (`int`): Features per input vector (e.g. 304 for the graph-reachability encoding, 384 for
+            MiniLM sentence embeddings).
+        hidden_size (`int`): Size of ``q`` and of ``p`` (the state has ``2 * hidden_size`` entries) and of ``c``.
+        intermediate_size (`int`): Hidden width of the context encoder, the initialiser and the decoder, and the
+            number of terms in the potential.
+        num_labels (`int`): Classes of the classification head (from [`PreTrainedConfig`]).
+        step_size (`float`): ``h`` in ``(0, 2)``, the symplectic-Euler step.
+        damping (`float`): ``gamma`` >= 0, friction on ``p`` (``h * gamma < 2`` keeps the step stable).
+        anchor (`float`): ``kappa`` > 0, the quadratic well that anchors ``q``.
+        initializer (`str`): ``"learned"`` (the feed-forward initialiser ``c -> z_0``) or ``"zero"`` (``z_0 = 0``).
+        initializer_loss_weight (`float`): Weight (>= 0) of the amortisation loss ``mean((z_0 - sg(z*))^2)`` that
+            trains the learned initialiser to predict the equilibrium.
+        stop_initializer_gradient (`bool`): Detach ``z_0`` from the task loss (which reaches it only with
+            ``gradient_mode="unrolled"``); the initialiser then learns from the amortisation loss alone.
+        direct_path (`bool`): Whether the decoder also sees the context ``c`` (a path around the solver).
+        solver (`str`): ``"anderson"`` or ``"picard"``.
+        anderson_memory (`int`): Anderson's history size ``m`` (>= 1).
+        num_loops (`int`): The solver's default iteration budget (>= 0; 0 decodes ``z_0``).
+        solver_tol (`float`): Relative-residual tolerance ``||f(z) - z|| / ||f(z)||`` (> 0).
+        gradient_mode (`str`): ``"implicit"`` (implicit-function-theorem gradient, constant memory),
+            ``"one_step"`` (the gradient of ``f`` at the detached equilibrium) or ``"unrolled"`` (backpropagate
+            through ``num_loops`` plain steps from ``z_0``).
+        hidden_act (`str`): Activation of the feed-forward parts (``"gelu"``, ``"silu"``, ``"relu"``, ``"tanh"``).
+        potential_scale_init (`float`): Initial ``a_i`` (small enough that the anchor dominates: a unique
+            equilibrium at initialisation).
+    """
+
+    model_type = "phdeq"
+    _auto_class = "AutoConfig"
+    keys_to_ignore_at_inference = [
+        "start_state",
+        "solved_state",
+        "context",
+        "solver_steps",
+        "abs_residual",
+        "rel_residual",
+        "converged",
+        "diverged",
+        "initializer_loss",
+    ]
+
+    input_size: int = 64
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    step_size: float | int = 0.5
+    damping: float | int = 1.0
+    anchor: float | int = 1.0
+    initializer: str = "learned"
+    initializer_loss_weight: float | int = 1.0
+    stop_initializer_gradient: bool = False
+    direct_path: bool = True
+    solver: str = "anderson"
+    anderson_memory: int = 5
+    num_loops: int = 300
+    solver_tol: float | int = 1e-4
+    gradient_mode: str = "implicit"
+    hidden_act: str = "gelu"
+    potential_scale_init: float | int = 0.1
+    tie_word_embeddings: bool = False
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        self.check_values()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """Build from a ``config.json`` dict; a dict written for another model type is refused (``ValueError``)."""
+        refuse_foreign_model_type(cls, config_dict)
+        return super().from_dict(config_dict, **kwargs)
+
+    def check_values(self) -> None:
+        """Raise ``ValueError`` (naming the key and its allowed values) for a config that cannot work."""
+        check_int(self, 1, "input_size", "hidden_size", "intermediate_size", "anderson_memory", "num_labels")
+        check_int(self, 0, "num_loops")
+        name = type(self).__name__
+        for key, allowed in (
+            ("solver", PHDEQ_SOLVERS),
+            ("gradient_mode", PHDEQ_GRADIENT_MODES),
+            ("initializer", INITIALIZERS),
+            ("hidden_act", ("gelu", "silu", "relu", "tanh")),
+        ):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"{name}: {key} must be one of {allowed}, got {getattr(self, key)!r}.")
+        if not is_number(self.step_size) or not 0.0 < self.step_size < 2.0:
+            raise ValueError(f"{name}: step_size must be a number in (0, 2), got {self.step_size!r}.")
+        check_finite(self.damping, f"{name}: damping")
+        if self.damping * self.step_size >= 2.0:
+            raise ValueError(
+                f"{name}: damping * step_size must be < 2 for a stable step, got {self.damping} * {self.step_size}."
+            )
+        check_finite(self.anchor, f"{name}: anchor", 0.0, inclusive=False)
+        check_finite(self.solver_tol, f"{name}: solver_tol", 0.0, inclusive=False)
+        check_finite(self.initializer_loss_weight, f"{name}: initializer_loss_weight")
+        check_finite(self.potential_scale_init, f"{name}: potential_scale_init")
+        if self.initializer == "zero" and self.initializer_loss_weight > 0:
+            raise ValueError(
+                f"{name}: initializer_loss_weight must be 0 with initializer='zero' (nothing to train), got "
+                f"{self.initializer_loss_weight}."
+            )
+
+
+__all__ = ["PHDEQConfig"]
