@@ -20,6 +20,7 @@ class StrictLoadingMixin:
     Subclasses set ``_remote_auto_map`` (Auto class name -> ``"module.Class"``)."""
 
     _remote_auto_map: dict[str, str] = {}
+    _head_weight_prefixes: tuple[str, ...] = ("lm_head.",)  # a head's weights, ignored when loading the base model
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -32,7 +33,7 @@ class StrictLoadingMixin:
         model, info = super().from_pretrained(*args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
         problems = []
         missing = sorted(info.get("missing_keys", []))
-        unexpected = sorted(k for k in info.get("unexpected_keys", []) if not k.startswith("lm_head."))
+        unexpected = sorted(k for k in info.get("unexpected_keys", []) if not k.startswith(cls._head_weight_prefixes))
         mismatched = info.get("mismatched_keys", [])
         if missing:
             problems.append(f"missing weights (would be left randomly initialised): {missing[:12]}")

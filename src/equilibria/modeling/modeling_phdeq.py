@@ -91,6 +91,7 @@ class PHDEQPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     main_input_name = "inputs"
     supports_gradient_checkpointing = False
     _auto_class = "AutoModel"
+    _head_weight_prefixes = ("classifier.",)
     _remote_auto_map = {
         "AutoConfig": "configuration_phdeq.PHDEQConfig",
         "AutoModel": "modeling_phdeq.PHDEQModel",

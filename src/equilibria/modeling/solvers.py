@@ -148,6 +148,8 @@ def anderson(
     fz = f(z)
     tracker = _Tracker(z, fz, tol)
     tracker.update(z, fz, 0)
+    if max_iter == 0:
+        return tracker.best_z, tracker.stats()
     xs[:, 0], gs[:, 0] = flat, fz.reshape(batch, -1)
     z = fz
     fz = f(z)

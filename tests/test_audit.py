@@ -1,0 +1,243 @@
+"""The computation audit on constructed models whose answers are known: each verdict, and T1-T4 one by one."""
+
+import json
+import math
+
+import pytest
+import torch
+from datasets import Dataset
+
+from equilibria import PHDEQConfig, PHDEQForSequenceClassification
+from equilibria.diagnostics import AuditReport, AuditThresholds, LoopAdapter, LoopRun, audit, linear_probe
+from equilibria.diagnostics.audit import _ranks
+
+HIDDEN = 8
+
+
+def linear_phdeq(initializer: str = "zero", direct_path: bool = False, **overrides) -> PHDEQForSequenceClassification:
+    """A PH-DEQ with the potential switched off, so its equilibrium is known in closed form:
+    q* = port(c) / anchor, p* = 0."""
+    torch.manual_seed(0)
+    config = PHDEQConfig(
+        input_size=6,
+        hidden_size=HIDDEN,
+        intermediate_size=2 * HIDDEN,
+        num_labels=3,
+        hidden_act="relu",
+        potential_scale_init=0.0,
+        initializer=initializer,
+        initializer_loss_weight=0.0,
+        direct_path=direct_path,
+        solver_tol=1e-6,
+        **overrides,
+    )
+    return PHDEQForSequenceClassification(config).eval()
+
+
+def make_initializer_exact(model: PHDEQForSequenceClassification) -> None:
+    """Make the learned initialiser output the equilibrium itself: relu(c) - relu(-c) = c, so
+    z0 = ([P, -P] [relu(c); relu(-c)] + b) / anchor = (port(c) / anchor, 0)."""
+    core, d = model.model, HIDDEN
+    first, second = core.initializer[0], core.initializer[2]
+    kappa = float(model.config.anchor)
+    with torch.no_grad():
+        first.weight.copy_(torch.cat([torch.eye(d), -torch.eye(d)]))
+        first.bias.zero_()
+        second.weight.zero_()
+        second.weight[:d, :d] = core.port.weight / kappa
+        second.weight[:d, d:] = -core.port.weight / kappa
+        second.bias.zero_()
+        second.bias[:d] = core.port.bias / kappa
+
+
+def labelled_by(model, x: torch.Tensor, state: str = "solved") -> Dataset:
+    """A dataset whose labels are the model's own answers from h* (or from z0): accuracy is known exactly."""
+    with torch.no_grad():
+        out = model(x)
+        logits = out.logits if state == "solved" else model.decode(out.start_state, out.context)
+    return Dataset.from_dict({"inputs": x.tolist(), "labels": logits.argmax(-1).tolist()})
+
+
+X = torch.randn(300, 6, generator=torch.Generator().manual_seed(5)) * 2
+
+
+def test_verdict_computing_when_the_decoder_needs_the_solved_state():
+    model = linear_phdeq(initializer="zero", direct_path=False)
+    data = labelled_by(model, X)
+    classes = torch.bincount(torch.tensor(data["labels"]), minlength=3).float() / len(data)
+    assert classes.max() < 0.8  # the answers vary, so a constant state cannot give them
+    report = audit(model, data, progress=False, displacement_scales=(1.0,))
+    assert report.accuracy == 1.0
+    assert report.verdict == "computing", report
+    # T1: the decoder on z0 = 0 answers one class for everyone: accuracy = that class's share
+    assert report.substitution["accuracy"] <= float(classes.max()) + 1e-6
+    assert report.substitution["change_points"] <= -20
+    # T2: the answer is read from h* far better than from the constant z0 (which gives the majority class)
+    assert report.probe["solved"] > report.probe["start"] + 0.2
+    assert report.probe["start"] == pytest.approx(report.probe["majority"], abs=0.05)
+    # T4: a contraction brings every displaced start back to h*
+    assert report.displaced[0]["returned"] == 1.0 and report.displaced[0]["accuracy"] == 1.0
+
+
+def test_verdict_lazy_identity_collapse_when_the_start_is_already_the_solution():
+    model = linear_phdeq(initializer="learned", direct_path=True)
+    make_initializer_exact(model)
+    data = labelled_by(model, X)
+    report = audit(model, data, progress=False)
+    assert report.verdict == "lazy identity collapse", report
+    assert report.displacement["relative_median"] < 1e-5
+    assert report.substitution["change_points"] == 0.0
+    assert report.accuracy == 1.0
+    assert report.iterations["mean_steps"] <= 1.0  # the solver stops at once: nothing to do
+
+
+def test_verdict_decoder_bypass_when_the_decoder_ignores_the_state():
+    model = linear_phdeq(initializer="zero", direct_path=True)
+    with torch.no_grad():
+        model.classifier[0].weight[:, : 2 * HIDDEN] = 0.0  # the decoder reads only the direct context path
+    data = labelled_by(model, X)
+    report = audit(model, data, progress=False)
+    assert report.verdict == "decoder bypass", report
+    assert report.substitution["change_points"] == 0.0 and report.zeroing["change_points"] == 0.0
+    assert report.displacement["relative_median"] == pytest.approx(1.0)  # z0 = 0: h* is all displacement
+
+
+def test_verdict_solver_explosion_when_the_solves_diverge():
+    model = linear_phdeq(initializer="learned", direct_path=True, solver="picard", anchor=100.0, num_loops=100)
+    data = labelled_by(model, X[:64])
+    report = audit(model, data, progress=False, probe=False)
+    assert report.verdict == "solver explosion", report
+    assert report.iterations["diverged_share"] == 1.0
+    assert any("diverged" in reason for reason in report.reasons)
+
+
+def test_verdict_inconclusive_when_substituting_the_start_helps():
+    model = linear_phdeq(initializer="zero", direct_path=False)
+    data = labelled_by(model, X, state="start")  # the "right" answers are the ones the start state gives
+    report = audit(model, data, progress=False, probe=False)
+    assert report.substitution["change_points"] > 20
+    assert report.verdict == "inconclusive", report
+
+
+def test_small_changes_on_few_units_do_not_decide():
+    """A 1-unit difference out of 20 is 5 points but not a significant change: it does not make a verdict."""
+    model = linear_phdeq(initializer="learned", direct_path=True)
+    make_initializer_exact(model)
+    data = labelled_by(model, X[:20])
+    report = audit(model, data, progress=False, probe=False)
+    report.substitution.update(accuracy=0.95, change_points=-5.0, z=-1.0)
+    from equilibria.diagnostics import verdict
+
+    assert verdict(report)[0] == "lazy identity collapse"
+    report.substitution.update(z=-3.0)
+    assert verdict(report)[0] == "computing"
+
+
+class ToyLoop(LoopAdapter):
+    """A hand-made loop over 4-dim states: ``kind`` says where the loop sends a start ``s`` for input ``x``:
+    "identity" (stays at s), "contract" (goes to 2x), "scatter" (to 2x + 2 (s - x): away from both). Iterations
+    are the dataset's ``steps`` column; the answer is the sign of the state's first entry."""
+
+    family = "toy"
+
+    def __init__(self, model, kind: str):
+        super().__init__(model)
+        self.kind = kind
+
+    @property
+    def max_iter(self) -> int:
+        return 10
+
+    def run(self, batch, start=None):
+        x = batch["x"].float()
+        z0 = x.clone()
+        s = z0 if start is None else start
+        solved = {"identity": s, "contract": 2 * x, "scatter": 2 * x + 2 * (s - x)}[self.kind]
+        steps = batch["steps"].double()
+        run = LoopRun(z0, solved, steps, steps < 10, torch.zeros(len(x), dtype=torch.bool), torch.zeros(0))
+        run.correct = self.decode(batch, run, solved)
+        return run
+
+    def decode(self, batch, run, state):
+        return (state[:, 0] > 0).long() == batch["labels"]
+
+    def probe_examples(self, batch, run, state):
+        return state, batch["labels"].long()
+
+
+class _Model(torch.nn.Module):
+    class config:
+        model_type = "toy"
+
+
+def toy_data(n: int = 200) -> Dataset:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 4, generator=g) + torch.tensor([0.0, 0, 0, 3])
+    steps = torch.randint(1, 11, (n,), generator=g)
+    return Dataset.from_dict(
+        {
+            "x": x.tolist(),
+            "labels": (x[:, 0] > 0).long().tolist(),
+            "steps": steps.tolist(),
+            "difficulty": (steps * 2 + 1).tolist(),  # a monotone function of the iterations: r = 1
+        }
+    )
+
+
+@pytest.mark.parametrize("kind, where", [("identity", "stayed"), ("contract", "returned"), ("scatter", "elsewhere")])
+def test_t4_says_where_displaced_starts_end(kind, where):
+    report = audit(_Model(), toy_data(), adapter=ToyLoop(_Model(), kind), progress=False, probe=False)
+    for row in report.displaced:
+        assert row[where] == 1.0, (kind, row)
+
+
+def test_t3_correlation_and_cap_share():
+    data = toy_data()
+    report = audit(_Model(), data, adapter=ToyLoop(_Model(), "contract"), progress=False, probe=False)
+    assert report.iterations["pearson"] == pytest.approx(1.0)
+    assert report.iterations["spearman"] == pytest.approx(1.0)
+    steps = torch.tensor(data["steps"])
+    assert report.iterations["cap_share"] == pytest.approx(float((steps >= 10).float().mean()))
+    no_difficulty = data.remove_columns("difficulty")
+    report = audit(_Model(), no_difficulty, adapter=ToyLoop(_Model(), "contract"), progress=False, probe=False)
+    assert report.iterations["pearson"] is None and "no difficulty" in report.iterations["note"]
+
+
+def test_spearman_ranks_average_ties():
+    assert _ranks(torch.tensor([3.0, 1.0, 3.0, 2.0])).tolist() == [2.5, 0.0, 2.5, 1.0]
+
+
+def test_linear_probe_reads_a_linear_code_and_not_noise():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 5, generator=g)
+    y = (x @ torch.tensor([1.0, -2.0, 0.5, 0.0, 0.0]) > 0).long()
+    assert linear_probe(x[:200], y[:200], x[200:], y[200:]) > 0.95
+    noise = torch.randn(400, 5, generator=g)
+    assert linear_probe(noise[:200], y[:200], noise[200:], y[200:]) < 0.7
+
+
+def test_report_prints_saves_and_reloads(tmp_path):
+    model = linear_phdeq(initializer="zero", direct_path=False)
+    report = audit(model, labelled_by(model, X[:100]), progress=False)
+    text = str(report)
+    for needle in ("T1 substitution", "zeroing", "T2 linear probe", "T3 iterations", "T4 |d|", "verdict: COMPUTING"):
+        assert needle in text
+    report.save(tmp_path)
+    assert json.loads((tmp_path / "audit.json").read_text())["verdict"] == "computing"
+    assert (tmp_path / "audit.png").stat().st_size > 10_000
+    again = AuditReport.from_json(tmp_path / "audit.json")
+    assert again.verdict == report.verdict and again.accuracy == report.accuracy
+
+
+def test_bad_audit_arguments_are_clear_errors():
+    model = linear_phdeq()
+    data = labelled_by(model, X[:10])
+    with pytest.raises(ValueError, match="displacement_scales must be finite numbers > 0"):
+        audit(model, data, displacement_scales=(0.0,), progress=False)
+    with pytest.raises(ValueError, match="needs dataset columns"):
+        audit(model, data.remove_columns("labels"), progress=False)
+    with pytest.raises(ValueError, match="no audit adapter for model_type 'toy'"):
+        audit(_Model(), toy_data(), progress=False)
+    with pytest.raises(ValueError, match="dataset is empty"):
+        audit(model, data.select([]), progress=False)
+    assert math.isfinite(AuditThresholds().significance)

@@ -1,0 +1,218 @@
+"""The port-Hamiltonian DEQ: its equilibria, gradients, overrides for the audit, training, save/load, remote code."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, Trainer, TrainingArguments
+
+from equilibria import PHDEQConfig, PHDEQForSequenceClassification, PHDEQModel
+
+
+def tiny_phdeq(seed: int = 0, **overrides) -> PHDEQForSequenceClassification:
+    torch.manual_seed(seed)
+    kwargs = dict(input_size=6, hidden_size=8, intermediate_size=16, num_labels=3, solver_tol=1e-6, num_loops=200)
+    kwargs.update(overrides)
+    return PHDEQForSequenceClassification(PHDEQConfig(**kwargs)).eval()
+
+
+X = torch.randn(5, 6, generator=torch.Generator().manual_seed(1))
+Y = torch.tensor([0, 1, 2, 1, 0])
+
+
+def test_the_solution_is_an_equilibrium_of_the_dynamics():
+    """p* = 0 and the force balances: anchor * q* + grad Phi(q*) = B c, i.e. f(z*) = z*."""
+    model = tiny_phdeq()
+    with torch.no_grad():
+        out = model(X)
+        core = model.model
+        q, p = out.solved_state.chunk(2, dim=-1)
+        grad = (
+            model.config.anchor * q
+            + (core.potential_scale * torch.tanh(core.potential_q(q) + core.potential_c(out.context)))
+            @ core.potential_q.weight
+        )
+        balance = grad - core.port(out.context)
+    assert bool(out.converged.all()) and not bool(out.diverged.any())
+    assert p.abs().max() < 1e-4
+    assert balance.abs().max() < 1e-4
+    assert (out.solved_state - out.start_state).norm(dim=1).min() > 1e-2  # the initialiser does not start there
+
+
+def test_anderson_and_picard_find_the_same_equilibrium_from_any_start():
+    model = tiny_phdeq()
+    with torch.no_grad():
+        anderson = model(X)
+        far = model(X, initial_state=torch.randn(5, 16) * 10).solved_state
+        model.config.solver = "picard"
+        picard = model(X, num_loops=2000)
+    assert torch.allclose(anderson.solved_state, far, atol=1e-4)
+    assert torch.allclose(anderson.solved_state, picard.solved_state, atol=1e-4)
+    assert picard.solver_steps.float().mean() > anderson.solver_steps.float().mean()
+
+
+def test_implicit_gradient_matches_backprop_through_a_long_unrolled_solve():
+    model = tiny_phdeq().train()
+    grads = {}
+    for mode, loops in (("implicit", None), ("unrolled", 300), ("one_step", None)):
+        model.zero_grad()
+        model(X, labels=Y, gradient_mode=mode, num_loops=loops).task_loss.backward()
+        grads[mode] = torch.cat([p.grad.flatten() for p in model.model.port.parameters()])
+    rel = (grads["implicit"] - grads["unrolled"]).norm() / grads["unrolled"].norm()
+    assert rel < 1e-3, rel
+    cosine = torch.nn.functional.cosine_similarity(grads["one_step"], grads["unrolled"], dim=0)
+    assert 0.5 < cosine < 1.0
+
+
+def test_the_initialiser_learns_only_from_what_reaches_it():
+    model = tiny_phdeq().train()
+    first = model.model.initializer[0].weight
+    out = model(X, labels=Y)  # implicit gradient: only the amortisation loss reaches z0
+    out.loss.backward()
+    assert out.initializer_loss is not None and first.grad.abs().sum() > 0
+    model.zero_grad()
+    model(X, labels=Y).task_loss.backward()
+    assert first.grad is None or first.grad.abs().sum() == 0
+    model.zero_grad()
+    model(X, labels=Y, gradient_mode="unrolled", num_loops=20).task_loss.backward()
+    assert first.grad.abs().sum() > 0  # the unrolled solve carries the task loss back to z0 ...
+    detached = tiny_phdeq(stop_initializer_gradient=True).train()
+    detached(X, labels=Y, gradient_mode="unrolled", num_loops=20).task_loss.backward()
+    grad = detached.model.initializer[0].weight.grad
+    assert grad is None or grad.abs().sum() == 0  # ... unless it is stopped
+
+
+def test_overrides_for_the_audit():
+    model = tiny_phdeq()
+    with torch.no_grad():
+        out = model(X)
+        again = model(X, solved_state=out.solved_state)
+        zero_budget = model(X, num_loops=0)
+        decoded = model.decode(out.start_state, out.context)
+    assert torch.equal(again.logits, out.logits)
+    assert torch.equal(zero_budget.solved_state, out.start_state)
+    assert torch.allclose(zero_budget.logits, decoded)
+    assert int(zero_budget.solver_steps.max()) == 0
+
+
+def test_sequences_of_vectors_are_mean_pooled_over_the_mask():
+    model = tiny_phdeq()
+    seq = torch.randn(2, 4, 6)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    with torch.no_grad():
+        padded = model(seq, attention_mask=mask).logits
+        first = model(seq[:1, :2]).logits
+    assert torch.allclose(padded[:1], first, atol=1e-5)
+
+
+def test_a_diverging_solve_is_flagged_not_returned_as_fine():
+    model = tiny_phdeq(solver="picard", anchor=100.0, num_loops=300)  # step^2 * anchor = 25: the step is unstable
+    with torch.no_grad():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # warned once per process; the flags are the contract
+            out = model(X)
+    assert bool(out.diverged.all()) and not bool(out.converged.any())
+    assert torch.isfinite(out.solved_state).all()  # the lowest-residual iterate, not the blown-up one
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(solver="newton"), "solver must be one of"),
+        (dict(gradient_mode="adjoint"), "gradient_mode must be one of"),
+        (dict(initializer="random"), "initializer must be one of"),
+        (dict(step_size=2.5), "step_size must be a number in"),
+        (dict(damping=5.0, step_size=0.5), "damping \\* step_size must be < 2"),
+        (dict(anchor=0.0), "anchor must be a finite number > 0"),
+        (dict(num_loops=-1), "num_loops must be an integer >= 0"),
+        (dict(initializer="zero", initializer_loss_weight=1.0), "initializer_loss_weight must be 0"),
+        (dict(hidden_size=0), "hidden_size must be an integer >= 1"),
+    ],
+)
+def test_bad_configs_are_clear_errors(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        PHDEQConfig(**overrides)
+
+
+def test_bad_inputs_are_clear_errors():
+    model = tiny_phdeq()
+    with pytest.raises(ValueError, match="7 features, the config says input_size=6"):
+        model(torch.randn(2, 7))
+    with pytest.raises(ValueError, match="must be a float tensor"):
+        model(torch.ones(2, 6, dtype=torch.long))
+    with pytest.raises(ValueError, match="num_loops must be an integer >= 0"):
+        model(X, num_loops=-2)
+    with pytest.raises(ValueError, match="initial_state must have shape"):
+        model(X, initial_state=torch.zeros(5, 3))
+    with pytest.raises(ValueError, match="labels must have shape"):
+        model(X, labels=torch.zeros(5, 2, dtype=torch.long))
+
+
+def test_saved_equals_loaded_and_auto_classes(tmp_path):
+    model = tiny_phdeq(seed=3)
+    model.save_pretrained(tmp_path / "ckpt")
+    assert AutoConfig.from_pretrained(tmp_path / "ckpt").model_type == "phdeq"
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "ckpt").eval()
+    assert isinstance(loaded, PHDEQForSequenceClassification)
+    with torch.no_grad():
+        assert torch.equal(model(X).logits, loaded(X).logits)
+    assert isinstance(AutoModel.from_pretrained(tmp_path / "ckpt"), PHDEQModel)
+
+
+def test_trains_with_the_hf_trainer(tmp_path):
+    """The plain Trainer fits a small problem (label = which of three input coordinates is largest)."""
+    from datasets import Dataset
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 6, generator=g)
+    data = Dataset.from_dict({"inputs": x.tolist(), "labels": x[:, :3].argmax(1).tolist()})
+    model = tiny_phdeq(num_loops=50, solver_tol=1e-4).train()
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=60,
+        per_device_train_batch_size=32,
+        learning_rate=1e-2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=10,
+        disable_tqdm=True,
+        seed=0,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    model.eval()
+    with torch.no_grad():
+        accuracy = (model(x).logits.argmax(-1) == x[:, :3].argmax(1)).float().mean()
+    assert accuracy > 0.8, accuracy
+
+
+def test_remote_code_loads_without_the_package(tmp_path):
+    model = tiny_phdeq(seed=2)
+    model.save_pretrained(tmp_path / "ckpt")
+    with torch.no_grad():
+        expected = model(X).logits
+    torch.save({"inputs": X, "expected": expected}, tmp_path / "expected.pt")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["equilibria"] = None
+        import torch
+        from transformers import AutoModelForSequenceClassification
+        data = torch.load({str(tmp_path / "expected.pt")!r})
+        model = AutoModelForSequenceClassification.from_pretrained({str(tmp_path / "ckpt")!r}, trust_remote_code=True)
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        with torch.no_grad():
+            got = model.eval()(data["inputs"]).logits
+        assert torch.equal(got, data["expected"]), (got - data["expected"]).abs().max()
+        print("REMOTE_OK")
+        """
+    )
+    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "REMOTE_OK" in result.stdout
