@@ -241,3 +241,79 @@ def test_bad_audit_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="dataset is empty"):
         audit(model, data.select([]), progress=False)
     assert math.isfinite(AuditThresholds().significance)
+
+
+# ---- every family has an adapter -------------------------------------------------------------------------------
+
+
+def lm_data(model, n: int = 12, width: int = 9) -> Dataset:
+    """Random token sequences labelled with the model's own greedy next tokens (labels[t] = answer after t - 1),
+    the first 3 positions unlabelled: the model is right on every sequence by construction."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, model.config.vocab_size, (n, width), generator=g)
+    with torch.no_grad():
+        predicted = model(ids).logits.argmax(-1)
+    labels = torch.full_like(ids, -100)
+    labels[:, 4:] = predicted[:, 3:-1]
+    return Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()})
+
+
+def test_attractor_with_a_closed_gate_is_a_lazy_identity_collapse():
+    from conftest import tiny_attractor
+
+    model = tiny_attractor(num_loops=30)
+    with torch.no_grad():
+        model.model.attractor.gate.zero_()  # T(y, y0) = y0: the fixed point is the proposal
+    report = audit(model, lm_data(model), progress=False, batch_size=5)
+    assert report.accuracy == 1.0
+    assert report.displacement["max"] == 0.0
+    assert report.verdict == "lazy identity collapse", report
+
+
+def test_attractor_audit_reads_the_models_own_fixed_point():
+    from conftest import tiny_attractor
+
+    model = tiny_attractor(num_loops=60)
+    data = lm_data(model)
+    report = audit(model, data, progress=False, batch_size=5, displacement_scales=(0.5,))
+    assert report.accuracy == 1.0  # the adapter's solve + decoder reproduce the model's own answers
+    assert report.displacement["relative_median"] > 1e-2  # this attractor moves its state
+    assert report.iterations["mean_steps"] > 2
+    assert report.num_units == len(data)
+
+
+def test_ouro_audit_reads_the_loop_states():
+    from conftest import tiny_ouro
+
+    model = tiny_ouro()
+    report = audit(model, lm_data(model), progress=False, batch_size=5, displacement_scales=(0.5,))
+    assert report.accuracy == 1.0
+    assert report.max_iter == model.config.total_ut_steps
+    assert 1.0 <= report.iterations["mean_steps"] <= model.config.total_ut_steps
+    # decoding the input embeddings instead of the looped states loses the answers: the loop computes
+    assert report.verdict == "computing", report
+
+
+def test_eqr_audit_reports_puzzles_and_convergence_steps():
+    from equilibria import EqRConfig, EqRForPuzzleSolving
+    from equilibria.tasks import build_sudoku_dataset
+
+    torch.manual_seed(0)
+    config = EqRConfig(
+        vocab_size=11,
+        max_seq_len=16,
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=1,
+        num_attention_heads=2,
+        num_loops=8,
+        attn_implementation="eager",
+    )
+    model = EqRForPuzzleSolving(config).eval()
+    data = build_sudoku_dataset(4, 4, 12, seed=0)["test"]
+    report = audit(model, data, progress=False, batch_size=5, displacement_scales=(1.0,), tol=1e-2)
+    assert report.num_units == 12 and report.max_iter == 8
+    # the adapter's start is N(0, init_std^2): its norm is about init_std * sqrt(cells * hidden)
+    assert report.displacement["start_norm_median"] == pytest.approx((16 * 32) ** 0.5, rel=0.2)
+    assert report.probe["test_rows"] > 0  # cell-level probe on the cells' states
+    assert 1 <= report.iterations["mean_steps"] <= 8
