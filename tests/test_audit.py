@@ -8,7 +8,15 @@ import torch
 from datasets import Dataset
 
 from equilibria import PHDEQConfig, PHDEQForSequenceClassification
-from equilibria.diagnostics import AuditReport, AuditThresholds, LoopAdapter, LoopRun, audit, linear_probe
+from equilibria.diagnostics import (
+    VERDICTS,
+    AuditReport,
+    AuditThresholds,
+    LoopAdapter,
+    LoopRun,
+    audit,
+    linear_probe,
+)
 from equilibria.diagnostics.audit import _ranks
 
 HIDDEN = 8
@@ -317,3 +325,40 @@ def test_eqr_audit_reports_puzzles_and_convergence_steps():
     assert report.displacement["start_norm_median"] == pytest.approx((16 * 32) ** 0.5, rel=0.2)
     assert report.probe["test_rows"] > 0  # cell-level probe on the cells' states
     assert 1 <= report.iterations["mean_steps"] <= 8
+
+
+# ---- the CLI and the benchmark ---------------------------------------------------------------------------------
+
+
+def test_cli_audits_a_saved_model_and_writes_the_report(tmp_path, capsys):
+    from equilibria.cli import main
+    from equilibria.tasks import reachability_input_size
+
+    torch.manual_seed(0)
+    config = PHDEQConfig(input_size=reachability_input_size(6), hidden_size=8, intermediate_size=16, num_labels=2)
+    PHDEQForSequenceClassification(config).save_pretrained(tmp_path / "ckpt")
+    code = main(["audit", str(tmp_path / "ckpt"), "--num-examples", "40", "--output-dir", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "computation audit: phdeq (40 units" in out and "verdict:" in out
+    saved = json.loads((tmp_path / "out" / "audit.json").read_text())
+    assert saved["num_units"] == 40 and saved["verdict"] in VERDICTS
+    assert main(["audit", str(tmp_path / "ckpt"), "--task", "sudoku"]) == 2
+    assert "--task sudoku does not fit a phdeq model" in capsys.readouterr().err
+    assert main(["audit", str(tmp_path / "missing")]) == 2
+
+
+def test_reachability_audit_benchmark_quick_mode_runs(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_audit_reachability
+    finally:
+        sys.path.pop(0)
+    results = bench_audit_reachability.main(["--quick", "--output-dir", str(tmp_path)])
+    runs = {run["model"]: run for run in results["runs"]}
+    assert set(runs) == {"phdeq", "phdeq_no_direct", "mlp"}
+    assert runs["phdeq"]["verdict"] in VERDICTS
+    assert (tmp_path / "phdeq-seed0" / "audit.json").exists()
