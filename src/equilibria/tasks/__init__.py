@@ -9,6 +9,8 @@ from .addition import (
     small_ouro_config,
     tokenize_for_training,
 )
+from .embedding import SentenceEmbedder, embed_entailment
+from .entailment import build_entailment_dataset, load_proofwriter_jsonl
 from .maze import build_maze_dataset, generate_maze, load_maze_csv, solve_maze
 from .reachability import (
     bfs_distances,
@@ -21,6 +23,7 @@ from .sudoku import augment_sudoku, build_sudoku_dataset, generate_sudoku, load_
 from .tokenization import char_tokenizer
 
 __all__ = [
+    "SentenceEmbedder",
     "addition_tokenizer",
     "bfs_distances",
     "build_reachability_dataset",
@@ -29,14 +32,17 @@ __all__ = [
     "reachability_input_size",
     "augment_sudoku",
     "build_addition_dataset",
+    "build_entailment_dataset",
     "build_maze_dataset",
     "build_sudoku_dataset",
     "char_tokenizer",
+    "embed_entailment",
     "evaluate_loop_scaling",
     "exact_match",
     "generate_maze",
     "generate_sudoku",
     "load_maze_csv",
+    "load_proofwriter_jsonl",
     "load_sudoku_csv",
     "small_attractor_config",
     "small_ouro_config",
