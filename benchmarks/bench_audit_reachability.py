@@ -1,5 +1,6 @@
 """The computation audit at small scale: does a port-Hamiltonian DEQ with a learned initialiser compute anything on
-graph reachability, or does its loop collapse onto its start?
+graph reachability (or ProofWriter-style entailment, ``--task entailment``), or does its loop collapse onto its
+start?
 
 For each seed, three models are trained with the Hugging Face `Trainer` on the same questions ("is t reachable
 from s within k hops?" on random 16-node directed graphs, one 304-float vector per question):
@@ -41,6 +42,12 @@ def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny run for a smoke test")
     p.add_argument("--seeds", default="0,1,2")
+    p.add_argument(
+        "--task",
+        default="reachability",
+        choices=["reachability", "entailment"],
+        help="entailment: ProofWriter-style theories embedded by the frozen all-MiniLM-L6-v2 (depth = difficulty)",
+    )
     p.add_argument("--nodes", type=int, default=16)
     p.add_argument("--max-hops", type=int, default=6)
     p.add_argument("--train-size", type=int, default=6000)
@@ -53,6 +60,7 @@ def parse(argv):
     p.add_argument("--num-loops", type=int, default=300, help="the solver's cap in training and in the audit")
     p.add_argument("--tol", type=float, default=1e-4)
     p.add_argument("--models", default="phdeq,phdeq_no_direct,mlp")
+    p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results/audit_reachability"))
     args = p.parse_args(argv)
     if args.quick:
@@ -78,9 +86,33 @@ class MLPBaseline(nn.Module):
         return {"loss": loss, "logits": logits}
 
 
+def load_task(args):
+    if args.task == "reachability":
+        data = build_reachability_dataset(
+            args.train_size, args.test_size, num_nodes=args.nodes, max_hops=args.max_hops, seed=12345
+        )
+        args.input_size = reachability_input_size(args.nodes)
+        print(
+            f"graph reachability: {args.nodes} nodes, k <= {args.max_hops} hops; {len(data['train'])} training and "
+            f"{len(data['test'])} held-out questions (half reachable)"
+        )
+        return data
+    from equilibria.tasks import SentenceEmbedder, build_entailment_dataset, embed_entailment
+
+    raw = build_entailment_dataset(args.train_size, args.test_size, seed=12345)
+    embedder = SentenceEmbedder(cache_path=args.output_dir / "minilm_cache.pt", progress=False)
+    data = {split: embed_entailment(raw[split], embedder) for split in ("train", "test")}
+    args.input_size = 2 * embedder.dim
+    print(
+        f"entailment: {len(data['train'])} training and {len(data['test'])} held-out questions (proof depth 0-5, "
+        "half true), embedded by all-MiniLM-L6-v2"
+    )
+    return data
+
+
 def build(args, kind: str, seed: int) -> nn.Module:
     set_seed(seed)
-    size = reachability_input_size(args.nodes)
+    size = args.input_size
     if kind == "mlp":
         return MLPBaseline(size, args.width)
     common = dict(
@@ -108,7 +140,7 @@ def train(args, model: nn.Module, data, seed: int, name: str) -> float:
         learning_rate=args.lr,
         warmup_steps=max(1, args.steps // 20),
         lr_scheduler_type="cosine",
-        weight_decay=0.01,
+        weight_decay=args.weight_decay,
         max_grad_norm=1.0,
         logging_steps=max(1, args.steps // 5),
         save_strategy="no",
@@ -160,15 +192,9 @@ def fmt(x, spec: str) -> str:
 
 def main(argv=None) -> dict:
     args = parse(argv)
-    data = build_reachability_dataset(
-        args.train_size, args.test_size, num_nodes=args.nodes, max_hops=args.max_hops, seed=12345
-    )
+    data = load_task(args)
     train_data = data["train"].select_columns(["inputs", "labels"])
     test = data["test"]
-    print(
-        f"graph reachability: {args.nodes} nodes, k <= {args.max_hops} hops; {len(train_data)} training and "
-        f"{len(test)} held-out questions (half reachable)"
-    )
     results = {"args": {k: str(v) for k, v in vars(args).items()}, "runs": []}
     args.output_dir.mkdir(parents=True, exist_ok=True)
     for seed in args.seeds:
