@@ -216,3 +216,19 @@ def test_remote_code_loads_without_the_package(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "REMOTE_OK" in result.stdout
+
+
+def test_two_process_training_keeps_replicas_identical(tmp_path):
+    from conftest import run_two_processes
+
+    r0, r1 = run_two_processes("phdeq_ddp.py", tmp_path)
+    assert r0["world"] == r1["world"] == 2
+    for name, p0 in r0["params"].items():
+        assert torch.equal(p0, r1["params"][name]), name
+    from equilibria.tasks import reachability_input_size
+
+    torch.manual_seed(0)
+    config = PHDEQConfig(input_size=reachability_input_size(6), hidden_size=8, intermediate_size=16, num_labels=2)
+    start = PHDEQForSequenceClassification(config).state_dict()
+    changed = [n for n, p in r0["params"].items() if not torch.equal(p, start[n])]
+    assert "model.initializer.0.weight" in changed and "classifier.2.weight" in changed  # both losses trained
