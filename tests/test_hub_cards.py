@@ -68,3 +68,73 @@ def test_bad_card_inputs_are_clear_errors():
         build_model_card(model, loop_scaling={4: 75.0})
     with pytest.raises(ValueError, match="no model card template for model_type"):
         build_model_card(torch.nn.Linear(2, 2))
+
+
+def test_push_to_hub_sends_weights_remote_code_and_the_card(tmp_path, monkeypatch):
+    """The upload boundary: the commit operations huggingface_hub would send for trainer.push_to_hub()."""
+    import huggingface_hub.hf_api
+    import transformers.trainer
+    from datasets import Dataset
+    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import CommitInfo, RepoUrl
+    from transformers import TrainingArguments
+
+    from equilibria.trainers import EquilibriaTrainer
+
+    api = HfApi(token="hf_fake")
+    sent = {}
+
+    def create_repo(repo_id, **kwargs):
+        return RepoUrl(f"https://huggingface.co/{repo_id}")
+
+    def create_commit(repo_id, operations, **kwargs):
+        sent["repo_id"] = repo_id
+        sent["files"] = {op.path_in_repo: op.path_or_fileobj for op in operations}
+        return CommitInfo(
+            commit_url=f"https://huggingface.co/{repo_id}/commit/0",
+            commit_message="",
+            commit_description="",
+            oid="0" * 40,
+            pr_url=None,
+        )
+
+    def validate_yaml(content, **kwargs):  # the Hub validates the metadata server-side; here: it parses back
+        sent["validated"] = card_metadata_round_trips(ModelCard(content))
+
+    monkeypatch.setattr(api, "_validate_yaml", validate_yaml)
+    monkeypatch.setattr(huggingface_hub.hf_api, "is_xet_available", lambda: False)  # one commit, captured below
+    monkeypatch.setattr(api, "create_repo", create_repo)
+    monkeypatch.setattr(api, "create_commit", create_commit)
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: api)
+    model = tiny_models()["phdeq"]
+    data = Dataset.from_dict({"inputs": torch.randn(16, 6).tolist(), "labels": [0, 1] * 8})
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=8,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        hub_model_id="someone/phdeq-tiny",
+        hub_token="hf_fake",
+        disable_tqdm=True,
+    )
+    trainer = EquilibriaTrainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    trainer.loop_scaling = {10: 0.5, 300: 0.75}
+    trainer.push_to_hub()
+    assert sent["repo_id"] == "someone/phdeq-tiny" and sent["validated"]
+    files = set(sent["files"])
+    assert {
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "modeling_phdeq.py",
+        "configuration_phdeq.py",
+        "solvers.py",
+        "loop_utils.py",
+        "config_checks.py",
+    } <= files, files
+    card = ModelCard.load(tmp_path / "out" / "README.md")
+    assert card.data.eval_results[1].metric_value == 0.75 and "## Training" in card.text
+    assert 'from_pretrained("someone/phdeq-tiny", trust_remote_code=True)' in card.text

@@ -1,6 +1,7 @@
 """Trainer subclasses that add each family's objective to ``transformers.Trainer``."""
 
 from .attractor import AttractorTrainer, AttractorTrainingArguments
+from .common import EquilibriaTrainer, ModelCardMixin
 from .eqr import EqRTrainer, EqRTrainingArguments
 from .regularizers import spectral_radius
 from .stars import StarsTrainer, StarsTrainingArguments, find_looped_core, sample_num_loops
@@ -9,6 +10,8 @@ __all__ = [
     "AttractorTrainer",
     "AttractorTrainingArguments",
     "EqRTrainer",
+    "EquilibriaTrainer",
+    "ModelCardMixin",
     "EqRTrainingArguments",
     "StarsTrainer",
     "StarsTrainingArguments",

@@ -17,7 +17,7 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from ..modeling.configuration_attractor import GRADIENT_MODES
-from .common import RunningMeans, find_core, loss_scales
+from .common import ModelCardMixin, RunningMeans, find_core, loss_scales
 
 ATTRACTOR_LOG_KEYS = (
     "lm_loss",
@@ -96,7 +96,7 @@ def _is_int(value, minimum: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
-class AttractorTrainer(Trainer):
+class AttractorTrainer(ModelCardMixin, Trainer):
     """[`~transformers.Trainer`] for Attractor LMs (``AttractorForCausalLM``, also wrapped by PEFT).
 
     Logged next to the loss (progress bar, TensorBoard, W&B, ``state.log_history``), as means over the logging

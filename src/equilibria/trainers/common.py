@@ -62,3 +62,59 @@ class RunningMeans:
             values = accelerator.reduce(values, reduction="mean")
         self._sums, self._count = None, 0
         return {k: round(v, 6) for k, v in zip(self.keys, values.tolist())}
+
+
+class ModelCardMixin:
+    """Mixed into a ``Trainer``: ``create_model_card`` (called by ``push_to_hub``, so also by
+    ``TrainingArguments(push_to_hub=True)``) writes the family's card from :mod:`equilibria.hub_cards` into the
+    output folder, beside the weights and the remote code. Set ``trainer.loop_scaling`` (``{loops: accuracy}``),
+    ``trainer.loop_scaling_plot`` (a PNG file name in the output folder) and ``trainer.audit_report`` before
+    pushing and they go into the card."""
+
+    loop_scaling: dict | None = None
+    loop_scaling_plot: str | None = None
+    audit_report = None
+
+    def create_model_card(
+        self,
+        language: str | None = None,
+        license: str | None = None,
+        tags: str | list[str] | None = None,
+        model_name: str | None = None,
+        finetuned_from: str | None = None,
+        tasks: str | list[str] | None = None,
+        dataset_tags: str | list[str] | None = None,
+        dataset: str | list[str] | None = None,
+        dataset_args: str | list[str] | None = None,
+        **card_kwargs,
+    ) -> None:
+        if not self.is_world_process_zero():
+            return
+        from pathlib import Path
+
+        from ..hub_cards import build_model_card
+
+        model = self.accelerator.unwrap_model(self.model)
+        datasets = dataset_tags or dataset
+        card = build_model_card(
+            model,
+            model_name=model_name,
+            repo_id=getattr(self, "hub_model_id", None) or self.args.hub_model_id,
+            license=license or "apache-2.0",
+            base_model=finetuned_from,
+            datasets=[datasets] if isinstance(datasets, str) else datasets,
+            language=language,
+            extra_tags=[tags] if isinstance(tags, str) else tags,
+            loop_scaling=card_kwargs.pop("loop_scaling", self.loop_scaling),
+            loop_scaling_plot=card_kwargs.pop("loop_scaling_plot", self.loop_scaling_plot),
+            audit=card_kwargs.pop("audit", self.audit_report),
+            trainer_state=self.state,
+            training_args=self.args,
+            **card_kwargs,
+        )
+        card.save(Path(self.args.output_dir) / "README.md")
+
+
+class EquilibriaTrainer(ModelCardMixin, Trainer):
+    """The plain ``Trainer`` with the family's model card (for models trained without an extra objective, such as
+    the PH-DEQ)."""

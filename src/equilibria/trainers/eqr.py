@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from .common import RunningMeans, find_core, loss_scales
+from .common import ModelCardMixin, RunningMeans, find_core, loss_scales
 
 EQR_LOG_KEYS = (
     "lm_loss",
@@ -127,7 +127,7 @@ class _EMACallback(TrainerCallback):
                     param.copy_(self.shadow[name])
 
 
-class EqRTrainer(Trainer):
+class EqRTrainer(ModelCardMixin, Trainer):
     """[`~transformers.Trainer`] with segmented online training for [`EqRForPuzzleSolving`] (also wrapped by
     PEFT). The dataset gives ``inputs`` and ``labels`` (``(seq_len,)`` token lists, e.g. from
     ``build_sudoku_dataset``); use ``dataloader_drop_last=True`` or the carry restarts when a batch of another

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from transformers import Trainer, TrainingArguments
 
-from .common import RunningMeans, find_core, loss_scales
+from .common import ModelCardMixin, RunningMeans, find_core, loss_scales
 from .regularizers import spectral_radius
 
 JSRR_PENALTIES = ("square", "hinge")
@@ -127,7 +127,7 @@ def find_looped_core(model: nn.Module) -> nn.Module | None:
     return find_core(model, "loop_map")
 
 
-class StarsTrainer(Trainer):
+class StarsTrainer(ModelCardMixin, Trainer):
     """[`~transformers.Trainer`] with STARS' random loop sampling and Jacobian spectral-radius regularisation.
 
     The model must be a looped model whose ``forward`` takes ``num_loops`` and that contains a module with
