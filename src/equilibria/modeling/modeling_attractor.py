@@ -466,7 +466,6 @@ class _IterateSampler:
         return [candidates[j] for j in sorted(picks)]
 
 
-@torch.no_grad()
 def _hutchinson_penalty(
     f: Callable, y_star: torch.Tensor, samples: int, attention_mask: torch.Tensor | None, seq_len: int
 ) -> torch.Tensor:
