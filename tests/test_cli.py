@@ -92,3 +92,72 @@ def test_errors_are_one_line(saved, capsys, argv, message):
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert message in err.strip().splitlines()[-1]  # one line (progress bars of weight loading may come before)
+
+
+def test_train_writes_a_hub_ready_folder(tmp_path, capsys):
+    out = tmp_path / "ouro"
+    argv = [
+        "train",
+        "--family",
+        "ouro",
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "3",
+        "--train_size",
+        "64",
+        "--test_size",
+        "8",
+        "--digits",
+        "1",
+        "--hidden_size",
+        "16",
+        "--num_loops",
+        "2",
+        "--eval_loops",
+        "1,2",
+        "--per_device_train_batch_size",
+        "8",
+        "--use_cpu",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--min_loops",
+        "1",
+        "--max_loops",
+        "3",
+    ]
+    assert main(argv) == 0
+    assert "num_loops | accuracy" in capsys.readouterr().out
+    names = {p.name for p in out.iterdir()}
+    assert {
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "modeling_ouro.py",
+        "tokenizer.json",
+        "loop_scaling.json",
+        "loop_scaling.png",
+    } <= names, names
+    card = ModelCard.load(out / "README.md")
+    assert [r.metric_config for r in card.data.eval_results] == ["num_loops=1", "num_loops=2"]
+    assert "## Training" in card.text and "| max_loops | 3 |" in card.text  # the STARS loop range is recorded
+
+
+def test_train_reads_a_yaml_config(tmp_path):
+    config = tmp_path / "eqr.yaml"
+    config.write_text(
+        f"family: eqr\noutput_dir: {tmp_path / 'eqr'}\nmax_steps: 2\ntrain_size: 16\ntest_size: 4\nsize: 4\n"
+        "hidden_size: 32\nnum_attention_heads: 2\nnum_loops: 2\nmax_segments: 2\neval_loops: '1,2'\n"
+        "per_device_train_batch_size: 4\nuse_cpu: true\nreport_to: none\nsave_strategy: 'no'\n"
+    )
+    assert main(["train", str(config)]) == 0
+    assert json.loads((tmp_path / "eqr" / "loop_scaling.json").read_text()).keys() == {"1", "2"}
+
+
+def test_train_errors_are_one_line(tmp_path, capsys):
+    assert main(["train", "--family", "gpt", "--output_dir", str(tmp_path)]) == 2
+    assert "--family must be one of" in capsys.readouterr().err
+    assert main(["train", "--family", "eqr", "--task", "addition", "--output_dir", str(tmp_path)]) == 2
+    assert "--task addition does not fit --family eqr" in capsys.readouterr().err

@@ -47,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--seed", type=int, default=1234, help="seeds the generated data and the audit")
     audit.add_argument("--trust-remote-code", action="store_true", help="load a folder's own modeling code")
 
+    sub.add_parser(
+        "train",
+        add_help=False,
+        help="train a family on its task (every TrainingArguments field is a flag; or a YAML/JSON file), evaluate "
+        "loop scaling, write a Hub-ready folder; `equilibria train --family F --help` lists the options",
+    )
     ev = sub.add_parser(
         "eval",
         help="loop scaling: a saved model's accuracy at several loop counts (table, JSON and plot)",
@@ -94,6 +100,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv
+    if argv[:1] == ["train"] or (debug and argv[1:2] == ["train"]):
+        rest = [a for a in argv if a != "--debug"][1:]
+        try:
+            from .train import run_train
+
+            run_train(rest)
+            return 0
+        except (ValueError, OSError) as err:
+            if debug:
+                raise
+            print(f"equilibria train: error: {err}", file=sys.stderr)
+            return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

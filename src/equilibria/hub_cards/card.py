@@ -294,7 +294,7 @@ def _training(state, args) -> list[str]:
         extra = [
             k
             for k in vars(args)
-            if k.endswith(("num_loops", "_weight", "segment_loops", "max_segments", "gradient_mode"))
+            if k.endswith(("_loops", "_weight", "max_segments", "gradient_mode"))
         ]
         lines += ["| argument | value |", "| --- | --- |"]
         lines += [f"| {k} | {getattr(args, k)} |" for k in (*keys, *extra) if getattr(args, k, None) is not None]

@@ -1,0 +1,225 @@
+"""``equilibria train``: train any family on its task with its Trainer, then evaluate loop scaling and write a
+Hub-ready folder (weights, remote code, tokenizer, card, plot) into ``--output_dir``.
+
+Options are dataclass fields parsed with ``HfArgumentParser``: [`ModelArguments`], [`DataArguments`] and the
+family's ``TrainingArguments`` subclass (every ``TrainingArguments`` field is a flag). A YAML or JSON file with the
+same keys can stand in for the flags (``equilibria train config.yaml``). For several processes put the same command
+behind ``torchrun`` or ``accelerate launch`` (``torchrun --nproc_per_node 2 -m equilibria.cli train ...``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FAMILIES = ("ouro", "attractor_lm", "eqr", "phdeq")
+DEFAULT_TASKS = {"ouro": "addition", "attractor_lm": "addition", "eqr": "sudoku", "phdeq": "reachability"}
+
+
+@dataclass
+class ModelArguments:
+    family: str = field(default="ouro", metadata={"help": f"model family: one of {FAMILIES}"})
+    hidden_size: int = field(default=128, metadata={"help": "width (PH-DEQ: size of q and of p)"})
+    num_layers: int = field(default=2, metadata={"help": "layers in the looped stack / backbone / block"})
+    num_attention_heads: int = field(default=4)
+    num_loops: int = field(
+        default=4,
+        metadata={
+            "help": "the loop count saved in the config (Ouro: recurrence steps; Attractor, PH-DEQ: solver "
+            "budget; EqR: iterations per segment)"
+        },
+    )
+
+
+@dataclass
+class DataArguments:
+    task: str | None = field(
+        default=None, metadata={"help": "addition, sudoku, maze, reachability or entailment (default: the family's)"}
+    )
+    train_size: int = field(default=2000)
+    test_size: int = field(default=200)
+    digits: int = field(default=2, metadata={"help": "addition: operand digits"})
+    size: int = field(default=4, metadata={"help": "sudoku / maze: board side"})
+    nodes: int = field(default=16, metadata={"help": "reachability: graph nodes"})
+    eval_loops: str = field(default="1,2,4,8", metadata={"help": "loop counts of the loop-scaling evaluation"})
+    data_seed_offset: int = field(default=0, metadata={"help": "added to --seed for the data"})
+
+
+def _training_class(family: str):
+    from transformers import TrainingArguments
+
+    from .trainers import AttractorTrainingArguments, EqRTrainingArguments, StarsTrainingArguments
+
+    return {
+        "ouro": StarsTrainingArguments,
+        "attractor_lm": AttractorTrainingArguments,
+        "eqr": EqRTrainingArguments,
+        "phdeq": TrainingArguments,
+    }[family]
+
+
+def _family_of(argv: list[str]) -> str:
+    if argv and argv[0].endswith((".yaml", ".yml", ".json")):
+        path = Path(argv[0])
+        if not path.is_file():
+            raise ValueError(f"no such config file: {path}")
+        text = path.read_text()
+        if path.suffix == ".json":
+            values = json.loads(text)
+        else:
+            import yaml
+
+            values = yaml.safe_load(text)
+        family = (values or {}).get("family", "ouro")
+    else:
+        family = "ouro"
+        for i, arg in enumerate(argv):
+            if arg == "--family" and i + 1 < len(argv):
+                family = argv[i + 1]
+            elif arg.startswith("--family="):
+                family = arg.split("=", 1)[1]
+    if family not in FAMILIES:
+        raise ValueError(f"--family must be one of {FAMILIES}, got {family!r}")
+    return family
+
+
+def parse_train_args(argv: list[str]):
+    """``(model_args, data_args, training_args)`` from flags or a YAML/JSON file."""
+    from transformers import HfArgumentParser
+
+    family = _family_of(argv)
+    parser = HfArgumentParser((ModelArguments, DataArguments, _training_class(family)))
+    if argv and argv[0].endswith((".yaml", ".yml")):
+        return parser.parse_yaml_file(argv[0])
+    if argv and argv[0].endswith(".json"):
+        return parser.parse_json_file(argv[0])
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
+    """``(model, data, tokenizer, collator)`` for the family and task."""
+    from transformers import DataCollatorForSeq2Seq
+
+    from . import tasks
+    from .commands import TASK_FAMILIES
+
+    family = model_args.family
+    task = data_args.task or DEFAULT_TASKS[family]
+    if task not in TASK_FAMILIES:
+        raise ValueError(f"--task must be one of {tuple(TASK_FAMILIES)}, got {task!r}")
+    if family not in TASK_FAMILIES[task]:
+        raise ValueError(f"--task {task} does not fit --family {family} (it fits {TASK_FAMILIES[task]})")
+    d, layers, heads, loops = (
+        model_args.hidden_size,
+        model_args.num_layers,
+        model_args.num_attention_heads,
+        model_args.num_loops,
+    )
+    data_seed = seed + data_args.data_seed_offset
+    if family in ("ouro", "attractor_lm"):
+        from .modeling import AttractorForCausalLM, OuroForCausalLM
+
+        raw = tasks.build_addition_dataset(data_args.digits, data_args.train_size, data_args.test_size, seed=data_seed)
+        tokenizer = tasks.addition_tokenizer()
+        if family == "ouro":
+            config = tasks.small_ouro_config(tokenizer, d, layers, heads, total_ut_steps=loops)
+            model = OuroForCausalLM(config)
+        else:
+            config = tasks.small_attractor_config(
+                tokenizer,
+                hidden_size=d,
+                num_backbone_layers=layers,
+                num_attractor_layers=layers,
+                num_attention_heads=heads,
+                num_loops=loops,
+            )
+            model = AttractorForCausalLM(config)
+        collate_tokenizer = copy.deepcopy(tokenizer)
+        collate_tokenizer.padding_side = "right"
+        collator = DataCollatorForSeq2Seq(collate_tokenizer, label_pad_token_id=-100)
+        data = {"train": tasks.tokenize_for_training(raw["train"], tokenizer), "test": raw["test"]}
+        return model, data, tokenizer, collator
+    if family == "eqr":
+        from .modeling import EqRConfig, EqRForPuzzleSolving
+
+        if task == "sudoku":
+            data = tasks.build_sudoku_dataset(data_args.size, data_args.train_size, data_args.test_size, seed=data_seed)
+            vocab = 11
+        else:
+            data = tasks.build_maze_dataset(
+                data_args.size, data_args.train_size, data_args.test_size, seed=data_seed, min_path=data_args.size
+            )
+            vocab = 6
+        config = EqRConfig(
+            vocab_size=vocab,
+            max_seq_len=data_args.size**2,
+            hidden_size=d,
+            intermediate_size=4 * d,
+            num_layers=layers,
+            num_attention_heads=heads,
+            num_loops=loops,
+        )
+        return EqRForPuzzleSolving(config), data, None, None
+    from .modeling import PHDEQConfig, PHDEQForSequenceClassification
+
+    if task == "reachability":
+        data = tasks.build_reachability_dataset(
+            data_args.train_size, data_args.test_size, num_nodes=data_args.nodes, seed=data_seed
+        )
+        size = tasks.reachability_input_size(data_args.nodes)
+    else:
+        raw = tasks.build_entailment_dataset(data_args.train_size, data_args.test_size, seed=data_seed)
+        embedder = tasks.SentenceEmbedder()
+        data = {split: tasks.embed_entailment(raw[split], embedder) for split in ("train", "test")}
+        size = 2 * embedder.dim
+    data = {split: data[split] for split in ("train", "test")}
+    data["train"] = data["train"].select_columns(["inputs", "labels"])
+    config = PHDEQConfig(input_size=size, hidden_size=d, intermediate_size=2 * d, num_labels=2, num_loops=loops)
+    return PHDEQForSequenceClassification(config), data, None, None
+
+
+def run_train(argv: list[str]) -> dict:
+    """Train, evaluate loop scaling, save the Hub-ready folder (weights, remote code, tokenizer, card, plot)."""
+    from transformers import set_seed
+
+    from .commands import loop_scaling, parse_loops, plot_loop_scaling
+    from .trainers import AttractorTrainer, EqRTrainer, EquilibriaTrainer, StarsTrainer
+
+    model_args, data_args, args = parse_train_args(argv)
+    loops = parse_loops(data_args.eval_loops)
+    set_seed(args.seed)
+    model, data, tokenizer, collator = build(model_args, data_args, args.seed)
+    trainer_class = {
+        "ouro": StarsTrainer,
+        "attractor_lm": AttractorTrainer,
+        "eqr": EqRTrainer,
+        "phdeq": EquilibriaTrainer,
+    }[model_args.family]
+    trainer = trainer_class(
+        model=model, args=args, train_dataset=data["train"], data_collator=collator, processing_class=tokenizer
+    )
+    trainer.train()
+    trainer.save_model()
+    result = {}
+    if trainer.is_world_process_zero():
+        out = Path(args.output_dir)
+        model = trainer.accelerator.unwrap_model(trainer.model).eval()
+        result = loop_scaling(model, data["test"], loops, model_path=str(out))
+        print(f"loop scaling on {len(data['test'])} held-out examples")
+        print("  num_loops | accuracy")
+        for n, acc in result.items():
+            print(f"  {n:>9} | {100 * acc:6.1f}%")
+        (out / "loop_scaling.json").write_text(json.dumps({str(k): v for k, v in result.items()}, indent=2) + "\n")
+        try:
+            plot_loop_scaling(result, out / "loop_scaling.png", f"{model.config.model_type}: accuracy vs loops")
+            trainer.loop_scaling_plot = "loop_scaling.png"
+        except ImportError:
+            pass
+        trainer.loop_scaling = result
+        trainer.create_model_card(dataset=None)
+        print(f"wrote the model, its remote code, card and plot to {out}")
+    if args.push_to_hub:
+        trainer.push_to_hub()
+    return result
