@@ -66,6 +66,12 @@ def test_generate_streams_and_honours_num_loops(saved, capsys):
     assert capsys.readouterr().out.strip() == plain  # the streamed text is the same greedy text
 
 
+def test_audit_runs_on_every_family_from_its_folder(saved, capsys):
+    for family, extra in (("ouro", []), ("eqr", ["--task", "sudoku"]), ("phdeq", [])):
+        assert main(["audit", str(saved / family), "--num-examples", "6", "--batch-size", "3", *extra]) == 0
+        assert f"computation audit: {family} (6 units" in capsys.readouterr().out
+
+
 def test_card_collects_the_folders_results(saved, capsys):
     folder = saved / "phdeq"
     assert main(["eval", str(folder), "--loops", "0,10", "--num-examples", "20", "--output-dir", str(folder)]) == 0
