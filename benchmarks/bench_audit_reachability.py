@@ -52,7 +52,7 @@ def parse(argv):
     p.add_argument("--max-hops", type=int, default=6)
     p.add_argument("--train-size", type=int, default=6000)
     p.add_argument("--test-size", type=int, default=1000)
-    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--hidden", type=int, default=64, help="size of q and p (the state has twice this)")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
 import equilibria
@@ -37,7 +38,7 @@ def test_console_script_is_installed():
 def test_cli_errors_are_one_line(capsys):
     assert cli_main(["demo", "--steps", "0"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "equilibria demo: error: steps must be >= 1, got 0"
+    assert err == "equilibria demo: error: steps and stars_steps must be >= 1, got 0 and 600"
 
 
 def test_char_tokenizer_round_trips_and_saves(tmp_path):
@@ -98,8 +99,15 @@ def test_demo_quick_mode_writes_and_reloads_a_hub_folder(tmp_path):
         "tokenizer.json",
         "configuration_ouro.py",
         "modeling_ouro.py",
+        "README.md",
+        "loop_scaling.png",
+        "audit.json",
+        "audit.png",
     } <= names
-    assert set(results["accuracy_by_loops"]) == {"1", "2", "4", "8"}
+    assert set(results["accuracy_by_loops"]) == set(results["stars_accuracy_by_loops"]) == {"1", "2", "4", "8"}
+    card = ModelCard.load(folder / "README.md")
+    assert [r.metric_config for r in card.data.eval_results][-1] == "num_loops=8"
+    assert results["audit_verdict"] in card.text
     assert len(results["samples"]) == 4 and any(k.startswith("remote code") for k in results["samples"])
     assert json.loads((tmp_path / "demo_results.json").read_text())["steps"] == results["steps"]
     assert torch.isfinite(torch.tensor(results["final_train_loss"]))

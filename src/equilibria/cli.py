@@ -18,9 +18,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"equilibria {__version__}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo = sub.add_parser("demo", help="train a small Ouro model, evaluate it across loop counts, save and reload it")
+    demo = sub.add_parser(
+        "demo",
+        help="the main job: train a small Ouro model, STARS-fine-tune it, loop scaling, audit, Hub folder, reload",
+    )
     demo.add_argument("--output-dir", default="equilibria-demo", help="where to write the Hub-ready folder")
-    demo.add_argument("--steps", type=int, default=1500, help="training steps")
+    demo.add_argument("--steps", type=int, default=1500, help="training steps of the plain model")
+    demo.add_argument("--stars-steps", type=int, default=600, help="STARS fine-tuning steps")
     demo.add_argument("--quick", action="store_true", help="a tiny run (seconds), for smoke tests")
     demo.add_argument("--seed", type=int, default=0)
     audit = sub.add_parser(
@@ -123,7 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from .demo import run_demo
 
-            run_demo(output_dir=args.output_dir, steps=args.steps, quick=args.quick, seed=args.seed)
+            run_demo(
+                output_dir=args.output_dir,
+                steps=args.steps,
+                stars_steps=args.stars_steps,
+                quick=args.quick,
+                seed=args.seed,
+            )
         elif args.command in ("audit", "eval", "generate", "card"):
             from . import commands
 

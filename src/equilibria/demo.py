@@ -1,10 +1,12 @@
-"""The main job: train a small Ouro looped LM on addition, evaluate it across loop counts, write a Hub-ready
-folder and load it back (through the package and as remote code)."""
+"""The main job: train a small Ouro looped LM on addition, fine-tune a copy with STARS, evaluate both across loop
+counts, audit the loop, write a Hub-ready folder with a model card and load it back (through the package and as
+remote code)."""
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
@@ -25,7 +27,8 @@ from transformers import (
 from .modeling import OuroForCausalLM
 from .tasks import addition_tokenizer, build_addition_dataset, exact_match, small_ouro_config, tokenize_for_training
 
-EVAL_LOOPS = (1, 2, 4, 8)
+EVAL_LOOPS = (1, 2, 4, 8, 16)
+TRAINED_LOOPS = 4
 
 
 def generate_without_package(folder: Path, prompt: str, loops: tuple[int, ...], max_new_tokens: int) -> dict:
@@ -59,68 +62,137 @@ def generate_without_package(folder: Path, prompt: str, loops: tuple[int, ...], 
     return {int(k): v for k, v in json.loads(lines[-1][len("RESULT ") :]).items()}
 
 
-def run_demo(output_dir: str | Path = "equilibria-demo", steps: int = 1500, quick: bool = False, seed: int = 0) -> dict:
-    """Run the demo and return its results (also written to ``output_dir/demo_results.json``)."""
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+def run_demo(
+    output_dir: str | Path = "equilibria-demo",
+    steps: int = 1500,
+    stars_steps: int = 600,
+    quick: bool = False,
+    seed: int = 0,
+) -> dict:
+    """Run the demo and return its results (also written to ``output_dir/demo_results.json``).
+
+    Trains a small Ouro model on 2-digit addition at 4 loops, fine-tunes a copy with STARS, prints both
+    loop-scaling tables, audits the STARS model's loop, writes a Hub-ready folder (safetensors, remote code,
+    tokenizer, generation config, model card, plots), reloads it through the package and as remote code without
+    the package, and generates with two loop counts."""
+    if steps < 1 or stars_steps < 1:
+        raise ValueError(f"steps and stars_steps must be >= 1, got {steps} and {stars_steps}")
+    from .diagnostics import audit
+    from .hub_cards import build_model_card
+    from .trainers import StarsTrainer, StarsTrainingArguments
+
     output_dir = Path(output_dir)
     set_seed(seed)
     started = time.time()
     if quick:
-        steps = min(steps, 20)
+        steps, stars_steps = min(steps, 20), min(stars_steps, 6)
     digits, n_train, n_test = (2, 2000, 200) if not quick else (1, 80, 20)
+    loops_grid = EVAL_LOOPS if not quick else (1, 2, 4, 8)
 
-    print(f"[1/4] addition data: {digits}-digit operands, {n_train} train / {n_test} test problems (no overlap)")
+    print(f"[1/6] addition data: {digits}-digit operands, {n_train} train / {n_test} test problems (no overlap)")
     data = build_addition_dataset(num_digits=digits, num_train=n_train, num_test=n_test, seed=seed)
     tokenizer = addition_tokenizer()
     train_tokenizer = copy.deepcopy(tokenizer)
     train_tokenizer.padding_side = "right"
     train_set = tokenize_for_training(data["train"], tokenizer)
+    collator = DataCollatorForSeq2Seq(train_tokenizer, label_pad_token_id=-100)
 
-    config = small_ouro_config(tokenizer, hidden_size=128 if not quick else 32, total_ut_steps=4)
+    config = small_ouro_config(tokenizer, hidden_size=128 if not quick else 32, total_ut_steps=TRAINED_LOOPS)
     model = OuroForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())
     print(
-        f"[2/4] training an Ouro model ({n_params / 1e6:.2f}M parameters, {config.num_hidden_layers} layers x "
+        f"[2/6] training an Ouro model ({n_params / 1e6:.2f}M parameters, {config.num_hidden_layers} layers x "
         f"{config.total_ut_steps} loops) for {steps} steps"
     )
-    args = TrainingArguments(
-        output_dir=str(output_dir / "training"),
-        max_steps=steps,
+    common = dict(
         per_device_train_batch_size=64,
         learning_rate=1e-3,
-        warmup_steps=max(1, steps // 20),
         lr_scheduler_type="cosine",
         weight_decay=0.01,
-        logging_steps=max(1, steps // 10),
         save_strategy="no",
         report_to=[],
         use_cpu=True,
         seed=seed,
         disable_tqdm=quick,
     )
-    trainer = Trainer(
-        model=model,
-        args=args,
-        train_dataset=train_set,
-        data_collator=DataCollatorForSeq2Seq(train_tokenizer, label_pad_token_id=-100),
-        processing_class=tokenizer,
+    args = TrainingArguments(
+        output_dir=str(output_dir / "training"),
+        max_steps=steps,
+        warmup_steps=max(1, steps // 20),
+        logging_steps=max(1, steps // 10),
+        **common,
     )
+    trainer = Trainer(model=model, args=args, train_dataset=train_set, data_collator=collator)
     trainer.train()
 
-    print(f"[3/4] exact match on the test split at loops {list(EVAL_LOOPS)} (trained at {config.total_ut_steps})")
-    accuracy = {loops: exact_match(model, tokenizer, data["test"], num_loops=loops) for loops in EVAL_LOOPS}
-    print("  loops | exact match")
-    for loops, acc in accuracy.items():
-        print(f"  {loops:>5} | {acc:6.1%}")
+    stars_model = copy.deepcopy(model)
+    print(
+        f"[3/6] STARS fine-tuning of a copy for {stars_steps} steps: loop counts drawn log-normally in [2, 10] "
+        "each step, plus the Jacobian spectral-radius penalty (hinge at 0.9, weight 0.1)"
+    )
+    stars_args = StarsTrainingArguments(
+        output_dir=str(output_dir / "stars-training"),
+        max_steps=stars_steps,
+        warmup_steps=max(1, stars_steps // 10),
+        logging_steps=max(1, stars_steps // 6),
+        min_loops=2,
+        max_loops=10,
+        loop_log_mean=math.log(4),
+        loop_log_std=0.35,
+        jsrr_weight=0.1,
+        jsrr_power_iters=2,
+        jsrr_penalty="hinge",
+        jsrr_target=0.9,
+        **{**common, "learning_rate": 5e-4},
+    )
+    stars = StarsTrainer(model=stars_model, args=stars_args, train_dataset=train_set, data_collator=collator)
+    stars.train()
+
+    print(f"[4/6] exact match on the test split at loops {list(loops_grid)} (trained at {TRAINED_LOOPS})")
+    accuracy = {loops: exact_match(model, tokenizer, data["test"], num_loops=loops) for loops in loops_grid}
+    stars_accuracy = {loops: exact_match(stars_model, tokenizer, data["test"], num_loops=loops) for loops in loops_grid}
+    print("  loops | plain   | STARS")
+    for loops in loops_grid:
+        print(f"  {loops:>5} | {accuracy[loops]:6.1%} | {stars_accuracy[loops]:6.1%}")
+
+    print("[5/6] the computation audit of the STARS model's loop (start: the embeddings; solved: the looped state)")
+    report = audit(stars_model, tokenize_for_training(data["test"], tokenizer), progress=False, seed=seed)
+    print("\n".join("  " + line for line in str(report).splitlines()))
 
     folder = output_dir / "model"
-    model.save_pretrained(folder)
+    stars_model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    print(f"[4/4] wrote a Hub-ready folder to {folder}: " + ", ".join(sorted(p.name for p in folder.iterdir())))
+    plot = _plot_scaling(accuracy, stars_accuracy, folder / "loop_scaling.png")
+    report.save(folder)
+    card = build_model_card(
+        stars_model,
+        model_name="ouro-addition-stars (equilibria demo)",
+        task_name=f"{digits}-digit addition",
+        dataset_name=f"{n_test} held-out {digits}-digit addition problems",
+        loop_scaling=stars_accuracy,
+        loop_scaling_plot="loop_scaling.png" if plot else None,
+        audit=report,
+        trainer_state=stars.state,
+        training_args=stars_args,
+    )
+    card.save(folder / "README.md")
+    (folder / "loop_scaling.json").write_text(
+        json.dumps({"plain": _keys(accuracy), "stars": _keys(stars_accuracy)}, indent=2) + "\n"
+    )
+    print(f"[6/6] wrote a Hub-ready folder to {folder}:")
+    for name, what in (
+        ("model.safetensors", "the weights"),
+        ("config.json, generation_config.json", f"the config (num_loops default {TRAINED_LOOPS})"),
+        ("configuration_ouro.py, modeling_ouro.py, ...", "remote code: loads with trust_remote_code=True"),
+        ("tokenizer.json, tokenizer_config.json", "the tokenizer"),
+        ("README.md", "the model card (metadata with accuracy per loop count, usage, audit, training)"),
+        ("loop_scaling.png, loop_scaling.json", "plain vs STARS accuracy per loop count"),
+        ("audit.json, audit.png", f"the audit (verdict: {report.verdict})"),
+    ):
+        print(f"  {name:<46} {what}")
 
     prompt = data["test"][0]["prompt"]
-    sample_loops = (config.total_ut_steps, 2 * config.total_ut_steps)
+    sample_loops = (TRAINED_LOOPS, 2 * TRAINED_LOOPS)
     loaded = AutoModelForCausalLM.from_pretrained(folder).eval()
     loaded_tokenizer = AutoTokenizer.from_pretrained(folder)
     enc = loaded_tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
@@ -138,9 +210,12 @@ def run_demo(output_dir: str | Path = "equilibria-demo", steps: int = 1500, quic
         )
 
     results = {
-        "accuracy_by_loops": {str(k): v for k, v in accuracy.items()},
-        "trained_loops": config.total_ut_steps,
+        "accuracy_by_loops": _keys(accuracy),
+        "stars_accuracy_by_loops": _keys(stars_accuracy),
+        "audit_verdict": report.verdict,
+        "trained_loops": TRAINED_LOOPS,
         "steps": steps,
+        "stars_steps": stars_steps,
         "final_train_loss": next(
             (h["train_loss"] for h in reversed(trainer.state.log_history) if "train_loss" in h), None
         ),
@@ -151,3 +226,30 @@ def run_demo(output_dir: str | Path = "equilibria-demo", steps: int = 1500, quic
     (output_dir / "demo_results.json").write_text(json.dumps(results, indent=2))
     print(f"done in {results['seconds']} s; results in {output_dir / 'demo_results.json'}")
     return results
+
+
+def _keys(accuracy: dict) -> dict:
+    return {str(k): v for k, v in accuracy.items()}
+
+
+def _plot_scaling(plain: dict, stars: dict, path: Path) -> bool:
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    ax.plot(list(plain), [100 * v for v in plain.values()], marker="o", label=f"plain (trained at {TRAINED_LOOPS})")
+    ax.plot(list(stars), [100 * v for v in stars.values()], marker="s", label="STARS fine-tuned")
+    ax.axvline(TRAINED_LOOPS, color="gray", ls=":", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("num_loops at test time")
+    ax.set_ylabel("exact match (%)")
+    ax.set_title("Ouro on addition: accuracy vs loops")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

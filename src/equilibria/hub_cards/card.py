@@ -291,11 +291,7 @@ def _training(state, args) -> list[str]:
             "weight_decay",
             "seed",
         )
-        extra = [
-            k
-            for k in vars(args)
-            if k.endswith(("_loops", "_weight", "max_segments", "gradient_mode"))
-        ]
+        extra = [k for k in vars(args) if k.endswith(("_loops", "_weight", "max_segments", "gradient_mode"))]
         lines += ["| argument | value |", "| --- | --- |"]
         lines += [f"| {k} | {getattr(args, k)} |" for k in (*keys, *extra) if getattr(args, k, None) is not None]
         lines.append("")
