@@ -29,8 +29,9 @@ class FamilyInfo:
 FAMILIES: dict[str, FamilyInfo] = {
     "ouro": FamilyInfo(
         name="Ouro looped language model",
-        paper="Zhu et al., 2025, *Scaling Latent Reasoning via Looped Language Models* (Ouro); fine-tuning with "
-        "STARS (random loop counts + a Jacobian spectral-radius penalty)",
+        paper="Zhu et al., 2025, *Scaling Latent Reasoning via Looped Language Models* (Ouro); STARS fine-tuning "
+        "(random loop counts + a Jacobian spectral-radius penalty) from Yang et al., 2026, *Stabilizing Recurrent "
+        "Dynamics for Test-Time Scalable Latent Reasoning in Looped Language Models*",
         pipeline_tag="text-generation",
         tags=("looped-lm", "recurrent-depth"),
         auto_class="AutoModelForCausalLM",
