@@ -17,7 +17,7 @@ and ``z0``), T3 (iterations vs BFS distance, share at the cap), T4 (where starts
 and the verdict. The published study (19 runs) found ``||h* - z0||`` about 1e-7, T1 costing 0.00 points in 18
 of 19 runs, r = 0.009 and 99.9% of solves at the cap.
 
-    python benchmarks/bench_audit_reachability.py            # 3 seeds, about 27 minutes on 2 CPU cores
+    python benchmarks/bench_audit_reachability.py            # 3 seeds, about 26 minutes on 2 CPU cores
     python benchmarks/bench_audit_reachability.py --quick    # seconds; a test runs this
 """
 
