@@ -181,7 +181,13 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
 
 
 def run_train(argv: list[str]) -> dict:
-    """Train, evaluate loop scaling, save the Hub-ready folder (weights, remote code, tokenizer, card, plot)."""
+    """Train, evaluate loop scaling, save the Hub-ready folder (weights, remote code, tokenizer, card, plot);
+    returns ``{num_loops: accuracy}`` (on the main process; ``{}`` on the others)."""
+    return train_and_evaluate(argv)[1]
+
+
+def train_and_evaluate(argv: list[str]):
+    """:func:`run_train`, returning ``(trainer, loop_scaling)``."""
     from transformers import set_seed
 
     from .commands import loop_scaling, parse_loops, plot_loop_scaling
@@ -222,4 +228,4 @@ def run_train(argv: list[str]) -> dict:
         print(f"wrote the model, its remote code, card and plot to {out}")
     if args.push_to_hub:
         trainer.push_to_hub()
-    return result
+    return trainer, result
