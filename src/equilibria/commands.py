@@ -157,22 +157,48 @@ def loop_scaling(
     return result
 
 
-def plot_loop_scaling(result: dict[int, float], path: Path, title: str) -> None:
-    import matplotlib
-
+def plot_loop_scaling(curves: dict[str, dict[int, float]], path: Path, title: str, mark: int | None = None) -> bool:
+    """Accuracy (%) against ``num_loops`` (log scale), one line per curve, a dotted line at ``mark`` (e.g. the
+    trained loop count). Returns False (no file) when matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    ax.plot(list(result), [100 * v for v in result.values()], marker="o")
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for (label, result), marker in zip(curves.items(), "osx^v"):
+        ax.plot(list(result), [100 * v for v in result.values()], marker=marker, label=label)
+    if mark is not None:
+        ax.axvline(mark, color="gray", ls=":", lw=1)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("num_loops")
     ax.set_ylabel("accuracy (%)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
+    if len(curves) > 1:
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
+
+
+def report_loop_scaling(result: dict[int, float], model_type: str, output_dir: str | Path | None) -> bool:
+    """Print the loop-scaling table; with ``output_dir`` also write ``loop_scaling.json`` and ``.png`` there.
+    Returns whether the plot was written."""
+    print("  num_loops | accuracy")
+    for n, acc in result.items():
+        print(f"  {n:>9} | {100 * acc:6.1f}%")
+    if not output_dir:
+        return False
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "loop_scaling.json").write_text(json.dumps({str(k): v for k, v in result.items()}, indent=2) + "\n")
+    plotted = plot_loop_scaling({model_type: result}, out / "loop_scaling.png", f"{model_type}: accuracy vs loops")
+    print(f"wrote {out / 'loop_scaling.json'}" + (f" and {out / 'loop_scaling.png'}" if plotted else " (no plot)"))
+    return plotted
 
 
 def run_eval(args) -> dict[int, float]:
@@ -186,18 +212,7 @@ def run_eval(args) -> dict[int, float]:
     data = data.select(range(min(args.num_examples, len(data))))
     result = loop_scaling(model, data, loops, args.model_path, args.batch_size)
     print(f"loop scaling of {args.model_path} ({model.config.model_type}) on {len(data)} examples")
-    print("  num_loops | accuracy")
-    for n, acc in result.items():
-        print(f"  {n:>9} | {100 * acc:6.1f}%")
-    if args.output_dir:
-        out = Path(args.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "loop_scaling.json").write_text(json.dumps({str(k): v for k, v in result.items()}, indent=2) + "\n")
-        try:
-            plot_loop_scaling(result, out / "loop_scaling.png", f"{model.config.model_type}: accuracy vs loops")
-            print(f"wrote {out / 'loop_scaling.json'} and {out / 'loop_scaling.png'}")
-        except ImportError:
-            print(f"wrote {out / 'loop_scaling.json'} (matplotlib is not installed: no plot)")
+    report_loop_scaling(result, model.config.model_type, args.output_dir)
     return result
 
 

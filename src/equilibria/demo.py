@@ -77,6 +77,7 @@ def run_demo(
     the package, and generates with two loop counts."""
     if steps < 1 or stars_steps < 1:
         raise ValueError(f"steps and stars_steps must be >= 1, got {steps} and {stars_steps}")
+    from .commands import plot_loop_scaling
     from .diagnostics import audit
     from .hub_cards import build_model_card
     from .trainers import StarsTrainer, StarsTrainingArguments
@@ -162,7 +163,12 @@ def run_demo(
     folder = output_dir / "model"
     stars_model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    plot = _plot_scaling(accuracy, stars_accuracy, folder / "loop_scaling.png")
+    plot = plot_loop_scaling(
+        {f"plain (trained at {TRAINED_LOOPS})": accuracy, "STARS fine-tuned": stars_accuracy},
+        folder / "loop_scaling.png",
+        "Ouro on addition: accuracy vs loops",
+        mark=TRAINED_LOOPS,
+    )
     report.save(folder)
     card = build_model_card(
         stars_model,
@@ -230,26 +236,3 @@ def run_demo(
 
 def _keys(accuracy: dict) -> dict:
     return {str(k): v for k, v in accuracy.items()}
-
-
-def _plot_scaling(plain: dict, stars: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-    except ImportError:
-        return False
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    ax.plot(list(plain), [100 * v for v in plain.values()], marker="o", label=f"plain (trained at {TRAINED_LOOPS})")
-    ax.plot(list(stars), [100 * v for v in stars.values()], marker="s", label="STARS fine-tuned")
-    ax.axvline(TRAINED_LOOPS, color="gray", ls=":", lw=1)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("num_loops at test time")
-    ax.set_ylabel("exact match (%)")
-    ax.set_title("Ouro on addition: accuracy vs loops")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True

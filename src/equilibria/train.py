@@ -190,7 +190,7 @@ def train_and_evaluate(argv: list[str]):
     """:func:`run_train`, returning ``(trainer, loop_scaling)``."""
     from transformers import set_seed
 
-    from .commands import loop_scaling, parse_loops, plot_loop_scaling
+    from .commands import loop_scaling, parse_loops, report_loop_scaling
     from .trainers import AttractorTrainer, EqRTrainer, EquilibriaTrainer, StarsTrainer
 
     model_args, data_args, args = parse_train_args(argv)
@@ -214,15 +214,8 @@ def train_and_evaluate(argv: list[str]):
         model = trainer.accelerator.unwrap_model(trainer.model).eval()
         result = loop_scaling(model, data["test"], loops, model_path=str(out))
         print(f"loop scaling on {len(data['test'])} held-out examples")
-        print("  num_loops | accuracy")
-        for n, acc in result.items():
-            print(f"  {n:>9} | {100 * acc:6.1f}%")
-        (out / "loop_scaling.json").write_text(json.dumps({str(k): v for k, v in result.items()}, indent=2) + "\n")
-        try:
-            plot_loop_scaling(result, out / "loop_scaling.png", f"{model.config.model_type}: accuracy vs loops")
+        if report_loop_scaling(result, model.config.model_type, out):
             trainer.loop_scaling_plot = "loop_scaling.png"
-        except ImportError:
-            pass
         trainer.loop_scaling = result
         trainer.create_model_card(dataset=None)
         print(f"wrote the model, its remote code, card and plot to {out}")

@@ -12,7 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
+from ..modeling.modeling_eqr import puzzle_solved
 from ..modeling.solvers import solve
 
 
@@ -38,9 +40,10 @@ class LoopAdapter:
     start_name = "z0"
     solved_name = "h*"
 
-    def __init__(self, model, num_loops: int | None = None):
+    def __init__(self, model, num_loops: int | None = None, seed: int = 0):
         self.model = model
         self.num_loops = num_loops
+        self.generator = torch.Generator().manual_seed(seed)  # for families whose start state is random
 
     @property
     def max_iter(self) -> int:
@@ -129,9 +132,8 @@ class EqRAdapter(LoopAdapter):
     solved_name = "h* = z_depth (state after the iterations)"
 
     def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
-        super().__init__(model, num_loops)
+        super().__init__(model, num_loops, seed)
         self.tol = tol
-        self.generator = torch.Generator().manual_seed(seed)
 
     @property
     def max_iter(self) -> int:
@@ -159,23 +161,19 @@ class EqRAdapter(LoopAdapter):
             steps=first.double(),
             converged=below[:, -1],
             diverged=~torch.isfinite(out.residuals[:, -1]),
-            correct=_puzzle_right(out.logits, batch["labels"]),
+            correct=puzzle_solved(out.logits, batch["labels"]),
         )
 
     def decode(self, batch, run, state):
         num, cells = batch["inputs"].shape
         logits = self.model.lm_head(state.view(num, cells, -1))
-        return _puzzle_right(logits, batch["labels"])
+        return puzzle_solved(logits, batch["labels"])
 
     def probe_examples(self, batch, run, state):
         num, cells = batch["inputs"].shape
         labels = batch["labels"].flatten()
         keep = labels != -100
         return state.view(num * cells, -1)[keep], labels[keep].long()
-
-
-def _puzzle_right(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return ((logits.argmax(-1) == labels) | (labels == -100)).all(dim=1)
 
 
 class _CausalLMAdapter(LoopAdapter):
@@ -191,11 +189,9 @@ class _CausalLMAdapter(LoopAdapter):
             _require(rows, "input_ids", "labels", family=self.family)
             ids, labels = rows["input_ids"], rows["labels"]
             if isinstance(ids, list):  # ragged: right-pad
-                width = max(len(x) for x in ids)
-                mask = torch.stack([torch.arange(width) < len(x) for x in ids]).long()
-                ids = torch.stack([torch.cat([x, x.new_full((width - len(x),), pad)]) for x in ids])
-                labels = torch.stack([torch.cat([x, x.new_full((width - len(x),), -100)]) for x in labels])
-                rows["attention_mask"] = mask
+                rows["attention_mask"] = pad_sequence([torch.ones_like(x) for x in ids], batch_first=True)
+                ids = pad_sequence(ids, batch_first=True, padding_value=pad)
+                labels = pad_sequence(labels, batch_first=True, padding_value=-100)
             rows["input_ids"], rows["labels"] = ids, labels
             rows.setdefault("attention_mask", torch.ones_like(ids))
             yield rows

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm  # a dependency of transformers and datasets
 
 from .adapters import LoopAdapter, adapter_for
 
@@ -216,8 +217,7 @@ def audit(
     if max_units is not None:
         dataset = dataset.select(range(min(max_units, len(dataset))))
     if adapter is None:
-        if "seed" not in adapter_options and getattr(model.config, "model_type", None) == "eqr":
-            adapter_options["seed"] = seed
+        adapter_options.setdefault("seed", seed)
         adapter = adapter_for(model, num_loops=num_loops, **adapter_options)
     was_training = model.training
     model.eval()
@@ -225,13 +225,12 @@ def audit(
     acc = {k: [] for k in ("correct", "t1", "zero", "steps", "conv", "div", "disp", "rel", "n0", "n1", "difficulty")}
     t4 = {s: {"returned": [], "stayed": [], "elsewhere": [], "diverged": [], "correct": []} for s in scales}
     probe_rows_seen = {"solved": [], "start": [], "targets": []}
-    batches = adapter.batches(dataset, batch_size)
-    try:
-        from tqdm.auto import tqdm
-
-        batches = tqdm(batches, total=math.ceil(len(dataset) / batch_size), desc="audit", disable=not progress)
-    except ImportError:
-        pass
+    batches = tqdm(
+        adapter.batches(dataset, batch_size),
+        total=math.ceil(len(dataset) / batch_size),
+        desc="audit",
+        disable=not progress,
+    )
     try:
         for batch in batches:
             run = adapter.run(batch)
@@ -546,11 +545,7 @@ def _num(x) -> str:
 
 
 def _jsonable(x):
-    if isinstance(x, torch.Tensor):
-        return x.tolist()
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    return str(x)
+    return x.tolist() if isinstance(x, torch.Tensor) else str(x)
 
 
 __all__ = ["VERDICTS", "AuditReport", "AuditThresholds", "audit", "linear_probe", "verdict"]

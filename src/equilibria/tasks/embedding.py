@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm  # a dependency of transformers and datasets
 
 EMBEDDING_SIZE = 384
 
@@ -76,13 +77,7 @@ class SentenceEmbedder:
         todo = list(dict.fromkeys(s for s in sentences if s not in self.cache))
         if todo:
             batches = range(0, len(todo), self.batch_size)
-            try:
-                from tqdm.auto import tqdm
-
-                batches = tqdm(batches, desc="embedding sentences", disable=not self.progress or len(todo) < 500)
-            except ImportError:
-                pass
-            for start in batches:
+            for start in tqdm(batches, desc="embedding sentences", disable=not self.progress or len(todo) < 500):
                 chunk = todo[start : start + self.batch_size]
                 for sentence, vector in zip(chunk, self._encode(chunk)):
                     self.cache[sentence] = vector.clone()
