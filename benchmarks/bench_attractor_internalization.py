@@ -33,9 +33,9 @@ from equilibria.tasks import (
     addition_tokenizer,
     build_addition_dataset,
     exact_match,
-    small_attractor_config,
     tokenize_for_training,
 )
+from equilibria.families import small_attractor_config
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
 
 
@@ -91,7 +91,7 @@ def equilibrium_report(model, batch: dict) -> dict:
     backbone = model(**inputs, labels=batch["labels"], num_loops=0, use_cache=False)
     solved = model(**inputs, labels=batch["labels"], use_cache=False, output_hidden_states=True)
     y_star, y0 = solved.hidden_states[-1], solved.proposal
-    f, _ = model.model.attractor_map(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"))
+    f, _ = model.model.loop_map(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"))
     f_y0 = f(y0)
     valid = inputs["attention_mask"].bool() if "attention_mask" in inputs else torch.ones_like(inputs["input_ids"])
     valid = valid.bool()

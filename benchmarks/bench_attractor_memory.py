@@ -36,7 +36,7 @@ def child(mode: str, budget: int, hidden: int, seq_len: int, batch: int) -> dict
     import torch
 
     from equilibria import AttractorForCausalLM
-    from equilibria.tasks import small_attractor_config
+    from equilibria.families import small_attractor_config
 
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"

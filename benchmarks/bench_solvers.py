@@ -38,7 +38,7 @@ def make_attractor_map(hidden: int, seq_len: int, batch: int, strength: float, s
     """The attractor map ``y -> T(y, y0)`` of a random Attractor LM (2 backbone + 2 attractor layers) on random
     tokens, and its proposal ``y0`` as the start."""
     from equilibria import AttractorForCausalLM
-    from equilibria.tasks import small_attractor_config
+    from equilibria.families import small_attractor_config
 
     torch.manual_seed(seed)
     config = small_attractor_config(
@@ -49,7 +49,7 @@ def make_attractor_map(hidden: int, seq_len: int, batch: int, strength: float, s
         for layer in model.model.attractor.layers:
             for proj in (layer.self_attn.v_proj, layer.self_attn.o_proj, layer.mlp.up_proj, layer.mlp.down_proj):
                 proj.weight.mul_(strength)
-        f, y0 = model.model.attractor_map(torch.randint(0, 256, (batch, seq_len)))
+        f, y0 = model.model.loop_map(torch.randint(0, 256, (batch, seq_len)))
     return f, y0.detach()
 
 

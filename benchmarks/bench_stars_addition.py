@@ -33,9 +33,9 @@ from equilibria.tasks import (
     addition_tokenizer,
     build_addition_dataset,
     evaluate_loop_scaling,
-    small_ouro_config,
     tokenize_for_training,
 )
+from equilibria.families import small_ouro_config
 from equilibria.trainers import StarsTrainer, StarsTrainingArguments, spectral_radius
 
 

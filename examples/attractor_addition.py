@@ -21,9 +21,9 @@ from equilibria.tasks import (
     addition_tokenizer,
     build_addition_dataset,
     exact_match,
-    small_attractor_config,
     tokenize_for_training,
 )
+from equilibria.families import small_attractor_config
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
 
 

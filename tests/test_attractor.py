@@ -57,7 +57,7 @@ def test_the_output_is_a_fixed_point_of_the_attractor():
     model = tiny_attractor()
     with torch.no_grad():
         out = model(IDS, output_hidden_states=True)
-        f, y0 = model.model.attractor_map(IDS)
+        f, y0 = model.model.loop_map(IDS)
         y_star = out.hidden_states[-1]
         torch.testing.assert_close(y0, out.proposal, rtol=0, atol=0)
         residual = (f(y_star) - y_star).flatten(1).norm(dim=1) / y_star.flatten(1).norm(dim=1)
@@ -138,7 +138,7 @@ def test_the_cache_keeps_past_positions_converged_states():
         captured = {}
         layer = model.model.attractor.layers[0]
         hook = layer.self_attn.k_proj.register_forward_hook(lambda m, i, o: captured.setdefault("k", o))
-        f, _ = model.model.attractor_map(out.sequences[:, :length])
+        f, _ = model.model.loop_map(out.sequences[:, :length])
         f(hidden[-1])
         hook.remove()
     cached_keys = cache.layers[1].keys  # (batch, kv_heads, seq, head_dim), after RoPE
@@ -235,7 +235,7 @@ def test_one_step_gradient_is_the_gradient_of_one_step_at_the_detached_fixed_poi
     with torch.no_grad():
         y_star = model(IDS, output_hidden_states=True).hidden_states[-1]
     model.zero_grad()
-    f, _ = model.model.attractor_map(IDS)
+    f, _ = model.model.loop_map(IDS)
     logits = model.lm_head(model.model.norm(f(y_star)))
     model.loss_function(logits=logits, labels=IDS, vocab_size=model.config.vocab_size).backward()
     for name, param in model.named_parameters():
@@ -287,7 +287,7 @@ def test_jacobian_penalty_is_a_hutchinson_estimate_of_the_frobenius_norm():
     model.train()
     out = model(ids, jacobian_samples=300)
     model.eval()
-    f, _ = model.model.attractor_map(ids)
+    f, _ = model.model.loop_map(ids)
     with torch.no_grad():
         y_star = model(ids, output_hidden_states=True).hidden_states[-1]
     jac = torch.autograd.functional.jacobian(f, y_star).reshape(y_star.numel(), y_star.numel())
@@ -321,15 +321,15 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 
 
 def test_correction_iterates_are_spread_over_the_solve_in_constant_memory():
-    from equilibria.modeling.modeling_attractor import _IterateSampler
+    from equilibria.modeling.regularization import IterateSampler
 
-    sampler = _IterateSampler(3)
+    sampler = IterateSampler(3)
     for i in range(100):
         sampler.offer(torch.tensor([float(i)]))
         assert len(sampler.kept) <= 6
     picked = [int(t.item()) for t in sampler.select(100)]
     assert len(picked) == 3 and picked == sorted(picked) and picked[-1] >= 64 and picked[0] >= 16
-    short = _IterateSampler(3)
+    short = IterateSampler(3)
     for i in range(2):
         short.offer(torch.tensor([float(i)]))
     assert [int(t.item()) for t in short.select(2)] == [0, 1]

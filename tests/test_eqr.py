@@ -33,9 +33,9 @@ PUZZLES = torch.randint(1, 11, (3, 16), generator=torch.Generator().manual_seed(
 
 @pytest.mark.parametrize("block_type", ["attention", "mlp"])
 def test_one_step_is_the_damped_update_of_the_block(block_type):
-    model = tiny_eqr(block_type=block_type, damping=0.3)
+    model = tiny_eqr(block_type=block_type, inertia=0.3)
     z0 = torch.randn(3, 16, 32, generator=torch.Generator().manual_seed(1))
-    f = model.model.block_map(PUZZLES)
+    f, _ = model.model.loop_map(PUZZLES)
     with torch.no_grad():
         out = model.model(PUZZLES, state=z0, num_loops=1, noise=0.0)
         fz = f(z0)
@@ -46,7 +46,7 @@ def test_one_step_is_the_damped_update_of_the_block(block_type):
 
 
 def test_noise_is_beta_times_a_standard_gaussian():
-    model = tiny_eqr(damping=0.0)
+    model = tiny_eqr(inertia=0.0)
     z0 = torch.zeros(3, 16, 32)
     with torch.no_grad():
         clean = model.model(PUZZLES, state=z0, num_loops=1, noise=0.0).last_hidden_state
@@ -81,7 +81,7 @@ def test_random_and_learned_starts():
 
 
 def test_continuing_from_the_state_equals_running_longer():
-    model = tiny_eqr(damping=0.2)
+    model = tiny_eqr(inertia=0.2)
     z0 = torch.randn(3, 16, 32, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         whole = model(PUZZLES, state=z0, num_loops=5, noise=0.0)
@@ -178,7 +178,7 @@ def test_bad_inputs_and_configs_are_clear_errors():
         tiny_eqr()(PUZZLES, labels=PUZZLES[:, :5])
     base = dict(max_seq_len=16, hidden_size=32, num_attention_heads=4)
     for overrides, message in [
-        (dict(damping=1.0), r"damping \(lambda\) must be a number in \[0, 1\)"),
+        (dict(inertia=1.0), r"inertia \(lambda\) must be a number in \[0, 1\)"),
         (dict(train_noise=-0.1), "train_noise must be a finite number >= 0"),
         (dict(block_type="conv"), r"block_type must be one of \('attention', 'mlp'\)"),
         (dict(num_loops=0), "num_loops must be an integer >= 1"),

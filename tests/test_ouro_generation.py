@@ -229,7 +229,7 @@ def test_hidden_states_are_the_loop_states(model):
     assert len(out.hidden_states) == 4
     torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
     torch.testing.assert_close(out.hidden_states[2], two.last_hidden_state)  # step t does not see later steps
-    expected = (out.hidden_states[3] - out.hidden_states[2]).norm(dim=-1) / out.hidden_states[2].norm(dim=-1)
+    expected = (out.hidden_states[3] - out.hidden_states[2]).norm(dim=-1) / out.hidden_states[3].norm(dim=-1)
     torch.testing.assert_close(out.loop_residual, expected)
 
 

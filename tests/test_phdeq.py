@@ -126,7 +126,7 @@ def test_a_diverging_solve_is_flagged_not_returned_as_fine():
         (dict(gradient_mode="adjoint"), "gradient_mode must be one of"),
         (dict(initializer="random"), "initializer must be one of"),
         (dict(step_size=2.5), "step_size must be a number in"),
-        (dict(damping=5.0, step_size=0.5), "damping \\* step_size must be < 2"),
+        (dict(friction=5.0, step_size=0.5), "friction \\* step_size must be < 2"),
         (dict(anchor=0.0), "anchor must be a finite number > 0"),
         (dict(num_loops=-1), "num_loops must be an integer >= 0"),
         (dict(initializer="zero", initializer_loss_weight=1.0), "initializer_loss_weight must be 0"),

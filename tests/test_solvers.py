@@ -73,7 +73,7 @@ def test_divergence_is_flagged_warned_and_the_lowest_residual_iterate_returned()
         (dict(tol=0.0), "tol must be > 0"),
         (dict(max_iter=-1), "max_iter must be an integer >= 0"),
         (dict(solver="anderson", memory=0), "memory must be an integer >= 1"),
-        (dict(solver="picard", damping=1.5), r"damping must be in \(0, 1\]"),
+        (dict(solver="picard", mixing=1.5), r"mixing must be in \(0, 1\]"),
     ],
 )
 def test_bad_solver_arguments(kwargs, message):

@@ -4,82 +4,37 @@ family, make evaluation data for its task, and run ``audit``, ``eval`` (loop sca
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-TASKS = ("reachability", "entailment", "sudoku", "maze", "addition")
-TASK_FAMILIES = {
-    "reachability": ("phdeq",),
-    "entailment": ("phdeq",),
-    "sudoku": ("eqr",),
-    "maze": ("eqr",),
-    "addition": ("ouro", "attractor_lm"),
-}
-
+from .families import FAMILIES
+from .tasks.catalog import TASKS
 
 def load_saved_model(path: str, trust_remote_code: bool = False):
-    """A saved model of any family with its task head (``AutoModelFor...`` chosen by the config's model type)."""
-    from transformers import (
-        AutoConfig,
-        AutoModelForCausalLM,
-        AutoModelForSequenceClassification,
-        AutoModelForTokenClassification,
-    )
+    """A saved model of any family with its task head (the head's Auto class from the family's record)."""
+    import transformers
+    from transformers import AutoConfig
 
-    import equilibria  # noqa: F401  (registers the families)
+    from .families import family_of
 
     if not Path(path).is_dir():
         raise ValueError(f"{path} is not a folder written by save_pretrained")
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    auto = {
-        "phdeq": AutoModelForSequenceClassification,
-        "eqr": AutoModelForTokenClassification,
-        "ouro": AutoModelForCausalLM,
-        "attractor_lm": AutoModelForCausalLM,
-    }.get(config.model_type)
-    if auto is None:
-        raise ValueError(f"{path}: model_type {config.model_type!r} is not an equilibria family")
+    try:
+        auto = getattr(transformers, family_of(config).heads[0].auto_class)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
     return auto.from_pretrained(path, trust_remote_code=trust_remote_code).eval()
 
 
-def default_task(model) -> str:
-    config = model.config
-    if config.model_type == "eqr":
-        side = math.isqrt(config.max_seq_len)
-        return "sudoku" if config.vocab_size == 11 and side in (4, 6, 9) else "maze"
-    if config.model_type == "phdeq":
-        return "entailment" if config.input_size == 768 else "reachability"
-    return "addition"
+def task_data(model, task: str | None, num: int, seed: int, digits: int = 2):
+    """Fresh evaluation data for ``task`` (default: the one the model was trained on, else its family's) shaped for
+    ``model`` (sizes from its config): ``num`` rows of the task's test split, seeded."""
+    from .families import family_of, model_task
+    from .tasks import eval_split
 
-
-def task_data(model, task: str | None, num: int, seed: int, model_path: str, digits: int = 2):
-    """Fresh evaluation data for ``task`` shaped for ``model`` (sizes from its config): the test split of the
-    task's builder, ``num`` rows, seeded."""
-    config = model.config
-    task = task or default_task(model)
-    if config.model_type not in TASK_FAMILIES[task]:
-        raise ValueError(f"--task {task} does not fit a {config.model_type} model (it fits {TASK_FAMILIES[task]})")
-    if task == "reachability":
-        from .tasks import build_reachability_dataset
-
-        nodes = (math.isqrt(9 + 4 * config.input_size) - 3) // 2  # input_size = n^2 + 3n
-        if nodes * nodes + 3 * nodes != config.input_size:
-            raise ValueError(f"input_size {config.input_size} is not a reachability encoding (n^2 + 3n)")
-        return build_reachability_dataset(1, num, num_nodes=nodes, seed=seed)["test"]
-    if task == "entailment":
-        from .tasks import build_entailment_dataset, embed_entailment
-
-        return embed_entailment(build_entailment_dataset(1, num, seed=seed)["test"])
-    if task in ("sudoku", "maze"):
-        from .tasks import build_maze_dataset, build_sudoku_dataset
-
-        side = math.isqrt(config.max_seq_len)
-        if task == "sudoku":
-            return build_sudoku_dataset(side, 1, num, seed=seed)["test"]
-        return build_maze_dataset(side, 1, num, seed=seed, min_path=side)["test"]
-    from .tasks import build_addition_dataset
-
-    return build_addition_dataset(digits, 1, num, seed=seed)["test"]
+    task = task or model_task(model)
+    family_of(model).head_for(task)  # the task must fit the family
+    return eval_split(model.config, task, num, seed, digits=digits)
 
 
 def _tokenizer(model_path: str):
@@ -103,8 +58,8 @@ def run_audit(args) -> None:
             raise ValueError("pass either --task or --dataset, not both")
         data = _load_dataset(args.dataset, args.split)
     else:
-        data = task_data(model, args.task, args.num_examples, args.seed, args.model_path)
-        if model.config.model_type in ("ouro", "attractor_lm"):
+        data = task_data(model, args.task, args.num_examples, args.seed)
+        if model.can_generate():
             from .tasks import tokenize_for_training
 
             data = tokenize_for_training(data, _tokenizer(args.model_path))
@@ -135,8 +90,7 @@ def loop_scaling(
     (EqR), classification accuracy with that solver cap (PH-DEQ)."""
     import torch
 
-    model_type = model.config.model_type
-    if model_type in ("ouro", "attractor_lm"):
+    if model.can_generate():  # a language model: exact match of greedy answers
         from .tasks import evaluate_loop_scaling
 
         return evaluate_loop_scaling(model, _tokenizer(model_path), data, loops=loops, batch_size=batch_size)
@@ -147,7 +101,7 @@ def loop_scaling(
         for start in range(0, len(rows), batch_size):
             batch = rows[start : start + batch_size]
             with torch.no_grad():
-                if model_type == "eqr":
+                if hasattr(model, "solve"):  # a puzzle solver: the whole board must be right
                     out = model.solve(batch["inputs"], depth=n, generator=torch.Generator().manual_seed(0))
                     right += int(((out.answers == batch["labels"]) | (batch["labels"] == -100)).all(1).sum())
                 else:
@@ -208,7 +162,7 @@ def run_eval(args) -> dict[int, float]:
     if args.dataset is not None:
         data = _load_dataset(args.dataset, args.split)
     else:
-        data = task_data(model, args.task, args.num_examples, args.seed, args.model_path, digits=args.digits)
+        data = task_data(model, args.task, args.num_examples, args.seed, digits=args.digits)
     data = data.select(range(min(args.num_examples, len(data))))
     result = loop_scaling(model, data, loops, args.model_path, args.batch_size)
     print(f"loop scaling of {args.model_path} ({model.config.model_type}) on {len(data)} examples")
@@ -232,8 +186,9 @@ def run_generate(args) -> str:
     from transformers import TextStreamer
 
     model = load_saved_model(args.model_path, args.trust_remote_code)
-    if model.config.model_type not in ("ouro", "attractor_lm"):
-        raise ValueError(f"generate needs a language model (ouro, attractor_lm), got {model.config.model_type}")
+    if not model.can_generate():
+        lms = [f.model_type for f in FAMILIES.values() if f.heads[0].auto_class == "AutoModelForCausalLM"]
+        raise ValueError(f"generate needs a language model ({', '.join(lms)}), got {model.config.model_type}")
     tokenizer = _tokenizer(args.model_path)
     enc = tokenizer(args.prompt, return_tensors="pt", add_special_tokens=False)
     kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0)

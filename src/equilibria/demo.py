@@ -25,7 +25,8 @@ from transformers import (
 )
 
 from .modeling import OuroForCausalLM
-from .tasks import addition_tokenizer, build_addition_dataset, exact_match, small_ouro_config, tokenize_for_training
+from .families import small_ouro_config
+from .tasks import addition_tokenizer, build_addition_dataset, exact_match, tokenize_for_training
 
 EVAL_LOOPS = (1, 2, 4, 8, 16)
 TRAINED_LOOPS = 4

@@ -14,13 +14,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FAMILIES = ("ouro", "attractor_lm", "eqr", "phdeq")
-DEFAULT_TASKS = {"ouro": "addition", "attractor_lm": "addition", "eqr": "sudoku", "phdeq": "reachability"}
+from .families import FAMILIES
 
 
 @dataclass
 class ModelArguments:
-    family: str = field(default="ouro", metadata={"help": f"model family: one of {FAMILIES}"})
+    family: str = field(default="ouro", metadata={"help": f"model family: one of {tuple(FAMILIES)}"})
     hidden_size: int = field(default=128, metadata={"help": "width (PH-DEQ: size of q and of p)"})
     num_layers: int = field(default=2, metadata={"help": "layers in the looped stack / backbone / block"})
     num_attention_heads: int = field(default=4)
@@ -47,19 +46,6 @@ class DataArguments:
     data_seed_offset: int = field(default=0, metadata={"help": "added to --seed for the data"})
 
 
-def _training_class(family: str):
-    from transformers import TrainingArguments
-
-    from .trainers import AttractorTrainingArguments, EqRTrainingArguments, StarsTrainingArguments
-
-    return {
-        "ouro": StarsTrainingArguments,
-        "attractor_lm": AttractorTrainingArguments,
-        "eqr": EqRTrainingArguments,
-        "phdeq": TrainingArguments,
-    }[family]
-
-
 def _family_of(argv: list[str]) -> str:
     if argv and argv[0].endswith((".yaml", ".yml", ".json")):
         path = Path(argv[0])
@@ -81,7 +67,7 @@ def _family_of(argv: list[str]) -> str:
             elif arg.startswith("--family="):
                 family = arg.split("=", 1)[1]
     if family not in FAMILIES:
-        raise ValueError(f"--family must be one of {FAMILIES}, got {family!r}")
+        raise ValueError(f"--family must be one of {tuple(FAMILIES)}, got {family!r}")
     return family
 
 
@@ -90,7 +76,7 @@ def parse_train_args(argv: list[str]):
     from transformers import HfArgumentParser
 
     family = _family_of(argv)
-    parser = HfArgumentParser((ModelArguments, DataArguments, _training_class(family)))
+    parser = HfArgumentParser((ModelArguments, DataArguments, FAMILIES[family].arguments_class()))
     if argv and argv[0].endswith((".yaml", ".yml")):
         return parser.parse_yaml_file(argv[0])
     if argv and argv[0].endswith(".json"):
@@ -99,85 +85,33 @@ def parse_train_args(argv: list[str]):
 
 
 def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
-    """``(model, data, tokenizer, collator)`` for the family and task."""
+    """``(model, data, tokenizer, collator)`` for the family and task: the task's splits, and the family's head for
+    the task with a small config sized by ``model_args`` (the task's name saved in it as ``equilibria_task``)."""
     from transformers import DataCollatorForSeq2Seq
 
-    from . import tasks
-    from .commands import TASK_FAMILIES
+    from .tasks import build_task, check_task
 
-    family = model_args.family
-    task = data_args.task or DEFAULT_TASKS[family]
-    if task not in TASK_FAMILIES:
-        raise ValueError(f"--task must be one of {tuple(TASK_FAMILIES)}, got {task!r}")
-    if family not in TASK_FAMILIES[task]:
-        raise ValueError(f"--task {task} does not fit --family {family} (it fits {TASK_FAMILIES[task]})")
-    d, layers, heads, loops = (
-        model_args.hidden_size,
-        model_args.num_layers,
-        model_args.num_attention_heads,
-        model_args.num_loops,
+    family = FAMILIES[model_args.family]
+    task = check_task(data_args.task or family.default_task)
+    head = family.head_for(task, f"--family {model_args.family}")
+    data = build_task(
+        task,
+        data_args.train_size,
+        data_args.test_size,
+        seed=seed + data_args.data_seed_offset,
+        digits=data_args.digits,
+        size=data_args.size,
+        nodes=data_args.nodes,
     )
-    data_seed = seed + data_args.data_seed_offset
-    if family in ("ouro", "attractor_lm"):
-        from .modeling import AttractorForCausalLM, OuroForCausalLM
-
-        raw = tasks.build_addition_dataset(data_args.digits, data_args.train_size, data_args.test_size, seed=data_seed)
-        tokenizer = tasks.addition_tokenizer()
-        if family == "ouro":
-            config = tasks.small_ouro_config(tokenizer, d, layers, heads, total_ut_steps=loops)
-            model = OuroForCausalLM(config)
-        else:
-            config = tasks.small_attractor_config(
-                tokenizer,
-                hidden_size=d,
-                num_backbone_layers=layers,
-                num_attractor_layers=layers,
-                num_attention_heads=heads,
-                num_loops=loops,
-            )
-            model = AttractorForCausalLM(config)
-        collate_tokenizer = copy.deepcopy(tokenizer)
+    sizes = (model_args.hidden_size, model_args.num_layers, model_args.num_attention_heads, model_args.num_loops)
+    config = family.make_config(data.config_fields, *sizes)
+    config.equilibria_task = task
+    collator = None
+    if data.tokenizer is not None:  # text: pad the training batches on the right, labels with -100
+        collate_tokenizer = copy.deepcopy(data.tokenizer)
         collate_tokenizer.padding_side = "right"
         collator = DataCollatorForSeq2Seq(collate_tokenizer, label_pad_token_id=-100)
-        data = {"train": tasks.tokenize_for_training(raw["train"], tokenizer), "test": raw["test"]}
-        return model, data, tokenizer, collator
-    if family == "eqr":
-        from .modeling import EqRConfig, EqRForPuzzleSolving
-
-        if task == "sudoku":
-            data = tasks.build_sudoku_dataset(data_args.size, data_args.train_size, data_args.test_size, seed=data_seed)
-            vocab = 11
-        else:
-            data = tasks.build_maze_dataset(
-                data_args.size, data_args.train_size, data_args.test_size, seed=data_seed, min_path=data_args.size
-            )
-            vocab = 6
-        config = EqRConfig(
-            vocab_size=vocab,
-            max_seq_len=data_args.size**2,
-            hidden_size=d,
-            intermediate_size=4 * d,
-            num_layers=layers,
-            num_attention_heads=heads,
-            num_loops=loops,
-        )
-        return EqRForPuzzleSolving(config), data, None, None
-    from .modeling import PHDEQConfig, PHDEQForSequenceClassification
-
-    if task == "reachability":
-        data = tasks.build_reachability_dataset(
-            data_args.train_size, data_args.test_size, num_nodes=data_args.nodes, seed=data_seed
-        )
-        size = tasks.reachability_input_size(data_args.nodes)
-    else:
-        raw = tasks.build_entailment_dataset(data_args.train_size, data_args.test_size, seed=data_seed)
-        embedder = tasks.SentenceEmbedder()
-        data = {split: tasks.embed_entailment(raw[split], embedder) for split in ("train", "test")}
-        size = 2 * embedder.dim
-    data = {split: data[split] for split in ("train", "test")}
-    data["train"] = data["train"].select_columns(["inputs", "labels"])
-    config = PHDEQConfig(input_size=size, hidden_size=d, intermediate_size=2 * d, num_labels=2, num_loops=loops)
-    return PHDEQForSequenceClassification(config), data, None, None
+    return head.model_class(config), {"train": data.train, "test": data.test}, data.tokenizer, collator
 
 
 def run_train(argv: list[str]) -> dict:
@@ -191,19 +125,12 @@ def train_and_evaluate(argv: list[str]):
     from transformers import set_seed
 
     from .commands import loop_scaling, parse_loops, report_loop_scaling
-    from .trainers import AttractorTrainer, EqRTrainer, EquilibriaTrainer, StarsTrainer
 
     model_args, data_args, args = parse_train_args(argv)
     loops = parse_loops(data_args.eval_loops)
     set_seed(args.seed)
     model, data, tokenizer, collator = build(model_args, data_args, args.seed)
-    trainer_class = {
-        "ouro": StarsTrainer,
-        "attractor_lm": AttractorTrainer,
-        "eqr": EqRTrainer,
-        "phdeq": EquilibriaTrainer,
-    }[model_args.family]
-    trainer = trainer_class(
+    trainer = FAMILIES[model_args.family].trainer_class()(
         model=model, args=args, train_dataset=data["train"], data_collator=collator, processing_class=tokenizer
     )
     trainer.train()

@@ -8,7 +8,6 @@ report.save("audit-out")            # audit.json + audit.png
 """
 
 from .adapters import (
-    ADAPTERS,
     AttractorAdapter,
     EqRAdapter,
     LoopAdapter,
@@ -20,7 +19,6 @@ from .adapters import (
 from .audit import VERDICTS, AuditReport, AuditThresholds, audit, linear_probe, verdict
 
 __all__ = [
-    "ADAPTERS",
     "VERDICTS",
     "AttractorAdapter",
     "AuditReport",

@@ -15,7 +15,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from ..modeling.modeling_eqr import puzzle_solved
-from ..modeling.solvers import solve
+from ..modeling.solvers import fixed_point, solver_options
 
 
 @dataclass
@@ -238,12 +238,10 @@ class AttractorAdapter(_CausalLMAdapter):
 
     def run(self, batch, start=None):
         config = self.model.config
-        f, y0 = self.model.model.attractor_map(batch["input_ids"], attention_mask=batch["attention_mask"])
+        f, y0 = self.model.model.loop_map(batch["input_ids"], attention_mask=batch["attention_mask"])
         begin = y0 if start is None else start.view_as(y0)
-        kwargs = dict(solver=config.solver, max_iter=self.max_iter, tol=float(config.solver_tol))
-        if config.solver == "anderson":
-            kwargs["memory"] = config.anderson_memory
-        y_star, stats = solve(f, begin, damping=float(config.damping), **kwargs)
+        tol = float(config.solver_tol)
+        y_star, stats = fixed_point(f, begin, max_iter=self.max_iter, tol=tol, **solver_options(config))
         run = LoopRun(
             valid=self._valid(batch, y0),
             start=self._flatten(batch, y0),
@@ -302,32 +300,28 @@ class OuroAdapter(_CausalLMAdapter):
         return self.model.lm_head(state_flat.view(num, width, -1))
 
 
-ADAPTERS: dict[str, type[LoopAdapter]] = {
-    "phdeq": PHDEQAdapter,
-    "eqr": EqRAdapter,
-    "attractor_lm": AttractorAdapter,
-    "ouro": OuroAdapter,
-}
-
-
 def adapter_for(model, **options) -> LoopAdapter:
-    """The audit adapter of ``model``'s family (by ``config.model_type``); ``options`` go to its constructor."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type not in ADAPTERS:
+    """The audit adapter of ``model``'s family (its record in :mod:`equilibria.families`); ``options`` go to its
+    constructor."""
+    from ..families import family_of
+
+    try:
+        family = family_of(model)
+    except ValueError as err:
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
         raise ValueError(
-            f"no audit adapter for model_type {model_type!r}; the audit supports {sorted(ADAPTERS)} "
-            "(or pass adapter=YourAdapter(model), a LoopAdapter subclass)"
-        )
+            f"no audit adapter for model_type {model_type!r}: {err} (or pass adapter=YourAdapter(model), a "
+            "LoopAdapter subclass)"
+        ) from None
     if not hasattr(model, "lm_head") and not hasattr(model, "classifier"):
         raise ValueError(
             f"the audit needs the model with its decoder head ({type(model).__name__} has none): load it with "
-            "AutoModelForCausalLM / AutoModelForTokenClassification / AutoModelForSequenceClassification"
+            f"{family.heads[0].auto_class}"
         )
-    return ADAPTERS[model_type](model, **options)
+    return family.adapter_class()(model, **options)
 
 
 __all__ = [
-    "ADAPTERS",
     "AttractorAdapter",
     "EqRAdapter",
     "LoopAdapter",

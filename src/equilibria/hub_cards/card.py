@@ -9,73 +9,20 @@ looped-lm / deep-equilibrium / recurrent-reasoning), license, datasets, ``base_m
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-
-@dataclass(frozen=True)
-class FamilyInfo:
-    name: str
-    paper: str
-    pipeline_tag: str
-    tags: tuple[str, ...]
-    auto_class: str
-    loop_meaning: str
-    task_type: str
+from ..families import FAMILIES, Family, family_of
 
 
-FAMILIES: dict[str, FamilyInfo] = {
-    "ouro": FamilyInfo(
-        name="Ouro looped language model",
-        paper="Zhu et al., 2025, *Scaling Latent Reasoning via Looped Language Models* (Ouro); STARS fine-tuning "
-        "(random loop counts + a Jacobian spectral-radius penalty) from Yang et al., 2026, *Stabilizing Recurrent "
-        "Dynamics for Test-Time Scalable Latent Reasoning in Looped Language Models*",
-        pipeline_tag="text-generation",
-        tags=("looped-lm", "recurrent-depth"),
-        auto_class="AutoModelForCausalLM",
-        loop_meaning="recurrence steps of the shared decoder stack",
-        task_type="text-generation",
-    ),
-    "attractor_lm": FamilyInfo(
-        name="Attractor language model",
-        paper="Fein-Ashley and Rashidinejad, 2026 (attractor models: a backbone proposal refined to a fixed point "
-        "of a weight-tied attractor module)",
-        pipeline_tag="text-generation",
-        tags=("deep-equilibrium", "looped-lm"),
-        auto_class="AutoModelForCausalLM",
-        loop_meaning="the fixed-point solver's iteration budget (0 = backbone only)",
-        task_type="text-generation",
-    ),
-    "eqr": FamilyInfo(
-        name="Equilibrium Reasoner",
-        paper="Huang, Geng and Kolter, 2026, *Equilibrium Reasoners: Learning Attractors Enables Scalable Reasoning*",
-        pipeline_tag="token-classification",
-        tags=("recurrent-reasoning", "deep-equilibrium"),
-        auto_class="AutoModelForTokenClassification",
-        loop_meaning="iterations of the weight-tied block (depth)",
-        task_type="token-classification",
-    ),
-    "phdeq": FamilyInfo(
-        name="Port-Hamiltonian deep equilibrium model",
-        paper="a DEQ over phase space with damped, anchored symplectic-Euler dynamics and a learned initialiser, the "
-        "model of the lazy-identity-collapse study",
-        pipeline_tag="text-classification",
-        tags=("deep-equilibrium",),
-        auto_class="AutoModelForSequenceClassification",
-        loop_meaning="the Anderson solver's iteration cap",
-        task_type="text-classification",
-    ),
-}
-
-
-def family_info(model_or_config) -> FamilyInfo:
+def family_info(model_or_config) -> Family:
+    """The family record the card is written from (``ValueError`` for a model of no equilibria family)."""
     config = getattr(model_or_config, "config", model_or_config)
-    model_type = getattr(config, "model_type", None)
-    if model_type not in FAMILIES:
+    if getattr(config, "model_type", None) not in FAMILIES:
+        model_type = getattr(config, "model_type", None)
         raise ValueError(f"no model card template for model_type {model_type!r}; families: {sorted(FAMILIES)}")
-    return FAMILIES[model_type]
+    return family_of(config)
 
 
 def _loop_rows(loop_scaling) -> list[tuple[int, float]]:
@@ -137,6 +84,7 @@ def build_model_card(
         training_args: ``trainer.args`` for the training section.
     """
     info = family_info(model)
+    head = info.head_of(model)
     config = model.config
     rows = _loop_rows(loop_scaling)
     audit_data = _audit_dict(audit)
@@ -146,7 +94,7 @@ def build_model_card(
     dataset_label = dataset_name or (datasets[0] if datasets else "held-out evaluation data")
     eval_results = [
         EvalResult(
-            task_type=info.task_type,
+            task_type=head.pipeline_tag,
             task_name=task_name,
             dataset_type=datasets[0] if datasets else "custom",
             dataset_name=dataset_label,
@@ -161,7 +109,7 @@ def build_model_card(
     tags = ["equilibria", config.model_type, *info.tags, *(extra_tags or [])]
     data = ModelCardData(
         library_name="transformers",
-        pipeline_tag=info.pipeline_tag,
+        pipeline_tag=head.pipeline_tag,
         license=license,
         tags=list(dict.fromkeys(tags)),
         datasets=datasets,
@@ -173,6 +121,7 @@ def build_model_card(
     body = _body(
         model,
         info,
+        head,
         title,
         repo_id,
         rows,
@@ -187,10 +136,10 @@ def build_model_card(
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n" + body)
 
 
-def _body(model, info, title, repo_id, rows, plot, audit, state, args, task_name, dataset_label, limitations) -> str:
+def _body(model, info, head, title, repo_id, rows, plot, audit, state, args, task_name, dataset_label, limitations):
     config = model.config
     where = repo_id or "path/to/this/folder"
-    loops_default = getattr(config, "num_loops", getattr(config, "total_ut_steps", None))
+    loops_default = getattr(config, info.loops_key)
     params = sum(p.numel() for p in model.parameters())
     lines = [
         f"# {title}",
@@ -208,21 +157,21 @@ def _body(model, info, title, repo_id, rows, plot, audit, state, args, task_name
         "",
         "```python",
         "import equilibria  # registers the model families with the Auto classes",
-        f"from transformers import {info.auto_class}",
+        f"from transformers import {head.auto_class}",
         "",
-        f'model = {info.auto_class}.from_pretrained("{where}")',
+        f'model = {head.auto_class}.from_pretrained("{where}")',
         "```",
         "",
         "Without it (the folder carries its own modeling code):",
         "",
         "```python",
-        f"from transformers import {info.auto_class}",
+        f"from transformers import {head.auto_class}",
         "",
-        f'model = {info.auto_class}.from_pretrained("{where}", trust_remote_code=True)',
+        f'model = {head.auto_class}.from_pretrained("{where}", trust_remote_code=True)',
         "```",
         "",
     ]
-    lines += _usage(config.model_type, where)
+    lines += ["## How to use it", "", "```python", *[line.format(where=where) for line in head.usage], "```", ""]
     if rows:
         lines += [
             "## Loop scaling",
@@ -261,22 +210,6 @@ def _body(model, info, title, repo_id, rows, plot, audit, state, args, task_name
     return "\n".join(lines)
 
 
-def _usage(model_type: str, where: str) -> list[str]:
-    if model_type in ("ouro", "attractor_lm"):
-        code = [
-            "from transformers import AutoTokenizer",
-            "",
-            f'tokenizer = AutoTokenizer.from_pretrained("{where}")',
-            'inputs = tokenizer("12+34=", return_tensors="pt")',
-            "out = model.generate(**inputs, num_loops=8, max_new_tokens=8)",
-        ]
-    elif model_type == "eqr":
-        code = ['out = model.solve(puzzles, depth=64, breadth=16, select="residual")  # answers per puzzle']
-    else:
-        code = ["out = model(inputs, num_loops=300)  # logits, solved_state, solver_steps, converged, ..."]
-    return ["## How to use it", "", "```python", *code, "```", ""]
-
-
 def _training(state, args) -> list[str]:
     if state is None and args is None:
         return []
@@ -312,4 +245,4 @@ def card_metadata_round_trips(card: ModelCard) -> bool:
     return again.data.to_dict() == card.data.to_dict()
 
 
-__all__ = ["FAMILIES", "FamilyInfo", "build_model_card", "card_metadata_round_trips", "family_info"]
+__all__ = ["build_model_card", "card_metadata_round_trips", "family_info"]

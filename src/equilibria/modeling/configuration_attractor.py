@@ -11,13 +11,20 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
 
-from .config_checks import check_finite, check_int, is_number, refuse_foreign_model_type
+from .config_checks import (
+    check_finite,
+    check_int,
+    is_number,
+    raise_value_errors,
+    refuse_foreign_model_type,
+    rename_legacy_keys,
+)
+from .solvers import GRADIENT_MODES, SOLVERS
 
-ATTRACTOR_SOLVERS = ("anderson", "picard")
-GRADIENT_MODES = ("one_step", "implicit", "unrolled")
 INJECTIONS = ("add", "concat")
 
 
+@raise_value_errors
 @strict
 class AttractorConfig(PreTrainedConfig):
     r"""Configuration for [`AttractorModel`] and [`AttractorForCausalLM`].
@@ -43,7 +50,9 @@ class AttractorConfig(PreTrainedConfig):
         num_loops (`int`): Default iteration budget of the solver (>= 0); 0 runs the backbone alone.
             ``forward``/``generate`` accept ``num_loops`` to override it for one call.
         anderson_memory (`int`): Past iterates Anderson mixes (>= 1).
-        damping (`float`): Mixing weight of the solver's update, in ``(0, 1]`` (1: no damping).
+        solver_mixing (`float`): Weight of ``T(y)`` in the solver's update ``y <- (1 - w) y + w T(y)`` (Anderson:
+            of the mixed ``T`` values), in ``(0, 1]`` (1: the plain update). Configs saved with the old key
+            ``damping`` load with a deprecation warning.
         gradient_mode (`str`): How training differentiates through the equilibrium: ``"one_step"`` (gradient of
             one application of ``T`` at the detached fixed point; constant memory), ``"implicit"`` (exact
             implicit-function-theorem gradient, solving the backward fixed point with the same solver; constant
@@ -96,7 +105,7 @@ class AttractorConfig(PreTrainedConfig):
     solver_tol: float | int = 1e-4
     num_loops: int = 16
     anderson_memory: int = 5
-    damping: float | int = 1.0
+    solver_mixing: float | int = 1.0
     gradient_mode: str = "one_step"
     attractor_gate_init: float | int = 0.5
     num_hidden_layers: int | None = None
@@ -120,8 +129,8 @@ class AttractorConfig(PreTrainedConfig):
                 f"AttractorConfig: num_hidden_layers is derived (num_backbone_layers + num_attractor_layers = "
                 f"{total}), got {self.num_hidden_layers!r}; leave it unset."
             )
+        rename_legacy_keys(self, kwargs, {"damping": "solver_mixing"})
         super().__post_init__(**kwargs)
-        self.check_values()
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
@@ -129,9 +138,11 @@ class AttractorConfig(PreTrainedConfig):
         refuse_foreign_model_type(cls, config_dict)
         return super().from_dict(config_dict, **kwargs)
 
-    def check_values(self) -> None:
-        """Raise ``ValueError`` (naming the key and its allowed values) for a config that cannot describe a
-        working Attractor model. Called at construction; call it again after editing attributes by hand."""
+    def validate_architecture(self) -> None:
+        """``@strict`` hook (construction, loading, ``save_pretrained``, ``config.validate()``; it runs before
+        transformers' own RoPE checks): raises ``ValueError`` naming the key and its allowed values for a config
+        that cannot describe a working model."""
+        super().validate_architecture()
         check_int(
             self,
             1,
@@ -158,29 +169,27 @@ class AttractorConfig(PreTrainedConfig):
             )
         if self.head_dim % 2 != 0:
             raise ValueError(f"AttractorConfig: head_dim must be even for rotary embeddings, got {self.head_dim}.")
-        for name, allowed in (
-            ("injection", INJECTIONS),
-            ("solver", ATTRACTOR_SOLVERS),
-            ("gradient_mode", GRADIENT_MODES),
-        ):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"AttractorConfig: {name} must be one of {allowed}, got {getattr(self, name)!r}.")
-        check_solver_tol(self.solver_tol, "AttractorConfig: solver_tol")
-        if not is_number(self.damping) or not 0.0 < self.damping <= 1.0:
-            raise ValueError(f"AttractorConfig: damping must be a number in (0, 1], got {self.damping!r}.")
-        if not is_number(self.attractor_gate_init) or not 0.0 <= self.attractor_gate_init < math.inf:
-            raise ValueError(
-                f"AttractorConfig: attractor_gate_init must be a finite number >= 0, got {self.attractor_gate_init!r}."
-            )
         if not self.rms_norm_eps > 0:
             raise ValueError(f"AttractorConfig: rms_norm_eps must be > 0, got {self.rms_norm_eps}.")
         if not 0.0 <= float(self.attention_dropout) < 1.0:
             raise ValueError(f"AttractorConfig: attention_dropout must be in [0, 1), got {self.attention_dropout}.")
 
-
-def check_solver_tol(value, name: str = "solver_tol") -> float:
-    """Return ``value`` as a float, or raise ``ValueError`` unless it is a finite number > 0."""
-    return check_finite(value, name, 0.0, inclusive=False)
+    def validate_attractor(self) -> None:
+        """``@strict`` hook: the attractor and its solver are set to allowed values."""
+        for name, allowed in (
+            ("injection", INJECTIONS),
+            ("solver", SOLVERS),
+            ("gradient_mode", GRADIENT_MODES),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"AttractorConfig: {name} must be one of {allowed}, got {getattr(self, name)!r}.")
+        check_finite(self.solver_tol, "AttractorConfig: solver_tol", 0.0, inclusive=False)
+        if not is_number(self.solver_mixing) or not 0.0 < self.solver_mixing <= 1.0:
+            raise ValueError(f"AttractorConfig: solver_mixing must be a number in (0, 1], got {self.solver_mixing!r}.")
+        if not is_number(self.attractor_gate_init) or not 0.0 <= self.attractor_gate_init < math.inf:
+            raise ValueError(
+                f"AttractorConfig: attractor_gate_init must be a finite number >= 0, got {self.attractor_gate_init!r}."
+            )
 
 
 __all__ = ["AttractorConfig"]

@@ -10,12 +10,20 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
 
-from .config_checks import check_finite, check_int, is_number, refuse_foreign_model_type
+from .config_checks import (
+    check_finite,
+    check_int,
+    is_number,
+    raise_value_errors,
+    refuse_foreign_model_type,
+    rename_legacy_keys,
+)
 
 BLOCK_TYPES = ("attention", "mlp")
 SELECTIONS = ("residual", "vote", "halt")
 
 
+@raise_value_errors
 @strict
 class EqRConfig(PreTrainedConfig):
     r"""Configuration for [`EqRModel`] and [`EqRForPuzzleSolving`].
@@ -23,7 +31,7 @@ class EqRConfig(PreTrainedConfig):
     The model iterates one weight-tied block ``f(z; x) = norm(block(z + embed(x)))`` on a latent state ``z``
     (one vector per puzzle cell):
 
-        z_{k+1} = z_k + (1 - damping) * (f(z_k; x) - z_k) + noise * eps_k,      eps_k ~ N(0, I),
+        z_{k+1} = z_k + (1 - inertia) * (f(z_k; x) - z_k) + noise * eps_k,      eps_k ~ N(0, I),
 
     from a random start ``z_0 ~ N(0, init_std^2 I)`` (``random_init=True``) or a learned one. A linear head reads
     each cell's answer from ``z``; a halting head reads, per puzzle, whether the current answer is right.
@@ -39,7 +47,8 @@ class EqRConfig(PreTrainedConfig):
         block_type (`str`): ``"attention"`` (bidirectional self-attention layers) or ``"mlp"`` (MLP-Mixer layers:
             a token-mixing MLP across the cells, then a channel MLP).
         token_mixing_size (`int`, *optional*): Hidden width of the token-mixing MLP (default ``2 * max_seq_len``).
-        damping (`float`): ``lambda`` in ``[0, 1)``: the share of the old state kept at every step.
+        inertia (`float`): ``lambda`` in ``[0, 1)``, the paper's damping: the share of the old state kept at every
+            step. Configs saved with the old key ``damping`` load with a deprecation warning.
         train_noise (`float`): ``beta`` during training (>= 0), the scale of the Gaussian noise added per step.
         test_noise (`float`): ``beta`` at inference (>= 0).
         random_init (`bool`): Start from ``N(0, init_std^2)`` states (True) or from a learned state (False).
@@ -63,7 +72,7 @@ class EqRConfig(PreTrainedConfig):
     hidden_act: str = "silu"
     block_type: str = "attention"
     token_mixing_size: int | None = None
-    damping: float | int = 0.0
+    inertia: float | int = 0.0
     train_noise: float | int = 0.1
     test_noise: float | int = 0.0
     random_init: bool = True
@@ -90,8 +99,8 @@ class EqRConfig(PreTrainedConfig):
             self.token_mixing_size = 2 * self.max_seq_len
         if self.max_position_embeddings is None:
             self.max_position_embeddings = self.max_seq_len
+        rename_legacy_keys(self, kwargs, {"damping": "inertia"})
         super().__post_init__(**kwargs)
-        self.check_values()
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
@@ -99,8 +108,11 @@ class EqRConfig(PreTrainedConfig):
         refuse_foreign_model_type(cls, config_dict)
         return super().from_dict(config_dict, **kwargs)
 
-    def check_values(self) -> None:
-        """Raise ``ValueError`` (naming the key and its allowed values) for a config that cannot work."""
+    def validate_architecture(self) -> None:
+        """``@strict`` hook (construction, loading, ``save_pretrained``, ``config.validate()``; it runs before
+        transformers' own RoPE checks): raises ``ValueError`` naming the key and its allowed values for a config
+        that cannot describe a working model."""
+        super().validate_architecture()
         check_int(
             self,
             1,
@@ -130,8 +142,8 @@ class EqRConfig(PreTrainedConfig):
                 )
             if self.head_dim % 2 != 0:
                 raise ValueError(f"EqRConfig: head_dim must be even for rotary embeddings, got {self.head_dim}.")
-        if not is_number(self.damping) or not 0.0 <= self.damping < 1.0:
-            raise ValueError(f"EqRConfig: damping (lambda) must be a number in [0, 1), got {self.damping!r}.")
+        if not is_number(self.inertia) or not 0.0 <= self.inertia < 1.0:
+            raise ValueError(f"EqRConfig: inertia (lambda) must be a number in [0, 1), got {self.inertia!r}.")
         for name in ("train_noise", "test_noise"):
             check_noise(getattr(self, name), f"EqRConfig: {name}")
         if not is_number(self.init_std) or not 0.0 < self.init_std < math.inf:

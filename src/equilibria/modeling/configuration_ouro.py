@@ -13,9 +13,10 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
 
-from .config_checks import check_int, refuse_foreign_model_type
+from .config_checks import check_int, raise_value_errors, refuse_foreign_model_type
 
 
+@raise_value_errors
 @strict
 class OuroConfig(PreTrainedConfig):
     r"""Configuration for [`OuroModel`] and [`OuroForCausalLM`].
@@ -104,7 +105,6 @@ class OuroConfig(PreTrainedConfig):
                 for i in range(self.num_hidden_layers)
             ]
         super().__post_init__(**kwargs)
-        self.check_values()
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
@@ -113,9 +113,11 @@ class OuroConfig(PreTrainedConfig):
         refuse_foreign_model_type(cls, config_dict)
         return super().from_dict(config_dict, **kwargs)
 
-    def check_values(self) -> None:
-        """Raise ``ValueError`` (naming the key and its allowed values) for a config that cannot describe a
-        working Ouro model. Called at construction; call it again after editing attributes by hand."""
+    def validate_architecture(self) -> None:
+        """``@strict`` hook (construction, loading, ``save_pretrained``, ``config.validate()``; it runs before
+        transformers' own RoPE checks): raises ``ValueError`` naming the key and its allowed values for a config
+        that cannot describe a working model."""
+        super().validate_architecture()
         check_int(
             self,
             1,

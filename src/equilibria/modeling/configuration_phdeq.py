@@ -6,13 +6,20 @@ This module travels to the Hub as remote code: it imports only ``transformers`` 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .config_checks import check_finite, check_int, is_number, refuse_foreign_model_type
+from .config_checks import (
+    check_finite,
+    check_int,
+    is_number,
+    raise_value_errors,
+    refuse_foreign_model_type,
+    rename_legacy_keys,
+)
+from .solvers import GRADIENT_MODES, SOLVERS
 
-PHDEQ_SOLVERS = ("anderson", "picard")
-PHDEQ_GRADIENT_MODES = ("implicit", "one_step", "unrolled")
 INITIALIZERS = ("learned", "zero")
 
 
+@raise_value_errors
 @strict
 class PHDEQConfig(PreTrainedConfig):
     r"""Configuration for [`PHDEQModel`] and [`PHDEQForSequenceClassification`].
@@ -22,7 +29,7 @@ class PHDEQConfig(PreTrainedConfig):
     equilibrium of damped, anchored port-Hamiltonian dynamics in phase space,
 
         H(q, p; c) = |p|^2 / 2 + anchor * |q|^2 / 2 + sum_i a_i log cosh(w_i . q + u_i . c + b_i),
-        dq/dt = p,    dp/dt = -dH/dq - damping * p + B c,
+        dq/dt = p,    dp/dt = -dH/dq - friction * p + B c,
 
     discretised by one symplectic-Euler step of size ``step_size`` (``p`` first, then ``q`` with the new ``p``).
     The map ``f(z) = z_{k+1}`` has its fixed points exactly at the equilibria (``p* = 0``, ``dH/dq(q*) = B c``);
@@ -37,7 +44,8 @@ class PHDEQConfig(PreTrainedConfig):
             number of terms in the potential.
         num_labels (`int`): Classes of the classification head (from [`PreTrainedConfig`]).
         step_size (`float`): ``h`` in ``(0, 2)``, the symplectic-Euler step.
-        damping (`float`): ``gamma`` >= 0, friction on ``p`` (``h * gamma < 2`` keeps the step stable).
+        friction (`float`): ``gamma`` >= 0, the friction on ``p`` (``h * gamma < 2`` keeps the step stable). Configs
+            saved with the old key ``damping`` load with a deprecation warning.
         anchor (`float`): ``kappa`` > 0, the quadratic well that anchors ``q``.
         initializer (`str`): ``"learned"`` (the feed-forward initialiser ``c -> z_0``) or ``"zero"`` (``z_0 = 0``).
         initializer_loss_weight (`float`): Weight (>= 0) of the amortisation loss ``mean((z_0 - sg(z*))^2)`` that
@@ -75,7 +83,7 @@ class PHDEQConfig(PreTrainedConfig):
     hidden_size: int = 64
     intermediate_size: int = 128
     step_size: float | int = 0.5
-    damping: float | int = 1.0
+    friction: float | int = 1.0
     anchor: float | int = 1.0
     initializer: str = "learned"
     initializer_loss_weight: float | int = 1.0
@@ -91,8 +99,8 @@ class PHDEQConfig(PreTrainedConfig):
     tie_word_embeddings: bool = False
 
     def __post_init__(self, **kwargs):
+        rename_legacy_keys(self, kwargs, {"damping": "friction"})
         super().__post_init__(**kwargs)
-        self.check_values()
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
@@ -100,14 +108,17 @@ class PHDEQConfig(PreTrainedConfig):
         refuse_foreign_model_type(cls, config_dict)
         return super().from_dict(config_dict, **kwargs)
 
-    def check_values(self) -> None:
-        """Raise ``ValueError`` (naming the key and its allowed values) for a config that cannot work."""
+    def validate_architecture(self) -> None:
+        """``@strict`` hook (construction, loading, ``save_pretrained``, ``config.validate()``; it runs before
+        transformers' own RoPE checks): raises ``ValueError`` naming the key and its allowed values for a config
+        that cannot describe a working model."""
+        super().validate_architecture()
         check_int(self, 1, "input_size", "hidden_size", "intermediate_size", "anderson_memory", "num_labels")
         check_int(self, 0, "num_loops")
         name = type(self).__name__
         for key, allowed in (
-            ("solver", PHDEQ_SOLVERS),
-            ("gradient_mode", PHDEQ_GRADIENT_MODES),
+            ("solver", SOLVERS),
+            ("gradient_mode", GRADIENT_MODES),
             ("initializer", INITIALIZERS),
             ("hidden_act", ("gelu", "silu", "relu", "tanh")),
         ):
@@ -115,10 +126,10 @@ class PHDEQConfig(PreTrainedConfig):
                 raise ValueError(f"{name}: {key} must be one of {allowed}, got {getattr(self, key)!r}.")
         if not is_number(self.step_size) or not 0.0 < self.step_size < 2.0:
             raise ValueError(f"{name}: step_size must be a number in (0, 2), got {self.step_size!r}.")
-        check_finite(self.damping, f"{name}: damping")
-        if self.damping * self.step_size >= 2.0:
+        check_finite(self.friction, f"{name}: friction")
+        if self.friction * self.step_size >= 2.0:
             raise ValueError(
-                f"{name}: damping * step_size must be < 2 for a stable step, got {self.damping} * {self.step_size}."
+                f"{name}: friction * step_size must be < 2 for a stable step, got {self.friction} * {self.step_size}."
             )
         check_finite(self.anchor, f"{name}: anchor", 0.0, inclusive=False)
         check_finite(self.solver_tol, f"{name}: solver_tol", 0.0, inclusive=False)

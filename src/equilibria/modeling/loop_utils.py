@@ -8,9 +8,28 @@ transformers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
+from typing import NamedTuple
 
 import torch
-from transformers.cache_utils import DynamicCache
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.modeling_utils import slice_logits_to_keep
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
+
+
+class LoopMap(NamedTuple):
+    """One step of a model's loop as a function of the state alone, for fixed inputs, with the state the loop
+    starts from: ``f, z0 = model.loop_map(...)``. ``f(z)`` (or ``loop_map(z)``) applies one step; every family's
+    base model returns one from ``loop_map``, and the solvers, the Jacobian regularisers, the trainers and the
+    computation audit work on it (``solve(f, z0)``, ``autograd.grad(f(z), z, v)``, ``torch.func.jvp``)."""
+
+    step: Callable[[torch.Tensor], torch.Tensor]
+    start: torch.Tensor
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        return self.step(z)
 
 
 class StrictLoadingMixin:
@@ -58,7 +77,7 @@ class StrictLoadingMixin:
 
 
 class LoopGenerationMixin:
-    """Mixed into a family's ``*ForCausalLM``: the loop arguments listed in ``_loop_generate_kwargs`` (each with
+    """Mixed into a family's ``*ForCausalLM``: its output (logits, loss and the loop's telemetry) and the loop arguments listed in ``_loop_generate_kwargs`` (each with
     a validator returning the cleaned value) reach ``forward`` from ``generate``. A default saved in the
     generation config (``generation_config.num_loops``) is honoured and an explicit argument wins over it;
     without this, ``GenerationConfig.update`` would swallow the argument."""
@@ -91,6 +110,21 @@ class LoopGenerationMixin:
         ):
             generation_config._from_model_config = False
         return super().save_pretrained(save_directory, *args, **kwargs)
+
+    def lm_logits_and_loss(self, hidden, labels, loss_kwargs: dict, logits_to_keep: int | torch.Tensor = 0):
+        """``(logits, loss)`` of ``lm_head`` on ``hidden`` (the kept positions), the loss the shifted cross-entropy
+        with ``labels`` (``None`` without them)."""
+        logits = self.lm_head(slice_logits_to_keep(hidden, logits_to_keep))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)
+        return logits, loss
+
+    def causal_lm_output(self, outputs, labels, logits_to_keep, loss_kwargs: dict, output_class, **extra):
+        """The head's output: logits and loss (:meth:`lm_logits_and_loss`) from the base model's ``outputs``, and
+        every field ``output_class`` shares with them."""
+        logits, loss = self.lm_logits_and_loss(outputs.last_hidden_state, labels, loss_kwargs, logits_to_keep)
+        return output_class(loss=loss, logits=logits, **shared_fields(outputs, output_class), **extra)
 
     def _prepare_generation_config(self, generation_config, **kwargs):
         loop_kwargs = {k: kwargs.pop(k) for k in self._loop_generate_kwargs if k in kwargs}
@@ -151,6 +185,65 @@ class TelemetryCache(DynamicCache):
         self._apply(lambda t: t[indices])
 
 
+class LMInputs(NamedTuple):
+    """What a looped causal LM's forward works on after :meth:`CausalLoopMixin.prepare_lm_inputs`."""
+
+    inputs_embeds: torch.Tensor
+    cache: Cache | None
+    position_ids: torch.Tensor
+    output_hidden_states: bool
+
+
+class CausalLoopMixin:
+    """Mixed into a looped language model's base ``PreTrainedModel`` (one with ``embed_tokens``): the preamble of
+    its ``forward``, shared by the families. Subclasses set
+    ``_cache_class`` (the cache built when ``use_cache`` is on and none is passed)."""
+
+    _cache_class: type | None = None
+
+    def prepare_lm_inputs(
+        self, input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs: dict
+    ) -> LMInputs:
+        """Check the inputs, embed ``input_ids``, decide on the cache (one passed in is always used; otherwise
+        one is built unless training with gradients), and default ``position_ids`` to continue the cache."""
+        name = type(self).__name__
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        if kwargs.pop("output_attentions", False):
+            raise ValueError(f"{name} does not return attention weights (output_attentions=True is not supported).")
+        training_with_grad = self.training and torch.is_grad_enabled()
+        if use_cache is None:
+            use_cache = cache is not None or (self.config.use_cache and not training_with_grad)
+        if use_cache and self.gradient_checkpointing and training_with_grad:
+            logger.warning_once(f"{name}: the KV cache is incompatible with gradient checkpointing; running without.")
+            use_cache = False
+        if inputs_embeds is None:
+            if input_ids.dim() != 2:
+                raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}.")
+            inputs_embeds = self.embed_tokens(input_ids)
+        cache = (cache if cache is not None else self._cache_class()) if use_cache else None
+        if position_ids is None:
+            past = cache.get_seq_length() if cache is not None else 0
+            position_ids = torch.arange(past, past + inputs_embeds.shape[1], device=inputs_embeds.device)[None]
+        hidden = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        return LMInputs(inputs_embeds, cache, position_ids, bool(hidden))
+
+
+LOSS_KWARGS = ("num_items_in_batch", "ignore_index", "shift_labels")
+
+
+def pop_loss_kwargs(kwargs: dict) -> dict:
+    """Remove and return the loss options the Trainer passes through ``forward``'s ``**kwargs``."""
+    return {key: kwargs.pop(key) for key in LOSS_KWARGS if key in kwargs}
+
+
+def shared_fields(source, target_class) -> dict:
+    """The fields of the output dataclass ``target_class`` that ``source`` (another output) also has, with its
+    values (``last_hidden_state`` excepted: a head reads it, it does not pass it on)."""
+    have = {f.name for f in fields(source)}
+    return {f.name: getattr(source, f.name) for f in fields(target_class) if f.name in have and f.name != "last_hidden_state"}
+
+
 def as_int(value, name: str, minimum: int, meaning: str) -> int:
     """Return ``value`` as an int (a one-element integer tensor is accepted), or raise ``ValueError`` unless it is
     an integer >= ``minimum``."""
@@ -161,4 +254,11 @@ def as_int(value, name: str, minimum: int, meaning: str) -> int:
     return value
 
 
-__all__ = ["LoopGenerationMixin", "StrictLoadingMixin", "TelemetryCache", "as_int"]
+__all__ = [
+    "CausalLoopMixin",
+    "LMInputs",
+    "LoopGenerationMixin",
+    "LoopMap",
+    "pop_loss_kwargs",
+    "shared_fields",
+    "StrictLoadingMixin", "TelemetryCache", "as_int"]

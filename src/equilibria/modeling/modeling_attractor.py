@@ -30,26 +30,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 import torch
 from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
-from transformers.modeling_utils import PreTrainedModel, slice_logits_to_keep
+from transformers.modeling_utils import PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
-from transformers.utils import can_return_tuple, logging
+from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
-from .configuration_attractor import GRADIENT_MODES, AttractorConfig, check_solver_tol
-from .loop_utils import LoopGenerationMixin, StrictLoadingMixin, TelemetryCache, as_int
-from .solvers import implicit_gradient, residual_stats, solve
-
-logger = logging.get_logger(__name__)
-
+from .configuration_attractor import AttractorConfig
+from .loop_utils import (
+    CausalLoopMixin,
+    LoopGenerationMixin,
+    LoopMap,
+    StrictLoadingMixin,
+    TelemetryCache,
+    as_int,
+    pop_loss_kwargs,
+)
+from .regularization import IterateSampler, hutchinson_frobenius
+from .solvers import GRADIENT_MODES, SolverStats, SolverTelemetry, check_tol, fixed_point, solver_options
 
 def check_budget(num_loops) -> int:
     """Return the solver budget as an int, or raise ``ValueError`` unless it is an integer >= 0."""
@@ -80,6 +86,16 @@ class AttractorCache(TelemetryCache):
     """
 
     telemetry_names = ("solver_steps", "converged")
+
+    def record_solve(self, stats: SolverStats | None, batch_size: int, seq_len: int, device: torch.device) -> None:
+        """Record one forward's solve for its ``seq_len`` new positions (no solve: 0 steps, converged)."""
+        if stats is None:
+            steps = torch.zeros(batch_size, dtype=torch.long, device=device)
+            done = torch.ones(batch_size, dtype=torch.bool, device=device)
+        else:
+            steps, done = stats.steps, stats.converged
+        self.record("solver_steps", steps[:, None].expand(batch_size, seq_len))
+        self.record("converged", done[:, None].expand(batch_size, seq_len))
 
 
 class _ReadOnlyCache:
@@ -137,7 +153,7 @@ class AttractorModule(nn.Module):
 
 
 @dataclass
-class AttractorModelOutput(BaseModelOutputWithPast):
+class AttractorModelOutput(SolverTelemetry, BaseModelOutputWithPast):
     r"""
     last_hidden_state (`torch.FloatTensor` of shape `(batch, seq_len, hidden_size)`):
         ``final_norm(y*)``: the normalised fixed point (the proposal when ``num_loops=0``).
@@ -146,13 +162,8 @@ class AttractorModelOutput(BaseModelOutputWithPast):
         point ``y*`` (before the final norm).
     proposal (`torch.FloatTensor` of shape `(batch, seq_len, hidden_size)`):
         The backbone's proposal ``y0`` (the solver's start), before the final norm.
-    solver_steps (`torch.LongTensor` of shape `(batch,)`):
-        Iterations the solver ran per sequence (``None`` when ``num_loops=0``).
-    abs_residual, rel_residual (`torch.FloatTensor` of shape `(batch,)`):
-        ``||T(y) - y||`` and ``||T(y) - y|| / ||T(y)||`` over the sequence at the returned iterate.
-    converged (`torch.BoolTensor` of shape `(batch,)`): ``rel_residual <= solver_tol``.
-    diverged (`torch.BoolTensor` of shape `(batch,)`): the residual became NaN/inf or grew without bound; the
-        lowest-residual iterate was returned (and a warning issued).
+    solver_steps, abs_residual, rel_residual, converged, diverged, backward_steps, backward_rel_residual:
+        the solver's telemetry per sequence ([`~solvers.SolverTelemetry`]); ``None`` when ``num_loops=0``.
     jacobian_penalty (`torch.FloatTensor`, scalar): with ``jacobian_samples > 0``, the Hutchinson estimate of
         ``||dT/dy||_F^2`` at the fixed point, per state entry (differentiable).
     correction_states (`tuple(torch.FloatTensor)`): with ``correction_states > 0``, ``T`` applied to
@@ -160,27 +171,18 @@ class AttractorModelOutput(BaseModelOutputWithPast):
     """
 
     proposal: torch.FloatTensor | None = None
-    solver_steps: torch.LongTensor | None = None
-    abs_residual: torch.FloatTensor | None = None
-    rel_residual: torch.FloatTensor | None = None
-    converged: torch.BoolTensor | None = None
-    diverged: torch.BoolTensor | None = None
     jacobian_penalty: torch.FloatTensor | None = None
     correction_states: tuple[torch.FloatTensor, ...] | None = None
 
 
 @dataclass
-class AttractorCausalLMOutput(CausalLMOutputWithPast):
+class AttractorCausalLMOutput(SolverTelemetry, CausalLMOutputWithPast):
     r"""Causal-LM output with the solver telemetry of [`AttractorModelOutput`] (`proposal`, `solver_steps`,
-    `abs_residual`, `rel_residual`, `converged`, `diverged`, `jacobian_penalty`), and `correction_loss`: the mean
-    LM loss of the logits read from the correction states (with ``labels`` and ``correction_states > 0``)."""
+    `abs_residual`, `rel_residual`, `converged`, `diverged`, `backward_steps`, `backward_rel_residual`,
+    `jacobian_penalty`), and `correction_loss`: the mean LM loss of the logits read from the correction states
+    (with ``labels`` and ``correction_states > 0``)."""
 
     proposal: torch.FloatTensor | None = None
-    solver_steps: torch.LongTensor | None = None
-    abs_residual: torch.FloatTensor | None = None
-    rel_residual: torch.FloatTensor | None = None
-    converged: torch.BoolTensor | None = None
-    diverged: torch.BoolTensor | None = None
     jacobian_penalty: torch.FloatTensor | None = None
     correction_loss: torch.FloatTensor | None = None
 
@@ -220,9 +222,19 @@ class AttractorPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
                 init.copy_(module.in_proj.weight, torch.cat([eye, eye], dim=1))
 
 
-class AttractorModel(AttractorPreTrainedModel):
+class _SolveOptions(NamedTuple):
+    budget: int
+    tol: float
+    gradient_mode: str
+    jacobian_samples: int
+    correction_states: int
+
+
+class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
     """Embeddings, the backbone, the attractor solved to its fixed point, and the final norm. Returns
     [`AttractorModelOutput`]."""
+
+    _cache_class = AttractorCache
 
     def __init__(self, config: AttractorConfig):
         super().__init__(config)
@@ -262,116 +274,68 @@ class AttractorModel(AttractorPreTrainedModel):
             solver_tol (`float`, *optional*): Relative-residual tolerance for this call (> 0); defaults to
                 ``config.solver_tol``.
             gradient_mode (`str`, *optional*): ``"one_step"``, ``"implicit"`` or ``"unrolled"`` for this call
-                (used only in training mode with gradients enabled); defaults to ``config.gradient_mode``.
+                (it matters only with gradients enabled); defaults to ``config.gradient_mode``.
             jacobian_samples (`int`): Random probes for the Hutchinson estimate of the attractor's Jacobian
                 norm at the fixed point (0: not computed). The estimate is differentiable (a regulariser).
             correction_states (`int`): Iterates of the solve (the proposal and the intermediate ones, evenly spread
                 over the iterations actually run; kept in constant memory), at which ``T`` is re-applied with a
                 one-step graph (for the fixed-point correction loss).
         """
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        if kwargs.pop("output_attentions", False):
-            raise ValueError("AttractorModel does not return attention weights (output_attentions=True).")
-        config = self.config
-        budget = check_budget(config.num_loops if num_loops is None else num_loops)
-        tol = check_solver_tol(config.solver_tol if solver_tol is None else solver_tol)
-        gradient_mode = config.gradient_mode if gradient_mode is None else gradient_mode
-        if gradient_mode not in GRADIENT_MODES:
-            raise ValueError(f"gradient_mode must be one of {GRADIENT_MODES}, got {gradient_mode!r}.")
-        jacobian_samples = as_int(jacobian_samples, "jacobian_samples", 0, "probes of the Jacobian penalty")
-        correction_states = as_int(correction_states, "correction_states", 0, "iterates for the correction loss")
-        training_with_grad = self.training and torch.is_grad_enabled()
-        if output_hidden_states is None:
-            output_hidden_states = config.output_hidden_states
-        if use_cache is None:  # a cache passed in is always used; otherwise none is built for training
-            use_cache = cache is not None or (config.use_cache and not training_with_grad)
-        if use_cache and self.gradient_checkpointing and training_with_grad:
-            logger.warning_once("Attractor: the KV cache is incompatible with gradient checkpointing; running without.")
-            use_cache = False
-
-        if inputs_embeds is None:
-            if input_ids.dim() != 2:
-                raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}.")
-            inputs_embeds = self.embed_tokens(input_ids)
-        if use_cache and cache is None:
-            cache = AttractorCache()
-        if not use_cache:
-            cache = None
+        options = self._solve_options(num_loops, solver_tol, gradient_mode, jacobian_samples, correction_states)
+        inputs = self.prepare_lm_inputs(input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs)
+        cache = inputs.cache
         if cache is not None:
-            self._check_cache(cache, budget)
-
-        batch_size, seq_len = inputs_embeds.shape[:2]
-        if position_ids is None:
-            past_seen = cache.get_seq_length() if cache is not None else 0
-            position_ids = torch.arange(past_seen, past_seen + seq_len, device=inputs_embeds.device).unsqueeze(0)
-        y0, mask, position_embeddings, backbone_states = self._propose(
-            inputs_embeds, attention_mask, position_ids, cache, **kwargs
-        )
-        all_states = backbone_states if output_hidden_states else None
-
-        stats = None
-        penalty = None
-        corrections = None
-        if budget == 0:
-            y_star = y0
-        else:
-            step = partial(
-                self.attractor, y0=y0, attention_mask=mask, position_embeddings=position_embeddings, **kwargs
-            )
-            peek = partial(step, cache=_ReadOnlyCache(cache) if cache is not None else None)
-            append = partial(step, cache=cache)
-            sampler = _IterateSampler(correction_states) if correction_states else None
-            mode = gradient_mode if training_with_grad else "one_step"
-            if mode == "unrolled":
-                z = y0
-                for _ in range(budget - 1):
-                    if sampler is not None:
-                        sampler.offer(z)
-                    z = peek(z)
-                y_star = append(z)
-                stats = residual_stats(z, y_star, budget, tol)
-            else:
-                solver_kwargs = dict(solver=config.solver, max_iter=budget, tol=tol, damping=float(config.damping))
-                if config.solver == "anderson":
-                    solver_kwargs["memory"] = config.anderson_memory
-                z_star, stats = solve(peek if sampler is None else sampler.wrap(peek), y0, **solver_kwargs)
-                if mode == "implicit":  # the backward fixed point is solved with the same solver and budget
-                    y_star = implicit_gradient(append, z_star, **solver_kwargs)
-                else:
-                    y_star = append(z_star.detach())
-                if bool(stats.diverged.any()):  # never pass T of a blown-up state on: keep the best iterate
-                    y_star = torch.where(stats.diverged[:, None, None], z_star.to(y_star.dtype), y_star)
-            if jacobian_samples:
-                penalty = _hutchinson_penalty(peek, y_star.detach(), jacobian_samples, attention_mask, seq_len)
-            if sampler is not None:
-                corrections = tuple(peek(z) for z in sampler.select(int(stats.steps.max())))
-
-        if output_hidden_states:
-            all_states += (y_star,)
+            self._check_cache(cache, options.budget)
+        y0, mask, position_embeddings, states = self._propose(inputs.inputs_embeds, attention_mask, inputs.position_ids, cache, **kwargs)
+        step = partial(self.attractor, y0=y0, attention_mask=mask, position_embeddings=position_embeddings, **kwargs)
+        y_star, stats, extras = self._solve(step, y0, cache, _valid_positions(attention_mask, y0.shape[1]), options)
         if isinstance(cache, AttractorCache):
-            steps = stats.steps if stats is not None else torch.zeros(batch_size, dtype=torch.long, device=y0.device)
-            done = stats.converged if stats is not None else torch.ones(batch_size, dtype=torch.bool, device=y0.device)
-            cache.record("solver_steps", steps[:, None].expand(batch_size, seq_len))
-            cache.record("converged", done[:, None].expand(batch_size, seq_len))
-        telemetry = {}
-        if stats is not None:
-            telemetry = dict(
-                solver_steps=stats.steps,
-                abs_residual=stats.abs_residual,
-                rel_residual=stats.rel_residual,
-                converged=stats.converged,
-                diverged=stats.diverged,
-            )
+            cache.record_solve(stats, *y0.shape[:2], device=y0.device)
         return AttractorModelOutput(
             last_hidden_state=self.norm(y_star),
             cache=cache,
-            hidden_states=all_states,
+            hidden_states=states + (y_star,) if inputs.output_hidden_states else None,
             proposal=y0,
-            jacobian_penalty=penalty,
-            correction_states=corrections,
-            **telemetry,
+            **extras,
+            **(stats.telemetry() if stats is not None else {}),
         )
+
+    def _solve_options(self, num_loops, solver_tol, gradient_mode, jacobian_samples, correction_states) -> _SolveOptions:
+        config = self.config
+        gradient_mode = config.gradient_mode if gradient_mode is None else gradient_mode
+        if gradient_mode not in GRADIENT_MODES:
+            raise ValueError(f"gradient_mode must be one of {GRADIENT_MODES}, got {gradient_mode!r}.")
+        return _SolveOptions(
+            budget=check_budget(config.num_loops if num_loops is None else num_loops),
+            tol=check_tol(config.solver_tol if solver_tol is None else solver_tol, "solver_tol"),
+            gradient_mode=gradient_mode,
+            jacobian_samples=as_int(jacobian_samples, "jacobian_samples", 0, "probes of the Jacobian penalty"),
+            correction_states=as_int(correction_states, "correction_states", 0, "iterates for the correction loss"),
+        )
+
+    def _solve(self, step: Callable, y0: torch.Tensor, cache: Cache | None, valid, options: _SolveOptions):
+        """``(y*, stats, extras)``: the fixed point with its gradient, the solver's stats (``None`` with budget 0)
+        and the regularisers asked for. The iterations attend to the cache without appending; the one
+        application at the solution appends its keys/values."""
+        if options.budget == 0:
+            return y0, None, {}
+        peek = partial(step, cache=_ReadOnlyCache(cache) if cache is not None else None)
+        sampler = IterateSampler(options.correction_states) if options.correction_states else None
+        y_star, stats = fixed_point(
+            peek if sampler is None else sampler.wrap(peek),
+            y0,
+            readout=partial(step, cache=cache),
+            max_iter=options.budget,
+            tol=options.tol,
+            mode=options.gradient_mode,
+            **solver_options(self.config),
+        )
+        extras = {}
+        if options.jacobian_samples:
+            extras["jacobian_penalty"] = hutchinson_frobenius(peek, y_star.detach(), options.jacobian_samples, valid)
+        if sampler is not None:
+            extras["correction_states"] = tuple(peek(z) for z in sampler.select(stats.max_steps))
+        return y_star, stats, extras
 
     def _propose(self, inputs_embeds, attention_mask, position_ids, cache, **kwargs):
         """The backbone pass: ``(y0, mask, position_embeddings, states)`` with ``states`` the embeddings and every
@@ -411,16 +375,16 @@ class AttractorModel(AttractorPreTrainedModel):
                 "with num_loops=0, backbone only); it cannot be continued with num_loops > 0. Start a new cache."
             )
 
-    def attractor_map(
+    def loop_map(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
-    ) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor]:
+    ) -> LoopMap:
         """The attractor for these inputs as a function of the state alone, and the proposal: ``(f, y0)`` with
-        ``f(y) = T(y, y0)`` (no cache). For Jacobian analysis and diagnostics: ``solve(f, y0)`` finds the model's
-        fixed point, ``autograd.grad(f(y), y, v)`` gives vector-Jacobian products."""
+        ``f(y) = T(y, y0)`` (no cache). ``fixed_point(f, y0, ...)`` finds the model's fixed point,
+        ``autograd.grad(f(y), y, v)`` gives vector-Jacobian products."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         if inputs_embeds is None:
@@ -428,64 +392,14 @@ class AttractorModel(AttractorPreTrainedModel):
         if position_ids is None:
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device).unsqueeze(0)
         y0, mask, position_embeddings, _ = self._propose(inputs_embeds, attention_mask, position_ids, None)
-        return partial(self.attractor, y0=y0, attention_mask=mask, position_embeddings=position_embeddings), y0
+        return LoopMap(partial(self.attractor, y0=y0, attention_mask=mask, position_embeddings=position_embeddings), y0)
 
 
-class _IterateSampler:
-    """Keeps about ``count`` iterates of a solve spread evenly over however many iterations it runs, in
-    constant memory: it stores every ``stride``-th iterate and, when more than ``2 * count`` are stored, doubles
-    the stride and drops every other one."""
-
-    def __init__(self, count: int):
-        self.count = count
-        self.stride = 1
-        self.calls = 0
-        self.kept: list[tuple[int, torch.Tensor]] = []
-
-    def wrap(self, f: Callable) -> Callable:
-        def recorded(z: torch.Tensor) -> torch.Tensor:
-            self.offer(z)
-            return f(z)
-
-        return recorded
-
-    def offer(self, z: torch.Tensor) -> None:
-        index, self.calls = self.calls, self.calls + 1
-        if index % self.stride == 0:
-            self.kept.append((index, z.detach().clone()))
-            if len(self.kept) > 2 * self.count:
-                self.stride *= 2
-                self.kept = [(i, t) for i, t in self.kept if i % self.stride == 0]
-
-    def select(self, last: int) -> list[torch.Tensor]:
-        """Up to ``count`` of the kept iterates before iteration ``last`` (the solution), evenly spread."""
-        candidates = [t for i, t in self.kept if i < last]
-        if len(candidates) <= self.count:
-            return candidates
-        picks = {round((len(candidates) - 1) * (j + 1) / self.count) for j in range(self.count)}
-        return [candidates[j] for j in sorted(picks)]
-
-
-def _hutchinson_penalty(
-    f: Callable, y_star: torch.Tensor, samples: int, attention_mask: torch.Tensor | None, seq_len: int
-) -> torch.Tensor:
-    """Hutchinson estimate of ``||J||_F^2 / n`` for ``J = dT/dy`` at ``y_star``: the mean of ``||e^T J||^2 / n``
-    over Gaussian probes ``e`` restricted to the ``n`` real (non-padding) state entries of each sequence;
-    averaged over the batch. Differentiable in the parameters (``create_graph``); the attention runs on the
-    math kernel, the only one on every device with double backward."""
-    z = y_star.detach().requires_grad_(True)
-    with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):
-        fz = f(z)
-    valid = torch.ones(z.shape[:2], dtype=z.dtype, device=z.device)
+def _valid_positions(attention_mask, seq_len: int) -> torch.Tensor | None:
+    """The current positions' column of a 2-D padding mask (which may also cover cached positions), else None."""
     if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 and attention_mask.shape[1] >= seq_len:
-        valid = attention_mask[:, -seq_len:].to(z.dtype)
-    entries = valid.sum(1).clamp_min(1) * z.shape[-1]
-    total = 0.0
-    for _ in range(samples):
-        probe = torch.randn_like(z) * valid[..., None]
-        (vjp,) = torch.autograd.grad(fz, z, probe, create_graph=True, retain_graph=True)
-        total = total + vjp.float().pow(2).flatten(1).sum(1) / entries
-    return (total / samples).mean()
+        return attention_mask[:, -seq_len:]
+    return None
 
 
 class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, GenerationMixin):
@@ -499,7 +413,7 @@ class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, Genera
     _tp_plan = {"lm_head": "colwise_gather_output"}
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
     _generation_cache_class = AttractorCache
-    _loop_generate_kwargs = {"num_loops": check_budget, "solver_tol": check_solver_tol}
+    _loop_generate_kwargs = {"num_loops": check_budget, "solver_tol": partial(check_tol, name="solver_tol")}
 
     def __init__(self, config: AttractorConfig):
         super().__init__(config)
@@ -531,7 +445,7 @@ class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, Genera
         r"""Language-model forward on the fixed point. ``labels`` gives the usual shifted cross-entropy; with
         ``correction_states > 0`` also ``correction_loss``, the mean of the same loss on the logits read from
         ``T`` at intermediate iterates. See [`AttractorModel.forward`] for the other arguments."""
-        loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index", "shift_labels") if k in kwargs}
+        loss_kwargs = pop_loss_kwargs(kwargs)
         outputs: AttractorModelOutput = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -547,34 +461,12 @@ class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, Genera
             output_hidden_states=output_hidden_states,
             **kwargs,
         )
-        logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))
-        loss = correction_loss = None
-        if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)
-            if outputs.correction_states:
-                losses = [
-                    self.loss_function(
-                        logits=self.lm_head(self.model.norm(state)),
-                        labels=labels,
-                        vocab_size=self.config.vocab_size,
-                        **loss_kwargs,
-                    )
-                    for state in outputs.correction_states
-                ]
-                correction_loss = torch.stack(losses).mean()
-        return AttractorCausalLMOutput(
-            loss=loss,
-            logits=logits,
-            cache=outputs.cache,
-            hidden_states=outputs.hidden_states,
-            proposal=outputs.proposal,
-            solver_steps=outputs.solver_steps,
-            abs_residual=outputs.abs_residual,
-            rel_residual=outputs.rel_residual,
-            converged=outputs.converged,
-            diverged=outputs.diverged,
-            jacobian_penalty=outputs.jacobian_penalty,
-            correction_loss=correction_loss,
+        correction_loss = None
+        if labels is not None and outputs.correction_states:
+            losses = [self.lm_logits_and_loss(self.model.norm(z), labels, loss_kwargs)[1] for z in outputs.correction_states]
+            correction_loss = torch.stack(losses).mean()
+        return self.causal_lm_output(
+            outputs, labels, logits_to_keep, loss_kwargs, AttractorCausalLMOutput, correction_loss=correction_loss
         )
 
 

@@ -2,7 +2,7 @@
 Scalable Reasoning").
 
 A weight-tied block ``f(z; x) = norm(block(z + embed(x)))`` is iterated on a latent state ``z`` (one vector per
-puzzle cell), from a random start, with damping ``lambda`` and Gaussian noise ``beta``:
+puzzle cell), from a random start, with damping ``lambda`` (``config.inertia``) and Gaussian noise ``beta``:
 
     z_{k+1} = z_k + (1 - lambda) * (f(z_k; x) - z_k) + beta * eps_k.
 
@@ -28,7 +28,8 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaMLP
 from transformers.utils import can_return_tuple
 
 from .configuration_eqr import SELECTIONS, EqRConfig, check_noise
-from .loop_utils import StrictLoadingMixin, as_int
+from .loop_utils import LoopMap, StrictLoadingMixin, as_int
+from .solvers import residual
 
 
 def check_depth(value, name: str = "depth") -> int:
@@ -120,6 +121,7 @@ class EqRPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     config_class = EqRConfig
     config: EqRConfig
     base_model_prefix = "model"
+    main_input_name = "inputs"
     supports_gradient_checkpointing = False
     _no_split_modules = ["LlamaDecoderLayer", "EqRMixerLayer"]
     _supports_sdpa = True
@@ -180,11 +182,21 @@ class EqRModel(EqRPreTrainedModel):
             return noise * float(self.config.init_std)
         return self.init_state.to(dtype).expand(batch_size, seq_len, -1)
 
-    def block_map(self, inputs: torch.LongTensor, attention_mask: torch.Tensor | None = None):
-        """``f(., x)`` for these puzzles: a function of the state alone (for analysis and the audit)."""
+    def loop_map(
+        self,
+        inputs: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        input_ids: torch.LongTensor | None = None,
+    ) -> LoopMap:
+        """``(f, z_0)`` for these puzzles: the block ``f(., x)`` as a function of the state alone (the damped
+        update mixes it with the state: ``z + (1 - inertia) (f(z) - z)``), and a fresh [`initial_state`] drawn
+        with ``generator`` (for analysis and the audit)."""
+        inputs = _puzzle_inputs(inputs, input_ids, self.config.max_seq_len)
         embeds = self.embed_tokens(inputs)
         mask, position_embeddings = self._context(embeds, attention_mask)
-        return lambda z: self._step(z, embeds, mask, position_embeddings)
+        start = self.initial_state(*inputs.shape, generator=generator, dtype=embeds.dtype)
+        return LoopMap(lambda z: self._step(z, embeds, mask, position_embeddings), start)
 
     def _context(self, embeds: torch.Tensor, attention_mask: torch.Tensor | None):
         if self.rotary_emb is None:
@@ -204,7 +216,7 @@ class EqRModel(EqRPreTrainedModel):
     @can_return_tuple
     def forward(
         self,
-        inputs: torch.LongTensor,
+        inputs: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         state: torch.Tensor | None = None,
         num_loops: int | None = None,
@@ -212,12 +224,14 @@ class EqRModel(EqRPreTrainedModel):
         generator: torch.Generator | None = None,
         random_init: bool | None = None,
         output_states: bool = False,
+        input_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> EqRModelOutput:
         r"""Iterate the block ``num_loops`` times.
 
         Args:
-            inputs (`torch.LongTensor` of shape `(batch, seq_len)`): the puzzle tokens.
+            inputs (`torch.LongTensor` of shape `(batch, seq_len)`): the puzzle tokens (or pass them as
+                ``input_ids``, the name token-classification pipelines and collators use).
             state (`torch.Tensor`, *optional*): the state to start from (e.g. the last segment's, detached);
                 default: a fresh [`initial_state`].
             num_loops (`int`, *optional*): iterations (>= 1); default ``config.num_loops``.
@@ -227,14 +241,11 @@ class EqRModel(EqRPreTrainedModel):
             random_init (`bool`, *optional*): start from a random state (True) or the learned one (False) when no
                 ``state`` is given; default ``config.random_init``.
         """
-        if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
-            raise ValueError(f"inputs must be a (batch, seq_len) LongTensor, got {getattr(inputs, 'shape', inputs)!r}")
-        if inputs.shape[1] > self.config.max_seq_len:
-            raise ValueError(f"puzzles have at most max_seq_len={self.config.max_seq_len} cells, got {inputs.shape[1]}")
+        inputs = _puzzle_inputs(inputs, input_ids, self.config.max_seq_len)
         depth = check_depth(self.config.num_loops if num_loops is None else num_loops, "num_loops")
         beta = (self.config.train_noise if self.training else self.config.test_noise) if noise is None else noise
         beta = check_noise(beta)
-        keep = float(self.config.damping)
+        keep = float(self.config.inertia)
         embeds = self.embed_tokens(inputs)
         mask, position_embeddings = self._context(embeds, attention_mask)
         batch, seq_len = inputs.shape
@@ -245,9 +256,7 @@ class EqRModel(EqRPreTrainedModel):
         residuals, halts = [], []
         for _ in range(depth):
             fz = self._step(z, embeds, mask, position_embeddings)
-            with torch.no_grad():
-                diff = (fz - z).float().flatten(1).norm(dim=1)
-                residuals.append(diff / fz.float().flatten(1).norm(dim=1).clamp_min(1e-12))
+            residuals.append(residual(z, fz)[1])
             z = z + (1.0 - keep) * (fz - z)
             if beta > 0:
                 z = z + beta * torch.randn(z.shape, generator=generator, device=z.device, dtype=z.dtype)
@@ -261,6 +270,18 @@ class EqRModel(EqRPreTrainedModel):
             halt_logits=torch.stack(halts, dim=1) if halts else None,
             states=states,
         )
+
+
+def _puzzle_inputs(inputs, input_ids, max_seq_len: int) -> torch.LongTensor:
+    """The puzzle tokens, given as ``inputs`` or ``input_ids`` (exactly one), checked."""
+    if (inputs is None) == (input_ids is None):
+        raise ValueError("Pass the puzzle tokens as exactly one of inputs or input_ids.")
+    inputs = inputs if inputs is not None else input_ids
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
+        raise ValueError(f"inputs must be a (batch, seq_len) LongTensor, got {getattr(inputs, 'shape', inputs)!r}")
+    if inputs.shape[1] > max_seq_len:
+        raise ValueError(f"puzzles have at most max_seq_len={max_seq_len} cells, got {inputs.shape[1]}")
+    return inputs
 
 
 class EqRForPuzzleSolving(EqRPreTrainedModel):
@@ -279,7 +300,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
     @can_return_tuple
     def forward(
         self,
-        inputs: torch.LongTensor,
+        inputs: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         state: torch.Tensor | None = None,
@@ -288,10 +309,13 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         generator: torch.Generator | None = None,
         random_init: bool | None = None,
         output_states: bool = False,
+        input_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> EqRPuzzleOutput:
         r"""Iterate and read the answers; with ``labels`` (``(batch, seq_len)``, -100 to skip a cell) also the
-        losses. See [`EqRModel.forward`] for the other arguments."""
+        losses. The puzzles come as ``inputs`` or ``input_ids``; see [`EqRModel.forward`] for the other
+        arguments."""
+        inputs = _puzzle_inputs(inputs, input_ids, self.config.max_seq_len)
         outputs: EqRModelOutput = self.model(
             inputs,
             attention_mask=attention_mask,

@@ -34,14 +34,21 @@ from transformers.masking_utils import create_causal_mask, create_sliding_window
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel, slice_logits_to_keep
-from transformers.utils import can_return_tuple, logging
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_ouro import OuroConfig, check_exit_threshold
-from .loop_utils import LoopGenerationMixin, StrictLoadingMixin, TelemetryCache, as_int
-
-logger = logging.get_logger(__name__)
+from .loop_utils import (
+    CausalLoopMixin,
+    LoopGenerationMixin,
+    LoopMap,
+    StrictLoadingMixin,
+    TelemetryCache,
+    as_int,
+    pop_loss_kwargs,
+)
+from .solvers import residual
 
 # --------------------------------------------------------------------------------------------------
 # Building blocks (standard Llama/Qwen2 pieces)
@@ -177,23 +184,50 @@ class OuroCache(TelemetryCache):
             )
 
 
-class _FrozenTokens:
-    """Per-forward bookkeeping for early exit.
+class OuroEarlyExit:
+    """Early exit within one forward (see [`OuroModel.forward`] for the semantics); it owns all of it:
 
-    ``exited[b, s]`` marks the current tokens that have exited. Their keys/values at every later loop step
-    are the ones they had at their exit step: ``kv[layer]`` holds, for each layer, the keys/values the
-    current tokens used at the last step computed, and :meth:`merge` substitutes them for exited tokens.
-    ``rows`` is set during single-token decoding when only some batch rows are still looping: the layers
-    then run on those rows only.
+    * the exit distribution's running state (``survive``, ``cdf``) and each token's exit step (``exit_steps``);
+    * the frozen tokens: ``exited[b, s]``, and per layer the keys/values the current tokens used at the last step
+      computed, which :meth:`merge` (called by the attention) substitutes for exited tokens;
+    * row dropping during single-token decoding: ``rows``, the batch rows still looping, on which the layers run;
+    * the cache back-fill once every row has exited, and each token's residual at its last computed step.
     """
 
-    def __init__(self, batch_size: int, seq_len: int, device: torch.device):
+    def __init__(self, threshold: float, batch_size: int, seq_len: int, num_loops: int, device, drop_rows: bool):
+        self.threshold = threshold
+        self.drop_rows = drop_rows
         self.exited = torch.zeros(batch_size, seq_len, dtype=torch.bool, device=device)
         self.any_exited = False
+        self.exit_steps = torch.full((batch_size, seq_len), num_loops, dtype=torch.long, device=device)
+        self.survive = torch.ones(batch_size, seq_len, device=device, dtype=torch.float32)
+        self.cdf = torch.zeros_like(self.survive)
         self.rows: torch.Tensor | None = None
         self.kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.residual: torch.Tensor | None = None
+
+    def start_step(self) -> bool:
+        """Before a step: pick the rows still looping (single-token decoding); False once every row has exited,
+        when the remaining steps are skipped."""
+        if self.any_exited and self.drop_rows:
+            active = ~self.exited[:, 0]
+            if not bool(active.any()):
+                return False
+            self.rows = active.nonzero().squeeze(1)
+        return True
+
+    def gather_rows(self, hidden: torch.Tensor, position_embeddings: tuple, masks: dict):
+        """The step's inputs restricted to the rows still looping (all of them when no row is dropped)."""
+        rows = self.rows
+        if rows is None:
+            return hidden, position_embeddings, masks
+        position_embeddings = tuple(t.index_select(0, rows) if t.shape[0] > 1 else t for t in position_embeddings)
+        masks = {k: m.index_select(0, rows) if isinstance(m, torch.Tensor) and m.shape[0] > 1 else m for k, m in masks.items()}
+        return hidden.index_select(0, rows), position_embeddings, masks
 
     def merge(self, layer_idx: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys/values of the whole batch at this layer: the computed rows' new ones, the exited tokens'
+        frozen ones."""
         if self.rows is not None:
             prev_key, prev_value = self.kv[layer_idx]
             key = prev_key.index_copy(0, self.rows, key)
@@ -205,6 +239,44 @@ class _FrozenTokens:
             value = torch.where(frozen, prev_value, value)
         self.kv[layer_idx] = (key, value)
         return key, value
+
+    def keys_for_attention(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (cached) keys/values of the rows being computed."""
+        if self.rows is None:
+            return key, value
+        return key.index_select(0, self.rows), value.index_select(0, self.rows)
+
+    def end_step(self, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        """After a step: scatter the computed rows back, keep exited tokens' states, and track each token's
+        residual at its last computed step."""
+        if self.rows is not None:
+            new = old.index_copy(0, self.rows, new)
+            self.rows = None
+        if self.any_exited:
+            new = torch.where(self.exited[..., None], old, new)
+        step_residual = _relative_change(new, old)
+        self.residual = step_residual if self.residual is None else torch.where(self.exited, self.residual, step_residual)
+        return new
+
+    def observe_gate(self, step: int, gate_logit: torch.Tensor) -> None:
+        """Read the exit gate after ``step``: tokens whose cumulative exit probability reaches the threshold exit."""
+        lam = torch.sigmoid(gate_logit.float())
+        self.cdf = self.cdf + lam * self.survive
+        self.survive = self.survive * (1.0 - lam)
+        newly = (~self.exited) & (self.cdf >= self.threshold)
+        if bool(newly.any()):
+            self.exit_steps = torch.where(newly, step + 1, self.exit_steps)
+            self.exited |= newly
+            self.any_exited = True
+
+    def backfill(self, cache: Cache | None, first_step: int, num_loops: int, num_layers: int) -> None:
+        """Every row has exited: write the frozen keys/values into the cache entries of the remaining steps."""
+        if cache is None:
+            return
+        for later in range(first_step, num_loops):
+            for layer_idx in range(num_layers):
+                key, value = self.kv[layer_idx]
+                cache.update(key, value, later * num_layers + layer_idx)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -235,7 +307,7 @@ class OuroAttention(nn.Module):
         attention_mask: torch.Tensor | None,
         cache: Cache | None = None,
         cache_index: int | None = None,
-        frozen: _FrozenTokens | None = None,
+        frozen: OuroEarlyExit | None = None,
         **kwargs,
     ) -> torch.Tensor:
         input_shape = hidden_states.shape[:-1]
@@ -250,9 +322,8 @@ class OuroAttention(nn.Module):
             key_states, value_states = frozen.merge(self.layer_idx, key_states, value_states)
         if cache is not None:
             key_states, value_states = cache.update(key_states, value_states, cache_index)
-        if frozen is not None and frozen.rows is not None:
-            key_states = key_states.index_select(0, frozen.rows)
-            value_states = value_states.index_select(0, frozen.rows)
+        if frozen is not None:
+            key_states, value_states = frozen.keys_for_attention(key_states, value_states)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -293,7 +364,7 @@ class OuroDecoderLayer(GradientCheckpointingLayer):
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: Cache | None = None,
         cache_index: int | None = None,
-        frozen: _FrozenTokens | None = None,
+        frozen: OuroEarlyExit | None = None,
         **kwargs,
     ) -> torch.Tensor:
         residual = hidden_states
@@ -329,7 +400,8 @@ class OuroModelOutput(BaseModelOutputWithPast):
     exit_probs (`torch.FloatTensor` of shape `(batch, seq_len, num_loops)`):
         The exit gate's distribution over exit steps, per token.
     loop_residual (`torch.FloatTensor` of shape `(batch, seq_len)`):
-        Relative change made by each token's last loop step, ``||h_t - h_{t-1}|| / ||h_{t-1}||``.
+        Relative residual of each token's last loop step, ``||h_t - h_{t-1}|| / ||h_t||`` (the solvers' residual
+        ``||f(h) - h|| / ||f(h)||`` at ``h = h_{t-1}``).
     """
 
     exit_steps: torch.LongTensor | None = None
@@ -378,9 +450,11 @@ class OuroPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     }
 
 
-class OuroModel(OuroPreTrainedModel):
+class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
     """The looped decoder: embeddings, ``L`` shared layers applied ``num_loops`` times, per-step final norm
     and exit gate. Returns [`OuroModelOutput`]."""
+
+    _cache_class = OuroCache
 
     def __init__(self, config: OuroConfig):
         super().__init__(config)
@@ -442,115 +516,60 @@ class OuroModel(OuroPreTrainedModel):
         the copies are written). During a multi-token forward (prefill) all tokens are computed and exited
         ones are masked, which gives the same numbers without the saving.
         """
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        if kwargs.pop("output_attentions", False):
-            raise ValueError("Ouro does not return attention weights (output_attentions=True is not supported).")
         num_loops = check_num_loops(self.config.total_ut_steps if num_loops is None else num_loops)
-        exit_threshold = self.config.early_exit_threshold if exit_threshold is None else exit_threshold
-        check_exit_threshold(exit_threshold)
-        training_with_grad = self.training and torch.is_grad_enabled()
-        early_exit = exit_threshold is not None and exit_threshold < 1.0 and not training_with_grad
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        if use_cache is None:  # a cache passed in is always used; otherwise none is built for training
-            use_cache = cache is not None or (self.config.use_cache and not training_with_grad)
-        if use_cache and self.gradient_checkpointing and training_with_grad:
-            logger.warning_once("Ouro: the KV cache is incompatible with gradient checkpointing; running without it.")
-            use_cache = False
-
-        if inputs_embeds is None:
-            if input_ids.dim() != 2:
-                raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}.")
-            inputs_embeds = self.embed_tokens(input_ids)
-
-        num_layers = self.config.num_hidden_layers
-        if use_cache and cache is None:
-            cache = OuroCache()
-        if not use_cache:
-            cache = None
+        inputs = self.prepare_lm_inputs(input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs)
+        cache, hidden = inputs.cache, inputs.inputs_embeds
         if cache is not None:
-            _check_cache(cache, num_loops, num_layers)
-
-        batch_size, seq_len = inputs_embeds.shape[:2]
-        if position_ids is None:
-            past_seen = cache.get_seq_length() if cache is not None else 0
-            position_ids = torch.arange(past_seen, past_seen + seq_len, device=inputs_embeds.device).unsqueeze(0)
-        masks = self._masks(inputs_embeds, attention_mask, cache, position_ids)
-        position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
-
-        hidden = previous = inputs_embeds
-        all_states = (hidden,) if output_hidden_states else None
-        device = hidden.device
-        exit_steps = torch.full((batch_size, seq_len), num_loops, dtype=torch.long, device=device)
-        gate_logits: list[torch.Tensor] = []  # the exit gate read after every step but the last
-        residual = None
-        frozen = _FrozenTokens(batch_size, seq_len, device) if early_exit else None
-        if frozen is not None:
-            survive = torch.ones(batch_size, seq_len, device=device, dtype=torch.float32)
-            cdf = torch.zeros_like(survive)
-        can_drop_rows = (
-            early_exit and seq_len == 1 and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
+            _check_cache(cache, num_loops, self.config.num_hidden_layers)
+        masks = self._masks(hidden, attention_mask, cache, inputs.position_ids)
+        position_embeddings = self.rotary_emb(hidden, inputs.position_ids)
+        early = self._early_exit(exit_threshold, hidden, num_loops, masks)
+        hidden, states, gate_logits, residual = self._loop(
+            hidden, num_loops, masks, position_embeddings, cache, early, inputs.output_hidden_states, **kwargs
         )
-
-        for step in range(num_loops):
-            if frozen is not None and frozen.any_exited and can_drop_rows:
-                active = ~frozen.exited[:, 0]
-                if not bool(active.any()):
-                    # every row has exited: write the frozen keys/values for the remaining steps and stop
-                    if cache is not None:
-                        for later in range(step, num_loops):
-                            for layer_idx in range(num_layers):
-                                key, value = frozen.kv[layer_idx]
-                                cache.update(key, value, later * num_layers + layer_idx)
-                    frozen_gate = self.early_exit_gate(hidden).squeeze(-1)  # frozen states, frozen gate
-                    gate_logits += [frozen_gate] * (num_loops - 1 - step)
-                    if output_hidden_states:
-                        all_states += (hidden,) * (num_loops - step)
-                    break
-                frozen.rows = active.nonzero().squeeze(1)
-            new_hidden = self.loop_step(
-                hidden,
-                step,
-                position_embeddings=position_embeddings,
-                attention_masks=masks,
-                cache=cache,
-                frozen=frozen,
-                **kwargs,
-            )
-            if frozen is not None:
-                if frozen.any_exited:
-                    new_hidden = torch.where(frozen.exited[..., None], hidden, new_hidden)
-                step_residual = _relative_change(new_hidden, hidden)
-                residual = step_residual if residual is None else torch.where(frozen.exited, residual, step_residual)
-            previous, hidden = hidden, new_hidden
-            if output_hidden_states:
-                all_states += (hidden,)
-            if step == num_loops - 1:
-                break
-            gate_logits.append(self.early_exit_gate(hidden).squeeze(-1))
-            if frozen is not None:
-                lam = torch.sigmoid(gate_logits[-1].float())
-                cdf = cdf + lam * survive
-                survive = survive * (1.0 - lam)
-                newly = (~frozen.exited) & (cdf >= exit_threshold)
-                if bool(newly.any()):
-                    exit_steps = torch.where(newly, step + 1, exit_steps)
-                    frozen.exited |= newly
-                    frozen.any_exited = True
-
-        if residual is None:
-            residual = _relative_change(hidden, previous)
+        exit_steps = early.exit_steps if early is not None else torch.full_like(residual, num_loops, dtype=torch.long)
         if isinstance(cache, OuroCache):
             cache.record("exit_steps", exit_steps)
         return OuroModelOutput(
             last_hidden_state=hidden,
             cache=cache,
-            hidden_states=all_states,
+            hidden_states=states,
             exit_steps=exit_steps,
             exit_probs=exit_distribution(gate_logits, hidden),
             loop_residual=residual,
         )
+
+    def _early_exit(self, exit_threshold, hidden: torch.Tensor, num_loops: int, masks: dict) -> OuroEarlyExit | None:
+        """The early-exit bookkeeping of this forward, or ``None`` when no token can exit (threshold ``None`` or
+        1, or training with gradients). Rows are dropped only in single-token decoding with tensor masks."""
+        threshold = self.config.early_exit_threshold if exit_threshold is None else exit_threshold
+        check_exit_threshold(threshold)
+        if threshold is None or threshold >= 1.0 or (self.training and torch.is_grad_enabled()):
+            return None
+        batch_size, seq_len = hidden.shape[:2]
+        drop_rows = seq_len == 1 and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
+        return OuroEarlyExit(threshold, batch_size, seq_len, num_loops, hidden.device, drop_rows)
+
+    def _loop(self, hidden, num_loops: int, masks, position_embeddings, cache, early, keep_states: bool, **kwargs):
+        """Run the loop steps: ``(final state, all states or None, exit-gate logits, per-token residual)``."""
+        states = (hidden,) if keep_states else None
+        gate_logits: list[torch.Tensor] = []  # the exit gate read after every step but the last
+        previous = hidden
+        for step in range(num_loops):
+            if early is not None and not early.start_step():  # every row has exited: copies for the rest
+                early.backfill(cache, step, num_loops, self.config.num_hidden_layers)
+                gate_logits += [self.early_exit_gate(hidden).squeeze(-1)] * (num_loops - 1 - step)
+                states = states + (hidden,) * (num_loops - step) if keep_states else None
+                break
+            new = self.loop_step(hidden, step, position_embeddings, masks, cache=cache, frozen=early, **kwargs)
+            previous, hidden = hidden, (new if early is None else early.end_step(hidden, new))
+            states = states + (hidden,) if keep_states else None
+            if step < num_loops - 1:
+                gate_logits.append(self.early_exit_gate(hidden).squeeze(-1))
+                if early is not None:
+                    early.observe_gate(step, gate_logits[-1])
+        residual = early.residual if early is not None else _relative_change(hidden, previous)
+        return hidden, states, gate_logits, residual
 
     def loop_map(
         self,
@@ -558,10 +577,11 @@ class OuroModel(OuroPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
-    ) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The loop body for these inputs as a function ``f(h) = norm(stack(h))`` of the state alone (no cache):
-        ``h_{t+1} = f(h_t)`` for every step ``t``. Use it for Jacobian analysis (STARS' spectral-radius
-        penalty, fixed-point diagnostics): ``torch.func.jvp(f, (h,), (v,))`` or ``autograd.grad(f(h), h, v)``."""
+    ) -> LoopMap:
+        """``(f, h_0)``: the loop body for these inputs as a function ``f(h) = norm(stack(h))`` of the state alone
+        (no cache), ``h_{t+1} = f(h_t)`` for every step ``t``, and the start ``h_0`` (the input embeddings). Use
+        it for Jacobian analysis (STARS' spectral-radius penalty, fixed-point diagnostics):
+        ``torch.func.jvp(f, (h,), (v,))`` or ``autograd.grad(f(h), h, v)``."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         if inputs_embeds is None:
@@ -574,7 +594,7 @@ class OuroModel(OuroPreTrainedModel):
         def step(hidden_states: torch.Tensor) -> torch.Tensor:
             return self.loop_step(hidden_states, 0, position_embeddings=position_embeddings, attention_masks=masks)
 
-        return step
+        return LoopMap(step, inputs_embeds)
 
     def loop_step(
         self,
@@ -583,20 +603,17 @@ class OuroModel(OuroPreTrainedModel):
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
         attention_masks: dict,
         cache: Cache | None = None,
-        frozen: _FrozenTokens | None = None,
+        frozen: OuroEarlyExit | None = None,
         **kwargs,
     ) -> torch.Tensor:
         """One application of the loop body ``h -> norm(stack(h))`` at loop step ``step`` (0-based; the step
-        only selects the cache entries). This is the map whose Jacobian STARS regularises."""
-        rows = frozen.rows if frozen is not None else None
-        hidden = hidden_states
-        if rows is not None:
-            hidden = hidden.index_select(0, rows)
-            position_embeddings = tuple(t.index_select(0, rows) if t.shape[0] > 1 else t for t in position_embeddings)
-            attention_masks = {
-                k: m.index_select(0, rows) if isinstance(m, torch.Tensor) and m.shape[0] > 1 else m
-                for k, m in attention_masks.items()
-            }
+        only selects the cache entries). This is the map whose Jacobian STARS regularises. With early exit
+        (``frozen``) it runs on the rows still looping only; ``frozen.end_step`` puts them back."""
+        hidden, position_embeddings, attention_masks = (
+            (hidden_states, position_embeddings, attention_masks)
+            if frozen is None
+            else frozen.gather_rows(hidden_states, position_embeddings, attention_masks)
+        )
         num_layers = self.config.num_hidden_layers
         for layer_idx, layer in enumerate(self.layers):
             hidden = layer(
@@ -608,11 +625,7 @@ class OuroModel(OuroPreTrainedModel):
                 frozen=frozen,
                 **kwargs,
             )
-        hidden = self.norm(hidden)
-        if rows is not None:
-            hidden = hidden_states.index_copy(0, rows, hidden)
-            frozen.rows = None
-        return hidden
+        return self.norm(hidden)
 
 
 def exit_distribution(gate_logits: list[torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
@@ -626,9 +639,9 @@ def exit_distribution(gate_logits: list[torch.Tensor], hidden: torch.Tensor) -> 
     return torch.cat([lam * before, survive[..., -1:]], dim=-1)
 
 
-@torch.no_grad()
 def _relative_change(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    return (new - old).float().norm(dim=-1) / old.float().norm(dim=-1).clamp_min(1e-12)
+    """Per token, the relative residual ``||f(h) - h|| / ||f(h)||`` of the step ``old -> new``."""
+    return residual(old, new, keep_dims=2)[1]
 
 
 def _check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
@@ -690,7 +703,7 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
         r"""Language-model forward. ``labels`` gives the usual shifted cross-entropy on the logits read out at
         each token's exit step (the last step without early exit). See [`OuroModel.forward`] for
         ``num_loops``, ``exit_threshold`` and the early-exit semantics."""
-        loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index", "shift_labels") if k in kwargs}
+        loss_kwargs = pop_loss_kwargs(kwargs)
         outputs: OuroModelOutput = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -703,20 +716,7 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
             output_hidden_states=output_hidden_states,
             **kwargs,
         )
-        hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)
-        logits = self.lm_head(hidden_states)
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)
-        return OuroCausalLMOutput(
-            loss=loss,
-            logits=logits,
-            cache=outputs.cache,
-            hidden_states=outputs.hidden_states,
-            exit_steps=outputs.exit_steps,
-            exit_probs=outputs.exit_probs,
-            loop_residual=outputs.loop_residual,
-        )
+        return self.causal_lm_output(outputs, labels, logits_to_keep, loss_kwargs, OuroCausalLMOutput)
 
 
 __all__ = [

@@ -24,9 +24,9 @@ from transformers.modeling_outputs import ModelOutput
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 
-from .configuration_phdeq import PHDEQ_GRADIENT_MODES, PHDEQConfig
-from .loop_utils import StrictLoadingMixin, as_int
-from .solvers import implicit_gradient, residual_stats, solve
+from .configuration_phdeq import PHDEQConfig
+from .loop_utils import LoopMap, StrictLoadingMixin, as_int, shared_fields
+from .solvers import GRADIENT_MODES, SolverTelemetry, check_tol, fixed_point, solver_options
 
 
 def check_budget(value, name: str = "num_loops") -> int:
@@ -34,31 +34,22 @@ def check_budget(value, name: str = "num_loops") -> int:
 
 
 @dataclass
-class PHDEQModelOutput(ModelOutput):
+class PHDEQModelOutput(SolverTelemetry, ModelOutput):
     r"""
     last_hidden_state (`torch.FloatTensor` of shape `(batch, 2 * hidden_size)`): the solved state ``h* = (q*, p*)``.
     start_state (`torch.FloatTensor` of shape `(batch, 2 * hidden_size)`): the solver's start ``z_0``.
     context (`torch.FloatTensor` of shape `(batch, hidden_size)`): the encoded input ``c``.
-    solver_steps (`torch.LongTensor` of shape `(batch,)`): iterations the solver ran per example.
-    abs_residual, rel_residual (`torch.FloatTensor` of shape `(batch,)`): ``||f(z) - z||`` and that over
-        ``||f(z)||`` at the returned state.
-    converged (`torch.BoolTensor` of shape `(batch,)`): ``rel_residual <= solver_tol``.
-    diverged (`torch.BoolTensor` of shape `(batch,)`): the residual became NaN/inf or grew without bound; the
-        state returned is then the lowest-residual iterate the solver saw.
+    solver_steps, abs_residual, rel_residual, converged, diverged, backward_steps, backward_rel_residual: the
+        solver's telemetry per example ([`~solvers.SolverTelemetry`]).
     """
 
     last_hidden_state: torch.FloatTensor | None = None
     start_state: torch.FloatTensor | None = None
     context: torch.FloatTensor | None = None
-    solver_steps: torch.LongTensor | None = None
-    abs_residual: torch.FloatTensor | None = None
-    rel_residual: torch.FloatTensor | None = None
-    converged: torch.BoolTensor | None = None
-    diverged: torch.BoolTensor | None = None
 
 
 @dataclass
-class PHDEQClassifierOutput(ModelOutput):
+class PHDEQClassifierOutput(SolverTelemetry, ModelOutput):
     r"""
     loss (`torch.FloatTensor`): ``task_loss + initializer_loss_weight * initializer_loss`` when ``labels`` are
         given.
@@ -66,8 +57,8 @@ class PHDEQClassifierOutput(ModelOutput):
     initializer_loss (`torch.FloatTensor`): ``mean((z_0 - sg(h*))^2)``, the amortisation loss of the learned
         initialiser (``None`` when it is not trained).
     logits (`torch.FloatTensor` of shape `(batch, num_labels)`).
-    solved_state, start_state, context, solver_steps, abs_residual, rel_residual, converged, diverged: as in
-        [`PHDEQModelOutput`] (``solved_state`` is its ``last_hidden_state``).
+    solved_state, start_state, context and the solver telemetry: as in [`PHDEQModelOutput`] (``solved_state`` is
+        its ``last_hidden_state``; with ``solved_state=`` given, no solve runs and the telemetry is ``None``).
     """
 
     loss: torch.FloatTensor | None = None
@@ -77,11 +68,6 @@ class PHDEQClassifierOutput(ModelOutput):
     solved_state: torch.FloatTensor | None = None
     start_state: torch.FloatTensor | None = None
     context: torch.FloatTensor | None = None
-    solver_steps: torch.LongTensor | None = None
-    abs_residual: torch.FloatTensor | None = None
-    rel_residual: torch.FloatTensor | None = None
-    converged: torch.BoolTensor | None = None
-    diverged: torch.BoolTensor | None = None
 
 
 class PHDEQPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
@@ -163,10 +149,9 @@ class PHDEQModel(PHDEQPreTrainedModel):
             return context.new_zeros(context.shape[0], 2 * self.config.hidden_size)
         return self.initializer(context)
 
-    def dynamics(self, context: torch.Tensor):
-        """``f(., c)``: one damped symplectic-Euler step of the dynamics for these contexts, as a function of the
-        state alone (for the solver, Jacobian analysis and the audit)."""
-        h, gamma, kappa = float(self.config.step_size), float(self.config.damping), float(self.config.anchor)
+    def _dynamics(self, context: torch.Tensor):
+        """``f(., c)``: one damped symplectic-Euler step of the dynamics for these contexts."""
+        h, gamma, kappa = float(self.config.step_size), float(self.config.friction), float(self.config.anchor)
         drive = self.port(context)
         bias = self.potential_c(context)
         weight, scale = self.potential_q.weight, self.potential_scale
@@ -178,6 +163,12 @@ class PHDEQModel(PHDEQPreTrainedModel):
             return torch.cat([q + h * p_next, p_next], dim=-1)
 
         return f
+
+    def loop_map(self, inputs: torch.Tensor, attention_mask: torch.Tensor | None = None) -> LoopMap:
+        """``(f, z_0)``: one step of the dynamics for these inputs' contexts as a function of the state alone,
+        and the initialiser's start (for the solver, Jacobian analysis and the audit)."""
+        context = self.encode(inputs, attention_mask)
+        return LoopMap(self._dynamics(context), self.start(context))
 
     @can_return_tuple
     def forward(
@@ -198,18 +189,16 @@ class PHDEQModel(PHDEQPreTrainedModel):
             num_loops (`int`, *optional*): The solver's iteration budget (>= 0); default ``config.num_loops``.
             solver_tol (`float`, *optional*): Relative-residual tolerance; default ``config.solver_tol``.
             gradient_mode (`str`, *optional*): ``"implicit"``, ``"one_step"`` or ``"unrolled"``; default
-                ``config.gradient_mode`` (used only in training mode with gradients enabled).
+                ``config.gradient_mode`` (it matters only with gradients enabled).
             initial_state (`torch.Tensor` of shape `(batch, 2 * hidden_size)`, *optional*): start the solver here
                 instead of at the initialiser's ``z_0`` (the output's ``start_state`` stays the initialiser's).
         """
         config = self.config
         budget = check_budget(config.num_loops if num_loops is None else num_loops)
-        tol = float(config.solver_tol if solver_tol is None else solver_tol)
-        if not tol > 0:
-            raise ValueError(f"solver_tol must be > 0, got {solver_tol!r}")
+        tol = check_tol(config.solver_tol if solver_tol is None else solver_tol, "solver_tol")
         mode = config.gradient_mode if gradient_mode is None else gradient_mode
-        if mode not in PHDEQ_GRADIENT_MODES:
-            raise ValueError(f"gradient_mode must be one of {PHDEQ_GRADIENT_MODES}, got {mode!r}")
+        if mode not in GRADIENT_MODES:
+            raise ValueError(f"gradient_mode must be one of {GRADIENT_MODES}, got {mode!r}")
         context = self.encode(inputs, attention_mask)
         z0 = self.start(context)
         if initial_state is not None:
@@ -218,40 +207,9 @@ class PHDEQModel(PHDEQPreTrainedModel):
             start = initial_state.to(z0.dtype)
         else:
             start = z0.detach() if config.stop_initializer_gradient else z0
-        f = self.dynamics(context)
-        if not (self.training and torch.is_grad_enabled()):
-            mode = None  # inference: the solver's state as it is
-        if mode == "unrolled" and budget > 0:
-            z = start
-            for _ in range(budget - 1):
-                z = f(z)
-            h_star = f(z)
-            stats = residual_stats(z, h_star, budget, tol)
-        else:
-            kwargs = dict(solver=config.solver, max_iter=budget, tol=tol)
-            if config.solver == "anderson":
-                kwargs["memory"] = config.anderson_memory
-            z_star, stats = solve(f, start.detach(), **kwargs)
-            if budget == 0:
-                h_star = start
-            elif mode is None:
-                h_star = z_star
-            elif mode == "implicit":
-                h_star = implicit_gradient(f, z_star, **kwargs)
-            else:
-                h_star = f(z_star.detach())
-            if mode is not None and budget > 0 and bool(stats.diverged.any()):  # never decode f of a blown-up state
-                h_star = torch.where(stats.diverged[:, None], z_star.to(h_star.dtype), h_star)
-        return PHDEQModelOutput(
-            last_hidden_state=h_star,
-            start_state=z0,
-            context=context,
-            solver_steps=stats.steps,
-            abs_residual=stats.abs_residual,
-            rel_residual=stats.rel_residual,
-            converged=stats.converged,
-            diverged=stats.diverged,
-        )
+        f = self._dynamics(context)
+        h_star, stats = fixed_point(f, start, max_iter=budget, tol=tol, mode=mode, **solver_options(config))
+        return PHDEQModelOutput(last_hidden_state=h_star, start_state=z0, context=context, **stats.telemetry())
 
 
 class PHDEQForSequenceClassification(PHDEQPreTrainedModel):
@@ -295,18 +253,7 @@ class PHDEQForSequenceClassification(PHDEQPreTrainedModel):
             z0 = self.model.start(context)
             if solved_state.shape != z0.shape:
                 raise ValueError(f"solved_state must have shape {tuple(z0.shape)}, got {tuple(solved_state.shape)}")
-            zeros = torch.zeros(z0.shape[0], dtype=torch.long, device=z0.device)
-            nan = torch.full((z0.shape[0],), float("nan"), device=z0.device)
-            outputs = PHDEQModelOutput(
-                last_hidden_state=solved_state.to(z0.dtype),
-                start_state=z0,
-                context=context,
-                solver_steps=zeros,
-                abs_residual=nan,
-                rel_residual=nan,
-                converged=zeros.bool(),
-                diverged=zeros.bool(),
-            )
+            outputs = PHDEQModelOutput(last_hidden_state=solved_state.to(z0.dtype), start_state=z0, context=context)
         else:
             outputs = self.model(
                 inputs,
@@ -334,13 +281,7 @@ class PHDEQForSequenceClassification(PHDEQPreTrainedModel):
             initializer_loss=init_loss,
             logits=logits,
             solved_state=outputs.last_hidden_state,
-            start_state=outputs.start_state,
-            context=outputs.context,
-            solver_steps=outputs.solver_steps,
-            abs_residual=outputs.abs_residual,
-            rel_residual=outputs.rel_residual,
-            converged=outputs.converged,
-            diverged=outputs.diverged,
+            **shared_fields(outputs, PHDEQClassifierOutput),
         )
 
 

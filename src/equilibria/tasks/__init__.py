@@ -5,10 +5,9 @@ from .addition import (
     build_addition_dataset,
     evaluate_loop_scaling,
     exact_match,
-    small_attractor_config,
-    small_ouro_config,
     tokenize_for_training,
 )
+from .catalog import PUZZLE_VOCAB, TASKS, TaskData, build_task, check_task, eval_split
 from .embedding import SentenceEmbedder, embed_entailment
 from .entailment import build_entailment_dataset, load_proofwriter_jsonl
 from .maze import build_maze_dataset, generate_maze, load_maze_csv, solve_maze
@@ -20,9 +19,16 @@ from .reachability import (
     reachability_input_size,
 )
 from .sudoku import augment_sudoku, build_sudoku_dataset, generate_sudoku, load_sudoku_csv, solve_sudoku
-from .tokenization import char_tokenizer
+from .tokenization import char_tokenizer, tokenizer_fields
 
 __all__ = [
+    "PUZZLE_VOCAB",
+    "TASKS",
+    "TaskData",
+    "build_task",
+    "check_task",
+    "eval_split",
+    "tokenizer_fields",
     "SentenceEmbedder",
     "addition_tokenizer",
     "bfs_distances",
@@ -44,8 +50,6 @@ __all__ = [
     "load_maze_csv",
     "load_proofwriter_jsonl",
     "load_sudoku_csv",
-    "small_attractor_config",
-    "small_ouro_config",
     "solve_maze",
     "solve_sudoku",
     "tokenize_for_training",

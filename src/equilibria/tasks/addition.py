@@ -8,7 +8,6 @@ import torch
 from datasets import Dataset, DatasetDict
 from transformers import PreTrainedTokenizerBase
 
-from ..modeling import AttractorConfig, OuroConfig
 from .tokenization import char_tokenizer
 
 ADDITION_CHARS = "0123456789+="
@@ -17,58 +16,6 @@ ADDITION_CHARS = "0123456789+="
 def addition_tokenizer() -> PreTrainedTokenizerBase:
     """The character tokenizer for addition problems (digits, '+', '=')."""
     return char_tokenizer(ADDITION_CHARS)
-
-
-def small_ouro_config(
-    tokenizer, hidden_size: int = 128, num_hidden_layers: int = 2, num_attention_heads: int = 4, total_ut_steps: int = 4
-) -> OuroConfig:
-    """A small Ouro config for a character-level task: vocabulary and special tokens from ``tokenizer``, SwiGLU
-    width ``2 * hidden_size``, positions up to 64."""
-    return OuroConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=num_attention_heads,
-        max_position_embeddings=64,
-        total_ut_steps=total_ut_steps,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-
-
-def small_attractor_config(
-    tokenizer: PreTrainedTokenizerBase | int,
-    hidden_size: int = 128,
-    num_backbone_layers: int = 2,
-    num_attractor_layers: int = 2,
-    num_attention_heads: int | None = None,
-    **overrides,
-) -> AttractorConfig:
-    """A small Attractor LM config: vocabulary and special tokens from ``tokenizer`` (or just a vocabulary size),
-    SwiGLU width ``2 * hidden_size``, heads of width 32 unless given, positions up to 64 with a tokenizer (512
-    without); ``overrides`` set any other field (``num_loops``, ``solver``, ``gradient_mode`` ...)."""
-    if isinstance(tokenizer, int):
-        vocab = dict(vocab_size=tokenizer, max_position_embeddings=512)
-    else:
-        vocab = dict(
-            vocab_size=len(tokenizer),
-            max_position_embeddings=64,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-    kwargs = dict(
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_backbone_layers=num_backbone_layers,
-        num_attractor_layers=num_attractor_layers,
-        num_attention_heads=num_attention_heads or max(1, hidden_size // 32),
-        **vocab,
-    )
-    kwargs.update(overrides)
-    return AttractorConfig(**kwargs)
 
 
 def build_addition_dataset(

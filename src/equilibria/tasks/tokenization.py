@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 
@@ -41,4 +41,14 @@ def char_tokenizer(chars: Iterable[str], padding_side: str = "left") -> PreTrain
         unk_token="<unk>",
         padding_side=padding_side,
         clean_up_tokenization_spaces=False,
+    )
+
+
+def tokenizer_fields(tokenizer: PreTrainedTokenizerBase) -> dict:
+    """What a tokenizer fixes in a language model's config: the vocabulary size and the special token ids."""
+    return dict(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )

@@ -3,7 +3,7 @@
 from .attractor import AttractorTrainer, AttractorTrainingArguments
 from .common import EquilibriaTrainer, ModelCardMixin
 from .eqr import EqRTrainer, EqRTrainingArguments
-from .regularizers import spectral_radius
+from ..modeling.regularization import spectral_radius
 from .stars import StarsTrainer, StarsTrainingArguments, find_looped_core, sample_num_loops
 
 __all__ = [

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import Trainer, TrainingArguments
 
-from ..modeling.configuration_attractor import GRADIENT_MODES
+from ..modeling.solvers import GRADIENT_MODES
 from .common import ModelCardMixin, RunningMeans, find_core, loss_scales
 
 ATTRACTOR_LOG_KEYS = (
@@ -117,9 +117,9 @@ class AttractorTrainer(ModelCardMixin, Trainer):
                 "AttractorTrainer needs AttractorTrainingArguments (args=AttractorTrainingArguments(...)), got "
                 f"{type(args).__name__}."
             )
-        if model is None or find_core(model, "attractor_map") is None:
+        if find_core(model, "attractor_lm") is None:
             raise ValueError(
-                f"AttractorTrainer needs an Attractor model (one containing a module with `attractor_map`, such as "
+                f"AttractorTrainer needs an Attractor model (one containing an AttractorModel, such as "
                 f"AttractorForCausalLM); got {type(model).__name__}."
             )
         if args.label_smoothing_factor > 0 or kwargs.get("compute_loss_func") is not None:

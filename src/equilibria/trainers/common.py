@@ -8,11 +8,15 @@ from torch import nn
 from transformers import Trainer
 
 
-def find_core(model: nn.Module, method: str) -> nn.Module | None:
-    """The first module inside ``model`` (and any wrapper around it: PEFT, DDP) with a callable ``method`` (e.g.
-    ``"loop_map"`` for ``OuroModel``), or ``None``. The same object stays inside wrappers added later."""
+def find_core(model: nn.Module | None, model_type: str) -> nn.Module | None:
+    """The family's base model (the first module with ``loop_map`` whose config is of ``model_type``) inside
+    ``model`` and any wrapper around it (PEFT, DDP), or ``None``. The same object stays inside wrappers added
+    later. Works on classes loaded as remote code too (it reads the config, not the class)."""
+    if model is None:
+        return None
     for module in model.modules():
-        if callable(getattr(module, method, None)):
+        config = getattr(module, "config", None)
+        if callable(getattr(module, "loop_map", None)) and getattr(config, "model_type", None) == model_type:
             return module
     return None
 

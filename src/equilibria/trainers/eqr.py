@@ -148,7 +148,7 @@ class EqRTrainer(ModelCardMixin, Trainer):
             raise ValueError(
                 f"EqRTrainer needs EqRTrainingArguments (args=EqRTrainingArguments(...)), got {type(args).__name__}."
             )
-        core = find_core(model, "block_map") if model is not None else None
+        core = find_core(model, "eqr")
         if core is None:
             raise ValueError(
                 f"EqRTrainer needs an Equilibrium Reasoner (a model containing EqRModel, such as "

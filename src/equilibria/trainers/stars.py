@@ -21,7 +21,7 @@ from torch import nn
 from transformers import Trainer, TrainingArguments
 
 from .common import ModelCardMixin, RunningMeans, find_core, loss_scales
-from .regularizers import spectral_radius
+from ..modeling.regularization import spectral_radius
 
 JSRR_PENALTIES = ("square", "hinge")
 STARS_LOG_KEYS = ("num_loops", "spectral_radius", "lm_loss", "jsrr_penalty")
@@ -124,14 +124,14 @@ def sample_num_loops(step: int, seed: int, log_mean: float, log_std: float, min_
 def find_looped_core(model: nn.Module) -> nn.Module | None:
     """The module that exposes ``loop_map`` (e.g. ``OuroModel``) inside ``model`` and any wrapper around it
     (PEFT, DDP), or ``None``."""
-    return find_core(model, "loop_map")
+    return find_core(model, "ouro")
 
 
 class StarsTrainer(ModelCardMixin, Trainer):
     """[`~transformers.Trainer`] with STARS' random loop sampling and Jacobian spectral-radius regularisation.
 
-    The model must be a looped model whose ``forward`` takes ``num_loops`` and that contains a module with
-    ``loop_map`` (``OuroForCausalLM``, also wrapped by PEFT). Logged next to the loss (so the progress bar,
+    The model must be a looped model whose ``forward`` takes ``num_loops`` and that contains an Ouro base model
+    (``OuroForCausalLM``, also wrapped by PEFT). Logged next to the loss (so the progress bar,
     TensorBoard and W&B show them): ``num_loops`` (mean sampled count), ``spectral_radius``, ``lm_loss`` and
     ``jsrr_penalty`` (means over the logging interval and the processes).
 
@@ -148,10 +148,10 @@ class StarsTrainer(ModelCardMixin, Trainer):
             raise ValueError("StarsTrainer needs StarsTrainingArguments (args=StarsTrainingArguments(...)).")
         if not isinstance(args, StarsTrainingArguments):
             raise ValueError(f"StarsTrainer needs StarsTrainingArguments, got {type(args).__name__}.")
-        core = find_looped_core(model) if model is not None else None
+        core = find_looped_core(model)
         if core is None:
             raise ValueError(
-                f"StarsTrainer needs a looped model (one containing a module with `loop_map`, such as "
+                f"StarsTrainer needs a looped model (one containing an Ouro base model with `loop_map`, such as "
                 f"OuroForCausalLM); got {type(model).__name__}."
             )
         if args.label_smoothing_factor > 0 or kwargs.get("compute_loss_func") is not None:

@@ -1,0 +1,309 @@
+"""The model families of equilibria: one record per ``model_type``, the single place that knows which exist.
+
+Everything that varies by family reads its record: ``import equilibria`` registers the Auto classes from it, the
+CLI picks the head, task and trainer, the model card takes its text, the computation audit its adapter. Adding a
+family is its modeling files in :mod:`equilibria.modeling` (plus a trainer or an audit adapter if it needs its
+own) and one :class:`Family` here.
+
+The small-config factories (:func:`small_ouro_config`, :func:`small_attractor_config` and each record's
+``make_config``) build a config for a task's data: the task fixes the vocabulary or input width, the caller the
+sizes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from transformers import PreTrainedConfig, PreTrainedTokenizerBase
+
+from .modeling import (
+    AttractorConfig,
+    AttractorForCausalLM,
+    AttractorModel,
+    EqRConfig,
+    EqRForPuzzleSolving,
+    EqRModel,
+    OuroConfig,
+    OuroForCausalLM,
+    OuroModel,
+    PHDEQConfig,
+    PHDEQForSequenceClassification,
+    PHDEQModel,
+)
+from .tasks.tokenization import tokenizer_fields
+
+LM_USAGE = (
+    "from transformers import AutoTokenizer",
+    "",
+    'tokenizer = AutoTokenizer.from_pretrained("{where}")',
+    'inputs = tokenizer("12+34=", return_tensors="pt")',
+    "out = model.generate(**inputs, num_loops=8, max_new_tokens=8)",
+)
+
+
+@dataclass(frozen=True)
+class Head:
+    """A task head of a family: its class, the transformers Auto class it is registered with, the tasks it is
+    trained and evaluated on (the first is its default), the Hub ``pipeline_tag`` and a usage snippet for its card
+    (``{where}`` stands for the repo id or folder)."""
+
+    model_class: type
+    auto_class: str
+    tasks: tuple[str, ...]
+    pipeline_tag: str
+    usage: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything about one ``model_type`` that code outside its modeling files needs."""
+
+    model_type: str
+    name: str
+    paper: str
+    tags: tuple[str, ...]
+    loop_meaning: str
+    loops_key: str  # the config key holding the default loop count
+    config_class: type
+    base_class: type
+    heads: tuple[Head, ...]
+    make_config: Callable[..., PreTrainedConfig]  # (task fields, hidden_size, num_layers, num_attention_heads, num_loops)
+    trainer: str = "equilibria.trainers:EquilibriaTrainer"  # "module:Class", imported when asked for
+    arguments: str = "transformers:TrainingArguments"
+    adapter: str = ""
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(task for head in self.heads for task in head.tasks))
+
+    @property
+    def default_task(self) -> str:
+        return self.heads[0].tasks[0]
+
+    def head_of(self, model) -> Head:
+        """The head ``model`` is an instance of (by class name, so that remote-code classes match), else the
+        first."""
+        names = {cls.__name__ for cls in type(model).__mro__}
+        return next((head for head in self.heads if head.model_class.__name__ in names), self.heads[0])
+
+    def head_for(self, task: str, what: str | None = None) -> Head:
+        """The head trained on ``task``; ``ValueError`` naming the tasks that fit (``what``: how the message
+        names the model, default "a <model_type> model")."""
+        for head in self.heads:
+            if task in head.tasks:
+                return head
+        what = what or f"a {self.model_type} model"
+        raise ValueError(f"--task {task} does not fit {what} (it fits {self.tasks})")
+
+    def trainer_class(self) -> type:
+        return _load(self.trainer)
+
+    def arguments_class(self) -> type:
+        return _load(self.arguments)
+
+    def adapter_class(self) -> type:
+        return _load(self.adapter)
+
+
+def _load(path: str) -> type:
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def small_ouro_config(
+    tokenizer, hidden_size: int = 128, num_hidden_layers: int = 2, num_attention_heads: int = 4, total_ut_steps: int = 4
+) -> OuroConfig:
+    """A small Ouro config for a character-level task: vocabulary and special tokens from ``tokenizer``, SwiGLU
+    width ``2 * hidden_size``, positions up to 64."""
+    return _ouro_config(tokenizer_fields(tokenizer), hidden_size, num_hidden_layers, num_attention_heads, total_ut_steps)
+
+
+def _ouro_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
+    return OuroConfig(
+        **fields,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_attention_heads,
+        max_position_embeddings=64,
+        total_ut_steps=num_loops,
+    )
+
+
+def small_attractor_config(
+    tokenizer: PreTrainedTokenizerBase | int,
+    hidden_size: int = 128,
+    num_backbone_layers: int = 2,
+    num_attractor_layers: int = 2,
+    num_attention_heads: int | None = None,
+    **overrides,
+) -> AttractorConfig:
+    """A small Attractor LM config: vocabulary and special tokens from ``tokenizer`` (or just a vocabulary size),
+    SwiGLU width ``2 * hidden_size``, heads of width 32 unless given, positions up to 64 with a tokenizer (512
+    without); ``overrides`` set any other field (``num_loops``, ``solver``, ``gradient_mode`` ...)."""
+    if isinstance(tokenizer, int):
+        fields = dict(vocab_size=tokenizer, max_position_embeddings=512)
+    else:
+        fields = dict(tokenizer_fields(tokenizer), max_position_embeddings=64)
+    return AttractorConfig(
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_backbone_layers=num_backbone_layers,
+        num_attractor_layers=num_attractor_layers,
+        num_attention_heads=num_attention_heads or max(1, hidden_size // 32),
+        **{**fields, **overrides},
+    )
+
+
+def _attractor_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
+    return AttractorConfig(
+        **{"max_position_embeddings": 64, **fields},
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_backbone_layers=num_layers,
+        num_attractor_layers=num_layers,
+        num_attention_heads=num_attention_heads,
+        num_loops=num_loops,
+    )
+
+
+def _eqr_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
+    return EqRConfig(
+        **fields,
+        hidden_size=hidden_size,
+        intermediate_size=4 * hidden_size,
+        num_layers=num_layers,
+        num_attention_heads=num_attention_heads,
+        num_loops=num_loops,
+    )
+
+
+def _phdeq_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
+    return PHDEQConfig(**fields, hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_loops=num_loops)
+
+
+FAMILIES: dict[str, Family] = {
+    family.model_type: family
+    for family in (
+        Family(
+            model_type="ouro",
+            name="Ouro looped language model",
+            paper="Zhu et al., 2025, *Scaling Latent Reasoning via Looped Language Models* (Ouro); STARS fine-tuning "
+            "(random loop counts + a Jacobian spectral-radius penalty) from Yang et al., 2026, *Stabilizing Recurrent "
+            "Dynamics for Test-Time Scalable Latent Reasoning in Looped Language Models*",
+            tags=("looped-lm", "recurrent-depth"),
+            loop_meaning="recurrence steps of the shared decoder stack",
+            loops_key="total_ut_steps",
+            config_class=OuroConfig,
+            base_class=OuroModel,
+            heads=(Head(OuroForCausalLM, "AutoModelForCausalLM", ("addition",), "text-generation", LM_USAGE),),
+            make_config=_ouro_config,
+            trainer="equilibria.trainers:StarsTrainer",
+            arguments="equilibria.trainers:StarsTrainingArguments",
+            adapter="equilibria.diagnostics.adapters:OuroAdapter",
+        ),
+        Family(
+            model_type="attractor_lm",
+            name="Attractor language model",
+            paper="Fein-Ashley and Rashidinejad, 2026 (attractor models: a backbone proposal refined to a fixed point "
+            "of a weight-tied attractor module)",
+            tags=("deep-equilibrium", "looped-lm"),
+            loop_meaning="the fixed-point solver's iteration budget (0 = backbone only)",
+            loops_key="num_loops",
+            config_class=AttractorConfig,
+            base_class=AttractorModel,
+            heads=(Head(AttractorForCausalLM, "AutoModelForCausalLM", ("addition",), "text-generation", LM_USAGE),),
+            make_config=_attractor_config,
+            trainer="equilibria.trainers:AttractorTrainer",
+            arguments="equilibria.trainers:AttractorTrainingArguments",
+            adapter="equilibria.diagnostics.adapters:AttractorAdapter",
+        ),
+        Family(
+            model_type="eqr",
+            name="Equilibrium Reasoner",
+            paper="Huang, Geng and Kolter, 2026, *Equilibrium Reasoners: Learning Attractors Enables Scalable "
+            "Reasoning*",
+            tags=("recurrent-reasoning", "deep-equilibrium"),
+            loop_meaning="iterations of the weight-tied block (depth)",
+            loops_key="num_loops",
+            config_class=EqRConfig,
+            base_class=EqRModel,
+            heads=(
+                Head(
+                    EqRForPuzzleSolving,
+                    "AutoModelForTokenClassification",
+                    ("sudoku", "maze"),
+                    "token-classification",
+                    ('out = model.solve(puzzles, depth=64, breadth=16, select="residual")  # answers per puzzle',),
+                ),
+            ),
+            make_config=_eqr_config,
+            trainer="equilibria.trainers:EqRTrainer",
+            arguments="equilibria.trainers:EqRTrainingArguments",
+            adapter="equilibria.diagnostics.adapters:EqRAdapter",
+        ),
+        Family(
+            model_type="phdeq",
+            name="Port-Hamiltonian deep equilibrium model",
+            paper="a DEQ over phase space with damped, anchored symplectic-Euler dynamics and a learned initialiser, "
+            "the model of the lazy-identity-collapse study",
+            tags=("deep-equilibrium",),
+            loop_meaning="the Anderson solver's iteration cap",
+            loops_key="num_loops",
+            config_class=PHDEQConfig,
+            base_class=PHDEQModel,
+            heads=(
+                Head(
+                    PHDEQForSequenceClassification,
+                    "AutoModelForSequenceClassification",
+                    ("reachability", "entailment"),
+                    "text-classification",
+                    ("out = model(inputs, num_loops=300)  # logits, solved_state, solver_steps, converged, ...",),
+                ),
+            ),
+            make_config=_phdeq_config,
+            adapter="equilibria.diagnostics.adapters:PHDEQAdapter",
+        ),
+    )
+}
+
+
+def family_of(model_or_config) -> Family:
+    """The record of a model's (or config's) ``model_type``; ``ValueError`` naming the families otherwise."""
+    config = getattr(model_or_config, "config", model_or_config)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in FAMILIES:
+        raise ValueError(f"model_type {model_type!r} is not an equilibria family; the families are {sorted(FAMILIES)}")
+    return FAMILIES[model_type]
+
+
+def model_task(model_or_config) -> str:
+    """The task a saved model was trained on (``config.equilibria_task``, written by ``equilibria train``), else
+    its family's default task."""
+    config = getattr(model_or_config, "config", model_or_config)
+    return getattr(config, "equilibria_task", None) or family_of(config).default_task
+
+
+def register_auto_classes() -> None:
+    """Register every family's config, base model and heads with transformers' Auto classes."""
+    import transformers
+
+    for family in FAMILIES.values():
+        transformers.AutoConfig.register(family.model_type, family.config_class, exist_ok=True)
+        transformers.AutoModel.register(family.config_class, family.base_class, exist_ok=True)
+        for head in family.heads:
+            getattr(transformers, head.auto_class).register(family.config_class, head.model_class, exist_ok=True)
+
+
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "Head",
+    "family_of",
+    "model_task",
+    "register_auto_classes",
+    "small_attractor_config",
+    "small_ouro_config",
+]

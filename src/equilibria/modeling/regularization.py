@@ -1,0 +1,143 @@
+"""Regularisers of a loop that a forward pass may compute (so that they also work where the model is wrapped, e.g.
+by FSDP): two Jacobian estimators of a loop map ``f`` at a state ``h``, computed with vector-Jacobian products
+(``J`` is never formed), and the iterate sampling of the fixed-point correction loss.
+
+* :func:`spectral_radius`: power iteration for the spectral radius of ``J`` (STARS' JSRR penalty);
+* :func:`hutchinson_frobenius`: the Hutchinson estimate of ``||J||_F^2`` per state entry (Bai et al., 2021,
+  "Stabilizing Equilibrium Models by Jacobian Regularization");
+* :class:`IterateSampler`: about ``count`` iterates of a solve, evenly spread, in constant memory, at which the
+  fixed-point correction loss (Bai et al., 2022) re-reads the model.
+
+Schedules, weights and loop sampling belong to the trainers. This module travels to the Hub as remote code: it
+imports only torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def _linearise(f: Callable[[torch.Tensor], torch.Tensor], h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(h, f(h))`` with ``h`` detached and requiring grad, ``f(h)`` with its graph; the attention runs on the
+    math kernel, the only one on every device with double backward and forward-mode AD."""
+    h = h.detach().requires_grad_(True)
+    with sdpa_kernel(SDPBackend.MATH), torch.enable_grad():
+        fh = f(h)
+    if fh.shape != h.shape:
+        raise ValueError(f"f must map a state to one of the same shape, got {tuple(h.shape)} -> {tuple(fh.shape)}")
+    return h, fh
+
+
+def _mask_like(valid: torch.Tensor | None, h: torch.Tensor) -> torch.Tensor | None:
+    """``valid`` (``(batch, seq_len)``, 0 at padding) broadcast over the trailing dimensions of ``h``."""
+    if valid is None:
+        return None
+    return valid.to(h.dtype).reshape(*valid.shape, *([1] * (h.dim() - valid.dim())))
+
+
+def _row_norm(x: torch.Tensor) -> torch.Tensor:
+    return x.flatten(1).norm(dim=1)
+
+
+def spectral_radius(
+    f: Callable[[torch.Tensor], torch.Tensor],
+    h: torch.Tensor,
+    num_iters: int = 4,
+    valid: torch.Tensor | None = None,
+    create_graph: bool = True,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Estimate the spectral radius of the Jacobian of ``f`` at ``h``, per batch row, by power iteration.
+
+    ``f`` maps a state of shape ``(batch, *dims)`` to one of the same shape, rows independent of each other
+    (as a loop step is: attention mixes positions within a sequence, never across sequences). Each iteration is
+    one vector-Jacobian product ``u = J^T v`` (the spectra of ``J`` and ``J^T`` are equal), ``v <- u / ||u||``;
+    the estimate is ``||J^T v||`` at the last iteration. With ``create_graph=True`` that last product is
+    differentiable with respect to the parameters of ``f`` (not ``h``, which is detached), so the estimate can
+    be used as a penalty. Few iterations *underestimate* the radius (power iteration approaches it from below).
+
+    Args:
+        f: the map, e.g. ``OuroModel.loop_map(input_ids)``.
+        h: the state at which to linearise.
+        num_iters: power iterations (>= 1).
+        valid: optional ``(batch, seq_len)`` mask; positions where it is 0 (padding) are left out.
+        create_graph: make the estimate differentiable (for a penalty).
+        generator: seeds the random start vector; it must live on ``h``'s device.
+
+    Returns:
+        ``(batch,)`` tensor of estimates.
+    """
+    if num_iters < 1:
+        raise ValueError(f"num_iters must be >= 1, got {num_iters}")
+    h, fh = _linearise(f, h)
+    mask = _mask_like(valid, h)
+    v = torch.randn(h.shape, generator=generator, dtype=h.dtype, device=h.device)
+    v = v if mask is None else v * mask
+    per_row = (-1, *([1] * (h.dim() - 1)))
+    v = v / _row_norm(v).clamp_min(1e-12).reshape(per_row)
+    for i in range(num_iters):
+        last = i == num_iters - 1
+        (u,) = torch.autograd.grad(fh, h, v, retain_graph=not last or create_graph, create_graph=last and create_graph)
+        u = u if mask is None else u * mask
+        norm = _row_norm(u)
+        if not last:
+            v = (u / norm.clamp_min(1e-12).reshape(per_row)).detach()
+    return norm
+
+
+def hutchinson_frobenius(
+    f: Callable[[torch.Tensor], torch.Tensor], h: torch.Tensor, samples: int, valid: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Hutchinson estimate of ``||J||_F^2 / n`` for ``J = df/dh`` at ``h``: the mean of ``||e^T J||^2 / n`` over
+    ``samples`` Gaussian probes ``e`` restricted to the ``n`` real entries of each row (``valid``, ``(batch,
+    seq_len)``, 0 at padding), averaged over the batch. Differentiable in the parameters of ``f``."""
+    h, fh = _linearise(f, h)
+    mask = _mask_like(valid, h)
+    mask = torch.ones_like(h) if mask is None else mask.expand_as(h)
+    entries = mask.flatten(1).sum(1).clamp_min(1)
+    total = 0.0
+    for _ in range(samples):
+        (vjp,) = torch.autograd.grad(fh, h, torch.randn_like(h) * mask, create_graph=True, retain_graph=True)
+        total = total + vjp.float().pow(2).flatten(1).sum(1) / entries
+    return (total / samples).mean()
+
+
+class IterateSampler:
+    """Keeps about ``count`` iterates of a solve spread evenly over however many iterations it runs, in
+    constant memory: it stores every ``stride``-th iterate and, when more than ``2 * count`` are stored, doubles
+    the stride and drops every other one. :meth:`wrap` a loop map to record every state it is applied to."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self.stride = 1
+        self.calls = 0
+        self.kept: list[tuple[int, torch.Tensor]] = []
+
+    def wrap(self, f: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+        def recorded(z: torch.Tensor) -> torch.Tensor:
+            self.offer(z)
+            return f(z)
+
+        return recorded
+
+    def offer(self, z: torch.Tensor) -> None:
+        index, self.calls = self.calls, self.calls + 1
+        if index % self.stride == 0:
+            self.kept.append((index, z.detach().clone()))
+            if len(self.kept) > 2 * self.count:
+                self.stride *= 2
+                self.kept = [(i, t) for i, t in self.kept if i % self.stride == 0]
+
+    def select(self, last: int) -> list[torch.Tensor]:
+        """Up to ``count`` of the kept iterates before iteration ``last`` (the solution), evenly spread."""
+        candidates = [t for i, t in self.kept if i < last]
+        if len(candidates) <= self.count:
+            return candidates
+        picks = {round((len(candidates) - 1) * (j + 1) / self.count) for j in range(self.count)}
+        return [candidates[j] for j in sorted(picks)]
+
+
+__all__ = ["IterateSampler", "hutchinson_frobenius", "spectral_radius"]
