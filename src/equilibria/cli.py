@@ -18,6 +18,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"equilibria {__version__}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_demo(sub)
+    _add_audit(sub)
+    sub.add_parser(
+        "train",
+        add_help=False,
+        help="train a family on its task (every TrainingArguments field is a flag; or a YAML/JSON file), evaluate "
+        "loop scaling, write a Hub-ready folder; `equilibria train --family F --help` lists the options",
+    )
+    _add_eval(sub)
+    _add_generate(sub)
+    _add_card(sub)
+    return parser
+
+
+def _add_demo(sub) -> None:
     demo = sub.add_parser(
         "demo",
         help="the main job: train a small Ouro model, STARS-fine-tune it, loop scaling, audit, Hub folder, reload",
@@ -27,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--stars-steps", type=int, default=600, help="STARS fine-tuning steps")
     demo.add_argument("--quick", action="store_true", help="a tiny run (seconds), for smoke tests")
     demo.add_argument("--seed", type=int, default=0)
+
+
+def _add_audit(sub) -> None:
     audit = sub.add_parser(
         "audit",
         help="the computation audit: is a saved model's loop computing, or collapsed onto its start?",
@@ -38,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--task",
         choices=TASKS,
         default=None,
-        help="generate fresh evaluation data for this task (sizes read from the model's config); default: the "
-        "family's own (phdeq: reachability or entailment by input size, eqr: sudoku or maze by size, language "
-        "models: addition)",
+        help="generate fresh evaluation data for this task (sizes read from the model's config); default: the task "
+        "the model was trained on (saved by `equilibria train`), else its family's first (phdeq: reachability, eqr: "
+        "sudoku, language models: addition)",
     )
     audit.add_argument("--dataset", default=None, help="a dataset saved with save_to_disk, instead of --task")
     audit.add_argument("--split", default="test", help="the split of --dataset to audit (default: test)")
@@ -51,12 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--seed", type=int, default=1234, help="seeds the generated data and the audit")
     audit.add_argument("--trust-remote-code", action="store_true", help="load a folder's own modeling code")
 
-    sub.add_parser(
-        "train",
-        add_help=False,
-        help="train a family on its task (every TrainingArguments field is a flag; or a YAML/JSON file), evaluate "
-        "loop scaling, write a Hub-ready folder; `equilibria train --family F --help` lists the options",
-    )
+
+def _add_eval(sub) -> None:
     ev = sub.add_parser(
         "eval",
         help="loop scaling: a saved model's accuracy at several loop counts (table, JSON and plot)",
@@ -65,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("model_path")
     ev.add_argument("--loops", default="1,2,4,8,16", help="comma-separated loop counts (default 1,2,4,8,16)")
-    ev.add_argument("--task", choices=TASKS, default=None, help="default: the family's own task")
+    ev.add_argument("--task", choices=TASKS, default=None, help="default: the task the model was trained on")
     ev.add_argument("--dataset", default=None, help="a dataset saved with save_to_disk, instead of --task")
     ev.add_argument("--split", default="test")
     ev.add_argument("--digits", type=int, default=2, help="addition: operand digits")
@@ -75,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=1234)
     ev.add_argument("--trust-remote-code", action="store_true")
 
+
+def _add_generate(sub) -> None:
     gen = sub.add_parser("generate", help="generate text from a saved looped language model at --num-loops")
     gen.add_argument("model_path")
     gen.add_argument("--prompt", required=True)
@@ -84,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--stream", action="store_true", help="print tokens as they are generated")
     gen.add_argument("--trust-remote-code", action="store_true")
 
+
+def _add_card(sub) -> None:
     card = sub.add_parser(
         "card",
         help="write a saved model's Hub model card (README.md) from its loop scaling and audit results",
@@ -100,7 +118,6 @@ def build_parser() -> argparse.ArgumentParser:
     card.add_argument("--base-model", default=None, help="the Hub id it was fine-tuned from")
     card.add_argument("--license", default="apache-2.0")
     card.add_argument("--trust-remote-code", action="store_true")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from .families import FAMILIES
-from .tasks.catalog import TASKS
+
 
 def load_saved_model(path: str, trust_remote_code: bool = False):
     """A saved model of any family with its task head (the head's Auto class from the family's record)."""

@@ -24,8 +24,8 @@ from transformers import (
     set_seed,
 )
 
-from .modeling import OuroForCausalLM
 from .families import small_ouro_config
+from .modeling import OuroForCausalLM
 from .tasks import addition_tokenizer, build_addition_dataset, exact_match, tokenize_for_training
 
 EVAL_LOOPS = (1, 2, 4, 8, 16)
@@ -78,144 +78,33 @@ def run_demo(
     the package, and generates with two loop counts."""
     if steps < 1 or stars_steps < 1:
         raise ValueError(f"steps and stars_steps must be >= 1, got {steps} and {stars_steps}")
-    from .commands import plot_loop_scaling
     from .diagnostics import audit
-    from .hub_cards import build_model_card
-    from .trainers import StarsTrainer, StarsTrainingArguments
 
     output_dir = Path(output_dir)
     set_seed(seed)
     started = time.time()
     if quick:
         steps, stars_steps = min(steps, 20), min(stars_steps, 6)
-    digits, n_train, n_test = (2, 2000, 200) if not quick else (1, 80, 20)
-    loops_grid = EVAL_LOOPS if not quick else (1, 2, 4, 8)
+    run = _Run(output_dir, quick, seed)
+    model, trainer = _train_plain(run, steps)
+    stars_model, stars = _train_stars(run, model, stars_steps)
 
-    print(f"[1/6] addition data: {digits}-digit operands, {n_train} train / {n_test} test problems (no overlap)")
-    data = build_addition_dataset(num_digits=digits, num_train=n_train, num_test=n_test, seed=seed)
-    tokenizer = addition_tokenizer()
-    train_tokenizer = copy.deepcopy(tokenizer)
-    train_tokenizer.padding_side = "right"
-    train_set = tokenize_for_training(data["train"], tokenizer)
-    collator = DataCollatorForSeq2Seq(train_tokenizer, label_pad_token_id=-100)
-
-    config = small_ouro_config(tokenizer, hidden_size=128 if not quick else 32, total_ut_steps=TRAINED_LOOPS)
-    model = OuroForCausalLM(config)
-    n_params = sum(p.numel() for p in model.parameters())
-    print(
-        f"[2/6] training an Ouro model ({n_params / 1e6:.2f}M parameters, {config.num_hidden_layers} layers x "
-        f"{config.total_ut_steps} loops) for {steps} steps"
-    )
-    common = dict(
-        per_device_train_batch_size=64,
-        learning_rate=1e-3,
-        lr_scheduler_type="cosine",
-        weight_decay=0.01,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        seed=seed,
-        disable_tqdm=quick,
-    )
-    args = TrainingArguments(
-        output_dir=str(output_dir / "training"),
-        max_steps=steps,
-        warmup_steps=max(1, steps // 20),
-        logging_steps=max(1, steps // 10),
-        **common,
-    )
-    trainer = Trainer(model=model, args=args, train_dataset=train_set, data_collator=collator)
-    trainer.train()
-
-    stars_model = copy.deepcopy(model)
-    print(
-        f"[3/6] STARS fine-tuning of a copy for {stars_steps} steps: loop counts drawn log-normally in [2, 10] "
-        "each step, plus the Jacobian spectral-radius penalty (hinge at 0.9, weight 0.1)"
-    )
-    stars_args = StarsTrainingArguments(
-        output_dir=str(output_dir / "stars-training"),
-        max_steps=stars_steps,
-        warmup_steps=max(1, stars_steps // 10),
-        logging_steps=max(1, stars_steps // 6),
-        min_loops=2,
-        max_loops=10,
-        loop_log_mean=math.log(4),
-        loop_log_std=0.35,
-        jsrr_weight=0.1,
-        jsrr_power_iters=2,
-        jsrr_penalty="hinge",
-        jsrr_target=0.9,
-        **{**common, "learning_rate": 5e-4},
-    )
-    stars = StarsTrainer(model=stars_model, args=stars_args, train_dataset=train_set, data_collator=collator)
-    stars.train()
-
+    loops_grid = run.loops_grid
     print(f"[4/6] exact match on the test split at loops {list(loops_grid)} (trained at {TRAINED_LOOPS})")
-    accuracy = {loops: exact_match(model, tokenizer, data["test"], num_loops=loops) for loops in loops_grid}
-    stars_accuracy = {loops: exact_match(stars_model, tokenizer, data["test"], num_loops=loops) for loops in loops_grid}
+    accuracy = {loops: exact_match(model, run.tokenizer, run.data["test"], num_loops=loops) for loops in loops_grid}
+    stars_accuracy = {
+        loops: exact_match(stars_model, run.tokenizer, run.data["test"], num_loops=loops) for loops in loops_grid
+    }
     print("  loops | plain   | STARS")
     for loops in loops_grid:
         print(f"  {loops:>5} | {accuracy[loops]:6.1%} | {stars_accuracy[loops]:6.1%}")
 
     print("[5/6] the computation audit of the STARS model's loop (start: the embeddings; solved: the looped state)")
-    report = audit(stars_model, tokenize_for_training(data["test"], tokenizer), progress=False, seed=seed)
+    report = audit(stars_model, tokenize_for_training(run.data["test"], run.tokenizer), progress=False, seed=seed)
     print("\n".join("  " + line for line in str(report).splitlines()))
 
-    folder = output_dir / "model"
-    stars_model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    plot = plot_loop_scaling(
-        {f"plain (trained at {TRAINED_LOOPS})": accuracy, "STARS fine-tuned": stars_accuracy},
-        folder / "loop_scaling.png",
-        "Ouro on addition: accuracy vs loops",
-        mark=TRAINED_LOOPS,
-    )
-    report.save(folder)
-    card = build_model_card(
-        stars_model,
-        model_name="ouro-addition-stars (equilibria demo)",
-        task_name=f"{digits}-digit addition",
-        dataset_name=f"{n_test} held-out {digits}-digit addition problems",
-        loop_scaling=stars_accuracy,
-        loop_scaling_plot="loop_scaling.png" if plot else None,
-        audit=report,
-        trainer_state=stars.state,
-        training_args=stars_args,
-    )
-    card.save(folder / "README.md")
-    (folder / "loop_scaling.json").write_text(
-        json.dumps({"plain": _keys(accuracy), "stars": _keys(stars_accuracy)}, indent=2) + "\n"
-    )
-    print(f"[6/6] wrote a Hub-ready folder to {folder}:")
-    for name, what in (
-        ("model.safetensors", "the weights"),
-        ("config.json, generation_config.json", f"the config (num_loops default {TRAINED_LOOPS})"),
-        ("configuration_ouro.py, modeling_ouro.py, ...", "remote code: loads with trust_remote_code=True"),
-        ("tokenizer.json, tokenizer_config.json", "the tokenizer"),
-        ("README.md", "the model card (metadata with accuracy per loop count, usage, audit, training)"),
-        ("loop_scaling.png, loop_scaling.json", "plain vs STARS accuracy per loop count"),
-        ("audit.json, audit.png", f"the audit (verdict: {report.verdict})"),
-    ):
-        print(f"  {name:<46} {what}")
-
-    prompt = data["test"][0]["prompt"]
-    sample_loops = (TRAINED_LOOPS, 2 * TRAINED_LOOPS)
-    loaded = AutoModelForCausalLM.from_pretrained(folder).eval()
-    loaded_tokenizer = AutoTokenizer.from_pretrained(folder)
-    enc = loaded_tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
-    samples = {}
-    for loops in sample_loops:
-        with torch.no_grad():
-            out = loaded.generate(**enc, max_new_tokens=digits + 2, do_sample=False, num_loops=loops)
-        samples[f"package, num_loops={loops}"] = text = loaded_tokenizer.decode(out[0], skip_special_tokens=True)
-        print(f"  reloaded with AutoModelForCausalLM ({type(loaded).__module__}), num_loops={loops}: {text!r}")
-    for loops, text in generate_without_package(folder, prompt, sample_loops, max_new_tokens=digits + 2).items():
-        samples[f"remote code, num_loops={loops}"] = text
-        print(
-            f"  reloaded with trust_remote_code in a process where `import equilibria` fails, "
-            f"num_loops={loops}: {text!r}"
-        )
-
+    folder = _write_folder(run, stars, {"plain": accuracy, "stars": stars_accuracy}, report)
+    samples = _reload(run, folder)
     results = {
         "accuracy_by_loops": _keys(accuracy),
         "stars_accuracy_by_loops": _keys(stars_accuracy),
@@ -233,6 +122,148 @@ def run_demo(
     (output_dir / "demo_results.json").write_text(json.dumps(results, indent=2))
     print(f"done in {results['seconds']} s; results in {output_dir / 'demo_results.json'}")
     return results
+
+
+class _Run:
+    """The demo's data and shared settings."""
+
+    def __init__(self, output_dir: Path, quick: bool, seed: int):
+        self.output_dir, self.quick, self.seed = output_dir, quick, seed
+        self.digits, n_train, self.n_test = (2, 2000, 200) if not quick else (1, 80, 20)
+        self.loops_grid = EVAL_LOOPS if not quick else (1, 2, 4, 8)
+        print(
+            f"[1/6] addition data: {self.digits}-digit operands, {n_train} train / {self.n_test} test problems "
+            "(no overlap)"
+        )
+        self.data = build_addition_dataset(num_digits=self.digits, num_train=n_train, num_test=self.n_test, seed=seed)
+        self.tokenizer = addition_tokenizer()
+        train_tokenizer = copy.deepcopy(self.tokenizer)
+        train_tokenizer.padding_side = "right"
+        self.train_set = tokenize_for_training(self.data["train"], self.tokenizer)
+        self.collator = DataCollatorForSeq2Seq(train_tokenizer, label_pad_token_id=-100)
+        self.common = dict(
+            per_device_train_batch_size=64,
+            learning_rate=1e-3,
+            lr_scheduler_type="cosine",
+            weight_decay=0.01,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            seed=seed,
+            disable_tqdm=quick,
+        )
+
+
+def _train_plain(run: _Run, steps: int):
+    config = small_ouro_config(run.tokenizer, hidden_size=128 if not run.quick else 32, total_ut_steps=TRAINED_LOOPS)
+    model = OuroForCausalLM(config)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(
+        f"[2/6] training an Ouro model ({n_params / 1e6:.2f}M parameters, {config.num_hidden_layers} layers x "
+        f"{config.total_ut_steps} loops) for {steps} steps"
+    )
+    args = TrainingArguments(
+        output_dir=str(run.output_dir / "training"),
+        max_steps=steps,
+        warmup_steps=max(1, steps // 20),
+        logging_steps=max(1, steps // 10),
+        **run.common,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=run.train_set, data_collator=run.collator)
+    trainer.train()
+    return model, trainer
+
+
+def _train_stars(run: _Run, model, stars_steps: int):
+    from .trainers import StarsTrainer, StarsTrainingArguments
+
+    stars_model = copy.deepcopy(model)
+    print(
+        f"[3/6] STARS fine-tuning of a copy for {stars_steps} steps: loop counts drawn log-normally in [2, 10] "
+        "each step, plus the Jacobian spectral-radius penalty (hinge at 0.9, weight 0.1)"
+    )
+    stars_args = StarsTrainingArguments(
+        output_dir=str(run.output_dir / "stars-training"),
+        max_steps=stars_steps,
+        warmup_steps=max(1, stars_steps // 10),
+        logging_steps=max(1, stars_steps // 6),
+        min_loops=2,
+        max_loops=10,
+        loop_log_mean=math.log(4),
+        loop_log_std=0.35,
+        jsrr_weight=0.1,
+        jsrr_power_iters=2,
+        jsrr_penalty="hinge",
+        jsrr_target=0.9,
+        **{**run.common, "learning_rate": 5e-4},
+    )
+    stars = StarsTrainer(model=stars_model, args=stars_args, train_dataset=run.train_set, data_collator=run.collator)
+    stars.train()
+    return stars_model, stars
+
+
+def _write_folder(run: _Run, stars, curves: dict, report) -> Path:
+    """The Hub-ready folder: weights, remote code, tokenizer, card, loop-scaling plot and JSON, audit."""
+    from .commands import plot_loop_scaling
+    from .hub_cards import build_model_card
+
+    folder = run.output_dir / "model"
+    stars.model.save_pretrained(folder)
+    run.tokenizer.save_pretrained(folder)
+    plot = plot_loop_scaling(
+        {f"plain (trained at {TRAINED_LOOPS})": curves["plain"], "STARS fine-tuned": curves["stars"]},
+        folder / "loop_scaling.png",
+        "Ouro on addition: accuracy vs loops",
+        mark=TRAINED_LOOPS,
+    )
+    report.save(folder)
+    card = build_model_card(
+        stars.model,
+        model_name="ouro-addition-stars (equilibria demo)",
+        task_name=f"{run.digits}-digit addition",
+        dataset_name=f"{run.n_test} held-out {run.digits}-digit addition problems",
+        loop_scaling=curves["stars"],
+        loop_scaling_plot="loop_scaling.png" if plot else None,
+        audit=report,
+        trainer_state=stars.state,
+        training_args=stars.args,
+    )
+    card.save(folder / "README.md")
+    (folder / "loop_scaling.json").write_text(json.dumps({k: _keys(v) for k, v in curves.items()}, indent=2) + "\n")
+    print(f"[6/6] wrote a Hub-ready folder to {folder}:")
+    for name, what in (
+        ("model.safetensors", "the weights"),
+        ("config.json, generation_config.json", f"the config (num_loops default {TRAINED_LOOPS})"),
+        ("configuration_ouro.py, modeling_ouro.py, ...", "remote code: loads with trust_remote_code=True"),
+        ("tokenizer.json, tokenizer_config.json", "the tokenizer"),
+        ("README.md", "the model card (metadata with accuracy per loop count, usage, audit, training)"),
+        ("loop_scaling.png, loop_scaling.json", "plain vs STARS accuracy per loop count"),
+        ("audit.json, audit.png", f"the audit (verdict: {report.verdict})"),
+    ):
+        print(f"  {name:<46} {what}")
+    return folder
+
+
+def _reload(run: _Run, folder: Path) -> dict:
+    """Generate from the saved folder, through the package and as remote code without it."""
+    prompt = run.data["test"][0]["prompt"]
+    sample_loops = (TRAINED_LOOPS, 2 * TRAINED_LOOPS)
+    loaded = AutoModelForCausalLM.from_pretrained(folder).eval()
+    loaded_tokenizer = AutoTokenizer.from_pretrained(folder)
+    enc = loaded_tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+    samples = {}
+    for loops in sample_loops:
+        with torch.no_grad():
+            out = loaded.generate(**enc, max_new_tokens=run.digits + 2, do_sample=False, num_loops=loops)
+        samples[f"package, num_loops={loops}"] = text = loaded_tokenizer.decode(out[0], skip_special_tokens=True)
+        print(f"  reloaded with AutoModelForCausalLM ({type(loaded).__module__}), num_loops={loops}: {text!r}")
+    for loops, text in generate_without_package(folder, prompt, sample_loops, max_new_tokens=run.digits + 2).items():
+        samples[f"remote code, num_loops={loops}"] = text
+        print(
+            f"  reloaded with trust_remote_code in a process where `import equilibria` fails, "
+            f"num_loops={loops}: {text!r}"
+        )
+    return samples
 
 
 def _keys(accuracy: dict) -> dict:

@@ -69,7 +69,9 @@ class Family:
     config_class: type
     base_class: type
     heads: tuple[Head, ...]
-    make_config: Callable[..., PreTrainedConfig]  # (task fields, hidden_size, num_layers, num_attention_heads, num_loops)
+    make_config: Callable[
+        ..., PreTrainedConfig
+    ]  # (task fields, hidden_size, num_layers, num_attention_heads, num_loops)
     trainer: str = "equilibria.trainers:EquilibriaTrainer"  # "module:Class", imported when asked for
     arguments: str = "transformers:TrainingArguments"
     adapter: str = ""
@@ -117,7 +119,9 @@ def small_ouro_config(
 ) -> OuroConfig:
     """A small Ouro config for a character-level task: vocabulary and special tokens from ``tokenizer``, SwiGLU
     width ``2 * hidden_size``, positions up to 64."""
-    return _ouro_config(tokenizer_fields(tokenizer), hidden_size, num_hidden_layers, num_attention_heads, total_ut_steps)
+    return _ouro_config(
+        tokenizer_fields(tokenizer), hidden_size, num_hidden_layers, num_attention_heads, total_ut_steps
+    )
 
 
 def _ouro_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):

@@ -123,7 +123,8 @@ class AuditReport:
         return "\n".join(lines)
 
     def plot(self, path: str | Path) -> None:
-        """Save a four-panel figure: displacement, T1/zeroing, T3 scatter summary, T4 outcomes."""
+        """Save a three-panel figure: the decoder's accuracy on h*, z0 and 0 with the linear probes (T1, zeroing,
+        T2), the displacement histogram, and T4's outcomes by displacement size."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -207,13 +208,7 @@ def audit(
         seed: Seeds the displacements, the probes' split and EqR's start states.
     """
     thresholds = thresholds or AuditThresholds()
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    scales = tuple(float(s) for s in displacement_scales)
-    if any(not (s > 0 and math.isfinite(s)) for s in scales):
-        raise ValueError(f"displacement_scales must be finite numbers > 0, got {displacement_scales!r}")
-    if len(dataset) == 0:
-        raise ValueError("the dataset is empty: nothing to audit")
+    scales = _check_audit_arguments(dataset, batch_size, displacement_scales)
     if max_units is not None:
         dataset = dataset.select(range(min(max_units, len(dataset))))
     if adapter is None:
@@ -221,69 +216,143 @@ def audit(
         adapter = adapter_for(model, num_loops=num_loops, **adapter_options)
     was_training = model.training
     model.eval()
-    generator = torch.Generator().manual_seed(seed)
-    acc = {k: [] for k in ("correct", "t1", "zero", "steps", "conv", "div", "disp", "rel", "n0", "n1", "difficulty")}
-    t4 = {s: {"returned": [], "stayed": [], "elsewhere": [], "diverged": [], "correct": []} for s in scales}
-    probe_rows_seen = {"solved": [], "start": [], "targets": []}
-    batches = tqdm(
-        adapter.batches(dataset, batch_size),
-        total=math.ceil(len(dataset) / batch_size),
-        desc="audit",
-        disable=not progress,
-    )
+    evidence = _Evidence(scales, thresholds.return_tolerance, probe_rows if probe else 0, seed)
+    batches = adapter.batches(dataset, batch_size)
+    total = math.ceil(len(dataset) / batch_size)
     try:
-        for batch in batches:
-            run = adapter.run(batch)
-            start, solved = run.start.float(), run.solved.float()
-            acc["correct"].append(run.correct)
-            acc["t1"].append(adapter.decode(batch, run, run.start))
-            acc["zero"].append(adapter.decode(batch, run, torch.zeros_like(run.solved)))
-            acc["steps"].append(run.steps.double())
-            acc["conv"].append(run.converged)
-            acc["div"].append(run.diverged | ~torch.isfinite(solved).all(1))
-            gap = (solved - start).norm(dim=1)
-            n0, n1 = start.norm(dim=1), solved.norm(dim=1)
-            acc["disp"].append(gap)
-            acc["rel"].append(gap / torch.maximum(n0, n1).clamp_min(1e-30))
-            acc["n0"].append(n0)
-            acc["n1"].append(n1)
-            difficulty = adapter.difficulty(batch)
-            if difficulty is not None:
-                acc["difficulty"].append(difficulty)
-            base = torch.where(n0 > 0, n0, torch.where(n1 > 0, n1, torch.ones_like(n1)))
-            for scale in scales:
-                direction = torch.randn(start.shape, generator=generator, dtype=start.dtype)
-                if run.valid is not None:  # padding stays at 0
-                    direction = direction * run.valid.to(direction.dtype)
-                direction = direction / direction.norm(dim=1, keepdim=True).clamp_min(1e-30)
-                d = direction * (scale * base)[:, None]
-                moved = adapter.run(batch, start=(start + d).to(run.start.dtype))
-                end = moved.solved.float()
-                size = d.norm(dim=1)
-                returned = (end - solved).norm(dim=1) <= thresholds.return_tolerance * size
-                stayed = ~returned & ((end - (start + d)).norm(dim=1) <= thresholds.return_tolerance * size)
-                bad = moved.diverged | ~torch.isfinite(end).all(1)
-                row = t4[scale]
-                row["returned"].append(returned & ~bad)
-                row["stayed"].append(stayed & ~bad)
-                row["elsewhere"].append(~returned & ~stayed | bad)
-                row["diverged"].append(bad)
-                row["correct"].append(moved.correct)
-            if probe and sum(len(t) for t in probe_rows_seen["targets"]) < probe_rows:
-                feats, targets = adapter.probe_examples(batch, run, run.solved)
-                feats0, _ = adapter.probe_examples(batch, run, run.start)
-                probe_rows_seen["solved"].append(feats.float())
-                probe_rows_seen["start"].append(feats0.float())
-                probe_rows_seen["targets"].append(targets)
+        for batch in tqdm(batches, total=total, desc="audit", disable=not progress):
+            evidence.add(adapter, batch)
     finally:
         model.train(was_training)
+    return evidence.report(model, adapter, thresholds)
 
-    cat = {k: torch.cat(v) if v else None for k, v in acc.items()}
-    accuracy = cat["correct"].float().mean().item()
-    t1_acc, zero_acc = cat["t1"].float().mean().item(), cat["zero"].float().mean().item()
+
+def _check_audit_arguments(dataset, batch_size: int, displacement_scales) -> tuple[float, ...]:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    scales = tuple(float(s) for s in displacement_scales)
+    if any(not (s > 0 and math.isfinite(s)) for s in scales):
+        raise ValueError(f"displacement_scales must be finite numbers > 0, got {displacement_scales!r}")
+    if len(dataset) == 0:
+        raise ValueError("the dataset is empty: nothing to audit")
+    return scales
+
+
+class _Evidence:
+    """What the audit collects batch by batch (per-unit tensors), and the report made from it."""
+
+    def __init__(self, scales: tuple[float, ...], tolerance: float, probe_rows: int, seed: int):
+        self.scales, self.tolerance, self.probe_rows, self.seed = scales, tolerance, probe_rows, seed
+        self.generator = torch.Generator().manual_seed(seed)
+        keys = ("correct", "t1", "zero", "steps", "conv", "div", "disp", "rel", "n0", "n1", "difficulty")
+        self.units: dict[str, list] = {k: [] for k in keys}
+        outcomes = ("returned", "stayed", "elsewhere", "diverged", "correct")
+        self.t4 = {s: {k: [] for k in outcomes} for s in scales}
+        self.probe = {"solved": [], "start": [], "targets": []}
+
+    def add(self, adapter: LoopAdapter, batch: dict) -> None:
+        """Run one batch through the loop, the decoder on z0 and on 0, the displaced starts and the probe rows."""
+        run = adapter.run(batch)
+        start, solved = run.start.float(), run.solved.float()
+        gap = (solved - start).norm(dim=1)
+        n0, n1 = start.norm(dim=1), solved.norm(dim=1)
+        difficulty = adapter.difficulty(batch)
+        for key, value in (
+            ("correct", run.correct),
+            ("t1", adapter.decode(batch, run, run.start)),
+            ("zero", adapter.decode(batch, run, torch.zeros_like(run.solved))),
+            ("steps", run.steps.double()),
+            ("conv", run.converged),
+            ("div", run.diverged | ~torch.isfinite(solved).all(1)),
+            ("disp", gap),
+            ("rel", gap / torch.maximum(n0, n1).clamp_min(1e-30)),
+            ("n0", n0),
+            ("n1", n1),
+            ("difficulty", difficulty),
+        ):
+            if value is not None:
+                self.units[key].append(value)
+        base = torch.where(n0 > 0, n0, torch.where(n1 > 0, n1, torch.ones_like(n1)))
+        for scale in self.scales:
+            self._displace(adapter, batch, run, scale, scale * base)
+        if self.probe_rows and sum(len(t) for t in self.probe["targets"]) < self.probe_rows:
+            feats, targets = adapter.probe_examples(batch, run, run.solved)
+            feats0, _ = adapter.probe_examples(batch, run, run.start)
+            self.probe["solved"].append(feats.float())
+            self.probe["start"].append(feats0.float())
+            self.probe["targets"].append(targets)
+
+    def _displace(self, adapter: LoopAdapter, batch: dict, run, scale: float, size: torch.Tensor) -> None:
+        """T4 at one scale: start from ``z0 + d`` with ``|d| = size`` in a random direction (padding stays 0)."""
+        start, solved = run.start.float(), run.solved.float()
+        direction = torch.randn(start.shape, generator=self.generator, dtype=start.dtype)
+        if run.valid is not None:
+            direction = direction * run.valid.to(direction.dtype)
+        d = direction / direction.norm(dim=1, keepdim=True).clamp_min(1e-30) * size[:, None]
+        moved = adapter.run(batch, start=(start + d).to(run.start.dtype))
+        end = moved.solved.float()
+        reach = self.tolerance * d.norm(dim=1)
+        returned = (end - solved).norm(dim=1) <= reach
+        stayed = ~returned & ((end - (start + d)).norm(dim=1) <= reach)
+        bad = moved.diverged | ~torch.isfinite(end).all(1)
+        row = self.t4[scale]
+        row["returned"].append(returned & ~bad)
+        row["stayed"].append(stayed & ~bad)
+        row["elsewhere"].append(~returned & ~stayed | bad)
+        row["diverged"].append(bad)
+        row["correct"].append(moved.correct)
+
+    def report(self, model, adapter: LoopAdapter, thresholds: AuditThresholds) -> AuditReport:
+        cat = {k: torch.cat(v) if v else None for k, v in self.units.items()}
+        accuracy = cat["correct"].float().mean().item()
+        t1_acc, zero_acc = cat["t1"].float().mean().item(), cat["zero"].float().mean().item()
+        report = AuditReport(
+            model_type=str(model.config.model_type),
+            family=adapter.describe(),
+            num_units=len(cat["correct"]),
+            max_iter=int(adapter.max_iter),
+            accuracy=accuracy,
+            displacement=_displacement_summary(cat),
+            substitution={
+                "accuracy": t1_acc,
+                "change_points": 100 * (t1_acc - accuracy),
+                "z": _paired_z(cat["t1"], cat["correct"]),
+            },
+            zeroing={
+                "accuracy": zero_acc,
+                "change_points": 100 * (zero_acc - accuracy),
+                "z": _paired_z(cat["zero"], cat["correct"]),
+                "confounded": True,
+            },
+            probe=self._probe_result(),
+            iterations=_iteration_summary(cat, adapter.max_iter),
+            displaced=[{"scale": scale, **_rates(row)} for scale, row in self.t4.items()],
+            verdict="",
+            reasons=[],
+            thresholds=asdict(thresholds),
+        )
+        report.verdict, report.reasons = verdict(report, thresholds)
+        return report
+
+    def _probe_result(self) -> dict:
+        if not self.probe["targets"]:
+            return {}
+        rows = self.probe_rows
+        solved, start = torch.cat(self.probe["solved"])[:rows], torch.cat(self.probe["start"])[:rows]
+        return _probe_both(solved, start, torch.cat(self.probe["targets"])[:rows], self.seed)
+
+
+def _rates(row: dict) -> dict:
+    """T4's outcome shares at one scale, the decoder's accuracy from the displaced run as ``accuracy``."""
+    merged = {k: torch.cat(v).float().mean().item() for k, v in row.items()}
+    merged["accuracy"] = merged.pop("correct")
+    return merged
+
+
+def _displacement_summary(cat: dict) -> dict:
     disp, rel = cat["disp"], cat["rel"]
     finite = torch.isfinite(disp)
-    displacement = {
+    return {
         "median": _stat(disp[finite], "median"),
         "mean": _stat(disp[finite], "mean"),
         "max": _stat(disp[finite], "max"),
@@ -293,8 +362,11 @@ def audit(
         "nonfinite": int((~finite).sum()),
         "log10_histogram": _histogram(disp[finite]),
     }
-    steps = cat["steps"]
-    capped = (steps >= adapter.max_iter) & ~cat["conv"]
+
+
+def _iteration_summary(cat: dict, max_iter: int) -> dict:
+    steps, difficulty = cat["steps"], cat["difficulty"]
+    capped = (steps >= max_iter) & ~cat["conv"]
     iterations = {
         "mean_steps": steps.mean().item(),
         "cap_share": capped.float().mean().item(),
@@ -304,54 +376,14 @@ def audit(
         "spearman": None,
         "note": "",
     }
-    if cat["difficulty"] is None:
+    if difficulty is None:
         iterations["note"] = "no difficulty column: correlation not computed"
-    elif steps.std() == 0 or cat["difficulty"].std() == 0:
+    elif steps.std() == 0 or difficulty.std() == 0:
         iterations["note"] = "iterations or difficulty constant: correlation undefined"
     else:
-        iterations["pearson"] = _pearson(steps, cat["difficulty"])
-        iterations["spearman"] = _pearson(_ranks(steps), _ranks(cat["difficulty"]))
-    displaced = []
-    for scale, row in t4.items():
-        merged = {k: torch.cat(v).float().mean().item() for k, v in row.items()}
-        merged["accuracy"] = merged.pop("correct")
-        displaced.append({"scale": scale, **merged})
-    probe_result = {}
-    if probe and probe_rows_seen["targets"]:
-        targets = torch.cat(probe_rows_seen["targets"])[:probe_rows]
-        probe_result = _probe_both(
-            torch.cat(probe_rows_seen["solved"])[:probe_rows],
-            torch.cat(probe_rows_seen["start"])[:probe_rows],
-            targets,
-            seed,
-        )
-    report = AuditReport(
-        model_type=str(model.config.model_type),
-        family=adapter.describe(),
-        num_units=len(cat["correct"]),
-        max_iter=int(adapter.max_iter),
-        accuracy=accuracy,
-        displacement=displacement,
-        substitution={
-            "accuracy": t1_acc,
-            "change_points": 100 * (t1_acc - accuracy),
-            "z": _paired_z(cat["t1"], cat["correct"]),
-        },
-        zeroing={
-            "accuracy": zero_acc,
-            "change_points": 100 * (zero_acc - accuracy),
-            "z": _paired_z(cat["zero"], cat["correct"]),
-            "confounded": True,
-        },
-        probe=probe_result,
-        iterations=iterations,
-        displaced=displaced,
-        verdict="",
-        reasons=[],
-        thresholds=asdict(thresholds),
-    )
-    report.verdict, report.reasons = verdict(report, thresholds)
-    return report
+        iterations["pearson"] = _pearson(steps, difficulty)
+        iterations["spearman"] = _pearson(_ranks(steps), _ranks(difficulty))
+    return iterations
 
 
 def verdict(report: AuditReport, thresholds: AuditThresholds | None = None) -> tuple[str, list[str]]:

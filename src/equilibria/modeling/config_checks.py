@@ -14,6 +14,57 @@ import warnings
 from huggingface_hub.errors import StrictDataclassClassValidationError
 
 
+class LoopConfigMixin:
+    """Mixed into every family's config class (before ``PreTrainedConfig``): a ``config.json`` written for another
+    model type is refused (``ValueError``) instead of loaded with a warning, and keys renamed since a config was
+    saved (``_renamed_keys``, old -> new) are read under their new names with a deprecation warning."""
+
+    _renamed_keys: dict = {}
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        refuse_foreign_model_type(cls, config_dict)
+        return super().from_dict(config_dict, **kwargs)
+
+    def __post_init__(self, **kwargs):
+        rename_legacy_keys(self, kwargs, self._renamed_keys)
+        super().__post_init__(**kwargs)
+
+
+def fill_attention_defaults(config) -> None:
+    """``num_key_value_heads`` defaults to ``num_attention_heads`` and ``head_dim`` to ``hidden_size //
+    num_attention_heads`` (after checking that the division can be made)."""
+    if config.num_key_value_heads is None:
+        config.num_key_value_heads = config.num_attention_heads
+    check_int(config, 1, "num_attention_heads", "hidden_size", "num_key_value_heads")
+    if config.head_dim is None:
+        config.head_dim = config.hidden_size // config.num_attention_heads
+
+
+def check_transformer(config, attention: bool = True) -> None:
+    """The usual transformer constraints: (with ``attention``) heads divide the width, key/value heads divide the
+    heads, an even head width for rotary embeddings; a positive norm epsilon and a dropout in ``[0, 1)``."""
+    name = type(config).__name__
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    if attention and config.hidden_size % heads != 0:
+        raise ValueError(f"{name}: num_attention_heads ({heads}) must divide hidden_size ({config.hidden_size}).")
+    if attention and heads % kv_heads != 0:
+        raise ValueError(f"{name}: num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads}).")
+    if attention and config.head_dim % 2 != 0:
+        raise ValueError(f"{name}: head_dim must be even for rotary embeddings, got {config.head_dim}.")
+    if not config.rms_norm_eps > 0:
+        raise ValueError(f"{name}: rms_norm_eps must be > 0, got {config.rms_norm_eps}.")
+    if not 0.0 <= float(config.attention_dropout) < 1.0:
+        raise ValueError(f"{name}: attention_dropout must be in [0, 1), got {config.attention_dropout}.")
+
+
+def check_choices(config, **allowed: tuple) -> None:
+    """Raise unless each named attribute of ``config`` is one of its allowed values."""
+    for key, values in allowed.items():
+        if getattr(config, key) not in values:
+            raise ValueError(f"{type(config).__name__}: {key} must be one of {values}, got {getattr(config, key)!r}.")
+
+
 def raise_value_errors(cls):
     """Class decorator (above ``@strict``): constructing the config raises a failing ``validate_*`` hook's own
     ``ValueError`` (naming the key and its allowed values), not ``huggingface_hub``'s wrapper around it."""

@@ -5,19 +5,19 @@ This module travels to the Hub as remote code: it imports only ``transformers`` 
 its dependencies).
 """
 
-import math
-
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
 
 from .config_checks import (
+    LoopConfigMixin,
+    check_choices,
     check_finite,
     check_int,
+    check_transformer,
+    fill_attention_defaults,
     is_number,
     raise_value_errors,
-    refuse_foreign_model_type,
-    rename_legacy_keys,
 )
 from .solvers import GRADIENT_MODES, SOLVERS
 
@@ -26,7 +26,7 @@ INJECTIONS = ("add", "concat")
 
 @raise_value_errors
 @strict
-class AttractorConfig(PreTrainedConfig):
+class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
     r"""Configuration for [`AttractorModel`] and [`AttractorForCausalLM`].
 
     The model is a causal transformer in two parts: a *backbone* of ``num_backbone_layers`` ordinary decoder
@@ -113,14 +113,12 @@ class AttractorConfig(PreTrainedConfig):
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
 
+    _renamed_keys = {"damping": "solver_mixing"}
+
     def __post_init__(self, **kwargs):
-        if self.num_key_value_heads is None:
-            self.num_key_value_heads = self.num_attention_heads
-        check_int(self, 1, "num_attention_heads", "hidden_size", "num_key_value_heads")
+        fill_attention_defaults(self)
         check_int(self, 0, "num_backbone_layers")
         check_int(self, 1, "num_attractor_layers")
-        if self.head_dim is None:
-            self.head_dim = self.hidden_size // self.num_attention_heads
         total = self.num_backbone_layers + self.num_attractor_layers
         if self.num_hidden_layers is None:
             self.num_hidden_layers = total
@@ -129,14 +127,7 @@ class AttractorConfig(PreTrainedConfig):
                 f"AttractorConfig: num_hidden_layers is derived (num_backbone_layers + num_attractor_layers = "
                 f"{total}), got {self.num_hidden_layers!r}; leave it unset."
             )
-        rename_legacy_keys(self, kwargs, {"damping": "solver_mixing"})
         super().__post_init__(**kwargs)
-
-    @classmethod
-    def from_dict(cls, config_dict: dict, **kwargs):
-        """Build from a ``config.json`` dict; a dict written for another model type is refused (``ValueError``)."""
-        refuse_foreign_model_type(cls, config_dict)
-        return super().from_dict(config_dict, **kwargs)
 
     def validate_architecture(self) -> None:
         """``@strict`` hook (construction, loading, ``save_pretrained``, ``config.validate()``; it runs before
@@ -157,39 +148,15 @@ class AttractorConfig(PreTrainedConfig):
             "anderson_memory",
         )
         check_int(self, 0, "num_backbone_layers", "num_loops")
-        if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"AttractorConfig: num_attention_heads ({self.num_attention_heads}) must divide hidden_size "
-                f"({self.hidden_size})."
-            )
-        if self.num_attention_heads % self.num_key_value_heads != 0:
-            raise ValueError(
-                f"AttractorConfig: num_key_value_heads ({self.num_key_value_heads}) must divide num_attention_heads "
-                f"({self.num_attention_heads})."
-            )
-        if self.head_dim % 2 != 0:
-            raise ValueError(f"AttractorConfig: head_dim must be even for rotary embeddings, got {self.head_dim}.")
-        if not self.rms_norm_eps > 0:
-            raise ValueError(f"AttractorConfig: rms_norm_eps must be > 0, got {self.rms_norm_eps}.")
-        if not 0.0 <= float(self.attention_dropout) < 1.0:
-            raise ValueError(f"AttractorConfig: attention_dropout must be in [0, 1), got {self.attention_dropout}.")
+        check_transformer(self)
 
     def validate_attractor(self) -> None:
         """``@strict`` hook: the attractor and its solver are set to allowed values."""
-        for name, allowed in (
-            ("injection", INJECTIONS),
-            ("solver", SOLVERS),
-            ("gradient_mode", GRADIENT_MODES),
-        ):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"AttractorConfig: {name} must be one of {allowed}, got {getattr(self, name)!r}.")
+        check_choices(self, injection=INJECTIONS, solver=SOLVERS, gradient_mode=GRADIENT_MODES)
         check_finite(self.solver_tol, "AttractorConfig: solver_tol", 0.0, inclusive=False)
-        if not is_number(self.solver_mixing) or not 0.0 < self.solver_mixing <= 1.0:
+        if not (is_number(self.solver_mixing) and 0.0 < self.solver_mixing <= 1.0):
             raise ValueError(f"AttractorConfig: solver_mixing must be a number in (0, 1], got {self.solver_mixing!r}.")
-        if not is_number(self.attractor_gate_init) or not 0.0 <= self.attractor_gate_init < math.inf:
-            raise ValueError(
-                f"AttractorConfig: attractor_gate_init must be a finite number >= 0, got {self.attractor_gate_init!r}."
-            )
+        check_finite(self.attractor_gate_init, "AttractorConfig: attractor_gate_init")
 
 
 __all__ = ["AttractorConfig"]

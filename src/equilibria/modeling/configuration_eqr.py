@@ -4,19 +4,18 @@ Attractors Enables Scalable Reasoning").
 This module travels to the Hub as remote code: it imports only ``transformers`` (and ``huggingface_hub``).
 """
 
-import math
-
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
 
 from .config_checks import (
+    LoopConfigMixin,
+    check_choices,
     check_finite,
     check_int,
-    is_number,
+    check_transformer,
+    fill_attention_defaults,
     raise_value_errors,
-    refuse_foreign_model_type,
-    rename_legacy_keys,
 )
 
 BLOCK_TYPES = ("attention", "mlp")
@@ -25,7 +24,7 @@ SELECTIONS = ("residual", "vote", "halt")
 
 @raise_value_errors
 @strict
-class EqRConfig(PreTrainedConfig):
+class EqRConfig(LoopConfigMixin, PreTrainedConfig):
     r"""Configuration for [`EqRModel`] and [`EqRForPuzzleSolving`].
 
     The model iterates one weight-tied block ``f(z; x) = norm(block(z + embed(x)))`` on a latent state ``z``
@@ -89,24 +88,16 @@ class EqRConfig(PreTrainedConfig):
     tie_word_embeddings: bool = False
     pad_token_id: int | None = 0
 
+    _renamed_keys = {"damping": "inertia"}
+
     def __post_init__(self, **kwargs):
-        if self.num_key_value_heads is None:
-            self.num_key_value_heads = self.num_attention_heads
-        check_int(self, 1, "num_attention_heads", "hidden_size", "num_key_value_heads", "max_seq_len")
-        if self.head_dim is None:
-            self.head_dim = self.hidden_size // self.num_attention_heads
+        fill_attention_defaults(self)
+        check_int(self, 1, "max_seq_len")
         if self.token_mixing_size is None:
             self.token_mixing_size = 2 * self.max_seq_len
         if self.max_position_embeddings is None:
             self.max_position_embeddings = self.max_seq_len
-        rename_legacy_keys(self, kwargs, {"damping": "inertia"})
         super().__post_init__(**kwargs)
-
-    @classmethod
-    def from_dict(cls, config_dict: dict, **kwargs):
-        """Build from a ``config.json`` dict; a dict written for another model type is refused (``ValueError``)."""
-        refuse_foreign_model_type(cls, config_dict)
-        return super().from_dict(config_dict, **kwargs)
 
     def validate_architecture(self) -> None:
         """``@strict`` hook (construction, loading, ``save_pretrained``, ``config.validate()``; it runs before
@@ -127,29 +118,13 @@ class EqRConfig(PreTrainedConfig):
             "token_mixing_size",
             "num_loops",
         )
-        if self.block_type not in BLOCK_TYPES:
-            raise ValueError(f"EqRConfig: block_type must be one of {BLOCK_TYPES}, got {self.block_type!r}.")
-        if self.block_type == "attention":
-            if self.hidden_size % self.num_attention_heads != 0:
-                raise ValueError(
-                    f"EqRConfig: num_attention_heads ({self.num_attention_heads}) must divide hidden_size "
-                    f"({self.hidden_size})."
-                )
-            if self.num_attention_heads % self.num_key_value_heads != 0:
-                raise ValueError(
-                    f"EqRConfig: num_key_value_heads ({self.num_key_value_heads}) must divide num_attention_heads "
-                    f"({self.num_attention_heads})."
-                )
-            if self.head_dim % 2 != 0:
-                raise ValueError(f"EqRConfig: head_dim must be even for rotary embeddings, got {self.head_dim}.")
-        if not is_number(self.inertia) or not 0.0 <= self.inertia < 1.0:
+        check_choices(self, block_type=BLOCK_TYPES)
+        check_transformer(self, attention=self.block_type == "attention")
+        if not check_finite(self.inertia, "EqRConfig: inertia (lambda)") < 1.0:
             raise ValueError(f"EqRConfig: inertia (lambda) must be a number in [0, 1), got {self.inertia!r}.")
         for name in ("train_noise", "test_noise"):
             check_noise(getattr(self, name), f"EqRConfig: {name}")
-        if not is_number(self.init_std) or not 0.0 < self.init_std < math.inf:
-            raise ValueError(f"EqRConfig: init_std must be a finite number > 0, got {self.init_std!r}.")
-        if not self.rms_norm_eps > 0:
-            raise ValueError(f"EqRConfig: rms_norm_eps must be > 0, got {self.rms_norm_eps}.")
+        check_finite(self.init_std, "EqRConfig: init_std", 0.0, inclusive=False)
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"EqRConfig: pad_token_id must be in [0, vocab_size), got {self.pad_token_id!r}.")
 

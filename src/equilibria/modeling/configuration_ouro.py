@@ -13,12 +13,12 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
 
-from .config_checks import check_int, raise_value_errors, refuse_foreign_model_type
+from .config_checks import LoopConfigMixin, check_int, check_transformer, fill_attention_defaults, raise_value_errors
 
 
 @raise_value_errors
 @strict
-class OuroConfig(PreTrainedConfig):
+class OuroConfig(LoopConfigMixin, PreTrainedConfig):
     r"""Configuration for [`OuroModel`] and [`OuroForCausalLM`].
 
     Args:
@@ -90,11 +90,7 @@ class OuroConfig(PreTrainedConfig):
     eos_token_id: int | list[int] | None = None
 
     def __post_init__(self, **kwargs):
-        if self.num_key_value_heads is None:
-            self.num_key_value_heads = self.num_attention_heads
-        check_int(self, 1, "num_attention_heads", "hidden_size", "num_key_value_heads")
-        if self.head_dim is None:
-            self.head_dim = self.hidden_size // self.num_attention_heads
+        fill_attention_defaults(self)
         if not self.use_sliding_window:
             self.sliding_window = None
         if self.layer_types is None:
@@ -105,13 +101,6 @@ class OuroConfig(PreTrainedConfig):
                 for i in range(self.num_hidden_layers)
             ]
         super().__post_init__(**kwargs)
-
-    @classmethod
-    def from_dict(cls, config_dict: dict, **kwargs):
-        """Build from a ``config.json`` dict; a dict written for another model type is refused (``ValueError``)
-        rather than loaded into an Ouro config with a warning."""
-        refuse_foreign_model_type(cls, config_dict)
-        return super().from_dict(config_dict, **kwargs)
 
     def validate_architecture(self) -> None:
         """``@strict`` hook (construction, loading, ``save_pretrained``, ``config.validate()``; it runs before
@@ -134,22 +123,7 @@ class OuroConfig(PreTrainedConfig):
             raise ValueError(
                 f"OuroConfig: total_ut_steps (the number of loop steps) must be an integer >= 1, got {self.total_ut_steps!r}."
             )
-        if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"OuroConfig: num_attention_heads ({self.num_attention_heads}) must divide hidden_size "
-                f"({self.hidden_size})."
-            )
-        if self.num_attention_heads % self.num_key_value_heads != 0:
-            raise ValueError(
-                f"OuroConfig: num_key_value_heads ({self.num_key_value_heads}) must divide num_attention_heads "
-                f"({self.num_attention_heads})."
-            )
-        if self.head_dim % 2 != 0:
-            raise ValueError(f"OuroConfig: head_dim must be even for rotary embeddings, got {self.head_dim}.")
-        if not self.rms_norm_eps > 0:
-            raise ValueError(f"OuroConfig: rms_norm_eps must be > 0, got {self.rms_norm_eps}.")
-        if not 0.0 <= float(self.attention_dropout) < 1.0:
-            raise ValueError(f"OuroConfig: attention_dropout must be in [0, 1), got {self.attention_dropout}.")
+        check_transformer(self)
         check_exit_threshold(self.early_exit_threshold, "OuroConfig: early_exit_threshold")
         if self.use_sliding_window and (self.sliding_window is None or self.sliding_window < 1):
             raise ValueError(

@@ -6,14 +6,7 @@ This module travels to the Hub as remote code: it imports only ``transformers`` 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .config_checks import (
-    check_finite,
-    check_int,
-    is_number,
-    raise_value_errors,
-    refuse_foreign_model_type,
-    rename_legacy_keys,
-)
+from .config_checks import LoopConfigMixin, check_choices, check_finite, check_int, is_number, raise_value_errors
 from .solvers import GRADIENT_MODES, SOLVERS
 
 INITIALIZERS = ("learned", "zero")
@@ -21,7 +14,7 @@ INITIALIZERS = ("learned", "zero")
 
 @raise_value_errors
 @strict
-class PHDEQConfig(PreTrainedConfig):
+class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
     r"""Configuration for [`PHDEQModel`] and [`PHDEQForSequenceClassification`].
 
     The model embeds its input (one feature vector, or a masked sequence of them, mean-pooled) into a context
@@ -98,15 +91,7 @@ class PHDEQConfig(PreTrainedConfig):
     potential_scale_init: float | int = 0.1
     tie_word_embeddings: bool = False
 
-    def __post_init__(self, **kwargs):
-        rename_legacy_keys(self, kwargs, {"damping": "friction"})
-        super().__post_init__(**kwargs)
-
-    @classmethod
-    def from_dict(cls, config_dict: dict, **kwargs):
-        """Build from a ``config.json`` dict; a dict written for another model type is refused (``ValueError``)."""
-        refuse_foreign_model_type(cls, config_dict)
-        return super().from_dict(config_dict, **kwargs)
+    _renamed_keys = {"damping": "friction"}
 
     def validate_architecture(self) -> None:
         """``@strict`` hook (construction, loading, ``save_pretrained``, ``config.validate()``; it runs before
@@ -116,14 +101,10 @@ class PHDEQConfig(PreTrainedConfig):
         check_int(self, 1, "input_size", "hidden_size", "intermediate_size", "anderson_memory", "num_labels")
         check_int(self, 0, "num_loops")
         name = type(self).__name__
-        for key, allowed in (
-            ("solver", SOLVERS),
-            ("gradient_mode", GRADIENT_MODES),
-            ("initializer", INITIALIZERS),
-            ("hidden_act", ("gelu", "silu", "relu", "tanh")),
-        ):
-            if getattr(self, key) not in allowed:
-                raise ValueError(f"{name}: {key} must be one of {allowed}, got {getattr(self, key)!r}.")
+        activations = ("gelu", "silu", "relu", "tanh")
+        check_choices(
+            self, solver=SOLVERS, gradient_mode=GRADIENT_MODES, initializer=INITIALIZERS, hidden_act=activations
+        )
         if not is_number(self.step_size) or not 0.0 < self.step_size < 2.0:
             raise ValueError(f"{name}: step_size must be a number in (0, 2), got {self.step_size!r}.")
         check_finite(self.friction, f"{name}: friction")

@@ -82,6 +82,10 @@ class LoopGenerationMixin:
     generation config (``generation_config.num_loops``) is honoured and an explicit argument wins over it;
     without this, ``GenerationConfig.update`` would swallow the argument."""
 
+    _auto_class = "AutoModelForCausalLM"
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    _tp_plan = {"lm_head": "colwise_gather_output"}
+    _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
     _loop_generate_kwargs: dict[str, Callable] = {}
     _generation_cache_class: type | None = None  # the dynamic cache generate should use instead of DynamicCache
 
@@ -241,7 +245,11 @@ def shared_fields(source, target_class) -> dict:
     """The fields of the output dataclass ``target_class`` that ``source`` (another output) also has, with its
     values (``last_hidden_state`` excepted: a head reads it, it does not pass it on)."""
     have = {f.name for f in fields(source)}
-    return {f.name: getattr(source, f.name) for f in fields(target_class) if f.name in have and f.name != "last_hidden_state"}
+    return {
+        f.name: getattr(source, f.name)
+        for f in fields(target_class)
+        if f.name in have and f.name != "last_hidden_state"
+    }
 
 
 def as_int(value, name: str, minimum: int, meaning: str) -> int:
@@ -261,4 +269,7 @@ __all__ = [
     "LoopMap",
     "pop_loss_kwargs",
     "shared_fields",
-    "StrictLoadingMixin", "TelemetryCache", "as_int"]
+    "StrictLoadingMixin",
+    "TelemetryCache",
+    "as_int",
+]

@@ -57,6 +57,7 @@ from .loop_utils import (
 from .regularization import IterateSampler, hutchinson_frobenius
 from .solvers import GRADIENT_MODES, SolverStats, SolverTelemetry, check_tol, fixed_point, solver_options
 
+
 def check_budget(num_loops) -> int:
     """Return the solver budget as an int, or raise ``ValueError`` unless it is an integer >= 0."""
     return as_int(num_loops, "num_loops", 0, "the solver's iteration budget; 0 runs the backbone alone")
@@ -282,11 +283,15 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
                 one-step graph (for the fixed-point correction loss).
         """
         options = self._solve_options(num_loops, solver_tol, gradient_mode, jacobian_samples, correction_states)
-        inputs = self.prepare_lm_inputs(input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs)
+        inputs = self.prepare_lm_inputs(
+            input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs
+        )
         cache = inputs.cache
         if cache is not None:
             self._check_cache(cache, options.budget)
-        y0, mask, position_embeddings, states = self._propose(inputs.inputs_embeds, attention_mask, inputs.position_ids, cache, **kwargs)
+        y0, mask, position_embeddings, states = self._propose(
+            inputs.inputs_embeds, attention_mask, inputs.position_ids, cache, **kwargs
+        )
         step = partial(self.attractor, y0=y0, attention_mask=mask, position_embeddings=position_embeddings, **kwargs)
         y_star, stats, extras = self._solve(step, y0, cache, _valid_positions(attention_mask, y0.shape[1]), options)
         if isinstance(cache, AttractorCache):
@@ -300,7 +305,9 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
             **(stats.telemetry() if stats is not None else {}),
         )
 
-    def _solve_options(self, num_loops, solver_tol, gradient_mode, jacobian_samples, correction_states) -> _SolveOptions:
+    def _solve_options(
+        self, num_loops, solver_tol, gradient_mode, jacobian_samples, correction_states
+    ) -> _SolveOptions:
         config = self.config
         gradient_mode = config.gradient_mode if gradient_mode is None else gradient_mode
         if gradient_mode not in GRADIENT_MODES:
@@ -408,10 +415,6 @@ class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, Genera
     ``generation_config.num_loops`` (when set, e.g. saved in ``generation_config.json``) and then to
     ``config.num_loops``."""
 
-    _auto_class = "AutoModelForCausalLM"
-    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-    _tp_plan = {"lm_head": "colwise_gather_output"}
-    _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
     _generation_cache_class = AttractorCache
     _loop_generate_kwargs = {"num_loops": check_budget, "solver_tol": partial(check_tol, name="solver_tol")}
 
@@ -446,24 +449,15 @@ class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, Genera
         ``correction_states > 0`` also ``correction_loss``, the mean of the same loss on the logits read from
         ``T`` at intermediate iterates. See [`AttractorModel.forward`] for the other arguments."""
         loss_kwargs = pop_loss_kwargs(kwargs)
-        outputs: AttractorModelOutput = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            num_loops=num_loops,
-            solver_tol=solver_tol,
-            gradient_mode=gradient_mode,
-            jacobian_samples=jacobian_samples,
-            correction_states=correction_states,
-            output_hidden_states=output_hidden_states,
-            **kwargs,
-        )
+        outputs: AttractorModelOutput = self.model(  # the base model's arguments, in its order
+            input_ids, attention_mask, position_ids, cache, inputs_embeds, use_cache, num_loops, solver_tol,
+            gradient_mode, jacobian_samples, correction_states, output_hidden_states, **kwargs,
+        )  # fmt: skip
         correction_loss = None
         if labels is not None and outputs.correction_states:
-            losses = [self.lm_logits_and_loss(self.model.norm(z), labels, loss_kwargs)[1] for z in outputs.correction_states]
+            losses = [
+                self.lm_logits_and_loss(self.model.norm(z), labels, loss_kwargs)[1] for z in outputs.correction_states
+            ]
             correction_loss = torch.stack(losses).mean()
         return self.causal_lm_output(
             outputs, labels, logits_to_keep, loss_kwargs, AttractorCausalLMOutput, correction_loss=correction_loss

@@ -222,7 +222,10 @@ class OuroEarlyExit:
         if rows is None:
             return hidden, position_embeddings, masks
         position_embeddings = tuple(t.index_select(0, rows) if t.shape[0] > 1 else t for t in position_embeddings)
-        masks = {k: m.index_select(0, rows) if isinstance(m, torch.Tensor) and m.shape[0] > 1 else m for k, m in masks.items()}
+        masks = {
+            k: m.index_select(0, rows) if isinstance(m, torch.Tensor) and m.shape[0] > 1 else m
+            for k, m in masks.items()
+        }
         return hidden.index_select(0, rows), position_embeddings, masks
 
     def merge(self, layer_idx: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -255,7 +258,9 @@ class OuroEarlyExit:
         if self.any_exited:
             new = torch.where(self.exited[..., None], old, new)
         step_residual = _relative_change(new, old)
-        self.residual = step_residual if self.residual is None else torch.where(self.exited, self.residual, step_residual)
+        self.residual = (
+            step_residual if self.residual is None else torch.where(self.exited, self.residual, step_residual)
+        )
         return new
 
     def observe_gate(self, step: int, gate_logit: torch.Tensor) -> None:
@@ -517,7 +522,9 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
         ones are masked, which gives the same numbers without the saving.
         """
         num_loops = check_num_loops(self.config.total_ut_steps if num_loops is None else num_loops)
-        inputs = self.prepare_lm_inputs(input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs)
+        inputs = self.prepare_lm_inputs(
+            input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs
+        )
         cache, hidden = inputs.cache, inputs.inputs_embeds
         if cache is not None:
             _check_cache(cache, num_loops, self.config.num_hidden_layers)
@@ -666,10 +673,6 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
     ``exit_threshold``; ``generate`` falls back to ``generation_config.num_loops`` (when set, e.g. saved in
     ``generation_config.json``) and then to ``config.total_ut_steps``."""
 
-    _auto_class = "AutoModelForCausalLM"
-    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-    _tp_plan = {"lm_head": "colwise_gather_output"}
-    _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
     _generation_cache_class = OuroCache
     _loop_generate_kwargs = {
         "num_loops": lambda value: check_num_loops(value),
@@ -704,18 +707,10 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
         each token's exit step (the last step without early exit). See [`OuroModel.forward`] for
         ``num_loops``, ``exit_threshold`` and the early-exit semantics."""
         loss_kwargs = pop_loss_kwargs(kwargs)
-        outputs: OuroModelOutput = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            num_loops=num_loops,
-            exit_threshold=exit_threshold,
-            output_hidden_states=output_hidden_states,
-            **kwargs,
-        )
+        outputs: OuroModelOutput = self.model(  # the base model's arguments, in its order
+            input_ids, attention_mask, position_ids, cache, inputs_embeds, use_cache, num_loops, exit_threshold,
+            output_hidden_states, **kwargs,
+        )  # fmt: skip
         return self.causal_lm_output(outputs, labels, logits_to_keep, loss_kwargs, OuroCausalLMOutput)
 
 

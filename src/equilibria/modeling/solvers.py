@@ -174,6 +174,28 @@ class _Tracker:
         return SolverStats(self.steps, self.best_abs, best_rel, best_rel <= self.tol, self.diverged)
 
 
+def _iterate(
+    f: Callable[[torch.Tensor], torch.Tensor],
+    z0: torch.Tensor,
+    max_iter: int,
+    tol: float,
+    propose: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, SolverStats]:
+    """The loop every solver shares: ``propose(step, z, f(z))`` gives the next iterate, samples that have stopped
+    keep theirs, and the tracker records residuals, stops and divergence."""
+    z = z0
+    fz = f(z)
+    tracker = _Tracker(z, fz, tol)
+    tracker.update(z, fz, 0)
+    for step in range(1, max_iter + 1):
+        if not bool(tracker.active.any()):
+            break
+        z = torch.where(_expand(tracker.active, z), propose(step, z, fz), z)
+        fz = f(z)
+        tracker.update(z, fz, step)
+    return tracker.best_z, tracker.stats()
+
+
 def picard(
     f: Callable[[torch.Tensor], torch.Tensor],
     z0: torch.Tensor,
@@ -183,18 +205,40 @@ def picard(
 ) -> tuple[torch.Tensor, SolverStats]:
     """Fixed-point iteration ``z <- (1 - mixing) z + mixing f(z)``."""
     _check(z0, max_iter, tol, mixing)
-    z = z0
-    fz = f(z)
-    tracker = _Tracker(z, fz, tol)
-    tracker.update(z, fz, 0)
-    for step in range(1, max_iter + 1):
-        if not bool(tracker.active.any()):
-            break
-        new = (1 - mixing) * z + mixing * fz
-        z = torch.where(_expand(tracker.active, z), new, z)
-        fz = f(z)
-        tracker.update(z, fz, step)
-    return tracker.best_z, tracker.stats()
+    return _iterate(f, z0, max_iter, tol, lambda step, z, fz: (1 - mixing) * z + mixing * fz)
+
+
+class _AndersonMixer:
+    """Anderson's update: the last ``memory`` iterates ``x_i`` and their images ``g_i = f(x_i)``, mixed with the
+    weights ``alpha`` that minimise ``||sum_i alpha_i (g_i - x_i)||`` subject to ``sum_i alpha_i = 1`` (regularised
+    normal equations, per sample)."""
+
+    def __init__(self, z0: torch.Tensor, memory: int, mixing: float, ridge: float):
+        batch = z0.shape[0]
+        self.memory, self.mixing, self.ridge = memory, mixing, ridge
+        self.xs = z0.new_zeros(batch, memory, z0[0].numel())  # past iterates
+        self.gs = torch.zeros_like(self.xs)  # f at past iterates
+
+    def __call__(self, step: int, z: torch.Tensor, fz: torch.Tensor) -> torch.Tensor:
+        batch, memory, last = z.shape[0], self.memory, (step - 1) % self.memory
+        self.xs[:, last], self.gs[:, last] = z.reshape(batch, -1), fz.reshape(batch, -1)
+        n = min(step, memory)
+        if n == 1:  # a plain step until there are two iterates to mix
+            return fz
+        residuals = (self.gs[:, :n] - self.xs[:, :n]).to(torch.float64)  # (batch, n, dim)
+        gram = residuals @ residuals.transpose(1, 2)
+        scale = gram.diagonal(dim1=1, dim2=2).mean(-1).clamp_min(1e-30).reshape(-1, 1, 1)
+        gram = gram + self.ridge * torch.eye(n, dtype=gram.dtype, device=gram.device) * scale
+        ones = torch.ones(batch, n, 1, dtype=gram.dtype, device=gram.device)
+        try:
+            w = torch.linalg.solve(gram, ones)
+        except RuntimeError:  # singular for some sample: fall back to a plain step for everyone
+            w = torch.zeros_like(ones)
+            w[:, last] = 1.0
+        alpha = (w / w.sum(dim=1, keepdim=True)).to(z.dtype)  # (batch, n, 1)
+        mixed = self.mixing * (alpha * self.gs[:, :n]).sum(1) + (1 - self.mixing) * (alpha * self.xs[:, :n]).sum(1)
+        mixed = torch.where(torch.isfinite(mixed), mixed, self.gs[:, last])
+        return mixed.reshape(z.shape)
 
 
 def anderson(
@@ -211,49 +255,7 @@ def anderson(
     _check(z0, max_iter, tol, mixing)
     if isinstance(memory, bool) or not isinstance(memory, int) or memory < 1:
         raise ValueError(f"memory must be an integer >= 1, got {memory!r}")
-    batch = z0.shape[0]
-    shape = z0.shape
-    flat = z0.reshape(batch, -1)
-    dim = flat.shape[1]
-    xs = flat.new_zeros(batch, memory, dim)  # past iterates
-    gs = flat.new_zeros(batch, memory, dim)  # f at past iterates
-    z = z0
-    fz = f(z)
-    tracker = _Tracker(z, fz, tol)
-    tracker.update(z, fz, 0)
-    if max_iter == 0:
-        return tracker.best_z, tracker.stats()
-    xs[:, 0], gs[:, 0] = flat, fz.reshape(batch, -1)
-    z = fz
-    fz = f(z)
-    tracker.update(z, fz, 1)
-    xs[:, 1 % memory], gs[:, 1 % memory] = z.reshape(batch, -1), fz.reshape(batch, -1)
-    for step in range(2, max_iter + 1):
-        if not bool(tracker.active.any()):
-            break
-        n = min(step, memory)
-        residuals = (gs[:, :n] - xs[:, :n]).to(torch.float64)  # (batch, n, dim)
-        # minimise ||sum_i alpha_i r_i|| subject to sum_i alpha_i = 1 (regularised normal equations)
-        gram = residuals @ residuals.transpose(1, 2)
-        gram = gram + ridge * torch.eye(n, dtype=gram.dtype, device=gram.device) * gram.diagonal(dim1=1, dim2=2).mean(
-            -1
-        ).clamp_min(1e-30).reshape(-1, 1, 1)
-        ones = torch.ones(batch, n, 1, dtype=gram.dtype, device=gram.device)
-        try:
-            w = torch.linalg.solve(gram, ones)
-        except RuntimeError:  # singular for some sample: fall back to a plain step for everyone
-            w = torch.zeros_like(ones)
-            w[:, (step - 1) % memory] = 1.0
-        alpha = (w / w.sum(dim=1, keepdim=True)).to(flat.dtype)  # (batch, n, 1)
-        mixed = mixing * (alpha * gs[:, :n]).sum(1) + (1 - mixing) * (alpha * xs[:, :n]).sum(1)
-        mixed = torch.where(torch.isfinite(mixed), mixed, gs[:, (step - 1) % memory])
-        new = mixed.reshape(shape)
-        z = torch.where(_expand(tracker.active, z), new, z)
-        fz = f(z)
-        tracker.update(z, fz, step)
-        slot = step % memory
-        xs[:, slot], gs[:, slot] = z.reshape(batch, -1), fz.reshape(batch, -1)
-    return tracker.best_z, tracker.stats()
+    return _iterate(f, z0, max_iter, tol, _AndersonMixer(z0, memory, mixing, ridge))
 
 
 _warned = False

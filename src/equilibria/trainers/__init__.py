@@ -1,9 +1,9 @@
 """Trainer subclasses that add each family's objective to ``transformers.Trainer``."""
 
-from .attractor import AttractorTrainer, AttractorTrainingArguments
-from .common import EquilibriaTrainer, ModelCardMixin
-from .eqr import EqRTrainer, EqRTrainingArguments
 from ..modeling.regularization import spectral_radius
+from .attractor import AttractorTrainer, AttractorTrainingArguments
+from .common import EquilibriaTrainer, LoopTrainer, ModelCardMixin
+from .eqr import EqRTrainer, EqRTrainingArguments
 from .stars import StarsTrainer, StarsTrainingArguments, find_looped_core, sample_num_loops
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "AttractorTrainingArguments",
     "EqRTrainer",
     "EquilibriaTrainer",
+    "LoopTrainer",
     "ModelCardMixin",
     "EqRTrainingArguments",
     "StarsTrainer",

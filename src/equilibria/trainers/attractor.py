@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import TrainingArguments
 
 from ..modeling.solvers import GRADIENT_MODES
-from .common import ModelCardMixin, RunningMeans, find_core, loss_scales
+from .common import LoopTrainer, loss_scales
 
 ATTRACTOR_LOG_KEYS = (
     "lm_loss",
@@ -96,7 +96,7 @@ def _is_int(value, minimum: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
-class AttractorTrainer(ModelCardMixin, Trainer):
+class AttractorTrainer(LoopTrainer):
     """[`~transformers.Trainer`] for Attractor LMs (``AttractorForCausalLM``, also wrapped by PEFT).
 
     Logged next to the loss (progress bar, TensorBoard, W&B, ``state.log_history``), as means over the logging
@@ -108,41 +108,18 @@ class AttractorTrainer(ModelCardMixin, Trainer):
     PEFT and checkpoint resume work as with the plain Trainer.
     """
 
-    # compute_loss scales every loss part for gradient accumulation (and data parallelism) itself
-    loss_is_scaled_for_ga = True
+    arguments_class = AttractorTrainingArguments
+    model_type = "attractor_lm"
+    model_description = "an Attractor model (one containing an AttractorModel, such as AttractorForCausalLM)"
+    log_keys = ATTRACTOR_LOG_KEYS
 
-    def __init__(self, model=None, args: AttractorTrainingArguments | None = None, **kwargs):
-        if not isinstance(args, AttractorTrainingArguments):
-            raise ValueError(
-                "AttractorTrainer needs AttractorTrainingArguments (args=AttractorTrainingArguments(...)), got "
-                f"{type(args).__name__}."
-            )
-        if find_core(model, "attractor_lm") is None:
-            raise ValueError(
-                f"AttractorTrainer needs an Attractor model (one containing an AttractorModel, such as "
-                f"AttractorForCausalLM); got {type(model).__name__}."
-            )
-        if args.label_smoothing_factor > 0 or kwargs.get("compute_loss_func") is not None:
-            raise ValueError(
-                "AttractorTrainer computes its own loss: label_smoothing_factor and compute_loss_func are not "
-                "supported."
-            )
-        attn = str(getattr(getattr(model, "config", None), "_attn_implementation", ""))
-        if args.jacobian_weight > 0 and attn.startswith("flash"):
-            raise ValueError(
-                f"AttractorTrainer: the Jacobian penalty needs double backward through attention, which {attn} "
-                "does not support; load the model with attn_implementation='sdpa' or 'eager', or set "
-                "jacobian_weight=0."
-            )
-        super().__init__(model=model, args=args, **kwargs)
-        self._means = RunningMeans(ATTRACTOR_LOG_KEYS)
+    def double_backward_option(self, args) -> str | None:
+        return "the Jacobian penalty (jacobian_weight > 0)" if args.jacobian_weight > 0 else None
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args: AttractorTrainingArguments = self.args
         if not (model.training and torch.is_grad_enabled()):
-            extra = {"num_loops": args.eval_num_loops} if args.eval_num_loops is not None else {}
-            outputs = model(**inputs, use_cache=False, **extra)
-            return (outputs.loss, outputs) if return_outputs else outputs.loss
+            return self.evaluation_loss(model, inputs, return_outputs, use_cache=False, num_loops=args.eval_num_loops)
 
         extra = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
         if args.train_num_loops is not None:
@@ -171,7 +148,7 @@ class AttractorTrainer(ModelCardMixin, Trainer):
             correction = correction * report_scale
         steps = outputs.solver_steps
         solved = steps is not None
-        self._means.add(
+        self.means.add(
             {
                 "lm_loss": lm_loss * report_scale,
                 "solver_steps": steps.float().mean() if solved else zero,
@@ -185,12 +162,6 @@ class AttractorTrainer(ModelCardMixin, Trainer):
         )
         return (loss, outputs) if return_outputs else loss
 
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs:
-            for key, value in self._means.pop(self.accelerator).items():
-                if (key == "jacobian_penalty" and self.args.jacobian_weight == 0) or (
-                    key == "correction_loss" and self.args.correction_weight == 0
-                ):
-                    continue
-                logs[key] = value
-        super().log(logs, start_time)
+    def logged_means(self, means: dict[str, float]) -> dict[str, float]:
+        off = {"jacobian_penalty": self.args.jacobian_weight == 0, "correction_loss": self.args.correction_weight == 0}
+        return {k: v for k, v in means.items() if not off.get(k, False)}

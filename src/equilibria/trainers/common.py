@@ -1,11 +1,12 @@
-"""Pieces the family trainers share: scaling a loss made of an LM part and regulariser parts the way
-``Trainer`` scales a plain loss, and logging running means of extra metrics."""
+"""Pieces the family trainers share: the base class that checks a trainer's arguments and model and logs running
+means of its metrics, scaling a loss made of an LM part and regulariser parts the way ``Trainer`` scales a plain
+loss, and the model card."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import Trainer
+from transformers import Trainer, TrainingArguments
 
 
 def find_core(model: nn.Module | None, model_type: str) -> nn.Module | None:
@@ -122,3 +123,56 @@ class ModelCardMixin:
 class EquilibriaTrainer(ModelCardMixin, Trainer):
     """The plain ``Trainer`` with the family's model card (for models trained without an extra objective, such as
     the PH-DEQ)."""
+
+
+class LoopTrainer(ModelCardMixin, Trainer):
+    """Base of the family trainers. It checks that ``args`` is the trainer's ``arguments_class`` and that the model
+    contains the family's base model (``core``: the same object inside any wrapper added later, PEFT or DDP),
+    refuses options that clash with a loss computed here, and logs the running means of ``log_keys`` next to the
+    loss. ``compute_loss`` scales every loss part for gradient accumulation (and data parallelism) itself."""
+
+    arguments_class: type = TrainingArguments
+    model_type = ""  # the family whose base model the trainer drives
+    model_description = ""  # what the error says the model must be
+    log_keys: tuple[str, ...] = ()
+    loss_is_scaled_for_ga = True
+
+    def __init__(self, model=None, args=None, **kwargs):
+        name, wanted = type(self).__name__, self.arguments_class.__name__
+        if not isinstance(args, self.arguments_class):
+            raise ValueError(f"{name} needs {wanted} (args={wanted}(...)), got {type(args).__name__}.")
+        core = find_core(model, self.model_type)
+        if core is None:
+            raise ValueError(f"{name} needs {self.model_description}; got {type(model).__name__}.")
+        if args.label_smoothing_factor > 0 or kwargs.get("compute_loss_func") is not None:
+            raise ValueError(
+                f"{name} computes its own loss: label_smoothing_factor and compute_loss_func are not supported."
+            )
+        attn = str(getattr(getattr(model, "config", None), "_attn_implementation", ""))
+        penalty = self.double_backward_option(args)
+        if penalty and attn.startswith("flash"):
+            raise ValueError(
+                f"{name}: {penalty} needs double backward through attention, which {attn} does not support; load the "
+                "model with attn_implementation='sdpa' or 'eager', or turn it off."
+            )
+        super().__init__(model=model, args=args, **kwargs)
+        self.core = core
+        self.means = RunningMeans(self.log_keys)
+
+    def double_backward_option(self, args) -> str | None:
+        """The name of an enabled option that differentiates through a gradient (a Jacobian penalty), if any."""
+        return None
+
+    def evaluation_loss(self, model, inputs, return_outputs: bool, **overrides):
+        """The model's own loss on a batch (evaluation and prediction), with ``overrides`` passed to forward."""
+        outputs = model(**inputs, **{k: v for k, v in overrides.items() if v is not None})
+        return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+    def logged_means(self, means: dict[str, float]) -> dict[str, float]:
+        """The means to log (a subclass drops or derives some)."""
+        return means
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:
+            logs.update(self.logged_means(self.means.pop(self.accelerator)))
+        super().log(logs, start_time)

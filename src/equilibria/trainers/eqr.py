@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import TrainerCallback, TrainingArguments
 
-from .common import ModelCardMixin, RunningMeans, find_core, loss_scales
+from .common import LoopTrainer, loss_scales
 
 EQR_LOG_KEYS = (
     "lm_loss",
@@ -127,7 +127,7 @@ class _EMACallback(TrainerCallback):
                     param.copy_(self.shadow[name])
 
 
-class EqRTrainer(ModelCardMixin, Trainer):
+class EqRTrainer(LoopTrainer):
     """[`~transformers.Trainer`] with segmented online training for [`EqRForPuzzleSolving`] (also wrapped by
     PEFT). The dataset gives ``inputs`` and ``labels`` (``(seq_len,)`` token lists, e.g. from
     ``build_sudoku_dataset``); use ``dataloader_drop_last=True`` or the carry restarts when a batch of another
@@ -141,27 +141,14 @@ class EqRTrainer(ModelCardMixin, Trainer):
     training ends (the usual practice for these models); ``trainer.ema_weights`` holds it.
     """
 
-    loss_is_scaled_for_ga = True
+    arguments_class = EqRTrainingArguments
+    model_type = "eqr"
+    model_description = "an Equilibrium Reasoner (a model containing EqRModel, such as EqRForPuzzleSolving)"
+    log_keys = EQR_LOG_KEYS
 
     def __init__(self, model=None, args: EqRTrainingArguments | None = None, **kwargs):
-        if not isinstance(args, EqRTrainingArguments):
-            raise ValueError(
-                f"EqRTrainer needs EqRTrainingArguments (args=EqRTrainingArguments(...)), got {type(args).__name__}."
-            )
-        core = find_core(model, "eqr")
-        if core is None:
-            raise ValueError(
-                f"EqRTrainer needs an Equilibrium Reasoner (a model containing EqRModel, such as "
-                f"EqRForPuzzleSolving); got {type(model).__name__}."
-            )
-        if args.label_smoothing_factor > 0 or kwargs.get("compute_loss_func") is not None:
-            raise ValueError(
-                "EqRTrainer computes its own loss: label_smoothing_factor and compute_loss_func are refused."
-            )
         super().__init__(model=model, args=args, **kwargs)
-        self._core = core  # EqRModel: the same object inside any wrapper added later (DDP, ...)
         self._carry: _Carry | None = None
-        self._means = RunningMeans(EQR_LOG_KEYS)
         self._ema = _EMACallback(self, args.ema_decay) if args.ema_decay is not None else None
         if self._ema is not None:
             self.add_callback(self._ema)
@@ -171,21 +158,21 @@ class EqRTrainer(ModelCardMixin, Trainer):
         return None if self._ema is None else self._ema.shadow
 
     def _segment_loops(self) -> int:
-        return self.args.segment_loops or self._core.config.num_loops
+        return self.args.segment_loops or self.core.config.num_loops
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args: EqRTrainingArguments = self.args
         if not (model.training and torch.is_grad_enabled()):
             loops = args.eval_num_loops or self._segment_loops() * args.max_segments
-            outputs = model(inputs=inputs["inputs"], labels=inputs.get("labels"), num_loops=loops)
-            return (outputs.loss, outputs) if return_outputs else outputs.loss
+            batch = {"inputs": inputs["inputs"], "labels": inputs.get("labels")}
+            return self.evaluation_loss(model, batch, return_outputs, num_loops=loops)
 
         carry = self._carry
         if carry is None or carry.batch["inputs"].shape != inputs["inputs"].shape:
             carry = self._carry = _Carry(inputs)
         else:
             carry.refill(inputs)
-        core = self._core
+        core = self.core
         batch, seq_len = carry.batch["inputs"].shape
         start = core.initial_state(batch, seq_len, random_init=args.random_init, dtype=core.embed_tokens.weight.dtype)
         state = start if carry.state is None else torch.where(carry.fresh[:, None, None], start, carry.state)
@@ -213,7 +200,7 @@ class EqRTrainer(ModelCardMixin, Trainer):
                 done |= outputs.halt_logits[:, -1] > 0
             carry.state = outputs.state.detach()
             zero = torch.zeros((), device=loss.device)
-            self._means.add(
+            self.means.add(
                 {
                     "lm_loss": outputs.lm_loss,
                     "halt_loss": outputs.halt_loss if outputs.halt_loss is not None else zero,
@@ -228,12 +215,9 @@ class EqRTrainer(ModelCardMixin, Trainer):
             carry.done = done
         return (loss, outputs) if return_outputs else loss
 
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs:
-            means = self._means.pop(self.accelerator)
-            if means:
-                halted_rows = means["halted_rate"] * self._carry.done.numel()  # mean rows replaced per step
-                halted_segments = means.pop("halted_segments")
-                means["segments_at_halt"] = round(halted_segments / halted_rows, 6) if halted_rows > 0 else 0.0
-            logs.update(means)
-        super().log(logs, start_time)
+    def logged_means(self, means: dict[str, float]) -> dict[str, float]:
+        if means:
+            halted_rows = means["halted_rate"] * self._carry.done.numel()  # mean rows replaced per step
+            halted_segments = means.pop("halted_segments")
+            means["segments_at_halt"] = round(halted_segments / halted_rows, 6) if halted_rows > 0 else 0.0
+        return means

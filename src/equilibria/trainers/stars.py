@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from transformers import Trainer, TrainingArguments
+from transformers import TrainingArguments
 
-from .common import ModelCardMixin, RunningMeans, find_core, loss_scales
 from ..modeling.regularization import spectral_radius
+from .common import LoopTrainer, find_core, loss_scales
 
 JSRR_PENALTIES = ("square", "hinge")
 STARS_LOG_KEYS = ("num_loops", "spectral_radius", "lm_loss", "jsrr_penalty")
@@ -127,7 +127,7 @@ def find_looped_core(model: nn.Module) -> nn.Module | None:
     return find_core(model, "ouro")
 
 
-class StarsTrainer(ModelCardMixin, Trainer):
+class StarsTrainer(LoopTrainer):
     """[`~transformers.Trainer`] with STARS' random loop sampling and Jacobian spectral-radius regularisation.
 
     The model must be a looped model whose ``forward`` takes ``num_loops`` and that contains an Ouro base model
@@ -140,38 +140,21 @@ class StarsTrainer(ModelCardMixin, Trainer):
     penalty on it is refused, since the double backward through checkpointed layers is not supported here.
     """
 
-    # compute_loss scales both loss parts for gradient accumulation (and data parallelism) itself
-    loss_is_scaled_for_ga = True
+    arguments_class = StarsTrainingArguments
+    model_type = "ouro"
+    model_description = "a looped model (one containing an Ouro base model with `loop_map`, such as OuroForCausalLM)"
+    log_keys = STARS_LOG_KEYS
 
     def __init__(self, model=None, args: StarsTrainingArguments | None = None, **kwargs):
-        if args is None:
-            raise ValueError("StarsTrainer needs StarsTrainingArguments (args=StarsTrainingArguments(...)).")
-        if not isinstance(args, StarsTrainingArguments):
-            raise ValueError(f"StarsTrainer needs StarsTrainingArguments, got {type(args).__name__}.")
-        core = find_looped_core(model)
-        if core is None:
-            raise ValueError(
-                f"StarsTrainer needs a looped model (one containing an Ouro base model with `loop_map`, such as "
-                f"OuroForCausalLM); got {type(model).__name__}."
-            )
-        if args.label_smoothing_factor > 0 or kwargs.get("compute_loss_func") is not None:
-            raise ValueError(
-                "StarsTrainer computes its own loss: label_smoothing_factor and compute_loss_func are not supported."
-            )
-        attn = str(getattr(getattr(model, "config", None), "_attn_implementation", ""))
-        if args.jsrr_weight > 0 and attn.startswith("flash"):
-            raise ValueError(
-                f"StarsTrainer: the JSRR penalty needs double backward through attention, which {attn} does not "
-                "support; load the model with attn_implementation='sdpa' or 'eager', or set jsrr_weight=0."
-            )
-        if args.gradient_checkpointing and args.jsrr_weight > 0:
+        if isinstance(args, StarsTrainingArguments) and args.gradient_checkpointing and args.jsrr_weight > 0:
             raise ValueError(
                 "StarsTrainer: gradient_checkpointing=True is not supported together with the JSRR penalty "
                 "(jsrr_weight > 0); turn one of them off."
             )
         super().__init__(model=model, args=args, **kwargs)
-        self._looped_core = core  # the same module object inside any wrapper added later (DDP, ...)
-        self._stars_means = RunningMeans(STARS_LOG_KEYS)  # logged next to the loss
+
+    def double_backward_option(self, args) -> str | None:
+        return "the JSRR penalty (jsrr_weight > 0)" if args.jsrr_weight > 0 else None
 
     # -- the loss ---------------------------------------------------------------------------------------
 
@@ -184,16 +167,13 @@ class StarsTrainer(ModelCardMixin, Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args: StarsTrainingArguments = self.args
-        training = model.training and torch.is_grad_enabled()
-        if not training:
-            loops = args.eval_num_loops
-            outputs = model(**inputs, use_cache=False, **({"num_loops": loops} if loops is not None else {}))
-            return (outputs.loss, outputs) if return_outputs else outputs.loss
+        if not (model.training and torch.is_grad_enabled()):
+            return self.evaluation_loss(model, inputs, return_outputs, use_cache=False, num_loops=args.eval_num_loops)
 
         loops = self.current_num_loops()
         use_jsrr = args.jsrr_weight > 0 and self.state.global_step >= args.jsrr_warmup_steps
         extra = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
-        core = self._looped_core
+        core = self.core
         final_state = []
         hook = core.register_forward_hook(lambda module, inp, out: final_state.append(out.last_hidden_state))
         try:
@@ -232,18 +212,13 @@ class StarsTrainer(ModelCardMixin, Trainer):
                 penalty = (torch.relu(rho.float() - args.jsrr_target) ** 2).mean()
             rho_mean = rho.detach().float().mean()
             loss = (1.0 - args.jsrr_weight) * scaled_lm + args.jsrr_weight * penalty * reg_scale
-        self._stars_means.add(
+        self.means.add(
             {"num_loops": float(loops), "spectral_radius": rho_mean, "lm_loss": report_lm, "jsrr_penalty": penalty},
             lm_loss.device,
         )
         return (loss, outputs) if return_outputs else loss
 
-    # -- logging ----------------------------------------------------------------------------------------
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs:
-            for key, value in self._stars_means.pop(self.accelerator).items():
-                if key in ("spectral_radius", "jsrr_penalty") and self.args.jsrr_weight == 0:
-                    continue
-                logs[key] = value
-        super().log(logs, start_time)
+    def logged_means(self, means: dict[str, float]) -> dict[str, float]:
+        if self.args.jsrr_weight == 0:
+            means = {k: v for k, v in means.items() if k not in ("spectral_radius", "jsrr_penalty")}
+        return means
