@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import TASKS
+from .tasks.catalog import TASKS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,8 +51,14 @@ def _add_audit(sub) -> None:
         description="Run the computation audit (T1 substitution, T2 probe, T3 iteration-difficulty correlation, "
         "T4 forced displacement, the zeroing contrast) on a saved model and print the table and verdict.",
     )
-    audit.add_argument("model_path", help="a folder written by save_pretrained (any equilibria family)")
-    audit.add_argument(
+    _add_model_and_data(audit, num_examples=500, output="audit.json and audit.png")
+    audit.add_argument("--num-loops", type=int, default=None, help="the loop budget (default: the config's)")
+
+
+def _add_model_and_data(parser, num_examples: int, output: str) -> None:
+    """The options ``audit`` and ``eval`` share: the saved model, where its data come from, and where results go."""
+    parser.add_argument("model_path", help="a folder written by save_pretrained (any equilibria family)")
+    parser.add_argument(
         "--task",
         choices=TASKS,
         default=None,
@@ -60,14 +66,13 @@ def _add_audit(sub) -> None:
         "the model was trained on (saved by `equilibria train`), else its family's first (phdeq: reachability, eqr: "
         "sudoku, language models: addition)",
     )
-    audit.add_argument("--dataset", default=None, help="a dataset saved with save_to_disk, instead of --task")
-    audit.add_argument("--split", default="test", help="the split of --dataset to audit (default: test)")
-    audit.add_argument("--num-examples", type=int, default=500, help="units to audit (default 500)")
-    audit.add_argument("--num-loops", type=int, default=None, help="the loop budget (default: the config's)")
-    audit.add_argument("--batch-size", type=int, default=64)
-    audit.add_argument("--output-dir", default=None, help="write audit.json and audit.png here")
-    audit.add_argument("--seed", type=int, default=1234, help="seeds the generated data and the audit")
-    audit.add_argument("--trust-remote-code", action="store_true", help="load a folder's own modeling code")
+    parser.add_argument("--dataset", default=None, help="a dataset saved with save_to_disk, instead of --task")
+    parser.add_argument("--split", default="test", help="the split of --dataset to use (default: test)")
+    parser.add_argument("--num-examples", type=int, default=num_examples, help=f"units (default {num_examples})")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--output-dir", default=None, help=f"write {output} here")
+    parser.add_argument("--seed", type=int, default=1234, help="seeds the generated data (and the audit)")
+    parser.add_argument("--trust-remote-code", action="store_true", help="load a folder's own modeling code")
 
 
 def _add_eval(sub) -> None:
@@ -77,17 +82,9 @@ def _add_eval(sub) -> None:
         description="Accuracy of a saved model at each loop count on its task: exact match of greedy answers "
         "(language models), exact solves at that depth (EqR), accuracy with that solver cap (PH-DEQ).",
     )
-    ev.add_argument("model_path")
+    _add_model_and_data(ev, num_examples=200, output="loop_scaling.json and loop_scaling.png")
     ev.add_argument("--loops", default="1,2,4,8,16", help="comma-separated loop counts (default 1,2,4,8,16)")
-    ev.add_argument("--task", choices=TASKS, default=None, help="default: the task the model was trained on")
-    ev.add_argument("--dataset", default=None, help="a dataset saved with save_to_disk, instead of --task")
-    ev.add_argument("--split", default="test")
     ev.add_argument("--digits", type=int, default=2, help="addition: operand digits")
-    ev.add_argument("--num-examples", type=int, default=200)
-    ev.add_argument("--batch-size", type=int, default=64)
-    ev.add_argument("--output-dir", default=None, help="write loop_scaling.json and loop_scaling.png here")
-    ev.add_argument("--seed", type=int, default=1234)
-    ev.add_argument("--trust-remote-code", action="store_true")
 
 
 def _add_generate(sub) -> None:

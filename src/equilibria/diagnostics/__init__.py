@@ -7,29 +7,8 @@ print(report)                       # a table, the verdict and its reasons
 report.save("audit-out")            # audit.json + audit.png
 """
 
-from .adapters import (
-    AttractorAdapter,
-    EqRAdapter,
-    LoopAdapter,
-    LoopRun,
-    OuroAdapter,
-    PHDEQAdapter,
-    adapter_for,
-)
+from . import adapters
+from .adapters import *  # noqa: F403  (LoopAdapter, LoopRun, adapter_for and the families' adapters)
 from .audit import VERDICTS, AuditReport, AuditThresholds, audit, linear_probe, verdict
 
-__all__ = [
-    "VERDICTS",
-    "AttractorAdapter",
-    "AuditReport",
-    "AuditThresholds",
-    "EqRAdapter",
-    "LoopAdapter",
-    "LoopRun",
-    "OuroAdapter",
-    "PHDEQAdapter",
-    "adapter_for",
-    "audit",
-    "linear_probe",
-    "verdict",
-]
+__all__ = [*adapters.__all__, "VERDICTS", "AuditReport", "AuditThresholds", "audit", "linear_probe", "verdict"]

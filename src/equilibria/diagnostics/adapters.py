@@ -33,8 +33,9 @@ class LoopRun:
 
 
 class LoopAdapter:
-    """Base class: one per family. Subclasses implement :meth:`run`, :meth:`decode` and :meth:`probe_examples`;
-    ``max_iter`` is the loop's cap (for the share of solves that hit it)."""
+    """Base class: one per family (named by its record in :mod:`equilibria.families`). Subclasses implement
+    :meth:`run`, :meth:`decode` and :meth:`probe_examples`; ``max_iter`` is the loop's cap (for the share of solves
+    that hit it)."""
 
     family = "?"
     start_name = "z0"
@@ -47,7 +48,12 @@ class LoopAdapter:
 
     @property
     def max_iter(self) -> int:
-        raise NotImplementedError
+        """The loop's budget: ``num_loops`` when given, else the config's default (the family's ``loops_key``)."""
+        if self.num_loops is not None:
+            return self.num_loops
+        from ..families import family_of
+
+        return getattr(self.model.config, family_of(self.model).loops_key)
 
     def describe(self) -> dict:
         """What the start state, solved state and decoder are for this family (goes into the report)."""
@@ -92,10 +98,6 @@ class PHDEQAdapter(LoopAdapter):
     start_name = "z0 = initialiser(context)"
     solved_name = "h* = z* (the solver's equilibrium)"
 
-    @property
-    def max_iter(self) -> int:
-        return self.model.config.num_loops if self.num_loops is None else self.num_loops
-
     def run(self, batch, start=None):
         _require(batch, "inputs", "labels", family="PH-DEQ")
         out = self.model(
@@ -134,10 +136,6 @@ class EqRAdapter(LoopAdapter):
     def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
         super().__init__(model, num_loops, seed)
         self.tol = tol
-
-    @property
-    def max_iter(self) -> int:
-        return self.model.config.num_loops if self.num_loops is None else self.num_loops
 
     def difficulty(self, batch):
         value = batch.get("difficulty", batch.get("rating"))
@@ -232,10 +230,6 @@ class AttractorAdapter(_CausalLMAdapter):
     start_name = "y0 (the backbone's proposal)"
     solved_name = "y* (the attractor's fixed point)"
 
-    @property
-    def max_iter(self) -> int:
-        return self.model.config.num_loops if self.num_loops is None else self.num_loops
-
     def run(self, batch, start=None):
         config = self.model.config
         f, y0 = self.model.model.loop_map(batch["input_ids"], attention_mask=batch["attention_mask"])
@@ -267,10 +261,6 @@ class OuroAdapter(_CausalLMAdapter):
     family = "ouro"
     start_name = "h0 (the input embeddings)"
     solved_name = "h_T (each token's state at its exit step)"
-
-    @property
-    def max_iter(self) -> int:
-        return self.model.config.total_ut_steps if self.num_loops is None else self.num_loops
 
     def run(self, batch, start=None):
         embeds = self.model.model.embed_tokens(batch["input_ids"])

@@ -17,7 +17,12 @@ from huggingface_hub.errors import StrictDataclassClassValidationError
 class LoopConfigMixin:
     """Mixed into every family's config class (before ``PreTrainedConfig``): a ``config.json`` written for another
     model type is refused (``ValueError``) instead of loaded with a warning, and keys renamed since a config was
-    saved (``_renamed_keys``, old -> new) are read under their new names with a deprecation warning."""
+    saved (``_renamed_keys``, old -> new) are read under their new names with a deprecation warning.
+
+    Validation lives in the family's ``validate_architecture`` (and other ``validate_*``) hooks, which
+    ``huggingface_hub``'s ``@strict`` runs at construction, when loading, before ``save_pretrained`` and on
+    ``config.validate()``; ``validate_architecture`` sorts before transformers' own RoPE checks, so a nonsensical
+    size gets our error (``ValueError`` naming the key and its allowed values, see :func:`raise_value_errors`)."""
 
     _renamed_keys: dict = {}
 

@@ -130,9 +130,8 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
         super().__post_init__(**kwargs)
 
     def validate_architecture(self) -> None:
-        """``@strict`` hook (construction, loading, ``save_pretrained``, ``config.validate()``; it runs before
-        transformers' own RoPE checks): raises ``ValueError`` naming the key and its allowed values for a config
-        that cannot describe a working model."""
+        """The backbone's and the attractor's sizes describe a working transformer (a ``@strict`` hook, see
+        [`LoopConfigMixin`])."""
         super().validate_architecture()
         check_int(
             self,

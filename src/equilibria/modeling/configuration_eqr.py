@@ -100,9 +100,8 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
         super().__post_init__(**kwargs)
 
     def validate_architecture(self) -> None:
-        """``@strict`` hook (construction, loading, ``save_pretrained``, ``config.validate()``; it runs before
-        transformers' own RoPE checks): raises ``ValueError`` naming the key and its allowed values for a config
-        that cannot describe a working model."""
+        """The block's sizes, the update's inertia and noise, and the start are allowed values (a ``@strict`` hook,
+        see [`LoopConfigMixin`])."""
         super().validate_architecture()
         check_int(
             self,

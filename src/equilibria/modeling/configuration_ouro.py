@@ -103,9 +103,8 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
         super().__post_init__(**kwargs)
 
     def validate_architecture(self) -> None:
-        """``@strict`` hook (construction, loading, ``save_pretrained``, ``config.validate()``; it runs before
-        transformers' own RoPE checks): raises ``ValueError`` naming the key and its allowed values for a config
-        that cannot describe a working model."""
+        """The sizes describe a working looped decoder and the loop options are allowed values (a ``@strict`` hook,
+        see [`LoopConfigMixin`])."""
         super().validate_architecture()
         check_int(
             self,

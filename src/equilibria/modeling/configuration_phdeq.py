@@ -94,9 +94,8 @@ class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
     _renamed_keys = {"damping": "friction"}
 
     def validate_architecture(self) -> None:
-        """``@strict`` hook (construction, loading, ``save_pretrained``, ``config.validate()``; it runs before
-        transformers' own RoPE checks): raises ``ValueError`` naming the key and its allowed values for a config
-        that cannot describe a working model."""
+        """The sizes, the dynamics (step, friction, anchor), the solver and the initialiser are allowed values (a
+        ``@strict`` hook, see [`LoopConfigMixin`])."""
         super().validate_architecture()
         check_int(self, 1, "input_size", "hidden_size", "intermediate_size", "anderson_memory", "num_labels")
         check_int(self, 0, "num_loops")

@@ -12,9 +12,11 @@ from dataclasses import fields
 from typing import NamedTuple
 
 import torch
+from torch import nn
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_utils import slice_logits_to_keep
-from transformers.utils import logging
+from transformers.utils import can_return_tuple, logging
+from transformers.utils.deprecation import deprecate_kwarg
 
 logger = logging.get_logger(__name__)
 
@@ -34,12 +36,16 @@ class LoopMap(NamedTuple):
 
 class StrictLoadingMixin:
     """Mixed into a family's ``PreTrainedModel``: ``from_pretrained`` refuses checkpoints that do not match the
-    config, and ``save_pretrained`` writes an ``auto_map`` so the folder loads with ``trust_remote_code=True``.
+    config, ``save_pretrained`` writes an ``auto_map`` so the folder loads with ``trust_remote_code=True``, and the
+    class attributes every family shares are set here.
 
     Subclasses set ``_remote_auto_map`` (Auto class name -> ``"module.Class"``)."""
 
     _remote_auto_map: dict[str, str] = {}
     _head_weight_prefixes: tuple[str, ...] = ("lm_head.",)  # a head's weights, ignored when loading the base model
+    base_model_prefix = "model"  # every family's heads hold the base model as `model`
+    _auto_class = "AutoModel"  # a base model saves its own class in the auto_map; heads override
+    _can_compile_fullgraph = False  # data-dependent loop lengths (solver stops, early exit)
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -77,7 +83,8 @@ class StrictLoadingMixin:
 
 
 class LoopGenerationMixin:
-    """Mixed into a family's ``*ForCausalLM``: its output (logits, loss and the loop's telemetry) and the loop arguments listed in ``_loop_generate_kwargs`` (each with
+    """Mixed into a family's ``*ForCausalLM``: the head itself (``model``, the family's ``_base_model_class``, and
+    ``lm_head``), its output (logits, loss and the loop's telemetry) and the loop arguments listed in ``_loop_generate_kwargs`` (each with
     a validator returning the cleaned value) reach ``forward`` from ``generate``. A default saved in the
     generation config (``generation_config.num_loops``) is honoured and an explicit argument wins over it;
     without this, ``GenerationConfig.update`` would swallow the argument."""
@@ -88,6 +95,15 @@ class LoopGenerationMixin:
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
     _loop_generate_kwargs: dict[str, Callable] = {}
     _generation_cache_class: type | None = None  # the dynamic cache generate should use instead of DynamicCache
+    _base_model_class: type  # the family's base model, built as ``self.model``
+    _output_class: type  # the family's causal-LM output
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = self._base_model_class(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         cache_class = self._generation_cache_class
@@ -124,11 +140,49 @@ class LoopGenerationMixin:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)
         return logits, loss
 
-    def causal_lm_output(self, outputs, labels, logits_to_keep, loss_kwargs: dict, output_class, **extra):
-        """The head's output: logits and loss (:meth:`lm_logits_and_loss`) from the base model's ``outputs``, and
-        every field ``output_class`` shares with them."""
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ):
+        r"""Language-model forward: the base model (``self.model``), then ``lm_head`` on the kept positions and,
+        with ``labels``, the usual shifted cross-entropy (plus the family's own losses, see
+        :meth:`extra_losses`). The loop arguments (``num_loops`` and the family's others, listed in its base
+        model's ``forward``) pass through ``**kwargs``; the output is the family's ``_output_class``, carrying the
+        base model's loop telemetry."""
+        loss_kwargs = pop_loss_kwargs(kwargs)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
         logits, loss = self.lm_logits_and_loss(outputs.last_hidden_state, labels, loss_kwargs, logits_to_keep)
-        return output_class(loss=loss, logits=logits, **shared_fields(outputs, output_class), **extra)
+        extra = self.extra_losses(outputs, labels, loss_kwargs)
+        return self._output_class(loss=loss, logits=logits, **shared_fields(outputs, self._output_class), **extra)
+
+    def extra_losses(self, outputs, labels, loss_kwargs: dict) -> dict:
+        """Losses besides the LM loss that the family's head output carries (none by default)."""
+        return {}
+
+    def _validate_model_kwargs(self, model_kwargs: dict) -> None:
+        # the loop arguments reach the base model through forward's **kwargs (generate checks names against
+        # forward's signature, and would refuse them)
+        super()._validate_model_kwargs({k: v for k, v in model_kwargs.items() if k not in self._loop_generate_kwargs})
 
     def _prepare_generation_config(self, generation_config, **kwargs):
         loop_kwargs = {k: kwargs.pop(k) for k in self._loop_generate_kwargs if k in kwargs}

@@ -52,7 +52,6 @@ from .loop_utils import (
     StrictLoadingMixin,
     TelemetryCache,
     as_int,
-    pop_loss_kwargs,
 )
 from .regularization import IterateSampler, hutchinson_frobenius
 from .solvers import GRADIENT_MODES, SolverStats, SolverTelemetry, check_tol, fixed_point, solver_options
@@ -196,7 +195,6 @@ class AttractorCausalLMOutput(SolverTelemetry, CausalLMOutputWithPast):
 class AttractorPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     config_class = AttractorConfig
     config: AttractorConfig
-    base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["LlamaDecoderLayer"]
     _skip_keys_device_placement = ["cache"]
@@ -204,8 +202,6 @@ class AttractorPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     _supports_sdpa = True
     _supports_flex_attn = False
     _supports_attention_backend = True
-    _can_compile_fullgraph = False
-    _auto_class = "AutoModel"
     _remote_auto_map = {
         "AutoConfig": "configuration_attractor.AttractorConfig",
         "AutoModel": "modeling_attractor.AttractorModel",
@@ -410,58 +406,26 @@ def _valid_positions(attention_mask, seq_len: int) -> torch.Tensor | None:
 
 
 class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, GenerationMixin):
-    """[`AttractorModel`] with a language-modelling head. ``forward`` and ``generate`` accept ``num_loops`` (the
-    solver budget, 0 = backbone only) and ``solver_tol``; ``generate`` falls back to
-    ``generation_config.num_loops`` (when set, e.g. saved in ``generation_config.json``) and then to
-    ``config.num_loops``."""
+    """[`AttractorModel`] with a language-modelling head on the fixed point (the forward is
+    [`LoopGenerationMixin.forward`]). ``forward`` and ``generate`` accept ``num_loops`` (the solver budget, 0 =
+    backbone only) and ``solver_tol``, ``forward`` also ``gradient_mode``, ``jacobian_samples`` and
+    ``correction_states`` (see [`AttractorModel.forward`]); with ``labels`` and ``correction_states > 0`` the
+    output has ``correction_loss``, the mean of the LM loss on the logits read from ``T`` at intermediate
+    iterates. ``generate`` falls back to ``generation_config.num_loops`` (when set, e.g. saved in
+    ``generation_config.json``) and then to ``config.num_loops``. Returns [`AttractorCausalLMOutput`]."""
 
+    _base_model_class = AttractorModel
+    _output_class = AttractorCausalLMOutput
     _generation_cache_class = AttractorCache
     _loop_generate_kwargs = {"num_loops": check_budget, "solver_tol": partial(check_tol, name="solver_tol")}
 
-    def __init__(self, config: AttractorConfig):
-        super().__init__(config)
-        self.model = AttractorModel(config)
-        self.vocab_size = config.vocab_size
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
-
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        num_loops: int | None = None,
-        solver_tol: float | None = None,
-        gradient_mode: str | None = None,
-        jacobian_samples: int = 0,
-        correction_states: int = 0,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> AttractorCausalLMOutput:
-        r"""Language-model forward on the fixed point. ``labels`` gives the usual shifted cross-entropy; with
-        ``correction_states > 0`` also ``correction_loss``, the mean of the same loss on the logits read from
-        ``T`` at intermediate iterates. See [`AttractorModel.forward`] for the other arguments."""
-        loss_kwargs = pop_loss_kwargs(kwargs)
-        outputs: AttractorModelOutput = self.model(  # the base model's arguments, in its order
-            input_ids, attention_mask, position_ids, cache, inputs_embeds, use_cache, num_loops, solver_tol,
-            gradient_mode, jacobian_samples, correction_states, output_hidden_states, **kwargs,
-        )  # fmt: skip
-        correction_loss = None
-        if labels is not None and outputs.correction_states:
-            losses = [
-                self.lm_logits_and_loss(self.model.norm(z), labels, loss_kwargs)[1] for z in outputs.correction_states
-            ]
-            correction_loss = torch.stack(losses).mean()
-        return self.causal_lm_output(
-            outputs, labels, logits_to_keep, loss_kwargs, AttractorCausalLMOutput, correction_loss=correction_loss
-        )
+    def extra_losses(self, outputs: AttractorModelOutput, labels, loss_kwargs: dict) -> dict:
+        """``correction_loss``: the mean LM loss of the logits read from ``T`` at the correction states."""
+        if labels is None or not outputs.correction_states:
+            return {}
+        states = outputs.correction_states
+        losses = [self.lm_logits_and_loss(self.model.norm(z), labels, loss_kwargs)[1] for z in states]
+        return {"correction_loss": torch.stack(losses).mean()}
 
 
 __all__ = [

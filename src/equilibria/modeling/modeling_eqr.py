@@ -22,13 +22,13 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.masking_utils import create_bidirectional_mask
-from transformers.modeling_outputs import ModelOutput
+from transformers.modeling_outputs import BaseModelOutput, ModelOutput, TokenClassifierOutput
 from transformers.modeling_utils import PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 from transformers.utils import can_return_tuple
 
 from .configuration_eqr import SELECTIONS, EqRConfig, check_noise
-from .loop_utils import LoopMap, StrictLoadingMixin, as_int
+from .loop_utils import LoopMap, StrictLoadingMixin, as_int, shared_fields
 from .solvers import residual
 
 
@@ -60,9 +60,9 @@ class EqRMixerLayer(nn.Module):
 
 
 @dataclass
-class EqRModelOutput(ModelOutput):
-    r"""
-    last_hidden_state (`torch.FloatTensor` of shape `(batch, seq_len, hidden_size)`): the final state ``z_D``.
+class EqRLoopTelemetry:
+    r"""The loop's telemetry in EqR's outputs.
+
     residuals (`torch.FloatTensor` of shape `(batch, depth)`): per step ``k``, the relative residual
         ``||f(z_k) - z_k|| / ||f(z_k)||`` of each puzzle (the last column is the final one).
     halt_logits (`torch.FloatTensor` of shape `(batch, depth)`): the halting head's logit after each step
@@ -70,32 +70,34 @@ class EqRModelOutput(ModelOutput):
     states (`tuple(torch.FloatTensor)`): with ``output_states=True``, ``z_0 .. z_D``.
     """
 
-    last_hidden_state: torch.FloatTensor | None = None
     residuals: torch.FloatTensor | None = None
     halt_logits: torch.FloatTensor | None = None
     states: tuple[torch.FloatTensor, ...] | None = None
 
 
 @dataclass
-class EqRPuzzleOutput(ModelOutput):
+class EqRModelOutput(EqRLoopTelemetry, BaseModelOutput):
+    r"""
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, seq_len, hidden_size)`): the final state ``z_D``.
+    residuals, halt_logits, states: the loop's telemetry ([`EqRLoopTelemetry`]).
+    """
+
+
+@dataclass
+class EqRPuzzleOutput(EqRLoopTelemetry, TokenClassifierOutput):
     r"""
     loss (`torch.FloatTensor`): ``lm_loss + halt_loss`` when ``labels`` are given.
+    logits (`torch.FloatTensor` of shape `(batch, seq_len, vocab_size)`): per-cell answer logits from ``z_D``.
+    residuals, halt_logits, states: the loop's telemetry ([`EqRLoopTelemetry`]).
     lm_loss (`torch.FloatTensor`): cross-entropy of every cell's answer (cells labelled -100 are skipped).
     halt_loss (`torch.FloatTensor`): binary cross-entropy of the final halting logit against "every cell is
         right"; ``None`` without a halting head.
-    logits (`torch.FloatTensor` of shape `(batch, seq_len, vocab_size)`): per-cell answer logits from ``z_D``.
     state (`torch.FloatTensor`): the final state ``z_D``, to continue from (pass it back as ``state``).
-    residuals, halt_logits, states: as in [`EqRModelOutput`].
     """
 
-    loss: torch.FloatTensor | None = None
     lm_loss: torch.FloatTensor | None = None
     halt_loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
     state: torch.FloatTensor | None = None
-    residuals: torch.FloatTensor | None = None
-    halt_logits: torch.FloatTensor | None = None
-    states: tuple[torch.FloatTensor, ...] | None = None
 
 
 @dataclass
@@ -120,7 +122,6 @@ class EqRSolveOutput(ModelOutput):
 class EqRPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     config_class = EqRConfig
     config: EqRConfig
-    base_model_prefix = "model"
     main_input_name = "inputs"
     supports_gradient_checkpointing = False
     _no_split_modules = ["LlamaDecoderLayer", "EqRMixerLayer"]
@@ -128,8 +129,6 @@ class EqRPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     _supports_flash_attn = False
     _supports_flex_attn = False
     _supports_attention_backend = True
-    _can_compile_fullgraph = False
-    _auto_class = "AutoModel"
     _remote_auto_map = {
         "AutoConfig": "configuration_eqr.EqRConfig",
         "AutoModel": "modeling_eqr.EqRModel",
@@ -303,29 +302,14 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         inputs: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        state: torch.Tensor | None = None,
-        num_loops: int | None = None,
-        noise: float | None = None,
-        generator: torch.Generator | None = None,
-        random_init: bool | None = None,
-        output_states: bool = False,
         input_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> EqRPuzzleOutput:
         r"""Iterate and read the answers; with ``labels`` (``(batch, seq_len)``, -100 to skip a cell) also the
-        losses. The puzzles come as ``inputs`` or ``input_ids``; see [`EqRModel.forward`] for the other
-        arguments."""
+        losses. The puzzles come as ``inputs`` or ``input_ids``; the loop's arguments (``state``, ``num_loops``,
+        ``noise``, ``generator``, ``random_init``, ``output_states``) go to [`EqRModel.forward`]."""
         inputs = _puzzle_inputs(inputs, input_ids, self.config.max_seq_len)
-        outputs: EqRModelOutput = self.model(
-            inputs,
-            attention_mask=attention_mask,
-            state=state,
-            num_loops=num_loops,
-            noise=noise,
-            generator=generator,
-            random_init=random_init,
-            output_states=output_states,
-        )
+        outputs: EqRModelOutput = self.model(inputs, attention_mask=attention_mask, **kwargs)
         logits = self.lm_head(outputs.last_hidden_state)
         loss = lm_loss = halt_loss = None
         if labels is not None:
@@ -336,20 +320,16 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
             )
             loss = lm_loss
             if outputs.halt_logits is not None:
-                solved = puzzle_solved(logits, labels)
-                halt_loss = nn.functional.binary_cross_entropy_with_logits(
-                    outputs.halt_logits[:, -1].float(), solved.float()
-                )
+                solved = puzzle_solved(logits, labels).float()
+                halt_loss = nn.functional.binary_cross_entropy_with_logits(outputs.halt_logits[:, -1].float(), solved)
                 loss = loss + halt_loss
         return EqRPuzzleOutput(
             loss=loss,
+            logits=logits,
             lm_loss=lm_loss,
             halt_loss=halt_loss,
-            logits=logits,
             state=outputs.last_hidden_state,
-            residuals=outputs.residuals,
-            halt_logits=outputs.halt_logits,
-            states=outputs.states,
+            **shared_fields(outputs, EqRPuzzleOutput),
         )
 
     @torch.no_grad()

@@ -46,7 +46,6 @@ from .loop_utils import (
     StrictLoadingMixin,
     TelemetryCache,
     as_int,
-    pop_loss_kwargs,
 )
 from .solvers import residual
 
@@ -437,7 +436,6 @@ def check_num_loops(num_loops) -> int:
 class OuroPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     config_class = OuroConfig
     config: OuroConfig
-    base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["OuroDecoderLayer"]
     _skip_keys_device_placement = ["cache"]
@@ -445,8 +443,6 @@ class OuroPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     _supports_sdpa = True
     _supports_flex_attn = False
     _supports_attention_backend = True
-    _can_compile_fullgraph = False
-    _auto_class = "AutoModel"
 
     _remote_auto_map = {
         "AutoConfig": "configuration_ouro.OuroConfig",
@@ -669,49 +665,19 @@ def _check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
 
 
 class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin):
-    """[`OuroModel`] with a language-modelling head. ``forward`` and ``generate`` accept ``num_loops`` and
-    ``exit_threshold``; ``generate`` falls back to ``generation_config.num_loops`` (when set, e.g. saved in
-    ``generation_config.json``) and then to ``config.total_ut_steps``."""
+    """[`OuroModel`] with a language-modelling head (the forward is [`LoopGenerationMixin.forward`]): logits and,
+    with ``labels``, the shifted cross-entropy, read at each token's exit step (the last step without early exit).
+    ``forward`` and ``generate`` accept ``num_loops`` and ``exit_threshold`` (see [`OuroModel.forward`] for the
+    early-exit semantics); ``generate`` falls back to ``generation_config.num_loops`` (when set, e.g. saved in
+    ``generation_config.json``) and then to ``config.total_ut_steps``. Returns [`OuroCausalLMOutput`]."""
 
+    _base_model_class = OuroModel
+    _output_class = OuroCausalLMOutput
     _generation_cache_class = OuroCache
     _loop_generate_kwargs = {
         "num_loops": lambda value: check_num_loops(value),
         "exit_threshold": lambda value: check_exit_threshold(value) or value,
     }
-
-    def __init__(self, config: OuroConfig):
-        super().__init__(config)
-        self.model = OuroModel(config)
-        self.vocab_size = config.vocab_size
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
-
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        num_loops: int | None = None,
-        exit_threshold: float | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> OuroCausalLMOutput:
-        r"""Language-model forward. ``labels`` gives the usual shifted cross-entropy on the logits read out at
-        each token's exit step (the last step without early exit). See [`OuroModel.forward`] for
-        ``num_loops``, ``exit_threshold`` and the early-exit semantics."""
-        loss_kwargs = pop_loss_kwargs(kwargs)
-        outputs: OuroModelOutput = self.model(  # the base model's arguments, in its order
-            input_ids, attention_mask, position_ids, cache, inputs_embeds, use_cache, num_loops, exit_threshold,
-            output_hidden_states, **kwargs,
-        )  # fmt: skip
-        return self.causal_lm_output(outputs, labels, logits_to_keep, loss_kwargs, OuroCausalLMOutput)
 
 
 __all__ = [

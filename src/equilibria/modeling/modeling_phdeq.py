@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.modeling_outputs import ModelOutput
+from transformers.modeling_outputs import BaseModelOutput, SequenceClassifierOutput
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 
@@ -34,7 +34,7 @@ def check_budget(value, name: str = "num_loops") -> int:
 
 
 @dataclass
-class PHDEQModelOutput(SolverTelemetry, ModelOutput):
+class PHDEQModelOutput(SolverTelemetry, BaseModelOutput):
     r"""
     last_hidden_state (`torch.FloatTensor` of shape `(batch, 2 * hidden_size)`): the solved state ``h* = (q*, p*)``.
     start_state (`torch.FloatTensor` of shape `(batch, 2 * hidden_size)`): the solver's start ``z_0``.
@@ -43,13 +43,12 @@ class PHDEQModelOutput(SolverTelemetry, ModelOutput):
         solver's telemetry per example ([`~solvers.SolverTelemetry`]).
     """
 
-    last_hidden_state: torch.FloatTensor | None = None
     start_state: torch.FloatTensor | None = None
     context: torch.FloatTensor | None = None
 
 
 @dataclass
-class PHDEQClassifierOutput(SolverTelemetry, ModelOutput):
+class PHDEQClassifierOutput(SolverTelemetry, SequenceClassifierOutput):
     r"""
     loss (`torch.FloatTensor`): ``task_loss + initializer_loss_weight * initializer_loss`` when ``labels`` are
         given.
@@ -61,10 +60,8 @@ class PHDEQClassifierOutput(SolverTelemetry, ModelOutput):
         its ``last_hidden_state``; with ``solved_state=`` given, no solve runs and the telemetry is ``None``).
     """
 
-    loss: torch.FloatTensor | None = None
     task_loss: torch.FloatTensor | None = None
     initializer_loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
     solved_state: torch.FloatTensor | None = None
     start_state: torch.FloatTensor | None = None
     context: torch.FloatTensor | None = None
@@ -73,10 +70,8 @@ class PHDEQClassifierOutput(SolverTelemetry, ModelOutput):
 class PHDEQPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     config_class = PHDEQConfig
     config: PHDEQConfig
-    base_model_prefix = "model"
     main_input_name = "inputs"
     supports_gradient_checkpointing = False
-    _auto_class = "AutoModel"
     _head_weight_prefixes = ("classifier.",)
     _remote_auto_map = {
         "AutoConfig": "configuration_phdeq.PHDEQConfig",

@@ -30,6 +30,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
+Map = Callable[[torch.Tensor], torch.Tensor]  # a loop map: state -> state
 SOLVERS = ("anderson", "picard")
 GRADIENT_MODES = ("one_step", "implicit", "unrolled")
 DIVERGENCE_FACTOR = 1e3  # a residual this many times above the starting one counts as divergence
@@ -119,6 +120,7 @@ class SolverTelemetry:
 
 
 TELEMETRY_KEYS = tuple(f.name for f in fields(SolverTelemetry))
+Solution = tuple[torch.Tensor, SolverStats]  # what a solver returns: the state and its stats
 
 
 def check_tol(value, name: str = "tol") -> float:
@@ -174,13 +176,7 @@ class _Tracker:
         return SolverStats(self.steps, self.best_abs, best_rel, best_rel <= self.tol, self.diverged)
 
 
-def _iterate(
-    f: Callable[[torch.Tensor], torch.Tensor],
-    z0: torch.Tensor,
-    max_iter: int,
-    tol: float,
-    propose: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
-) -> tuple[torch.Tensor, SolverStats]:
+def _iterate(f: Map, z0: torch.Tensor, max_iter: int, tol: float, propose: Callable[..., torch.Tensor]) -> Solution:
     """The loop every solver shares: ``propose(step, z, f(z))`` gives the next iterate, samples that have stopped
     keep theirs, and the tracker records residuals, stops and divergence."""
     z = z0
@@ -196,13 +192,7 @@ def _iterate(
     return tracker.best_z, tracker.stats()
 
 
-def picard(
-    f: Callable[[torch.Tensor], torch.Tensor],
-    z0: torch.Tensor,
-    max_iter: int = 50,
-    tol: float = 1e-4,
-    mixing: float = 1.0,
-) -> tuple[torch.Tensor, SolverStats]:
+def picard(f: Map, z0: torch.Tensor, max_iter: int = 50, tol: float = 1e-4, mixing: float = 1.0) -> Solution:
     """Fixed-point iteration ``z <- (1 - mixing) z + mixing f(z)``."""
     _check(z0, max_iter, tol, mixing)
     return _iterate(f, z0, max_iter, tol, lambda step, z, fz: (1 - mixing) * z + mixing * fz)
@@ -242,14 +232,8 @@ class _AndersonMixer:
 
 
 def anderson(
-    f: Callable[[torch.Tensor], torch.Tensor],
-    z0: torch.Tensor,
-    max_iter: int = 50,
-    tol: float = 1e-4,
-    memory: int = 5,
-    mixing: float = 1.0,
-    ridge: float = 1e-4,
-) -> tuple[torch.Tensor, SolverStats]:
+    f: Map, z0: torch.Tensor, max_iter: int = 50, tol: float = 1e-4, memory: int = 5, mixing: float = 1.0, ridge=1e-4
+) -> Solution:
     """Anderson acceleration (type II) with ``memory`` past iterates, the weight ``mixing`` of ``f`` in each
     update and a ridge term on the small least-squares system; batched, each sample with its own weights."""
     _check(z0, max_iter, tol, mixing)
@@ -262,13 +246,8 @@ _warned = False
 
 
 def solve(
-    f: Callable[[torch.Tensor], torch.Tensor],
-    z0: torch.Tensor,
-    solver: str = "anderson",
-    max_iter: int = 50,
-    tol: float = 1e-4,
-    **kwargs,
-) -> tuple[torch.Tensor, SolverStats]:
+    f: Map, z0: torch.Tensor, solver: str = "anderson", max_iter: int = 50, tol: float = 1e-4, **kwargs
+) -> Solution:
     """Solve ``z = f(z)`` from ``z0`` without building a graph; see the module docstring.
 
     Args:
@@ -292,14 +271,14 @@ def solve(
     return z, stats
 
 
-def one_step_gradient(f: Callable[[torch.Tensor], torch.Tensor], z_star: torch.Tensor) -> torch.Tensor:
+def one_step_gradient(f: Map, z_star: torch.Tensor) -> torch.Tensor:
     """``f(z*)`` with ``z*`` detached: the value is (at convergence) the fixed point, and its gradient with
     respect to the parameters of ``f`` and its inputs is the one-step approximation ``df/dtheta`` at ``z*``."""
     return f(z_star.detach())
 
 
 def implicit_gradient(
-    f: Callable[[torch.Tensor], torch.Tensor],
+    f: Map,
     z_star: torch.Tensor,
     solver: str = "anderson",
     max_iter: int = 50,
@@ -348,16 +327,16 @@ def solver_options(config) -> dict:
 
 
 def fixed_point(
-    f: Callable[[torch.Tensor], torch.Tensor],
+    f: Map,
     z0: torch.Tensor,
     *,
     max_iter: int,
     tol: float,
     mode: str = "one_step",
     solver: str = "anderson",
-    readout: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    readout: Map | None = None,
     **solver_kwargs,
-) -> tuple[torch.Tensor, SolverStats]:
+) -> Solution:
     """Solve ``z = f(z)`` from ``z0`` and return ``(readout(z*), stats)`` with the gradient of ``mode`` (see the
     module docstring). ``max_iter=0`` returns ``z0`` itself (its graph kept) with its residual.
 

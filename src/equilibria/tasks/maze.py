@@ -17,7 +17,7 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict
 
-from .puzzle_csv import read_puzzle_csv
+from .puzzle_csv import draw_distinct, read_puzzle_csv
 
 MAZE_CHARS = "# SGo"
 MAZE_PAD = 0
@@ -220,17 +220,15 @@ def build_maze_dataset(
     if num_train < 1 or num_test < 0:
         raise ValueError(f"num_train must be >= 1 and num_test >= 0, got {num_train} and {num_test}")
     rng = random.Random(f"maze-{size}-{seed}")
-    rows, seen = [], set()
-    attempts = 0
-    while len(rows) < num_train + num_test:
-        attempts += 1
-        if attempts > 50 * (num_train + num_test) + 100:
-            raise ValueError(f"could not draw {num_train + num_test} distinct {size}x{size} mazes")
-        maze = generate_maze(size, rng, min_path=min_path, max_path=max_path, openings=openings)
-        if maze["question"] in seen:
-            continue
-        seen.add(maze["question"])
-        rows.append({"source": "generated", **maze})
+    rows = draw_distinct(
+        lambda: {
+            "source": "generated",
+            **generate_maze(size, rng, min_path=min_path, max_path=max_path, openings=openings),
+        },
+        lambda maze: maze["question"],
+        num_train + num_test,
+        f"{size}x{size} mazes",
+    )
     return DatasetDict(train=_to_dataset(rows[:num_train]), test=_to_dataset(rows[num_train:]))
 
 

@@ -1,5 +1,6 @@
-"""Reading the published puzzle CSV layout (``source,question,answer,rating``) shared by Sudoku-Extreme and
-Maze-Hard / Maze-Unique, with every row validated and a bad row reported by its line."""
+"""What the puzzle tasks share: reading the published puzzle CSV layout (``source,question,answer,rating``) of
+Sudoku-Extreme and Maze-Hard / Maze-Unique, with every row validated and a bad row reported by its line, and
+drawing distinct generated puzzles."""
 
 from __future__ import annotations
 
@@ -36,4 +37,20 @@ def read_puzzle_csv(path: str | Path, layout: str, check_row: Callable[[dict], d
                 rows.append({**check_row(record), "source": record["source"], "rating": rating})
             except ValueError as err:
                 raise ValueError(f"{path}, line {line}: {err}") from None
+    return rows
+
+
+def draw_distinct(draw: Callable[[], dict], key: Callable[[dict], str], count: int, what: str) -> list[dict]:
+    """``count`` puzzles from ``draw()`` whose ``key`` differ (``what`` names them in the error when the generator
+    cannot supply that many within ``50 * count + 100`` draws)."""
+    rows, seen = [], set()
+    for _ in range(50 * count + 100):
+        if len(rows) == count:
+            return rows
+        puzzle = draw()
+        if key(puzzle) not in seen:
+            seen.add(key(puzzle))
+            rows.append(puzzle)
+    if len(rows) < count:
+        raise ValueError(f"could not draw {count} distinct {what}")
     return rows

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict
 
-from .puzzle_csv import read_puzzle_csv
+from .puzzle_csv import draw_distinct, read_puzzle_csv
 
 SUDOKU_PAD = 0
 SUDOKU_VOCAB_SIZE = 11  # pad, blank, digits 1..9
@@ -266,23 +266,13 @@ def build_sudoku_dataset(
             f"{augmentations}"
         )
     rng = random.Random(f"sudoku-{size}-{seed}")
-    rows, seen = [], set()
-    attempts = 0
-    while len(rows) < num_train + num_test:
-        attempts += 1
-        if attempts > 50 * (num_train + num_test) + 100:
-            raise ValueError(f"could not draw {num_train + num_test} distinct {size}x{size} puzzles")
-        puzzle = generate_sudoku(size, rng, min_clues=min_clues)
-        canonical = _canonical(puzzle["question"])
-        if canonical in seen:
-            continue
-        seen.add(canonical)
-        rows.append(puzzle)
+    rows = draw_distinct(
+        lambda: {**generate_sudoku(size, rng, min_clues=min_clues), "source": "generated"},
+        lambda puzzle: _canonical(puzzle["question"]),
+        num_train + num_test,
+        f"{size}x{size} puzzles",
+    )
     train, test = rows[:num_train], rows[num_train:]
-    for row in train:
-        row["source"] = "generated"
-    for row in test:
-        row["source"] = "generated"
     held_out = {_canonical(row["question"]) for row in test}
     for row in list(train):
         for _ in range(augmentations):
