@@ -19,14 +19,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_demo(sub)
-    _add_audit(sub)
+    _add_audit_and_eval(sub)
     sub.add_parser(
         "train",
         add_help=False,
         help="train a family on its task (every TrainingArguments field is a flag; or a YAML/JSON file), evaluate "
         "loop scaling, write a Hub-ready folder; `equilibria train --family F --help` lists the options",
     )
-    _add_eval(sub)
     _add_generate(sub)
     _add_card(sub)
     return parser
@@ -44,15 +43,34 @@ def _add_demo(sub) -> None:
     demo.add_argument("--seed", type=int, default=0)
 
 
-def _add_audit(sub) -> None:
-    audit = sub.add_parser(
-        "audit",
-        help="the computation audit: is a saved model's loop computing, or collapsed onto its start?",
-        description="Run the computation audit (T1 substitution, T2 probe, T3 iteration-difficulty correlation, "
-        "T4 forced displacement, the zeroing contrast) on a saved model and print the table and verdict.",
-    )
-    _add_model_and_data(audit, num_examples=500, output="audit.json and audit.png")
-    audit.add_argument("--num-loops", type=int, default=None, help="the loop budget (default: the config's)")
+def _add_audit_and_eval(sub) -> None:
+    """``audit`` and ``eval``: a saved model, its evaluation data, and what each measures."""
+    commands = {
+        "audit": (
+            "the computation audit: is a saved model's loop computing, or collapsed onto its start?",
+            "Run the computation audit (T1 substitution, T2 probe, T3 iteration-difficulty correlation, T4 forced "
+            "displacement, the zeroing contrast) on a saved model and print the table and verdict.",
+            500,
+            "audit.json and audit.png",
+        ),
+        "eval": (
+            "loop scaling: a saved model's accuracy at several loop counts (table, JSON and plot)",
+            "Accuracy of a saved model at each loop count on its task: exact match of greedy answers (language "
+            "models), exact solves at that depth (EqR), accuracy with that solver cap (PH-DEQ).",
+            200,
+            "loop_scaling.json and loop_scaling.png",
+        ),
+    }
+    for name, (summary, description, num_examples, output) in commands.items():
+        parser = sub.add_parser(name, help=summary, description=description)
+        _add_model_and_data(parser, num_examples, output)
+        if name == "audit":
+            parser.add_argument("--num-loops", type=int, default=None, help="the loop budget (default: the config's)")
+        else:
+            parser.add_argument(
+                "--loops", default="1,2,4,8,16", help="comma-separated loop counts (default 1,2,4,8,16)"
+            )
+            parser.add_argument("--digits", type=int, default=2, help="addition: operand digits")
 
 
 def _add_model_and_data(parser, num_examples: int, output: str) -> None:
@@ -73,18 +91,6 @@ def _add_model_and_data(parser, num_examples: int, output: str) -> None:
     parser.add_argument("--output-dir", default=None, help=f"write {output} here")
     parser.add_argument("--seed", type=int, default=1234, help="seeds the generated data (and the audit)")
     parser.add_argument("--trust-remote-code", action="store_true", help="load a folder's own modeling code")
-
-
-def _add_eval(sub) -> None:
-    ev = sub.add_parser(
-        "eval",
-        help="loop scaling: a saved model's accuracy at several loop counts (table, JSON and plot)",
-        description="Accuracy of a saved model at each loop count on its task: exact match of greedy answers "
-        "(language models), exact solves at that depth (EqR), accuracy with that solver cap (PH-DEQ).",
-    )
-    _add_model_and_data(ev, num_examples=200, output="loop_scaling.json and loop_scaling.png")
-    ev.add_argument("--loops", default="1,2,4,8,16", help="comma-separated loop counts (default 1,2,4,8,16)")
-    ev.add_argument("--digits", type=int, default=2, help="addition: operand digits")
 
 
 def _add_generate(sub) -> None:

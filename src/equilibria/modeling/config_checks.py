@@ -47,8 +47,11 @@ def fill_attention_defaults(config) -> None:
 
 
 def check_transformer(config, attention: bool = True) -> None:
-    """The usual transformer constraints: (with ``attention``) heads divide the width, key/value heads divide the
-    heads, an even head width for rotary embeddings; a positive norm epsilon and a dropout in ``[0, 1)``."""
+    """The usual transformer constraints: positive sizes; (with ``attention``) heads divide the width, key/value
+    heads divide the heads, an even head width for rotary embeddings; a positive norm epsilon and a dropout in
+    ``[0, 1)``."""
+    check_int(config, 1, "vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads")
+    check_int(config, 1, "head_dim")
     name = type(config).__name__
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     if attention and config.hidden_size % heads != 0:

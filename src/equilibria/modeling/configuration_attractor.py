@@ -133,19 +133,7 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
         """The backbone's and the attractor's sizes describe a working transformer (a ``@strict`` hook, see
         [`LoopConfigMixin`])."""
         super().validate_architecture()
-        check_int(
-            self,
-            1,
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_attractor_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "max_position_embeddings",
-            "anderson_memory",
-        )
+        check_int(self, 1, "num_attractor_layers", "max_position_embeddings", "anderson_memory")
         check_int(self, 0, "num_backbone_layers", "num_loops")
         check_transformer(self)
 

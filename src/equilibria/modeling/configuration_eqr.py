@@ -103,20 +103,7 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
         """The block's sizes, the update's inertia and noise, and the start are allowed values (a ``@strict`` hook,
         see [`LoopConfigMixin`])."""
         super().validate_architecture()
-        check_int(
-            self,
-            1,
-            "vocab_size",
-            "max_seq_len",
-            "hidden_size",
-            "intermediate_size",
-            "num_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "token_mixing_size",
-            "num_loops",
-        )
+        check_int(self, 1, "max_seq_len", "num_layers", "token_mixing_size", "num_loops")
         check_choices(self, block_type=BLOCK_TYPES)
         check_transformer(self, attention=self.block_type == "attention")
         if not check_finite(self.inertia, "EqRConfig: inertia (lambda)") < 1.0:

@@ -106,18 +106,7 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
         """The sizes describe a working looped decoder and the loop options are allowed values (a ``@strict`` hook,
         see [`LoopConfigMixin`])."""
         super().validate_architecture()
-        check_int(
-            self,
-            1,
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "max_position_embeddings",
-        )
+        check_int(self, 1, "num_hidden_layers", "max_position_embeddings")
         if not isinstance(self.total_ut_steps, int) or isinstance(self.total_ut_steps, bool) or self.total_ut_steps < 1:
             raise ValueError(
                 f"OuroConfig: total_ut_steps (the number of loop steps) must be an integer >= 1, got {self.total_ut_steps!r}."

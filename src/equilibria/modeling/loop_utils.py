@@ -45,7 +45,6 @@ class StrictLoadingMixin:
     _head_weight_prefixes: tuple[str, ...] = ("lm_head.",)  # a head's weights, ignored when loading the base model
     base_model_prefix = "model"  # every family's heads hold the base model as `model`
     _auto_class = "AutoModel"  # a base model saves its own class in the auto_map; heads override
-    _can_compile_fullgraph = False  # data-dependent loop lengths (solver stops, early exit)
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):

@@ -197,10 +197,8 @@ class AttractorPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     config: AttractorConfig
     supports_gradient_checkpointing = True
     _no_split_modules = ["LlamaDecoderLayer"]
-    _skip_keys_device_placement = ["cache"]
     _supports_flash_attn = True
     _supports_sdpa = True
-    _supports_flex_attn = False
     _supports_attention_backend = True
     _remote_auto_map = {
         "AutoConfig": "configuration_attractor.AttractorConfig",

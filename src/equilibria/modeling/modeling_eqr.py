@@ -123,11 +123,8 @@ class EqRPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     config_class = EqRConfig
     config: EqRConfig
     main_input_name = "inputs"
-    supports_gradient_checkpointing = False
     _no_split_modules = ["LlamaDecoderLayer", "EqRMixerLayer"]
     _supports_sdpa = True
-    _supports_flash_attn = False
-    _supports_flex_attn = False
     _supports_attention_backend = True
     _remote_auto_map = {
         "AutoConfig": "configuration_eqr.EqRConfig",

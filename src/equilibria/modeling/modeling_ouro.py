@@ -438,10 +438,8 @@ class OuroPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     config: OuroConfig
     supports_gradient_checkpointing = True
     _no_split_modules = ["OuroDecoderLayer"]
-    _skip_keys_device_placement = ["cache"]
     _supports_flash_attn = True
     _supports_sdpa = True
-    _supports_flex_attn = False
     _supports_attention_backend = True
 
     _remote_auto_map = {

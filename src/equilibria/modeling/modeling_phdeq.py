@@ -71,7 +71,6 @@ class PHDEQPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     config_class = PHDEQConfig
     config: PHDEQConfig
     main_input_name = "inputs"
-    supports_gradient_checkpointing = False
     _head_weight_prefixes = ("classifier.",)
     _remote_auto_map = {
         "AutoConfig": "configuration_phdeq.PHDEQConfig",
