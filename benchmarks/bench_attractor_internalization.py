@@ -29,13 +29,13 @@ from bench_stars_addition import common_training_args
 from transformers import DataCollatorForSeq2Seq, TrainerCallback, set_seed
 
 from equilibria import AttractorForCausalLM
+from equilibria.families import small_attractor_config
 from equilibria.tasks import (
     addition_tokenizer,
     build_addition_dataset,
     exact_match,
     tokenize_for_training,
 )
-from equilibria.families import small_attractor_config
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
 
 

@@ -29,13 +29,13 @@ import torch
 from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments, set_seed
 
 from equilibria import OuroForCausalLM
+from equilibria.families import small_ouro_config
 from equilibria.tasks import (
     addition_tokenizer,
     build_addition_dataset,
     evaluate_loop_scaling,
     tokenize_for_training,
 )
-from equilibria.families import small_ouro_config
 from equilibria.trainers import StarsTrainer, StarsTrainingArguments, spectral_radius
 
 

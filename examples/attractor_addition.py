@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from transformers import DataCollatorForSeq2Seq, HfArgumentParser
 
 from equilibria import AttractorForCausalLM
+from equilibria.families import small_attractor_config
 from equilibria.tasks import (
     addition_tokenizer,
     build_addition_dataset,
     exact_match,
     tokenize_for_training,
 )
-from equilibria.families import small_attractor_config
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
 
 

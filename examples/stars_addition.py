@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from transformers import DataCollatorForSeq2Seq, HfArgumentParser
 
 from equilibria import OuroForCausalLM
+from equilibria.families import small_ouro_config
 from equilibria.tasks import (
     addition_tokenizer,
     build_addition_dataset,
     evaluate_loop_scaling,
     tokenize_for_training,
 )
-from equilibria.families import small_ouro_config
 from equilibria.trainers import StarsTrainer, StarsTrainingArguments
 
 

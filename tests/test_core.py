@@ -6,11 +6,11 @@ import warnings
 import pytest
 import torch
 import transformers
+from conftest import tiny_attractor, tiny_ouro
 from test_eqr import tiny_eqr
 from test_phdeq import X as PHDEQ_X
 from test_phdeq import tiny_phdeq
 
-from conftest import tiny_attractor, tiny_ouro
 from equilibria import AttractorConfig, EqRConfig, OuroConfig, PHDEQConfig
 from equilibria.families import FAMILIES, family_of, model_task
 from equilibria.modeling.solvers import SolverStats, fixed_point, residual
@@ -35,7 +35,9 @@ def test_every_family_exposes_its_loop_as_a_loop_map_from_its_start(family):
             f, z0 = model.model.loop_map(IDS)
             out = model.model(IDS, use_cache=False, output_hidden_states=True)
             torch.testing.assert_close(z0, out.proposal)
-            torch.testing.assert_close(model.model.norm(f(out.hidden_states[-1])), out.last_hidden_state, atol=1e-4, rtol=0)
+            torch.testing.assert_close(
+                model.model.norm(f(out.hidden_states[-1])), out.last_hidden_state, atol=1e-4, rtol=0
+            )
         elif family == "eqr":
             model = tiny_eqr(inertia=0.0)
             f, z0 = model.model.loop_map(PUZZLES, generator=torch.Generator().manual_seed(3))

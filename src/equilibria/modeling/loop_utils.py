@@ -253,8 +253,8 @@ class LMInputs(NamedTuple):
 
 class CausalLoopMixin:
     """Mixed into a looped language model's base ``PreTrainedModel`` (one with ``embed_tokens``): the preamble of
-    its ``forward``, shared by the families. Subclasses set
-    ``_cache_class`` (the cache built when ``use_cache`` is on and none is passed)."""
+    its ``forward``, shared by the families. Subclasses set ``_cache_class`` (the cache built when ``use_cache``
+    is on and none is passed)."""
 
     _cache_class: type | None = None
 

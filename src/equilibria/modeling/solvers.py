@@ -348,6 +348,9 @@ def fixed_point(
     """
     if mode not in GRADIENT_MODES:
         raise ValueError(f"gradient mode must be one of {GRADIENT_MODES}, got {mode!r}")
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+    _check(z0, max_iter, tol, solver_kwargs.get("mixing", 1.0))
     readout = f if readout is None else readout
     if max_iter == 0:
         _, stats = solve(f, z0.detach(), solver=solver, max_iter=0, tol=tol, **solver_kwargs)
