@@ -160,6 +160,8 @@ def test_train_reads_a_yaml_config(tmp_path):
     )
     assert main(["train", str(config)]) == 0
     assert json.loads((tmp_path / "eqr" / "loop_scaling.json").read_text()).keys() == {"1", "2"}
+    # the task is saved with the model, so eval and audit build its data without --task
+    assert json.loads((tmp_path / "eqr" / "config.json").read_text())["equilibria_task"] == "sudoku"
 
 
 def test_train_errors_are_one_line(tmp_path, capsys):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
@@ -119,7 +119,6 @@ class SolverTelemetry:
     backward_rel_residual: torch.FloatTensor | None = None
 
 
-TELEMETRY_KEYS = tuple(f.name for f in fields(SolverTelemetry))
 Solution = tuple[torch.Tensor, SolverStats]  # what a solver returns: the state and its stats
 
 
@@ -378,7 +377,6 @@ __all__ = [
     "SOLVERS",
     "SolverStats",
     "SolverTelemetry",
-    "TELEMETRY_KEYS",
     "anderson",
     "fixed_point",
     "implicit_gradient",
