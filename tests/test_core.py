@@ -159,7 +159,7 @@ def test_the_registry_is_what_transformers_knows():
         assert family_of(config) is family and model_task(config) == family.default_task
         assert family.trainer_class().__name__.endswith("Trainer")
         assert family.adapter_class().__name__.endswith("Adapter")
-    with pytest.raises(ValueError, match="is not an equilibria family"):
+    with pytest.raises(ValueError, match="it is not an equilibria family"):
         family_of(transformers.LlamaConfig())
 
 

@@ -162,14 +162,15 @@ def small_attractor_config(
 
 
 def _attractor_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
-    return AttractorConfig(
-        **{"max_position_embeddings": 64, **fields},
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_backbone_layers=num_layers,
-        num_attractor_layers=num_layers,
-        num_attention_heads=num_attention_heads,
+    fields = {"max_position_embeddings": 64, **fields}
+    return small_attractor_config(
+        fields.pop("vocab_size"),
+        hidden_size,
+        num_layers,
+        num_layers,
+        num_attention_heads,
         num_loops=num_loops,
+        **fields,
     )
 
 
@@ -274,12 +275,16 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-def family_of(model_or_config) -> Family:
-    """The record of a model's (or config's) ``model_type``; ``ValueError`` naming the families otherwise."""
+def family_of(model_or_config, needed: str | None = None) -> Family:
+    """The record of a model's (or config's) ``model_type``; ``ValueError`` naming the families otherwise (starting
+    "no <needed> for ..." when the caller says what it was looking for)."""
     config = getattr(model_or_config, "config", model_or_config)
     model_type = getattr(config, "model_type", None)
     if model_type not in FAMILIES:
-        raise ValueError(f"model_type {model_type!r} is not an equilibria family; the families are {sorted(FAMILIES)}")
+        prefix = f"no {needed} for " if needed else ""
+        raise ValueError(
+            f"{prefix}model_type {model_type!r}: it is not an equilibria family; the families are {sorted(FAMILIES)}"
+        )
     return FAMILIES[model_type]
 
 

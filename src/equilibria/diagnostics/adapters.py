@@ -296,13 +296,9 @@ def adapter_for(model, **options) -> LoopAdapter:
     from ..families import family_of
 
     try:
-        family = family_of(model)
+        family = family_of(model, "audit adapter")
     except ValueError as err:
-        model_type = getattr(getattr(model, "config", None), "model_type", None)
-        raise ValueError(
-            f"no audit adapter for model_type {model_type!r}: {err} (or pass adapter=YourAdapter(model), a "
-            "LoopAdapter subclass)"
-        ) from None
+        raise ValueError(f"{err} (or pass adapter=YourAdapter(model), a LoopAdapter subclass)") from None
     if not hasattr(model, "lm_head") and not hasattr(model, "classifier"):
         raise ValueError(
             f"the audit needs the model with its decoder head ({type(model).__name__} has none): load it with "

@@ -83,10 +83,10 @@ class StrictLoadingMixin:
 
 class LoopGenerationMixin:
     """Mixed into a family's ``*ForCausalLM``: the head itself (``model``, the family's ``_base_model_class``, and
-    ``lm_head``), its output (logits, loss and the loop's telemetry) and the loop arguments listed in ``_loop_generate_kwargs`` (each with
-    a validator returning the cleaned value) reach ``forward`` from ``generate``. A default saved in the
-    generation config (``generation_config.num_loops``) is honoured and an explicit argument wins over it;
-    without this, ``GenerationConfig.update`` would swallow the argument."""
+    ``lm_head``), its output (logits, loss and the loop's telemetry), and the loop arguments listed in
+    ``_loop_generate_kwargs`` (each with a validator returning the cleaned value), which reach ``forward`` from
+    ``generate``. A default saved in the generation config (``generation_config.num_loops``) is honoured and an
+    explicit argument wins over it; without this, ``GenerationConfig.update`` would swallow the argument."""
 
     _auto_class = "AutoModelForCausalLM"
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
