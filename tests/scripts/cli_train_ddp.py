@@ -4,8 +4,7 @@ parameters to OUT/rank{R}.pt; rank 0 also writes the Hub-ready folder OUT/model.
 import sys
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
+from ddp_common import save_rank_and_finish
 
 from equilibria.train import train_and_evaluate
 
@@ -44,9 +43,7 @@ def main(out: Path) -> None:
     ]
     trainer, _ = train_and_evaluate(argv)
     params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    torch.save({"world": world, "params": params}, out / f"rank{rank}.pt")
+    save_rank_and_finish(out, {"params": params})
 
 
 if __name__ == "__main__":

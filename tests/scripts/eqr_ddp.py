@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
+from ddp_common import save_rank_and_finish
 
 from equilibria import EqRConfig, EqRForPuzzleSolving
 from equilibria.tasks import build_sudoku_dataset
@@ -38,9 +38,7 @@ def main(out: Path) -> None:
     trainer = EqRTrainer(model=model(), args=args, train_dataset=data)
     trainer.train()
     params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    torch.save({"world": world, "params": params, "log": trainer.state.log_history}, out / f"rank{rank}.pt")
+    save_rank_and_finish(out, {"params": params, "log": trainer.state.log_history})
 
 
 if __name__ == "__main__":

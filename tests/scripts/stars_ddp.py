@@ -5,11 +5,11 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from datasets import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import tiny_ouro  # noqa: E402
+from ddp_common import save_rank_and_finish
 
 from equilibria.trainers import StarsTrainer, StarsTrainingArguments  # noqa: E402
 
@@ -48,9 +48,7 @@ def main(out: Path) -> None:
         trainer.train()
         params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
         results[name] = {"params": params, "log": trainer.state.log_history}
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    world = dist.get_world_size() if dist.is_initialized() else 1
-    torch.save({"world": world, **results}, out / f"rank{rank}.pt")
+    save_rank_and_finish(out, {**results})
 
 
 if __name__ == "__main__":
