@@ -12,6 +12,7 @@ Multi-GPU: put the same script behind ``accelerate launch`` or ``torchrun`` (see
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 from transformers import TrainingArguments
 
-from ..modeling.regularization import spectral_radius
+from ..modeling.regularization import JSRR_ESTIMATORS, spectral_radius
 from .common import LoopTrainer, find_core, loss_scales
 
 JSRR_PENALTIES = ("square", "hinge")
@@ -36,8 +37,12 @@ class StarsTrainingArguments(TrainingArguments):
     processes of a multi-process run (and a resumed run) use the same count at the same step.
 
     JSRR: at the sampled count ``T``, the spectral radius ``rho`` of the Jacobian of one loop step
-    ``h -> f(h)`` at the final state ``h_T`` (detached), is estimated by ``jsrr_power_iters``
-    power iterations of vector-Jacobian products; the loss is ``(1 - jsrr_weight) * LM + jsrr_weight *
+    ``h -> f(h)`` at the final state ``h_T`` (detached), is estimated by ``jsrr_power_iters`` power iterations
+    of vector-Jacobian products (``jsrr_estimator="vjp"``, the default) or of Jacobian-vector products in
+    forward mode (``"jvp"``, the paper's); each sequence's start vector is drawn from ``(seed, step, its
+    tokens)``, so the estimate does not depend on how a batch is split into micro-batches or processes. The
+    two estimators are equally accurate on small Ouro loop steps (``benchmarks/bench_jsrr_estimator.py``; the
+    README has the table) and ``"vjp"`` costs a third of ``"jvp"`` there. The loss is ``(1 - jsrr_weight) * LM + jsrr_weight *
     penalty`` with ``penalty = rho^2`` (``"square"``) or ``max(0, rho - jsrr_target)^2`` (``"hinge"``),
     averaged over sequences.
 
@@ -59,6 +64,10 @@ class StarsTrainingArguments(TrainingArguments):
         metadata={"help": "lambda in [0, 1): loss = (1 - lambda) * LM + lambda * penalty; 0 disables JSRR."},
     )
     jsrr_power_iters: int = field(default=4, metadata={"help": "Power iterations per spectral-radius estimate (>= 1)."})
+    jsrr_estimator: str = field(
+        default="vjp",
+        metadata={"help": "'vjp' (vector-Jacobian products) or 'jvp' (forward mode, the STARS paper's)."},
+    )
     jsrr_penalty: str = field(
         default="square", metadata={"help": "'square' (rho^2) or 'hinge' (max(0, rho - target)^2)."}
     )
@@ -88,6 +97,10 @@ class StarsTrainingArguments(TrainingArguments):
             raise ValueError(f"StarsTrainingArguments: loop_log_std must be >= 0, got {self.loop_log_std}")
         if not 0.0 <= self.jsrr_weight < 1.0:
             raise ValueError(f"StarsTrainingArguments: jsrr_weight (lambda) must be in [0, 1), got {self.jsrr_weight}")
+        if self.jsrr_estimator not in JSRR_ESTIMATORS:
+            raise ValueError(
+                f"StarsTrainingArguments: jsrr_estimator must be one of {JSRR_ESTIMATORS}, got {self.jsrr_estimator!r}"
+            )
         if self.jsrr_penalty not in JSRR_PENALTIES:
             raise ValueError(
                 f"StarsTrainingArguments: jsrr_penalty must be one of {JSRR_PENALTIES}, got {self.jsrr_penalty!r}"
@@ -119,6 +132,27 @@ def sample_num_loops(step: int, seed: int, log_mean: float, log_std: float, min_
         math.exp(log_mean) if log_std == 0 else random.Random(f"stars-{seed}-{step}").lognormvariate(log_mean, log_std)
     )
     return int(min(max_loops, max(min_loops, round(value))))
+
+
+def row_probes(inputs: dict, state: torch.Tensor, seed: int, step: int) -> torch.Tensor:
+    """Power-iteration start vectors of the shape of ``state`` (``(batch, seq_len, width)``), one per sequence,
+    each drawn from a generator seeded by ``(seed, step)`` and the sequence's own real tokens (``input_ids``
+    where ``attention_mask`` is 1; ``inputs_embeds`` when there are no ids), placed at its real positions and
+    zero at padding. A sequence thus gets the same probe whichever micro-batch or process it lands in."""
+    rows = inputs.get("input_ids")
+    rows = inputs["inputs_embeds"] if rows is None else rows
+    mask = inputs.get("attention_mask")
+    probes = torch.zeros(state.shape, dtype=torch.float32)
+    for b in range(state.shape[0]):
+        real = torch.ones(state.shape[1], dtype=torch.bool) if mask is None else mask[b].bool().cpu()
+        tokens = rows[b].detach().cpu()[real]
+        digest = hashlib.blake2b(f"jsrr-{seed}-{step}".encode(), digest_size=8)
+        digest.update(
+            tokens.float().numpy().tobytes() if tokens.is_floating_point() else tokens.long().numpy().tobytes()
+        )
+        generator = torch.Generator().manual_seed(int.from_bytes(digest.digest(), "little") % (2**63))
+        probes[b, real] = torch.randn((int(real.sum()), *state.shape[2:]), generator=generator)
+    return probes.to(device=state.device, dtype=state.dtype)
 
 
 def find_looped_core(model: nn.Module) -> nn.Module | None:
@@ -196,15 +230,13 @@ class StarsTrainer(LoopTrainer):
                     position_ids=inputs.get("position_ids"),
                     inputs_embeds=inputs.get("inputs_embeds"),
                 )
-                generator = torch.Generator(device=final_state[-1].device).manual_seed(
-                    hash((args.seed, self.state.global_step, self.accelerator.process_index)) % (2**63)
-                )
                 rho = spectral_radius(
                     f,
                     final_state[-1],
                     num_iters=args.jsrr_power_iters,
                     valid=inputs.get("attention_mask"),
-                    generator=generator,
+                    estimator=args.jsrr_estimator,
+                    start=row_probes(inputs, final_state[-1], args.seed, self.state.global_step),
                 )
             if args.jsrr_penalty == "square":
                 penalty = (rho.float() ** 2).mean()
