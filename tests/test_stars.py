@@ -429,3 +429,19 @@ def test_the_penalty_starts_after_its_warmup(tmp_path):
     trainer.train()
     penalties = [h["jsrr_penalty"] for h in trainer.state.log_history if "loss" in h]
     assert penalties[:2] == [0.0, 0.0] and all(p > 0 for p in penalties[2:])
+
+
+def test_estimator_benchmark_quick_mode_writes_its_table(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_jsrr_estimator
+    finally:
+        sys.path.pop(0)
+    results = bench_jsrr_estimator.main(["--quick", "--output-dir", str(tmp_path)])
+    assert (tmp_path / "jsrr_estimator.json").exists()
+    for result in results["maps"].values():
+        assert set(result["errors"]) == {f"{e}@{k}" for e in ("vjp", "jvp") for k in (1, 2, 4, 8)}
+        assert all(r > 0 for r in result["exact_radius"]) and result["cost"]["vjp@1"] == 1.0
