@@ -14,8 +14,7 @@ from equilibria import AttractorConfig, AttractorForCausalLM, OuroConfig, OuroFo
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-OURO_REFERENCE = FIXTURES / "ouro-reference-tiny"
+OURO_REFERENCE = Path(__file__).resolve().parent / "data" / "ouro-reference-tiny"  # see its README.md
 
 CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789 .,+=?!")
 

@@ -119,12 +119,13 @@ def test_verdict_solver_explosion_when_the_solves_diverge():
     assert any("diverged" in reason for reason in report.reasons)
 
 
-def test_verdict_inconclusive_when_substituting_the_start_helps():
+def test_a_model_that_does_not_beat_the_majority_class_gets_no_verdict():
     model = linear_phdeq(initializer="zero", direct_path=False)
-    data = labelled_by(model, X, state="start")  # the "right" answers are the ones the start state gives
+    data = labelled_by(model, X, state="start")  # z0 = 0 answers one class for everyone: a constant label
     report = audit(model, data, progress=False, probe=False)
-    assert report.substitution["change_points"] > 20
-    assert report.verdict == "inconclusive", report
+    assert report.chance["majority"] == 1.0 and not report.chance["beats_chance"]
+    assert report.verdict == "at chance", report
+    assert "does not beat the majority class" in report.reasons[0]
 
 
 def test_small_changes_on_few_units_do_not_decide():
@@ -141,10 +142,45 @@ def test_small_changes_on_few_units_do_not_decide():
     assert verdict(report)[0] == "computing"
 
 
+def test_chance_baseline_is_the_majority_answer_with_its_binomial_standard_error():
+    from equilibria.diagnostics.audit import chance_baseline
+
+    answers = [("a",)] * 60 + [("b", "c")] * 40
+    se = math.sqrt(0.6 * 0.4 / 100)
+    above = chance_baseline(torch.arange(100) < 70, answers, significance=2.0)
+    assert above["majority"] == 0.6 and above["se"] == pytest.approx(se)
+    assert above["margin_se"] == pytest.approx(0.1 / se) and above["beats_chance"]  # 2.04 SE
+    assert not chance_baseline(torch.arange(100) < 69, answers, significance=2.0)["beats_chance"]  # 1.84 SE
+    assert not chance_baseline(torch.ones(5, dtype=torch.bool), [(1,)] * 5, 2.0)["beats_chance"]  # one answer
+
+
+def test_paired_change_gives_the_standard_error_of_the_per_unit_difference():
+    from equilibria.diagnostics import paired_change
+
+    before = torch.tensor([1, 1, 1, 1, 0, 0, 1, 1], dtype=torch.bool)
+    after = torch.tensor([0, 1, 0, 1, 0, 1, 1, 1], dtype=torch.bool)
+    diff = after.double() - before.double()
+    row = paired_change(after, before)
+    assert row["accuracy"] == 0.625 and row["change_points"] == pytest.approx(-12.5)
+    assert row["se_points"] == pytest.approx(100 * diff.std().item() / math.sqrt(8))
+    assert row["z"] == pytest.approx(-0.125 / (diff.std().item() / math.sqrt(8)))
+    assert paired_change(before, before)["z"] == 0.0
+
+
+def test_verdict_inconclusive_when_substituting_the_start_helps():
+    """h* beats chance (80% right) but its start is right everywhere: T1 gains 20 points, no rule applies."""
+    data = toy_data()
+    report = audit(_Model(), data, adapter=ToyLoop(_Model(), "flip"), progress=False, probe=False)
+    assert report.accuracy == pytest.approx(0.8, abs=0.05) and report.chance["beats_chance"]
+    assert report.substitution["change_points"] > 10
+    assert report.verdict == "inconclusive", report
+
+
 class ToyLoop(LoopAdapter):
     """A hand-made loop over 4-dim states: ``kind`` says where the loop sends a start ``s`` for input ``x``:
-    "identity" (stays at s), "contract" (goes to 2x), "scatter" (to 2x + 2 (s - x): away from both). Iterations
-    are the dataset's ``steps`` column; the answer is the sign of the state's first entry."""
+    "identity" (stays at s), "contract" (goes to 2x), "scatter" (to 2x + 2 (s - x): away from both), "flip" (to
+    2x with the sign flipped for every fifth unit). Iterations are the dataset's ``steps`` column; the answer is
+    the sign of the state's first entry."""
 
     family = "toy"
 
@@ -160,7 +196,8 @@ class ToyLoop(LoopAdapter):
         x = batch["x"].float()
         z0 = x.clone()
         s = z0 if start is None else start
-        solved = {"identity": s, "contract": 2 * x, "scatter": 2 * x + 2 * (s - x)}[self.kind]
+        flip = torch.where(batch["index"] % 5 == 0, -2.0, 2.0)[:, None]
+        solved = {"identity": s, "contract": 2 * x, "scatter": 2 * x + 2 * (s - x), "flip": flip * x}[self.kind]
         steps = batch["steps"].double()
         run = LoopRun(z0, solved, steps, steps < 10, torch.zeros(len(x), dtype=torch.bool), torch.zeros(0))
         run.correct = self.decode(batch, run, solved)
@@ -185,6 +222,7 @@ def toy_data(n: int = 200) -> Dataset:
     return Dataset.from_dict(
         {
             "x": x.tolist(),
+            "index": list(range(n)),
             "labels": (x[:, 0] > 0).long().tolist(),
             "steps": steps.tolist(),
             "difficulty": (steps * 2 + 1).tolist(),  # a monotone function of the iterations: r = 1
@@ -290,16 +328,72 @@ def test_attractor_audit_reads_the_models_own_fixed_point():
     assert report.num_units == len(data)
 
 
-def test_ouro_audit_reads_the_loop_states():
+def test_ouro_audit_asks_whether_the_extra_steps_compute():
+    """The positive control: a 4-step model labelled with its own answers, whose steps after the first change
+    those answers, is computing; z0 is the state after the first step, and T4 does not apply."""
     from conftest import tiny_ouro
 
-    model = tiny_ouro()
-    report = audit(model, lm_data(model), progress=False, batch_size=5, displacement_scales=(0.5,))
+    model = tiny_ouro(total_ut_steps=4)
+    data = lm_data(model, n=40)
+    report = audit(model, data, progress=False, batch_size=8, displacement_scales=(0.5,))
     assert report.accuracy == 1.0
     assert report.max_iter == model.config.total_ut_steps
     assert 1.0 <= report.iterations["mean_steps"] <= model.config.total_ut_steps
-    # decoding the input embeddings instead of the looped states loses the answers: the loop computes
+    # z0 is h_1: the decoder on it gives the one-step model's answers, which differ from the 4-step ones
+    ids = torch.tensor(data["input_ids"])
+    with torch.no_grad():
+        one_step = model(ids, num_loops=1).logits.argmax(-1)
+        four_steps = model(ids).logits.argmax(-1)
+    labels = torch.tensor(data["labels"])[:, 1:]
+    keep = labels != -100
+    one_step_right = ((one_step[:, :-1] == labels) | ~keep).all(1).double().mean().item()
+    assert four_steps.ne(one_step).any() and report.substitution["accuracy"] == pytest.approx(one_step_right)
+    assert report.substitution["change_points"] < -50
     assert report.verdict == "computing", report
+    assert report.displaced == [] and not report.family["t4_applies"]
+    assert any("T4: not applicable" in r for r in report.reasons)
+    # the convergence is measured: a random loop step still moves its state
+    assert report.iterations["converged_share"] == 0.0
+
+
+def test_ouro_convergence_is_the_last_steps_relative_change_below_the_tolerance():
+    from conftest import tiny_ouro
+
+    from equilibria.diagnostics import OuroAdapter
+
+    model = tiny_ouro()
+    batch = next(OuroAdapter(model).batches(lm_data(model, n=4), 4))
+    with torch.no_grad():
+        out = model.model(batch["input_ids"])
+        change = OuroAdapter(model).run(batch).extra["last_change"]
+        last = out.last_hidden_state
+        before = model.model(batch["input_ids"], num_loops=model.config.total_ut_steps - 1).last_hidden_state
+    expected = (last - before).flatten(1).norm(dim=1) / last.flatten(1).norm(dim=1)
+    torch.testing.assert_close(change, expected, rtol=1e-4, atol=1e-6)
+    loose = OuroAdapter(model, tol=float(change.max()) * 1.01).run(batch)
+    assert loose.converged.all() and not OuroAdapter(model).run(batch).converged.any()
+
+
+def test_a_one_step_ouro_loop_has_nothing_to_audit():
+    from conftest import tiny_ouro
+
+    model = tiny_ouro(total_ut_steps=1)
+    report = audit(model, lm_data(model, n=40), progress=False, batch_size=8)
+    assert report.accuracy == 1.0 and report.chance["beats_chance"]
+    assert report.verdict == "inconclusive", report
+    assert "no extra steps" in report.reasons[0]
+
+
+def test_an_untrained_model_at_chance_gets_no_verdict():
+    """An untrained PH-DEQ on balanced reachability answers about half right: that is the majority class."""
+    from equilibria.tasks import build_reachability_dataset, reachability_input_size
+
+    data = build_reachability_dataset(num_train=10, num_test=300, num_nodes=8, seed=0)["test"]
+    torch.manual_seed(0)
+    config = PHDEQConfig(input_size=reachability_input_size(8), hidden_size=16, intermediate_size=32, num_labels=2)
+    report = audit(PHDEQForSequenceClassification(config).eval(), data, progress=False, probe=False)
+    assert 0.35 < report.chance["majority"] < 0.65 and abs(report.accuracy - report.chance["majority"]) < 0.1
+    assert report.verdict == "at chance", report
 
 
 def test_eqr_audit_reports_puzzles_and_convergence_steps():

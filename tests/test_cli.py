@@ -34,7 +34,10 @@ def test_eval_prints_the_loop_scaling_table_and_writes_json_and_plot(saved, tmp_
     out = capsys.readouterr().out
     assert "num_loops | accuracy" in out and "       50 |" in out
     result = json.loads((tmp_path / "loop_scaling.json").read_text())
-    assert set(result) == {"0", "5", "50"} and all(0 <= v <= 1 for v in result.values())
+    accuracy = result["accuracy"]
+    assert set(accuracy) == {"0", "5", "50"} and all(0 <= v <= 1 for v in accuracy.values())
+    assert result["data"]["name"] == "30 generated reachability problems (seed 1234)" and result["data"]["units"] == 30
+    assert result["data"]["held_out"] is False and "not checked against the training data" in result["data"]["note"]
     assert (tmp_path / "loop_scaling.png").stat().st_size > 5000
     assert main(["eval", str(saved / "eqr"), "--loops", "1,4", "--num-examples", "6"]) == 0
     assert main(["eval", str(saved / "ouro"), "--loops", "1,2", "--num-examples", "4", "--digits", "1"]) == 0
@@ -76,11 +79,16 @@ def test_card_collects_the_folders_results(saved, capsys):
     folder = saved / "phdeq"
     assert main(["eval", str(folder), "--loops", "0,10", "--num-examples", "20", "--output-dir", str(folder)]) == 0
     assert main(["audit", str(folder), "--num-examples", "20", "--output-dir", str(folder)]) == 0
-    assert main(["card", str(folder), "--repo-id", "someone/phdeq", "--dataset", "someone/reach"]) == 0
+    assert main(["card", str(folder), "--repo-id", "someone/phdeq"]) == 0
     assert "with loop scaling, audit" in capsys.readouterr().out
     card = ModelCard.load(folder / "README.md")
     assert [r.metric_config for r in card.data.eval_results] == ["num_loops=0", "num_loops=10"]
+    assert card.data.eval_results[0].dataset_name == "20 generated reachability problems (seed 1234)"
     assert "## Computation audit" in card.text and "![loop scaling](loop_scaling.png)" in card.text
+    assert "It rests on:" in card.text and "majority-class baseline" in card.text
+    # naming a dataset the results were not computed on is an error
+    assert main(["card", str(folder), "--dataset", "someone/reach"]) == 2
+    assert "the card's results were computed on 20 generated reachability problems" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -149,6 +157,21 @@ def test_train_writes_a_hub_ready_folder(tmp_path, capsys):
     card = ModelCard.load(out / "README.md")
     assert [r.metric_config for r in card.data.eval_results] == ["num_loops=1", "num_loops=2"]
     assert "## Training" in card.text and "| max_loops | 3 |" in card.text  # the STARS loop range is recorded
+    assert "no training question is among them" in card.text
+
+    # eval and audit on the folder never use a training problem: 1-digit addition has 100 problems, 64 trained on
+    from types import SimpleNamespace
+
+    from equilibria.commands import evaluation_data, load_saved_model
+    from equilibria.tasks import build_addition_dataset, eval_split
+
+    trained = set(build_addition_dataset(1, 64, 8, seed=42)["train"]["prompt"])  # TrainingArguments seed 42
+    model = load_saved_model(str(out))
+    args = SimpleNamespace(model_path=str(out), dataset=None, task=None, num_examples=30, seed=0)
+    rows, record = evaluation_data(model, args, digits=1)
+    assert len(rows) == 30 and not trained & set(rows["prompt"])
+    assert record["held_out"] and "64 generated 1-digit addition problems" in record["note"]
+    assert trained & set(eval_split(model.config, "addition", 30, 0, digits=1)["prompt"])  # without the record
 
 
 def test_train_reads_a_yaml_config(tmp_path):
@@ -159,7 +182,8 @@ def test_train_reads_a_yaml_config(tmp_path):
         "per_device_train_batch_size: 4\nuse_cpu: true\nreport_to: none\nsave_strategy: 'no'\n"
     )
     assert main(["train", str(config)]) == 0
-    assert json.loads((tmp_path / "eqr" / "loop_scaling.json").read_text()).keys() == {"1", "2"}
+    assert json.loads((tmp_path / "eqr" / "loop_scaling.json").read_text())["accuracy"].keys() == {"1", "2"}
+    assert (tmp_path / "eqr" / "training_data.json").is_file()
     # the task is saved with the model, so eval and audit build its data without --task
     assert json.loads((tmp_path / "eqr" / "config.json").read_text())["equilibria_task"] == "sudoku"
 

@@ -25,19 +25,24 @@ def tiny_models():
 @pytest.mark.parametrize("family", ["ouro", "attractor_lm", "eqr", "phdeq"])
 def test_cards_for_every_family_validate_and_carry_results(family):
     model = tiny_models()[family]
+    evaluated = {"name": "someone/data (test split)", "dataset": "someone/data", "note": "no training row among them"}
     audit = {
         "verdict": "computing",
         "reasons": ["substituting z0 for h* costs 40.00 points"],
         "accuracy": 0.9,
-        "substitution": {"change_points": -40.0},
+        "num_units": 200,
+        "family": {"unit": "sequence"},
+        "chance": {"majority": 0.1, "margin_se": 37.7},
+        "substitution": {"change_points": -40.0, "se_points": 3.5},
         "displacement": {"median": 3.2},
+        "data": evaluated,
     }
     card = build_model_card(
         model,
         repo_id="someone/tiny",
         datasets=["someone/data"],
         task_name="a task",
-        loop_scaling={1: 0.25, 4: 0.5, 8: 0.75},
+        loop_scaling={"data": evaluated, "accuracy": {1: 0.25, 4: 0.5, 8: 0.75}},
         loop_scaling_plot="loop_scaling.png",
         audit=audit,
         base_model="someone/base",
@@ -56,10 +61,15 @@ def test_cards_for_every_family_validate_and_carry_results(family):
         "| 8 | 75.0% |",
         "![loop scaling](loop_scaling.png)",
         "## Computation audit",
-        "**computing**",
+        "**computing**, on 200 sequences of someone/data (test split) (no training row among them)",
+        "against a majority-class baseline of 10.00% (+37.7 binomial standard errors)",
+        "changes it by -40.00 +/- 3.50 points",
         "## Limitations",
     ):
         assert section in text, section
+    assert data.eval_results[0].dataset_type == "someone/data"
+    with pytest.raises(ValueError, match="the card's results were computed on someone/data"):
+        build_model_card(model, datasets=["someone/other"], loop_scaling={"data": evaluated, "accuracy": {1: 0.5}})
 
 
 def test_bad_card_inputs_are_clear_errors():

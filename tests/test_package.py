@@ -103,11 +103,20 @@ def test_demo_quick_mode_writes_and_reloads_a_hub_folder(tmp_path):
         "loop_scaling.png",
         "audit.json",
         "audit.png",
+        "training_data.json",
     } <= names
     assert set(results["accuracy_by_loops"]) == set(results["stars_accuracy_by_loops"]) == {"1", "2", "4", "8"}
+    assert results["continuation_steps"] == 6  # the plain baseline got as many extra steps as STARS
     card = ModelCard.load(folder / "README.md")
     assert [r.metric_config for r in card.data.eval_results][-1] == "num_loops=8"
-    assert results["audit_verdict"] in card.text
+    stars_audit = results["audit"]["STARS"]
+    assert set(results["audit"]) == {"plain", "STARS"} and stars_audit["verdict"] in card.text
+    assert "majority-class baseline" in card.text and "held-out" in card.text
+    # the folder's own card command reads what the demo wrote (both curves in loop_scaling.json)
+    from equilibria.cli import main
+
+    main(["card", str(folder)])
+    assert stars_audit["verdict"] in (folder / "README.md").read_text()
     assert len(results["samples"]) == 4 and any(k.startswith("remote code") for k in results["samples"])
     assert json.loads((tmp_path / "demo_results.json").read_text())["steps"] == results["steps"]
     assert torch.isfinite(torch.tensor(results["final_train_loss"]))

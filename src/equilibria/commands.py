@@ -26,15 +26,43 @@ def load_saved_model(path: str, trust_remote_code: bool = False):
     return auto.from_pretrained(path, trust_remote_code=trust_remote_code).eval()
 
 
-def task_data(model, task: str | None, num: int, seed: int, digits: int = 2):
-    """Fresh evaluation data for ``task`` (default: the one the model was trained on, else its family's) shaped for
-    ``model`` (sizes from its config): ``num`` rows of the task's test split, seeded."""
+def evaluation_data(model, args, digits: int = 2):
+    """``(rows, record)``: what ``equilibria eval`` / ``audit`` evaluate ``model`` on, and a record of it for the
+    results (``name``, ``dataset``: the ``--dataset`` given or ``None`` for generated rows, ``held_out``,
+    ``note``). Generated rows are fresh rows of ``--task`` (default: the one the model was trained on) that
+    exclude every question of the folder's ``training_data.json``; rows of a ``--dataset`` that repeat a
+    training question are dropped."""
     from .families import family_of, model_task
-    from .tasks import eval_split
+    from .tasks import TRAINING_RECORD, eval_split, fingerprints, load_training_record
 
-    task = task or model_task(model)
-    family_of(model).head_for(task)  # the task must fit the family
-    return eval_split(model.config, task, num, seed, digits=digits)
+    if args.dataset is not None and args.task is not None:
+        raise ValueError("pass either --task or --dataset, not both")
+    training = load_training_record(args.model_path)
+    task = args.task or model_task(model)
+    exclude = set(training["fingerprints"]) if training and training["task"] == task else set()
+    if args.dataset is None:
+        family_of(model).head_for(task)  # the task must fit the family
+        rows = eval_split(model.config, task, args.num_examples, args.seed, digits=digits, exclude=exclude)
+        record = {"name": f"{len(rows)} generated {task} problems (seed {args.seed})", "dataset": None}
+    else:
+        rows = _load_dataset(args.dataset, args.split)
+        record = {"name": f"{args.dataset} ({args.split} split)", "dataset": args.dataset}
+        if exclude:
+            try:
+                keep = [i for i, key in enumerate(fingerprints(task, rows)) if key not in exclude]
+            except KeyError:  # the rows lack the task's question columns: cannot compare
+                exclude = set()
+            else:
+                record["dropped_training_rows"] = len(rows) - len(keep)
+                rows = rows.select(keep)
+    record["held_out"] = bool(exclude)
+    record["note"] = (
+        f"no question of the model's training data ({training['description']}; {len(exclude)} questions, from "
+        f"{TRAINING_RECORD}) is among them"
+        if exclude
+        else f"not checked against the training data (the folder has no usable {TRAINING_RECORD})"
+    )
+    return rows, record
 
 
 def _tokenizer(model_path: str):
@@ -53,19 +81,15 @@ def run_audit(args) -> None:
     if args.num_examples < 1:
         raise ValueError(f"--num-examples must be >= 1, got {args.num_examples}")
     model = load_saved_model(args.model_path, args.trust_remote_code)
-    if args.dataset is not None:
-        if args.task is not None:
-            raise ValueError("pass either --task or --dataset, not both")
-        data = _load_dataset(args.dataset, args.split)
-    else:
-        data = task_data(model, args.task, args.num_examples, args.seed)
-        if model.can_generate():
-            from .tasks import tokenize_for_training
+    data, record = evaluation_data(model, args)
+    if args.dataset is None and model.can_generate():
+        from .tasks import tokenize_for_training
 
-            data = tokenize_for_training(data, _tokenizer(args.model_path))
+        data = tokenize_for_training(data, _tokenizer(args.model_path))
     report = audit(
         model, data, num_loops=args.num_loops, batch_size=args.batch_size, max_units=args.num_examples, seed=args.seed
     )
+    report.data = {**record, "units": report.num_units}
     print(report)
     if args.output_dir:
         out = report.save(args.output_dir)
@@ -139,9 +163,13 @@ def plot_loop_scaling(curves: dict[str, dict[int, float]], path: Path, title: st
     return True
 
 
-def report_loop_scaling(result: dict[int, float], model_type: str, output_dir: str | Path | None) -> bool:
-    """Print the loop-scaling table; with ``output_dir`` also write ``loop_scaling.json`` and ``.png`` there.
-    Returns whether the plot was written."""
+def report_loop_scaling(
+    result: dict[int, float], model_type: str, output_dir: str | Path | None, data: dict | None = None
+) -> bool:
+    """Print the loop-scaling table; with ``output_dir`` also write ``loop_scaling.json`` (``{"data": what it was
+    computed on, "accuracy": {loops: accuracy}}``) and ``.png`` there. Returns whether the plot was written."""
+    if data:
+        print(f"  on {data['name']}: {data['note']}")
     print("  num_loops | accuracy")
     for n, acc in result.items():
         print(f"  {n:>9} | {100 * acc:6.1f}%")
@@ -149,7 +177,8 @@ def report_loop_scaling(result: dict[int, float], model_type: str, output_dir: s
         return False
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "loop_scaling.json").write_text(json.dumps({str(k): v for k, v in result.items()}, indent=2) + "\n")
+    payload = {"data": data, "accuracy": {str(k): v for k, v in result.items()}}
+    (out / "loop_scaling.json").write_text(json.dumps(payload, indent=2) + "\n")
     plotted = plot_loop_scaling({model_type: result}, out / "loop_scaling.png", f"{model_type}: accuracy vs loops")
     print(f"wrote {out / 'loop_scaling.json'}" + (f" and {out / 'loop_scaling.png'}" if plotted else " (no plot)"))
     return plotted
@@ -159,14 +188,11 @@ def run_eval(args) -> dict[int, float]:
     """``equilibria eval``: the loop-scaling curve of a saved model on its task, as a table (and JSON + PNG)."""
     loops = parse_loops(args.loops)
     model = load_saved_model(args.model_path, args.trust_remote_code)
-    if args.dataset is not None:
-        data = _load_dataset(args.dataset, args.split)
-    else:
-        data = task_data(model, args.task, args.num_examples, args.seed, digits=args.digits)
+    data, record = evaluation_data(model, args, digits=args.digits)
     data = data.select(range(min(args.num_examples, len(data))))
     result = loop_scaling(model, data, loops, args.model_path, args.batch_size)
     print(f"loop scaling of {args.model_path} ({model.config.model_type}) on {len(data)} examples")
-    report_loop_scaling(result, model.config.model_type, args.output_dir)
+    report_loop_scaling(result, model.config.model_type, args.output_dir, {**record, "units": len(data)})
     return result
 
 
@@ -210,6 +236,7 @@ def run_card(args) -> Path:
     ``loop_scaling.json`` / ``loop_scaling.png`` (from ``equilibria eval --output-dir``) and ``audit.json`` (from
     ``equilibria audit --output-dir``), or the files given."""
     from .hub_cards import build_model_card, card_metadata_round_trips
+    from .hub_cards.card import evaluation_record
 
     folder = Path(args.model_path)
     model = load_saved_model(args.model_path, args.trust_remote_code)
@@ -217,6 +244,13 @@ def run_card(args) -> Path:
     audit_file = Path(args.audit) if args.audit else folder / "audit.json"
     scaling = json.loads(scaling_file.read_text()) if scaling_file.is_file() else None
     plot = "loop_scaling.png" if (folder / "loop_scaling.png").is_file() else None
+    audit_data = json.loads(audit_file.read_text()) if audit_file.is_file() else None
+    if args.dataset and (scaling or audit_data) and evaluation_record(scaling, audit_data) is None:
+        raise ValueError(
+            f"--dataset {' '.join(args.dataset)}: the loop-scaling / audit results here do not record which data they "
+            "were computed on; rerun `equilibria eval` / `equilibria audit` with --output-dir, then name the dataset "
+            "they used"
+        )
     card = build_model_card(
         model,
         repo_id=args.repo_id,
@@ -226,7 +260,7 @@ def run_card(args) -> Path:
         task_name=args.task_name,
         loop_scaling=scaling,
         loop_scaling_plot=plot,
-        audit=audit_file if audit_file.is_file() else None,
+        audit=audit_data,
     )
     if not card_metadata_round_trips(card):
         raise ValueError("the card's metadata does not parse back to itself")

@@ -1,6 +1,6 @@
-"""The main job: train a small Ouro looped LM on addition, fine-tune a copy with STARS, evaluate both across loop
-counts, audit the loop, write a Hub-ready folder with a model card and load it back (through the package and as
-remote code)."""
+"""The main job: train a small Ouro looped LM on addition, then continue two copies for the same number of steps,
+one plainly and one with STARS, evaluate both across loop counts on held-out problems, audit both loops, write a
+Hub-ready folder with a model card and load it back (through the package and as remote code)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,14 @@ from transformers import (
 
 from .families import small_ouro_config
 from .modeling import OuroForCausalLM
-from .tasks import addition_tokenizer, build_addition_dataset, exact_match, tokenize_for_training
+from .tasks import (
+    addition_tokenizer,
+    build_addition_dataset,
+    exact_match,
+    fingerprints,
+    save_training_record,
+    tokenize_for_training,
+)
 
 EVAL_LOOPS = (1, 2, 4, 8, 16)
 TRAINED_LOOPS = 4
@@ -72,14 +79,13 @@ def run_demo(
 ) -> dict:
     """Run the demo and return its results (also written to ``output_dir/demo_results.json``).
 
-    Trains a small Ouro model on 2-digit addition at 4 loops, fine-tunes a copy with STARS, prints both
-    loop-scaling tables, audits the STARS model's loop, writes a Hub-ready folder (safetensors, remote code,
-    tokenizer, generation config, model card, plots), reloads it through the package and as remote code without
-    the package, and generates with two loop counts."""
+    Trains a small Ouro model on 2-digit addition at 4 loops, then continues two copies for ``stars_steps`` more
+    steps each: one with the plain ``Trainer`` at 4 loops, one with STARS (so the comparison is like with like).
+    Prints both loop-scaling tables on held-out problems, audits both loops, writes a Hub-ready folder for the
+    STARS model (safetensors, remote code, tokenizer, generation config, model card, plots), reloads it through
+    the package and as remote code without the package, and generates with two loop counts."""
     if steps < 1 or stars_steps < 1:
         raise ValueError(f"steps and stars_steps must be >= 1, got {steps} and {stars_steps}")
-    from .diagnostics import audit
-
     output_dir = Path(output_dir)
     set_seed(seed)
     started = time.time()
@@ -87,31 +93,21 @@ def run_demo(
         steps, stars_steps = min(steps, 20), min(stars_steps, 6)
     run = _Run(output_dir, quick, seed)
     model, trainer = _train_plain(run, steps)
+    plain_model = _continue_plain(run, model, stars_steps)
     stars_model, stars = _train_stars(run, model, stars_steps)
-
-    loops_grid = run.loops_grid
-    print(f"[4/6] exact match on the test split at loops {list(loops_grid)} (trained at {TRAINED_LOOPS})")
-    accuracy = {loops: exact_match(model, run.tokenizer, run.data["test"], num_loops=loops) for loops in loops_grid}
-    stars_accuracy = {
-        loops: exact_match(stars_model, run.tokenizer, run.data["test"], num_loops=loops) for loops in loops_grid
-    }
-    print("  loops | plain   | STARS")
-    for loops in loops_grid:
-        print(f"  {loops:>5} | {accuracy[loops]:6.1%} | {stars_accuracy[loops]:6.1%}")
-
-    print("[5/6] the computation audit of the STARS model's loop (start: the embeddings; solved: the looped state)")
-    report = audit(stars_model, tokenize_for_training(run.data["test"], run.tokenizer), progress=False, seed=seed)
-    print("\n".join("  " + line for line in str(report).splitlines()))
-
-    folder = _write_folder(run, stars, {"plain": accuracy, "stars": stars_accuracy}, report)
+    curves = _loop_scaling(run, {f"plain, {steps} + {stars_steps} steps": plain_model, "STARS": stars_model})
+    reports = _audits(run, {"plain": plain_model, "STARS": stars_model})
+    folder = _write_folder(run, stars, curves, reports["STARS"])
     samples = _reload(run, folder)
+    plain_curve, stars_curve = curves.values()
     results = {
-        "accuracy_by_loops": _keys(accuracy),
-        "stars_accuracy_by_loops": _keys(stars_accuracy),
-        "audit_verdict": report.verdict,
+        "accuracy_by_loops": _keys(plain_curve),
+        "stars_accuracy_by_loops": _keys(stars_curve),
+        "evaluation_data": f"{run.n_test} held-out problems (none in the {len(run.data['train'])} training problems)",
+        "audit": {name: _audit_summary(report) for name, report in reports.items()},
         "trained_loops": TRAINED_LOOPS,
         "steps": steps,
-        "stars_steps": stars_steps,
+        "continuation_steps": stars_steps,
         "final_train_loss": next(
             (h["train_loss"] for h in reversed(trainer.state.log_history) if "train_loss" in h), None
         ),
@@ -122,6 +118,53 @@ def run_demo(
     (output_dir / "demo_results.json").write_text(json.dumps(results, indent=2))
     print(f"done in {results['seconds']} s; results in {output_dir / 'demo_results.json'}")
     return results
+
+
+def _loop_scaling(run: _Run, models: dict) -> dict[str, dict[int, float]]:
+    print(
+        f"[4/6] exact match on the {run.n_test} held-out problems at loops {list(run.loops_grid)} (trained at {TRAINED_LOOPS})"
+    )
+    curves = {
+        name: {n: exact_match(model, run.tokenizer, run.data["test"], num_loops=n) for n in run.loops_grid}
+        for name, model in models.items()
+    }
+    names = list(curves)
+    print("  loops | " + " | ".join(f"{name:>24}" for name in names))
+    for loops in run.loops_grid:
+        print(f"  {loops:>5} | " + " | ".join(f"{curves[name][loops]:>24.1%}" for name in names))
+    return curves
+
+
+def _audits(run: _Run, models: dict) -> dict:
+    from .diagnostics import audit
+
+    print(
+        "[5/6] the computation audit of both loops on the held-out problems (start: the state after the first loop "
+        "step; solved: after the last; do the extra steps compute?)"
+    )
+    data = tokenize_for_training(run.data["test"], run.tokenizer)
+    reports = {}
+    for name, model in models.items():
+        reports[name] = report = audit(model, data, progress=False, seed=run.seed)
+        report.data = {"name": f"{run.n_test} held-out {run.digits}-digit addition problems", "dataset": None}
+        report.data["note"] = "no training problem is among them"
+        print(f"  {name}: {report.verdict.upper()}")
+        print("\n".join("    - " + reason for reason in report.reasons[:2]))
+    return reports
+
+
+def _audit_summary(report) -> dict:
+    """The verdict with what it rests on: accuracy against the majority class, and T1 with its standard error."""
+    return {
+        "verdict": report.verdict,
+        "units": report.num_units,
+        "accuracy": report.accuracy,
+        "majority_class": report.chance["majority"],
+        "margin_se": report.chance["margin_se"],
+        "t1_change_points": report.substitution["change_points"],
+        "t1_se_points": report.substitution["se_points"],
+        "reasons": report.reasons,
+    }
 
 
 class _Run:
@@ -174,6 +217,21 @@ def _train_plain(run: _Run, steps: int):
     return model, trainer
 
 
+def _continue_plain(run: _Run, model, steps: int):
+    """The baseline for STARS: a copy trained ``steps`` more steps the plain way (4 loops), with STARS' schedule."""
+    plain = copy.deepcopy(model)
+    print(f"[3/6] continuing a copy the plain way for {steps} steps (the baseline for STARS' {steps} steps)")
+    args = TrainingArguments(
+        output_dir=str(run.output_dir / "plain-continuation"),
+        max_steps=steps,
+        warmup_steps=max(1, steps // 10),
+        logging_steps=max(1, steps // 6),
+        **{**run.common, "learning_rate": 5e-4},
+    )
+    Trainer(model=plain, args=args, train_dataset=run.train_set, data_collator=run.collator).train()
+    return plain
+
+
 def _train_stars(run: _Run, model, stars_steps: int):
     from .trainers import StarsTrainer, StarsTrainingArguments
 
@@ -210,26 +268,30 @@ def _write_folder(run: _Run, stars, curves: dict, report) -> Path:
     folder = run.output_dir / "model"
     stars.model.save_pretrained(folder)
     run.tokenizer.save_pretrained(folder)
+    description = f"{len(run.data['train'])} generated {run.digits}-digit addition problems (seed {run.seed})"
+    save_training_record(folder, "addition", fingerprints("addition", run.data["train"]), description)
     plot = plot_loop_scaling(
-        {f"plain (trained at {TRAINED_LOOPS})": curves["plain"], "STARS fine-tuned": curves["stars"]},
-        folder / "loop_scaling.png",
-        "Ouro on addition: accuracy vs loops",
-        mark=TRAINED_LOOPS,
+        curves, folder / "loop_scaling.png", "Ouro on addition: accuracy vs loops", mark=TRAINED_LOOPS
     )
     report.save(folder)
+    stars_curve = curves["STARS"]
     card = build_model_card(
         stars.model,
         model_name="ouro-addition-stars (equilibria demo)",
         task_name=f"{run.digits}-digit addition",
-        dataset_name=f"{run.n_test} held-out {run.digits}-digit addition problems",
-        loop_scaling=curves["stars"],
+        loop_scaling={"data": report.data, "accuracy": _keys(stars_curve)},
         loop_scaling_plot="loop_scaling.png" if plot else None,
         audit=report,
         trainer_state=stars.state,
         training_args=stars.args,
     )
     card.save(folder / "README.md")
-    (folder / "loop_scaling.json").write_text(json.dumps({k: _keys(v) for k, v in curves.items()}, indent=2) + "\n")
+    scaling = {
+        "data": report.data,
+        "accuracy": _keys(stars_curve),
+        "compared": {k: _keys(v) for k, v in curves.items()},
+    }
+    (folder / "loop_scaling.json").write_text(json.dumps(scaling, indent=2) + "\n")
     print(f"[6/6] wrote a Hub-ready folder to {folder}:")
     for name, what in (
         ("model.safetensors", "the weights"),
@@ -237,7 +299,8 @@ def _write_folder(run: _Run, stars, curves: dict, report) -> Path:
         ("configuration_ouro.py, modeling_ouro.py, ...", "remote code: loads with trust_remote_code=True"),
         ("tokenizer.json, tokenizer_config.json", "the tokenizer"),
         ("README.md", "the model card (metadata with accuracy per loop count, usage, audit, training)"),
-        ("loop_scaling.png, loop_scaling.json", "plain vs STARS accuracy per loop count"),
+        ("loop_scaling.png, loop_scaling.json", "plain vs STARS accuracy per loop count (same steps)"),
+        ("training_data.json", "fingerprints of the training problems (eval and audit exclude them)"),
         ("audit.json, audit.png", f"the audit (verdict: {report.verdict})"),
     ):
         print(f"  {name:<46} {what}")

@@ -85,8 +85,9 @@ def parse_train_args(argv: list[str]):
 
 
 def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
-    """``(model, data, tokenizer, collator)`` for the family and task: the task's splits, and the family's head for
-    the task with a small config sized by ``model_args`` (the task's name saved in it as ``equilibria_task``)."""
+    """``(model, data, collator)`` for the family and task: the task's :class:`~equilibria.tasks.TaskData` (splits,
+    tokenizer, training-question fingerprints), and the family's head for the task with a small config sized by
+    ``model_args`` (the task's name saved in it as ``equilibria_task``)."""
     from transformers import DataCollatorForSeq2Seq
 
     from .tasks import build_task, check_task
@@ -111,7 +112,7 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
         collate_tokenizer = copy.deepcopy(data.tokenizer)
         collate_tokenizer.padding_side = "right"
         collator = DataCollatorForSeq2Seq(collate_tokenizer, label_pad_token_id=-100)
-    return head.model_class(config), {"train": data.train, "test": data.test}, data.tokenizer, collator
+    return head.model_class(config), data, collator
 
 
 def run_train(argv: list[str]) -> dict:
@@ -125,25 +126,34 @@ def train_and_evaluate(argv: list[str]):
     from transformers import set_seed
 
     from .commands import loop_scaling, parse_loops, report_loop_scaling
+    from .tasks import save_training_record
 
     model_args, data_args, args = parse_train_args(argv)
     loops = parse_loops(data_args.eval_loops)
     set_seed(args.seed)
-    model, data, tokenizer, collator = build(model_args, data_args, args.seed)
+    model, data, collator = build(model_args, data_args, args.seed)
     trainer = FAMILIES[model_args.family].trainer_class()(
-        model=model, args=args, train_dataset=data["train"], data_collator=collator, processing_class=tokenizer
+        model=model, args=args, train_dataset=data.train, data_collator=collator, processing_class=data.tokenizer
     )
     trainer.train()
     trainer.save_model()
     result = {}
     if trainer.is_world_process_zero():
         out = Path(args.output_dir)
+        save_training_record(out, data.name, data.train_fingerprints, data.description)
         model = trainer.accelerator.unwrap_model(trainer.model).eval()
-        result = loop_scaling(model, data["test"], loops, model_path=str(out))
-        print(f"loop scaling on {len(data['test'])} held-out examples")
-        if report_loop_scaling(result, model.config.model_type, out):
+        result = loop_scaling(model, data.test, loops, model_path=str(out))
+        record = {
+            "name": f"the {len(data.test)}-problem test split generated with the training data",
+            "dataset": None,
+            "held_out": True,
+            "note": "drawn without replacement together with the training split: no training question is among them",
+            "units": len(data.test),
+        }
+        print(f"loop scaling on {len(data.test)} held-out examples")
+        if report_loop_scaling(result, model.config.model_type, out, record):
             trainer.loop_scaling_plot = "loop_scaling.png"
-        trainer.loop_scaling = result
+        trainer.loop_scaling = {"data": record, "accuracy": {str(k): v for k, v in result.items()}}
         trainer.create_model_card(dataset=None)
         print(f"wrote the model, its remote code, card and plot to {out}")
     if args.push_to_hub:

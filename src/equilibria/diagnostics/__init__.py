@@ -8,7 +8,8 @@ report.save("audit-out")            # audit.json + audit.png
 """
 
 from . import adapters
+from . import audit as _audit
 from .adapters import *  # noqa: F403  (LoopAdapter, LoopRun, adapter_for and the families' adapters)
-from .audit import VERDICTS, AuditReport, AuditThresholds, audit, linear_probe, verdict
+from .audit import *  # noqa: F403  (VERDICTS, AuditReport, AuditThresholds, audit, verdict, ...)
 
-__all__ = [*adapters.__all__, "VERDICTS", "AuditReport", "AuditThresholds", "audit", "linear_probe", "verdict"]
+__all__ = [*adapters.__all__, *_audit.__all__]

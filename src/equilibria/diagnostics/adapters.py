@@ -15,7 +15,8 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from ..modeling.modeling_eqr import puzzle_solved
-from ..modeling.solvers import fixed_point, solver_options
+from ..modeling.modeling_ouro import exit_distribution
+from ..modeling.solvers import fixed_point, residual, solver_options
 
 
 @dataclass
@@ -40,6 +41,11 @@ class LoopAdapter:
     family = "?"
     start_name = "z0"
     solved_name = "h*"
+    #: whether T4 (restart the loop from a displaced start) means anything: a loop with an attractor returns to
+    #: it; a fixed number of steps has no fixed point to return to
+    displacement_applies = True
+    #: what one unit is, for the report ("example", "puzzle", "sequence")
+    unit_name = "example"
 
     def __init__(self, model, num_loops: int | None = None, seed: int = 0):
         self.model = model
@@ -67,6 +73,17 @@ class LoopAdapter:
     def difficulty(self, batch: dict) -> torch.Tensor | None:
         value = batch.get("difficulty")
         return None if value is None else value.double()
+
+    def untestable(self) -> str | None:
+        """Why this loop has nothing the audit could test (``None`` when it has), e.g. a one-step loop."""
+        return None
+
+    def answers(self, batch: dict) -> list[tuple]:
+        """Each unit's whole target (its labels, -100 skipped) as a tuple: the audit's majority-class baseline is
+        the share of units whose target is the most common one."""
+        labels = batch["labels"]
+        labels = labels[:, None] if labels.dim() == 1 else labels.flatten(1)
+        return [tuple(row[row != -100].tolist()) for row in labels]
 
     def run(self, batch: dict, start: torch.Tensor | None = None) -> LoopRun:
         raise NotImplementedError
@@ -130,6 +147,7 @@ class EqRAdapter(LoopAdapter):
     Dataset columns: ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
 
     family = "eqr"
+    unit_name = "puzzle"
     start_name = "z0 (random or learned start state)"
     solved_name = "h* = z_depth (state after the iterations)"
 
@@ -178,6 +196,11 @@ class _CausalLMAdapter(LoopAdapter):
     """Shared by the language models: a unit is a sequence, right when every labelled next token is (labels
     follow the causal-LM convention: ``labels[t]`` is the token after position ``t - 1``, -100 skipped).
     Dataset columns: ``input_ids``, ``labels`` (and optionally ``attention_mask``, ``difficulty``)."""
+
+    unit_name = "sequence"
+
+    def answers(self, batch):
+        return super().answers({"labels": batch["labels"][:, 1:]})
 
     def batches(self, dataset, batch_size):
         data = dataset.with_format("torch")
@@ -254,33 +277,51 @@ class AttractorAdapter(_CausalLMAdapter):
 
 
 class OuroAdapter(_CausalLMAdapter):
-    """Ouro: ``z0`` is the input embeddings (the loop's first state), ``h*`` each token's state at its exit
-    step after ``num_loops`` steps, the decoder ``lm_head``. "Iterations" per sequence are the expected exit
-    step under the exit gate, averaged over the labelled tokens; the cap is ``num_loops``."""
+    """Ouro, a fixed number of loop steps without an attractor: the audit asks whether the steps after the first
+    compute. ``z0`` is the state after the first loop step (normalised, as every step's output is, so the decoder
+    reads it as it reads the last), ``h*`` the state after all ``num_loops`` steps, the decoder ``lm_head``.
+    Every token runs every step (the config's early-exit threshold is not applied). A sequence has converged when
+    the last step's relative change ``||h_T - h_{T-1}|| / ||h_T||`` (over its real tokens) is below ``tol``.
+    "Iterations" are the expected exit step under the exit gate, averaged over the labelled tokens. T4 does not
+    apply (there is no fixed point to return to), and a one-step loop has no extra steps to test."""
 
     family = "ouro"
-    start_name = "h0 (the input embeddings)"
-    solved_name = "h_T (each token's state at its exit step)"
+    start_name = "h_1 (the state after the first loop step)"
+    solved_name = "h_T (the state after the last loop step)"
+    displacement_applies = False
+
+    def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
+        super().__init__(model, num_loops, seed)
+        self.tol = tol
+
+    def untestable(self):
+        if self.max_iter < 2:
+            return f"the loop runs {self.max_iter} step: there are no extra steps whose computation could be tested"
+        return None
 
     def run(self, batch, start=None):
-        embeds = self.model.model.embed_tokens(batch["input_ids"])
-        begin = embeds if start is None else start.view_as(embeds)
-        out = self.model.model(
-            inputs_embeds=begin, attention_mask=batch["attention_mask"], num_loops=self.max_iter, use_cache=False
-        )
-        steps_axis = torch.arange(1, out.exit_probs.shape[-1] + 1, dtype=torch.float64)
-        expected = (out.exit_probs.double() * steps_axis).sum(-1)  # (batch, seq)
+        core = self.model.model
+        f, h0 = core.loop_map(batch["input_ids"], attention_mask=batch["attention_mask"])
+        h = f(h0) if start is None else start.view_as(h0)
+        first, previous, gate_logits = h, h, []
+        for _ in range(1, self.max_iter):
+            gate_logits.append(core.early_exit_gate(h).squeeze(-1))
+            previous, h = h, f(h)
+        exit_probs = exit_distribution(gate_logits, h)
+        steps_axis = torch.arange(1, exit_probs.shape[-1] + 1, dtype=torch.float64)
+        expected = (exit_probs.double() * steps_axis).sum(-1)  # (batch, seq)
         weight = (batch["labels"] != -100).double()
         weight = torch.where(weight.sum(1, keepdim=True) > 0, weight, batch["attention_mask"].double())
-        steps = (expected * weight).sum(1) / weight.sum(1).clamp_min(1.0)
+        change = residual(self._flatten(batch, previous), self._flatten(batch, h), keep_dims=1)[1]
         run = LoopRun(
-            valid=self._valid(batch, embeds),
-            start=self._flatten(batch, embeds),
-            solved=self._flatten(batch, out.last_hidden_state),
-            steps=steps,
-            converged=torch.ones(len(steps), dtype=torch.bool),
-            diverged=~torch.isfinite(out.last_hidden_state.flatten(1)).all(1),
+            valid=self._valid(batch, h0),
+            start=self._flatten(batch, first),
+            solved=self._flatten(batch, h),
+            steps=(expected * weight).sum(1) / weight.sum(1).clamp_min(1.0),
+            converged=change < self.tol if self.max_iter > 1 else torch.ones(len(h), dtype=torch.bool),
+            diverged=~torch.isfinite(h.flatten(1)).all(1),
             correct=torch.zeros(0, dtype=torch.bool),
+            extra={"last_change": change},
         )
         run.correct = self.decode(batch, run, run.solved)
         return run

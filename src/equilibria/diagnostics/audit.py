@@ -16,14 +16,20 @@ direct path. ``audit(model, dataset)`` runs four tests and a contrast on any fam
   input distribution, so a loss there does not show the loop computes.
 
 Plus the displacement ``||h* - z0||`` and a verdict with its reasons: ``computing``, ``lazy identity collapse``,
-``decoder bypass`` (the loop moves the state but the decoder ignores it), ``solver explosion`` or
+``decoder bypass`` (the loop moves the state but the decoder ignores it), ``solver explosion``, ``at chance`` or
 ``inconclusive``.
+
+Every verdict but ``at chance`` and ``inconclusive`` needs a model that does something: its accuracy (per unit:
+an example, a puzzle with every cell right, a sequence with every labelled token right) must beat the majority
+class (the share of units whose whole answer is the most common one) by ``significance`` binomial standard
+errors. Every accuracy change (T1, zeroing, T2, T4) is reported with its standard error.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -32,7 +38,7 @@ from tqdm.auto import tqdm  # a dependency of transformers and datasets
 
 from .adapters import LoopAdapter, adapter_for
 
-VERDICTS = ("computing", "lazy identity collapse", "decoder bypass", "solver explosion", "inconclusive")
+VERDICTS = ("computing", "lazy identity collapse", "decoder bypass", "solver explosion", "at chance", "inconclusive")
 
 
 @dataclass
@@ -49,7 +55,9 @@ class AuditThresholds:
         return_tolerance: T4 counts a displaced run as back at ``h*`` (or still at its start) when it ends within
             this fraction of ``|d|`` of it.
         significance: An accuracy change (T1, zeroing) counts only when it is also this many standard errors of
-            the paired per-unit difference away from 0 (so that chance differences on few units do not decide).
+            the paired per-unit difference away from 0 (so that chance differences on few units do not decide);
+            the model's accuracy must beat the majority class by this many binomial standard errors for any
+            verdict but "at chance" and "inconclusive".
     """
 
     substitution_points: float = 1.0
@@ -78,6 +86,8 @@ class AuditReport:
     verdict: str
     reasons: list
     thresholds: dict = field(default_factory=dict)
+    chance: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)  # what the units are (set by the caller, e.g. ``equilibria audit``)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,16 +107,18 @@ class AuditReport:
         lines = [
             f"computation audit: {self.model_type} ({self.num_units} units; start {self.family['start']}; "
             f"solved {self.family['solved']})",
-            f"  accuracy (decoder on h*)            {100 * self.accuracy:7.2f}%",
+            *([f"  data: {self.data['name']}; {self.data['note']}"] if self.data.get("note") else []),
+            f"  accuracy (decoder on h*)            {100 * self.accuracy:7.2f}%   {_chance_text(self.chance)}",
             f"  ||h* - z0||  median / mean / max    {d['median']:.3g} / {d['mean']:.3g} / {d['max']:.3g}"
             f"   (relative median {d['relative_median']:.3g})",
-            f"  T1 substitution (z0 -> decoder)     {100 * s['accuracy']:7.2f}%   change {s['change_points']:+.2f} pts",
-            f"  zeroing (h* = 0; confounded)        {100 * z['accuracy']:7.2f}%   change {z['change_points']:+.2f} pts",
+            f"  T1 substitution (z0 -> decoder)     {100 * s['accuracy']:7.2f}%   change {_points(s)}",
+            f"  zeroing (h* = 0; confounded)        {100 * z['accuracy']:7.2f}%   change {_points(z)}",
         ]
-        if p:
+        if p.get("solved") is not None:
             lines.append(
                 f"  T2 linear probe  on h* / on z0      {_pct(p.get('solved'))} / {_pct(p.get('start'))}"
-                f"   (majority class {_pct(p.get('majority'))}, {p.get('test_rows', 0)} held-out rows)"
+                f"   difference {_points(p)} (majority class {_pct(p.get('majority'))}, {p.get('test_rows', 0)} "
+                "held-out rows)"
             )
         lines.append(
             f"  T3 iterations vs difficulty         Pearson {_num(it['pearson'])}, Spearman {_num(it['spearman'])};"
@@ -116,8 +128,10 @@ class AuditReport:
             lines.append(
                 f"  {'T4 |d| = ' + format(row['scale'], 'g') + ' x |z0|':<36}back at h* {100 * row['returned']:5.1f}%, stayed "
                 f"{100 * row['stayed']:5.1f}%, elsewhere {100 * row['elsewhere']:5.1f}%; accuracy "
-                f"{100 * row['accuracy']:6.2f}%"
+                f"{100 * row['accuracy']:6.2f}% ({_points(row)})"
             )
+        if not self.family.get("t4_applies", True):
+            lines.append("  T4 forced displacement              not applicable (no fixed point to return to)")
         lines.append(f"  verdict: {self.verdict.upper()}")
         lines += [f"    - {reason}" for reason in self.reasons]
         return "\n".join(lines)
@@ -246,6 +260,7 @@ class _Evidence:
         self.generator = torch.Generator().manual_seed(seed)
         keys = ("correct", "t1", "zero", "steps", "conv", "div", "disp", "rel", "n0", "n1", "difficulty")
         self.units: dict[str, list] = {k: [] for k in keys}
+        self.answers: list[tuple] = []
         outcomes = ("returned", "stayed", "elsewhere", "diverged", "correct")
         self.t4 = {s: {k: [] for k in outcomes} for s in scales}
         self.probe = {"solved": [], "start": [], "targets": []}
@@ -272,8 +287,9 @@ class _Evidence:
         ):
             if value is not None:
                 self.units[key].append(value)
+        self.answers += adapter.answers(batch)
         base = torch.where(n0 > 0, n0, torch.where(n1 > 0, n1, torch.ones_like(n1)))
-        for scale in self.scales:
+        for scale in self.scales if adapter.displacement_applies else ():
             self._displace(adapter, batch, run, scale, scale * base)
         if self.probe_rows and sum(len(t) for t in self.probe["targets"]) < self.probe_rows:
             feats, targets = adapter.probe_examples(batch, run, run.solved)
@@ -304,32 +320,26 @@ class _Evidence:
 
     def report(self, model, adapter: LoopAdapter, thresholds: AuditThresholds) -> AuditReport:
         cat = {k: torch.cat(v) if v else None for k, v in self.units.items()}
-        accuracy = cat["correct"].float().mean().item()
-        t1_acc, zero_acc = cat["t1"].float().mean().item(), cat["zero"].float().mean().item()
+        correct = cat["correct"]
+        family = {**adapter.describe(), "unit": adapter.unit_name, "t4_applies": adapter.displacement_applies}
+        if adapter.untestable():
+            family["untestable"] = adapter.untestable()
         report = AuditReport(
             model_type=str(model.config.model_type),
-            family=adapter.describe(),
-            num_units=len(cat["correct"]),
+            family=family,
+            num_units=len(correct),
             max_iter=int(adapter.max_iter),
-            accuracy=accuracy,
+            accuracy=correct.float().mean().item(),
             displacement=_displacement_summary(cat),
-            substitution={
-                "accuracy": t1_acc,
-                "change_points": 100 * (t1_acc - accuracy),
-                "z": _paired_z(cat["t1"], cat["correct"]),
-            },
-            zeroing={
-                "accuracy": zero_acc,
-                "change_points": 100 * (zero_acc - accuracy),
-                "z": _paired_z(cat["zero"], cat["correct"]),
-                "confounded": True,
-            },
+            substitution=paired_change(cat["t1"], correct),
+            zeroing={**paired_change(cat["zero"], correct), "confounded": True},
             probe=self._probe_result(),
             iterations=_iteration_summary(cat, adapter.max_iter),
-            displaced=[{"scale": scale, **_rates(row)} for scale, row in self.t4.items()],
+            displaced=[{"scale": scale, **_rates(row, correct)} for scale, row in self.t4.items() if row["correct"]],
             verdict="",
             reasons=[],
             thresholds=asdict(thresholds),
+            chance=chance_baseline(correct, self.answers, thresholds.significance),
         )
         report.verdict, report.reasons = verdict(report, thresholds)
         return report
@@ -342,11 +352,36 @@ class _Evidence:
         return _probe_both(solved, start, torch.cat(self.probe["targets"])[:rows], self.seed)
 
 
-def _rates(row: dict) -> dict:
-    """T4's outcome shares at one scale, the decoder's accuracy from the displaced run as ``accuracy``."""
-    merged = {k: torch.cat(v).float().mean().item() for k, v in row.items()}
-    merged["accuracy"] = merged.pop("correct")
-    return merged
+def _rates(row: dict, correct: torch.Tensor) -> dict:
+    """T4's outcome shares at one scale, and the decoder's accuracy from the displaced run with its paired
+    change from the undisturbed run (``accuracy``, ``change_points``, ``se_points``, ``z``)."""
+    merged = {k: torch.cat(v).float().mean().item() for k, v in row.items() if k != "correct"}
+    return {**merged, **paired_change(torch.cat(row["correct"]), correct)}
+
+
+def paired_change(after: torch.Tensor, before: torch.Tensor) -> dict:
+    """The accuracy of per-unit correctness ``after`` and its paired change from ``before`` (same units): the
+    change and its standard error in points, and ``z`` = change / standard error (inf when every unit that moves
+    moves the same way and the spread is 0, 0 when none moves)."""
+    diff = after.double() - before.double()
+    n = len(diff)
+    mean = diff.mean().item()
+    se = diff.std().item() / math.sqrt(n) if n > 1 else 0.0
+    z = 0.0 if mean == 0.0 else (math.copysign(math.inf, mean) if se == 0.0 else mean / se)
+    return {"accuracy": after.double().mean().item(), "change_points": 100 * mean, "se_points": 100 * se, "z": z}
+
+
+def chance_baseline(correct: torch.Tensor, answers: list[tuple], significance: float) -> dict:
+    """How the accuracy compares with the majority class at the unit level: ``majority`` (the share of units
+    whose whole answer is the most common one: what a constant answer gets), ``se`` (the binomial standard error
+    of an accuracy at that rate on these units), ``margin_se`` ((accuracy - majority) / se) and ``beats_chance``
+    (margin >= ``significance``; never when one answer covers every unit)."""
+    n = len(answers)
+    majority = max(Counter(answers).values()) / n
+    accuracy = correct.double().mean().item()
+    se = math.sqrt(majority * (1.0 - majority) / n)
+    margin = (accuracy - majority) / se if se > 0 else 0.0
+    return {"majority": majority, "se": se, "margin_se": margin, "beats_chance": margin >= significance}
 
 
 def _displacement_summary(cat: dict) -> dict:
@@ -389,72 +424,93 @@ def _iteration_summary(cat: dict, max_iter: int) -> dict:
 def verdict(report: AuditReport, thresholds: AuditThresholds | None = None) -> tuple[str, list[str]]:
     """The verdict and its reasons from a report's numbers (see the module docstring for the rules)."""
     th = thresholds or AuditThresholds()
-    it, d = report.iterations, report.displacement
+    d = report.displacement
     t1, zero = report.substitution["change_points"], report.zeroing["change_points"]
-    cost = -t1  # points lost by substituting z0 for h*
 
     def matters(change: float, z: float) -> bool:  # a change that is both large and not chance
         return abs(change) >= th.substitution_points and abs(z) >= th.significance
 
     t1_matters = matters(t1, report.substitution["z"])
     zero_matters = matters(zero, report.zeroing["z"])
-    reasons: list[str] = []
-    growth = math.inf if d["start_norm_median"] == 0 else d["solved_norm_median"] / d["start_norm_median"]
     support = _supporting(report, th)
-
-    exploded = []
-    if it["diverged_share"] >= th.explosion_share:
-        exploded.append(f"{100 * it['diverged_share']:.0f}% of solves diverged (>= {100 * th.explosion_share:.0f}%)")
-    if d["start_norm_median"] > 0 and growth >= th.explosion_growth:
-        exploded.append(f"the solved state is {growth:.3g}x the start's norm (>= {th.explosion_growth:g}x)")
+    exploded = _explosion(report, th)
+    withheld = _withheld(report, th, exploded)
+    if withheld:
+        return withheld[0], withheld[1] + support
     if exploded:
-        reasons += exploded
         if zero_matters and zero > 0:
-            reasons.append(f"zeroing h* improves accuracy by {zero:+.2f} points: the solved state hurts the decoder")
-        return "solver explosion", reasons + support
-
+            exploded.append(f"zeroing h* improves accuracy by {_points(report.zeroing)}: the solved state hurts")
+        return "solver explosion", exploded + support
     if not t1_matters and d["relative_median"] <= th.identity_displacement:
-        reasons.append(
+        reasons = [
             f"median ||h* - z0|| / max(||z0||, ||h*||) = {d['relative_median']:.2g} (<= {th.identity_displacement:g}):"
-            " the solved state is its start"
-        )
-        reasons.append(
-            f"substituting z0 for h* changes accuracy by {t1:+.2f} points (|.| < {th.substitution_points:g})"
-        )
+            " the solved state is its start",
+            f"substituting z0 for h* changes accuracy by {_points(report.substitution)} (not a change that matters)",
+        ]
         return "lazy identity collapse", reasons + support
-
-    if t1_matters and cost > 0:
-        reasons.append(
-            f"substituting z0 for h* costs {cost:.2f} points (>= {th.substitution_points:g}, "
-            f"{-report.substitution['z']:.1f} standard errors): the decoder needs what the loop computed"
-        )
-        reasons.append(f"median relative displacement ||h* - z0|| = {d['relative_median']:.2g}")
+    if t1_matters and t1 < 0:
+        reasons = [
+            f"substituting z0 for h* costs {-t1:.2f} points (+/- {report.substitution['se_points']:.2f}, "
+            f"{-report.substitution['z']:.1f} standard errors): the decoder needs what the loop computed",
+            f"median relative displacement ||h* - z0|| = {d['relative_median']:.2g}",
+        ]
         return "computing", reasons + support
-
     if not t1_matters and not zero_matters:
-        reasons.append(
+        reasons = [
             f"the loop moves the state (median relative displacement {d['relative_median']:.2g}) but neither "
-            f"substituting z0 ({t1:+.2f} points) nor zeroing h* ({zero:+.2f} points) changes accuracy: the decoder "
-            "ignores the solved state"
-        )
+            f"substituting z0 ({_points(report.substitution)}) nor zeroing h* ({_points(report.zeroing)}) changes "
+            "accuracy: the decoder ignores the solved state"
+        ]
         return "decoder bypass", reasons + support
-
-    reasons.append(
-        f"T1 changes accuracy by {t1:+.2f} points and zeroing by {zero:+.2f} points with median relative "
-        f"displacement {d['relative_median']:.2g}: no rule applies cleanly"
-    )
+    reasons = [
+        f"T1 changes accuracy by {_points(report.substitution)} and zeroing by {_points(report.zeroing)} with "
+        f"median relative displacement {d['relative_median']:.2g}: no rule applies cleanly"
+    ]
     return "inconclusive", reasons + support
 
 
-def _paired_z(after: torch.Tensor, before: torch.Tensor) -> float:
-    """z-score of the mean paired difference of two per-unit correctness vectors (inf when every unit moves the
-    same way, 0 when none moves)."""
-    diff = after.double() - before.double()
-    mean = diff.mean()
-    if float(mean) == 0.0:
-        return 0.0
-    se = diff.std() / math.sqrt(len(diff)) if len(diff) > 1 else torch.tensor(0.0)
-    return math.copysign(math.inf, float(mean)) if float(se) == 0.0 else float(mean / se)
+def _explosion(report: AuditReport, th: AuditThresholds) -> list[str]:
+    """Reasons to call the solves exploded (empty when they are not)."""
+    it, d = report.iterations, report.displacement
+    out = []
+    if it["diverged_share"] >= th.explosion_share:
+        out.append(f"{100 * it['diverged_share']:.0f}% of solves diverged (>= {100 * th.explosion_share:.0f}%)")
+    if d["start_norm_median"] > 0:
+        growth = d["solved_norm_median"] / d["start_norm_median"]
+        if growth >= th.explosion_growth:
+            out.append(f"the solved state is {growth:.3g}x the start's norm (>= {th.explosion_growth:g}x)")
+    return out
+
+
+def _withheld(report: AuditReport, th: AuditThresholds, exploded: list[str]) -> tuple[str, list[str]] | None:
+    """``("at chance", reasons)`` when the model does not beat the majority class, ``("inconclusive", reasons)``
+    when its loop has nothing to test; ``None`` when a verdict can be earned."""
+    c, unit = report.chance, report.family.get("unit", "unit")
+    if c and not c["beats_chance"]:
+        reasons = [
+            f"accuracy {100 * report.accuracy:.2f}% per {unit} does not beat the majority class "
+            f"({100 * c['majority']:.2f}%, the share of {unit}s with the most common answer) by "
+            f"{th.significance:g} binomial standard errors ({c['margin_se']:+.1f} SE over {report.num_units} "
+            f"{unit}s): an untrained or failed model, so nothing can be said about what its loop does"
+        ]
+        return "at chance", reasons + [f"also: {e}" for e in exploded]
+    if report.family.get("untestable"):
+        return "inconclusive", [report.family["untestable"]]
+    return None
+
+
+def _points(row: dict) -> str:
+    """A change in points with its standard error, e.g. ``-12.50 +/- 2.10 pts``."""
+    return f"{row['change_points']:+.2f} +/- {row['se_points']:.2f} pts"
+
+
+def _chance_text(chance: dict) -> str:
+    if not chance:
+        return ""
+    return (
+        f"(majority class {100 * chance['majority']:.2f}%; {chance['margin_se']:+.1f} SE: "
+        f"{'beats' if chance['beats_chance'] else 'does not beat'} chance)"
+    )
 
 
 def _supporting(report: AuditReport, th: AuditThresholds) -> list[str]:
@@ -468,19 +524,21 @@ def _supporting(report: AuditReport, th: AuditThresholds) -> list[str]:
         )
     else:
         out.append(f"T3: {it['note']}; {100 * it['cap_share']:.1f}% of solves hit the cap of {report.max_iter}")
-    if report.probe:
-        p = report.probe
+    p = report.probe
+    if p.get("solved") is not None:
         out.append(
-            f"T2: a linear probe reads the answer from h* at {_pct(p.get('solved'))}, from z0 at "
-            f"{_pct(p.get('start'))} (majority class {_pct(p.get('majority'))})"
+            f"T2: a linear probe reads the answer from h* at {_pct(p['solved'])}, from z0 at {_pct(p['start'])} "
+            f"(difference {_points(p)}; majority class {_pct(p['majority'])}; {p['test_rows']} held-out rows)"
         )
     for row in report.displaced:
         where = max(("returned", "stayed", "elsewhere"), key=lambda k: row[k])
         label = {"returned": "return to h*", "stayed": "stay at their displaced start", "elsewhere": "end elsewhere"}
         out.append(
             f"T4: from z0 + d with |d| = {row['scale']:g} x |z0|, {100 * row[where]:.0f}% {label[where]}; accuracy "
-            f"{100 * row['accuracy']:.2f}%"
+            f"{100 * row['accuracy']:.2f}% ({_points(row)})"
         )
+    if not report.family.get("t4_applies", True):
+        out.append("T4: not applicable (a fixed number of loop steps has no fixed point to return to)")
     return out
 
 
@@ -492,9 +550,17 @@ def _probe_both(solved: torch.Tensor, start: torch.Tensor, targets: torch.Tensor
     train, test = perm[: n // 2], perm[n // 2 :]
     counts = torch.bincount(targets[train])
     majority = (targets[test] == counts.argmax()).float().mean().item()
+    on_solved = _probe_correct(solved[train], targets[train], solved[test], targets[test])
+    on_start = _probe_correct(start[train], targets[train], start[test], targets[test])
+    n = len(test)
+    difference = paired_change(on_solved, on_start)
     return {
-        "solved": linear_probe(solved[train], targets[train], solved[test], targets[test]),
-        "start": linear_probe(start[train], targets[train], start[test], targets[test]),
+        "solved": on_solved.double().mean().item(),
+        "solved_se": math.sqrt(difference["accuracy"] * (1 - difference["accuracy"]) / n),
+        "start": on_start.double().mean().item(),
+        "start_se": on_start.double().std().item() / math.sqrt(n),
+        "change_points": difference["change_points"],
+        "se_points": difference["se_points"],
         "majority": majority,
         "train_rows": len(train),
         "test_rows": len(test),
@@ -511,6 +577,11 @@ def linear_probe(
 ) -> float:
     """Held-out accuracy of a multinomial logistic regression (standardised features, L2, L-BFGS) trained on
     ``(train_x, train_y)``."""
+    return _probe_correct(train_x, train_y, test_x, test_y, weight_decay, max_iter).double().mean().item()
+
+
+def _probe_correct(train_x, train_y, test_x, test_y, weight_decay: float = 1e-3, max_iter: int = 200) -> torch.Tensor:
+    """Per held-out row: is :func:`linear_probe`'s prediction right?"""
     mean, std = train_x.mean(0), train_x.std(0).clamp_min(1e-6)
     xtr, xte = (train_x - mean) / std, (test_x - mean) / std
     xtr, xte = torch.nan_to_num(xtr), torch.nan_to_num(xte)
@@ -530,7 +601,7 @@ def linear_probe(
 
     with torch.enable_grad():
         optimizer.step(closure)
-    return (linear(xte).argmax(-1) == test_y).double().mean().item()
+    return linear(xte).argmax(-1) == test_y
 
 
 def _pearson(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -580,4 +651,13 @@ def _jsonable(x):
     return x.tolist() if isinstance(x, torch.Tensor) else str(x)
 
 
-__all__ = ["VERDICTS", "AuditReport", "AuditThresholds", "audit", "linear_probe", "verdict"]
+__all__ = [
+    "VERDICTS",
+    "AuditReport",
+    "AuditThresholds",
+    "audit",
+    "chance_baseline",
+    "linear_probe",
+    "paired_change",
+    "verdict",
+]

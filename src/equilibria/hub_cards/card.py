@@ -22,9 +22,12 @@ def family_info(model_or_config) -> Family:
 
 
 def _loop_rows(loop_scaling) -> list[tuple[int, float]]:
-    """``{loops: accuracy}`` or ``[(loops, accuracy), ...]`` -> sorted rows, validated."""
+    """``{loops: accuracy}``, ``[(loops, accuracy), ...]`` or ``equilibria eval``'s ``{"data": ..., "accuracy":
+    {loops: accuracy}}`` -> sorted rows, validated."""
     if loop_scaling is None:
         return []
+    if isinstance(loop_scaling, dict) and "accuracy" in loop_scaling:
+        loop_scaling = loop_scaling["accuracy"]
     items = loop_scaling.items() if isinstance(loop_scaling, dict) else loop_scaling
     rows = []
     for loops, accuracy in items:
@@ -33,6 +36,49 @@ def _loop_rows(loop_scaling) -> list[tuple[int, float]]:
             raise ValueError(f"loop_scaling accuracies must be fractions in [0, 1], got {accuracy} at {loops} loops")
         rows.append((loops, accuracy))
     return sorted(rows)
+
+
+def evaluation_record(loop_scaling, audit: dict | None) -> dict | None:
+    """What the card's results were computed on (``equilibria eval`` / ``audit`` record it), or ``None``."""
+    if isinstance(loop_scaling, dict) and loop_scaling.get("data"):
+        return loop_scaling["data"]
+    return (audit or {}).get("data") or None
+
+
+def check_card_datasets(datasets: list[str] | None, evaluated: dict | None) -> None:
+    """A card may name only the dataset its results were computed on: ``ValueError`` otherwise."""
+    if not datasets or evaluated is None:
+        return
+    if evaluated.get("dataset") not in datasets:
+        raise ValueError(
+            f"datasets {datasets}: the card's results were computed on {evaluated['name']}, not on "
+            f"{' or '.join(datasets)}; name only the dataset the results come from"
+        )
+
+
+def _audit_units(audit: dict) -> str:
+    unit = audit.get("family", {}).get("unit", "unit")
+    data = audit.get("data") or {}
+    where = f" of {data['name']} ({data['note']})" if data.get("name") else ""
+    count = audit.get("num_units")
+    return f"{count} {unit}s{where}" if count else f"its evaluation data{where}"
+
+
+def _audit_evidence(audit: dict) -> list[str]:
+    """The audit's key numbers with their standard errors, for the card."""
+    chance, t1 = audit.get("chance") or {}, audit["substitution"]
+    lines = [f"Accuracy {100 * audit['accuracy']:.2f}%"]
+    if chance:
+        lines[0] += (
+            f" against a majority-class baseline of {100 * chance['majority']:.2f}% ({chance['margin_se']:+.1f} "
+            "binomial standard errors)"
+        )
+    t1_se = f" +/- {t1['se_points']:.2f}" if "se_points" in t1 else ""
+    lines[0] += (
+        f"; substituting the loop's start state for its solved state changes it by {t1['change_points']:+.2f}"
+        f"{t1_se} points; median `||h* - z0||` = {audit['displacement']['median']:.3g}."
+    )
+    return lines
 
 
 def _audit_dict(audit) -> dict | None:
@@ -71,7 +117,8 @@ def build_model_card(
         repo_id: Where it will live on the Hub (used in the loading snippets).
         base_model: The model it was fine-tuned from (Hub id), if any.
         datasets: Hub dataset ids for the metadata.
-        dataset_name: A readable name of the evaluation data (default: the first of ``datasets``, or "held-out").
+        dataset_name: A readable name of the evaluation data (default: what the results record, else the first
+            of ``datasets``, else "held-out evaluation data").
         task_name: A readable name of the task (e.g. "2-digit addition").
         loop_scaling: Accuracy per loop count, ``{loops: fraction}``; becomes the table and ``model-index``.
         loop_scaling_plot: File name of the loop-scaling PNG saved beside the card (linked from the body).
@@ -86,8 +133,11 @@ def build_model_card(
     audit_data = _audit_dict(audit)
     if isinstance(datasets, str):
         datasets = [datasets]
+    evaluated = evaluation_record(loop_scaling, audit_data)
+    check_card_datasets(datasets, evaluated)
     title = model_name or repo_id or f"{info.name} ({config.model_type})"
-    dataset_label = dataset_name or (datasets[0] if datasets else "held-out evaluation data")
+    named = evaluated["name"] if evaluated else None
+    dataset_label = dataset_name or named or (datasets[0] if datasets else "held-out evaluation data")
     eval_results = [
         EvalResult(
             task_type=head.pipeline_tag,
@@ -126,7 +176,7 @@ def build_model_card(
         trainer_state,
         training_args,
         task_name,
-        dataset_label,
+        dataset_label + (f" ({evaluated['note']})" if evaluated and evaluated.get("note") else ""),
         limitations,
     )
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n" + body)
@@ -185,13 +235,11 @@ def _body(model, info, head, title, repo_id, rows, plot, audit, state, args, tas
         lines += [
             "## Computation audit",
             "",
-            f"`equilibria.diagnostics.audit` verdict: **{audit['verdict']}**.",
+            f"`equilibria.diagnostics.audit` verdict: **{audit['verdict']}**, on {_audit_units(audit)}. It rests on:",
             "",
             *[f"- {reason}" for reason in audit.get("reasons", [])],
             "",
-            f"Accuracy {100 * audit['accuracy']:.2f}%; substituting the loop's start state for its solved state "
-            f"changes it by {audit['substitution']['change_points']:+.2f} points; median "
-            f"`||h* - z0||` = {audit['displacement']['median']:.3g}.",
+            *_audit_evidence(audit),
             "",
         ]
     lines += _training(state, args)

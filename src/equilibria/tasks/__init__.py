@@ -7,7 +7,18 @@ from .addition import (
     exact_match,
     tokenize_for_training,
 )
-from .catalog import PUZZLE_VOCAB, TASKS, TaskData, build_task, check_task, eval_split
+from .catalog import (
+    PUZZLE_VOCAB,
+    TASKS,
+    TRAINING_RECORD,
+    TaskData,
+    build_task,
+    check_task,
+    eval_split,
+    fingerprints,
+    load_training_record,
+    save_training_record,
+)
 from .embedding import SentenceEmbedder, embed_entailment
 from .entailment import build_entailment_dataset, load_proofwriter_jsonl
 from .maze import build_maze_dataset, generate_maze, load_maze_csv, solve_maze
@@ -28,6 +39,10 @@ __all__ = [
     "build_task",
     "check_task",
     "eval_split",
+    "fingerprints",
+    "load_training_record",
+    "save_training_record",
+    "TRAINING_RECORD",
     "tokenizer_fields",
     "SentenceEmbedder",
     "addition_tokenizer",

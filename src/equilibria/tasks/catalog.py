@@ -2,12 +2,19 @@
 fixes in a model's config (vocabulary, puzzle size, input width). A task is chosen by name (the one a model was
 trained on is saved in its config as ``equilibria_task``), never guessed back from a config's sizes; a saved model
 whose config does not fit the task named gets a ``ValueError`` saying what fits.
+
+Held-out evaluation: a model folder written by ``equilibria train`` (or the demo) holds ``training_data.json``, a
+fingerprint of every training question (:func:`save_training_record`); :func:`eval_split` draws fresh questions
+and drops every one whose fingerprint is in it, so evaluation data never repeats a training question.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
@@ -21,6 +28,7 @@ from .sudoku import build_sudoku_dataset
 from .tokenization import tokenizer_fields
 
 TASKS = ("reachability", "entailment", "sudoku", "maze", "addition")
+TRAINING_RECORD = "training_data.json"
 PUZZLE_VOCAB = {"sudoku": 11, "maze": 6}  # the published encodings: digit + 1 / "# SGo" + 1, PAD = 0
 
 
@@ -33,6 +41,38 @@ class TaskData:
     test: Dataset
     config_fields: dict = field(default_factory=dict)
     tokenizer: PreTrainedTokenizerBase | None = None
+    train_fingerprints: list[str] = field(default_factory=list)
+    description: str = ""
+
+
+def question_key(task: str, row: dict) -> str:
+    """What makes a question the same question: the prompt (addition), the theory and question (entailment),
+    the encoded input (puzzles, reachability graphs with their query)."""
+    if task == "addition":
+        return row["prompt"]
+    if task == "entailment":
+        return json.dumps([row["theory"], row["question"]])
+    return json.dumps(row["inputs"])
+
+
+def fingerprints(task: str, rows: Dataset) -> list[str]:
+    """A 64-bit BLAKE2b fingerprint (hex) of each row's :func:`question_key`."""
+    return [hashlib.blake2b(question_key(task, row).encode(), digest_size=8).hexdigest() for row in rows]
+
+
+def save_training_record(folder: str | Path, task: str, fingerprints_: list[str], description: str) -> Path:
+    """Write ``training_data.json`` into a model folder: the task, what the training data was, and the
+    fingerprint of every training question (what :func:`eval_split` excludes)."""
+    path = Path(folder) / TRAINING_RECORD
+    record = {"task": task, "description": description, "num_examples": len(fingerprints_)}
+    path.write_text(json.dumps({**record, "fingerprints": sorted(set(fingerprints_))}) + "\n")
+    return path
+
+
+def load_training_record(folder: str | Path) -> dict | None:
+    """The folder's ``training_data.json`` (``None`` when it has none)."""
+    path = Path(folder) / TRAINING_RECORD
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def check_task(task: str) -> str:
@@ -47,16 +87,21 @@ def build_task(
     """Fresh training and test splits of ``task``: ``digits`` (addition operands), ``size`` (sudoku / maze side),
     ``nodes`` (reachability graphs). The training split is tokenised for text tasks; the test split is raw."""
     check_task(task)
+    described = {"addition": f"{digits}-digit addition", "reachability": f"{nodes}-node reachability"}
+    what = described.get(task, f"{size}x{size} {task}" if task in PUZZLE_VOCAB else "entailment")
+    description = f"{train_size} generated {what} problems (seed {seed})"
     if task == "addition":
         raw = build_addition_dataset(digits, train_size, test_size, seed=seed)
         tokenizer = addition_tokenizer()
         train = tokenize_for_training(raw["train"], tokenizer)
-        return TaskData(task, train, raw["test"], tokenizer_fields(tokenizer), tokenizer)
+        prints = fingerprints(task, raw["train"])
+        return TaskData(task, train, raw["test"], tokenizer_fields(tokenizer), tokenizer, prints, description)
     if task in PUZZLE_VOCAB:
         build = build_sudoku_dataset if task == "sudoku" else build_maze_dataset
         extra = {} if task == "sudoku" else {"min_path": size}
         data = build(size, train_size, test_size, seed=seed, **extra)
-        return TaskData(task, data["train"], data["test"], dict(vocab_size=PUZZLE_VOCAB[task], max_seq_len=size**2))
+        fields = dict(vocab_size=PUZZLE_VOCAB[task], max_seq_len=size**2)
+        return TaskData(task, data["train"], data["test"], fields, None, fingerprints(task, data["train"]), description)
     if task == "reachability":
         data = build_reachability_dataset(train_size, test_size, num_nodes=nodes, seed=seed)
         width = reachability_input_size(nodes)
@@ -65,16 +110,42 @@ def build_task(
         embedder = SentenceEmbedder()
         data = {split: embed_entailment(raw[split], embedder) for split in ("train", "test")}
         width = 2 * embedder.dim
+    prints = fingerprints(task, data["train"])
     train = data["train"].select_columns(["inputs", "labels"])
-    return TaskData(task, train, data["test"], dict(input_size=width, num_labels=2))
+    return TaskData(task, train, data["test"], dict(input_size=width, num_labels=2), None, prints, description)
 
 
-def eval_split(config, task: str, num: int, seed: int, digits: int = 2) -> Dataset:
+def eval_split(
+    config, task: str, num: int, seed: int, digits: int = 2, exclude: set[str] | frozenset = frozenset()
+) -> Dataset:
     """``num`` fresh test rows of ``task`` shaped for a model with this ``config`` (puzzle side from
-    ``max_seq_len``, graph size from ``input_size``); ``ValueError`` when the config cannot read the task."""
+    ``max_seq_len``, graph size from ``input_size``), none whose question fingerprint is in ``exclude`` (the
+    model's training questions: :func:`load_training_record`). Fewer rows only when the task has no more
+    distinct questions. ``ValueError`` when the config cannot read the task."""
     check_task(task)
+    draw = _fresh_rows(config, task, seed, digits)
+    rows, drawn, wanted = None, 0, num
+    for _ in range(16):  # draw more until enough rows survive the exclusion (bisect down if the task runs out)
+        try:
+            candidates = draw(wanted)
+        except ValueError:  # fewer distinct questions than asked for
+            wanted = (drawn + wanted) // 2
+            if wanted <= drawn:
+                break
+            continue
+        keep = [i for i, key in enumerate(fingerprints(task, candidates)) if key not in exclude]
+        rows, drawn = candidates.select(keep[:num]), wanted
+        if len(rows) == num:
+            break
+        wanted = 2 * wanted + len(exclude)
+    rows = draw(num) if rows is None else rows
+    return embed_entailment(rows) if task == "entailment" else rows
+
+
+def _fresh_rows(config, task: str, seed: int, digits: int):
+    """``draw(n)``: ``n`` raw test rows of ``task`` for this config (checked here); entailment rows unembedded."""
     if task == "addition":
-        return build_addition_dataset(digits, 1, num, seed=seed)["test"]
+        return lambda n: build_addition_dataset(digits, 1, n, seed=seed)["test"]
     if task in PUZZLE_VOCAB:
         side = math.isqrt(config.max_seq_len)
         vocab = PUZZLE_VOCAB[task]
@@ -84,19 +155,30 @@ def eval_split(config, task: str, num: int, seed: int, digits: int = 2) -> Datas
                 f"{config.max_seq_len} and vocab_size {config.vocab_size}: pass the task it was trained on"
             )
         if task == "sudoku":
-            return build_sudoku_dataset(side, 1, num, seed=seed)["test"]
-        return build_maze_dataset(side, 1, num, seed=seed, min_path=side)["test"]
+            return lambda n: build_sudoku_dataset(side, 1, n, seed=seed)["test"]
+        return lambda n: build_maze_dataset(side, 1, n, seed=seed, min_path=side)["test"]
     if task == "reachability":
         nodes = (math.isqrt(9 + 4 * config.input_size) - 3) // 2  # input_size = n^2 + 3n
         if reachability_input_size(nodes) != config.input_size:
             raise ValueError(f"input_size {config.input_size} is not a reachability encoding (n^2 + 3n for n nodes)")
-        return build_reachability_dataset(1, num, num_nodes=nodes, seed=seed)["test"]
+        return lambda n: build_reachability_dataset(1, n, num_nodes=nodes, seed=seed)["test"]
     if config.input_size != 2 * EMBEDDING_SIZE:
         raise ValueError(
             f"an entailment model reads two MiniLM embeddings (input_size {2 * EMBEDDING_SIZE}); this one has "
             f"input_size {config.input_size}: pass the task it was trained on"
         )
-    return embed_entailment(build_entailment_dataset(1, num, seed=seed)["test"])
+    return lambda n: build_entailment_dataset(1, n, seed=seed)["test"]
 
 
-__all__ = ["PUZZLE_VOCAB", "TASKS", "TaskData", "build_task", "check_task", "eval_split"]
+__all__ = [
+    "PUZZLE_VOCAB",
+    "TASKS",
+    "TRAINING_RECORD",
+    "TaskData",
+    "build_task",
+    "check_task",
+    "eval_split",
+    "fingerprints",
+    "load_training_record",
+    "save_training_record",
+]
