@@ -58,7 +58,7 @@ def parse(argv):
     p.add_argument("--jacobian-weight", type=float, default=0.0)
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results/attractor_internalization"))
+    p.add_argument("--output-dir", type=Path, default=Path("docs/results/attractor_internalization"))
     args = p.parse_args(argv)
     if args.quick:
         args.train_size, args.test_size, args.steps, args.eval_every = 256, 16, 6, 3

@@ -84,7 +84,7 @@ def main(argv=None) -> dict:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--output-dir", default=str(Path(__file__).parent / "results" / "attractor_memory"))
+    p.add_argument("--output-dir", default="docs/results/attractor_memory")
     p.add_argument("--child", nargs=2, metavar=("MODE", "BUDGET"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:

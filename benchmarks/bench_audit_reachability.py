@@ -61,7 +61,7 @@ def parse(argv):
     p.add_argument("--tol", type=float, default=1e-4)
     p.add_argument("--models", default="phdeq,phdeq_no_direct,mlp")
     p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results/audit_reachability"))
+    p.add_argument("--output-dir", type=Path, default=Path("docs/results/audit_reachability"))
     args = p.parse_args(argv)
     if args.quick:
         args.seeds, args.train_size, args.test_size, args.steps = "0", 256, 64, 8

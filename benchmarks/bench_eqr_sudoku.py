@@ -59,7 +59,7 @@ def parse(argv):
     p.add_argument("--breadths", default="1,4,16")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", choices=["feedforward", "weight_tied", "eqr"], default=None)
-    p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results/eqr_sudoku_4x4"))
+    p.add_argument("--output-dir", type=Path, default=Path("docs/results/eqr_sudoku_4x4"))
     args = p.parse_args(argv)
     if args.task == "sudoku" and args.size not in (4, 6, 9):
         p.error("--size for Sudoku must be 4, 6 or 9")

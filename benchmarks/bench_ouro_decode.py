@@ -12,6 +12,8 @@ Timings interleave the contenders (A B A B ...) and compare medians, since machi
 
     python benchmarks/bench_ouro_decode.py            # the full run (a few minutes on 2 CPU cores)
     python benchmarks/bench_ouro_decode.py --quick    # tiny sizes, seconds; a test runs this
+
+Results: ``docs/results/ouro_decode.json`` (``--output-dir`` to change).
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ def bench_cache(args) -> dict:
             "cache": lambda: timed_generate(model, ids, args.cache_tokens, use_cache=True),
             "no_cache": lambda: timed_generate(model, ids, args.cache_tokens, use_cache=False),
         },
-        max(1, args.repeats // 2),
+        args.repeats,
     )
     speedup, low, high = paired_ratio(times, "no_cache", "cache")
     return {
@@ -200,7 +202,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calibration-steps", type=int, default=7, help="bisection steps for the exit threshold")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--output-dir", type=Path, default=Path("docs/results"), help="where ouro_decode.json goes")
     args = parser.parse_args(argv)
     if args.quick:
         args.width, args.intermediate, args.heads, args.vocab = 64, 128, 4, 128
@@ -247,9 +249,9 @@ def main(argv=None) -> dict:
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(5)]
     for row in [header] + rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2))
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    (args.output_dir / "ouro_decode.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(f"results: {args.output_dir / 'ouro_decode.json'}")
     return results
 
 

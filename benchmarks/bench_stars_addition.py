@@ -76,7 +76,7 @@ def parse(argv):
     p.add_argument("--eval-loops", default="1,2,4,8,16,32")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", choices=["baseline", "stars"], default=None, help="train only one of the two")
-    p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results/stars_addition"))
+    p.add_argument("--output-dir", type=Path, default=Path("docs/results/stars_addition"))
     args = p.parse_args(argv)
     if args.quick:
         args.digits, args.train_size, args.test_size, args.steps, args.jsrr_warmup_steps = 2, 512, 16, 4, 1

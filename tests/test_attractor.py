@@ -143,9 +143,13 @@ def test_the_cache_keeps_past_positions_converged_states():
         hook.remove()
     cached_keys = cache.layers[1].keys  # (batch, kv_heads, seq, head_dim), after RoPE
     assert cached_keys.shape[-2] == length
-    # compare norms per position (RoPE rotates but keeps norms)
+    # compare by value: rotate the fresh keys by RoPE at their positions, as the attention does before caching
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
     fresh = captured["k"].view(1, length, -1, model.config.head_dim).transpose(1, 2)
-    torch.testing.assert_close(cached_keys.norm(dim=-1), fresh.norm(dim=-1), rtol=1e-4, atol=1e-4)
+    cos, sin = model.model.rotary_emb(hidden[-1], torch.arange(length)[None])
+    fresh, _ = apply_rotary_pos_emb(fresh, fresh, cos, sin)
+    torch.testing.assert_close(cached_keys, fresh, rtol=1e-4, atol=1e-4)
 
 
 def test_left_padded_batch_gives_each_row_what_it_gives_alone():

@@ -131,14 +131,31 @@ def test_the_noise_and_start_switches(tmp_path):
     torch.testing.assert_close(calls[0]["out_state"], again)
 
 
-def test_ema_weights_end_up_in_the_model(tmp_path):
-    plain, averaged = tiny(), tiny()
-    EqRTrainer(model=plain, args=eqr_args(tmp_path / "a"), train_dataset=DATA["train"]).train()
-    trainer = EqRTrainer(model=averaged, args=eqr_args(tmp_path / "b", ema_decay=0.5), train_dataset=DATA["train"])
+def test_ema_weights_follow_the_recursion_and_end_up_in_the_model(tmp_path):
+    """shadow_1 = w_1 and shadow_k = d shadow_{k-1} + (1 - d) w_k over the weights w_k after each optimizer step;
+    the model ends with the shadow."""
+    from transformers import TrainerCallback
+
+    class Record(TrainerCallback):
+        def __init__(self):
+            self.weights = []
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            self.weights.append({n: p.detach().clone() for n, p in model.named_parameters()})
+
+    averaged, record, decay = tiny(), Record(), 0.7
+    trainer = EqRTrainer(
+        model=averaged, args=eqr_args(tmp_path, ema_decay=decay), train_dataset=DATA["train"], callbacks=[record]
+    )
     trainer.train()
+    assert len(record.weights) == 4
+    expected = dict(record.weights[0])
+    for weights in record.weights[1:]:
+        expected = {n: decay * expected[n] + (1 - decay) * w for n, w in weights.items()}
     for name, param in averaged.named_parameters():
+        torch.testing.assert_close(param.detach(), expected[name], rtol=1e-6, atol=1e-7, msg=name)
         assert torch.equal(param.detach(), trainer.ema_weights[name])
-    assert any(not torch.allclose(p, q) for p, q in zip(plain.parameters(), averaged.parameters()))
+    assert any(not torch.allclose(expected[n], w) for n, w in record.weights[-1].items())  # not the last weights
 
 
 def test_evaluation_runs_a_fresh_trajectory_of_the_evaluation_depth(tmp_path):

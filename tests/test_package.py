@@ -76,13 +76,14 @@ def test_training_labels_mask_the_prompt():
     assert row["input_ids"][-1] == tok.eos_token_id
 
 
-def test_decode_benchmark_quick_mode_runs():
+def test_decode_benchmark_quick_mode_runs(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import bench_ouro_decode
     finally:
         sys.path.pop(0)
-    results = bench_ouro_decode.main(["--quick"])
+    results = bench_ouro_decode.main(["--quick", "--output-dir", str(tmp_path)])
+    assert (tmp_path / "ouro_decode.json").exists()
     assert results["loop_overhead"]["ratio"] > 0
     assert 1 <= results["early_exit"]["mean_exit_steps"] <= results["early_exit"]["loops"]
     assert results["cache"]["speedup"] > 0

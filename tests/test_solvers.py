@@ -121,7 +121,7 @@ def test_implicit_gradient_matches_finite_differences():
     assert 0.3 < cosine < 1 - 1e-6
 
 
-def test_solver_benchmark_quick_mode_runs():
+def test_solver_benchmark_quick_mode_runs(tmp_path):
     import sys
     from pathlib import Path
 
@@ -130,16 +130,25 @@ def test_solver_benchmark_quick_mode_runs():
         import bench_solvers
     finally:
         sys.path.pop(0)
-    results = bench_solvers.main(["--quick"])
+    payload = bench_solvers.main(["--quick", "--output-dir", str(tmp_path)])
+    assert (tmp_path / "solvers.json").exists()
+    results = {(row["map"], row["solver"]): row for row in payload["results"].values()}
     ours = {k: v for k, v in results.items() if k[1].startswith("equilibria")}
     assert all(v["rel_residual"] <= 1e-5 for v in ours.values())
     labels = {k[0] for k in results}
     assert labels == {"tanh, L=0.9", "tanh, L=0.99", "attractor LM x10"}
-    for label in labels:
+    # the slower the contraction, the more Anderson saves: at L = 0.99 it needs well under half Picard's steps
+    slow = {
+        name: results[("tanh, L=0.99", f"equilibria {name}")]["iterations"] for name in ("anderson (m=5)", "picard")
+    }
+    assert slow["anderson (m=5)"] < 0.5 * slow["picard"], slow
+    for label in ("tanh, L=0.9", "tanh, L=0.99"):
         assert (
             results[(label, "equilibria anderson (m=5)")]["iterations"]
             < results[(label, "equilibria picard")]["iterations"]
         )
+    if any(k[1].startswith("torchdeq") for k in results):  # the bench extra installs it
+        assert set(payload["best_torchdeq"]) == labels
 
 
 def test_solvers_handle_sequence_shaped_states():
