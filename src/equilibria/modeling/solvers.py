@@ -214,8 +214,9 @@ class _AndersonMixer:
         n = min(step, memory)
         if n == 1:  # a plain step until there are two iterates to mix
             return fz
-        residuals = (self.gs[:, :n] - self.xs[:, :n]).to(torch.float64)  # (batch, n, dim)
-        gram = residuals @ residuals.transpose(1, 2)
+        residuals = self.gs[:, :n] - self.xs[:, :n]  # (batch, n, dim)
+        wide = residuals if residuals.dtype in (torch.float32, torch.float64) else residuals.float()
+        gram = torch.bmm(wide, wide.transpose(1, 2)).to(torch.float64)  # the small system is solved in float64
         scale = gram.diagonal(dim1=1, dim2=2).mean(-1).clamp_min(1e-30).reshape(-1, 1, 1)
         gram = gram + self.ridge * torch.eye(n, dtype=gram.dtype, device=gram.device) * scale
         ones = torch.ones(batch, n, 1, dtype=gram.dtype, device=gram.device)
@@ -224,8 +225,10 @@ class _AndersonMixer:
         except RuntimeError:  # singular for some sample: fall back to a plain step for everyone
             w = torch.zeros_like(ones)
             w[:, last] = 1.0
-        alpha = (w / w.sum(dim=1, keepdim=True)).to(z.dtype)  # (batch, n, 1)
-        mixed = self.mixing * (alpha * self.gs[:, :n]).sum(1) + (1 - self.mixing) * (alpha * self.xs[:, :n]).sum(1)
+        alpha = (w / w.sum(dim=1, keepdim=True)).to(z.dtype).transpose(1, 2)  # (batch, 1, n)
+        mixed = torch.bmm(alpha, self.gs[:, :n])[:, 0]
+        if self.mixing != 1.0:
+            mixed = self.mixing * mixed + (1 - self.mixing) * torch.bmm(alpha, self.xs[:, :n])[:, 0]
         mixed = torch.where(torch.isfinite(mixed), mixed, self.gs[:, last])
         return mixed.reshape(z.shape)
 
