@@ -42,7 +42,9 @@ def trainer_for(model, out: str, loops: int, weight: float, iters: int, estimato
         output_dir=out, use_cpu=True, report_to=[], min_loops=loops, max_loops=loops, loop_log_std=0.0,
         jsrr_weight=weight, jsrr_power_iters=iters, jsrr_estimator=estimator, disable_tqdm=True,
     )  # fmt: skip
-    return StarsTrainer(model=model, args=args)
+    trainer = StarsTrainer(model=model, args=args)
+    trainer.current_gradient_accumulation_steps = 1  # set by train(); training_step is called directly here
+    return trainer
 
 
 def step_times(model, batch: dict, loops: int, repeats: int) -> dict:

@@ -445,3 +445,19 @@ def test_estimator_benchmark_quick_mode_writes_its_table(tmp_path):
     for result in results["maps"].values():
         assert set(result["errors"]) == {f"{e}@{k}" for e in ("vjp", "jvp") for k in (1, 2, 4, 8)}
         assert all(r > 0 for r in result["exact_radius"]) and result["cost"]["vjp@1"] == 1.0
+
+
+def test_cost_benchmark_quick_mode_writes_its_table(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_stars_cost
+    finally:
+        sys.path.pop(0)
+    results = bench_stars_cost.main(["--quick", "--output-dir", str(tmp_path)])
+    row = results["by_loops"]["2"]
+    assert {f"{e}@{k}" for e in ("vjp", "jvp") for k in (1, 2, 4)} <= set(row)
+    assert row["plain_seconds"] > 0 and row["breakdown"]["penalty_backward"] > 0
+    assert (tmp_path / "stars_cost.json").exists()

@@ -42,7 +42,7 @@ class StarsTrainingArguments(TrainingArguments):
     forward mode (``"jvp"``, the paper's); each sequence's start vector is drawn from ``(seed, step, its
     tokens)``, so the estimate does not depend on how a batch is split into micro-batches or processes. The
     two estimators are equally accurate on small Ouro loop steps (``benchmarks/bench_jsrr_estimator.py``; the
-    README has the table) and ``"vjp"`` costs a third of ``"jvp"`` there. The loss is ``(1 - jsrr_weight) * LM + jsrr_weight *
+    README has the table) and ``"vjp"`` is the cheaper (``benchmarks/bench_stars_cost.py``). The loss is ``(1 - jsrr_weight) * LM + jsrr_weight *
     penalty`` with ``penalty = rho^2`` (``"square"``) or ``max(0, rho - jsrr_target)^2`` (``"hinge"``),
     averaged over sequences.
 
