@@ -203,3 +203,40 @@ def test_train_behind_torchrun_keeps_replicas_identical(tmp_path):
     for name, p0 in r0["params"].items():
         assert torch.equal(p0, r1["params"][name]), name
     assert (tmp_path / "model" / "README.md").exists() and (tmp_path / "model" / "loop_scaling.json").exists()
+
+
+def readme_train_command() -> list[str]:
+    """The README's first `equilibria train` example, as argv (backslash continuations joined)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    match = re.search(r"^equilibria train --family ouro --task addition (?:.*\\\n)*.*$", text, re.MULTILINE)
+    assert match, "the README lost its equilibria train example"
+    argv = shlex.split(match.group(0).replace("\\\n", " "), comments=True)
+    return argv[1:]
+
+
+def test_the_readme_train_example_learns_far_above_chance_in_300_steps(tmp_path, capsys):
+    """The README's example, cut to 300 of its 1500 steps: exact match at its trained 4 loops on the 200 held-out
+    problems beats the majority answer's share by at least 4 binomial standard errors (the full run: 92%)."""
+    import math
+
+    from equilibria.diagnostics import chance_baseline
+    from equilibria.tasks import build_addition_dataset
+
+    argv = readme_train_command()
+    assert argv[argv.index("--max_steps") + 1] == "1500" and argv[argv.index("--max_loops") + 1] == "4"
+    argv[argv.index("--max_steps") + 1] = "300"
+    argv[argv.index("--output_dir") + 1] = str(tmp_path / "out")
+    assert (
+        main([*argv, "--eval_loops", "4", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true"])
+        == 0
+    )
+    accuracy = json.loads((tmp_path / "out" / "loop_scaling.json").read_text())["accuracy"]["4"]
+    answers = [(a,) for a in build_addition_dataset(2, 2000, 200, seed=42)["test"]["answer"]]
+    correct = torch.arange(200) < round(accuracy * 200)
+    chance = chance_baseline(correct, answers, significance=4.0)
+    assert chance["beats_chance"], (accuracy, chance)
+    assert accuracy >= 0.05 and accuracy > 2 * chance["majority"] and math.isfinite(chance["margin_se"])
