@@ -84,6 +84,18 @@ def tiny_attractor(seed: int = 0, strength: float = 10.0, **overrides) -> Attrac
     return model
 
 
+def load_benchmark(name: str):
+    """The module ``benchmarks/<name>.py`` (benchmarks are scripts, not a package)."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
 def run_two_processes(script_name: str, out_dir: Path) -> tuple[dict, dict]:
     """Run ``tests/scripts/<script_name>`` under ``torchrun --nproc_per_node 2`` (gloo on CPU) with ``out_dir`` as
     its argument, and return what ranks 0 and 1 saved in ``out_dir/rank{R}.pt``."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_two_processes, tiny_attractor, tiny_ouro
+from conftest import load_benchmark, run_two_processes, tiny_attractor, tiny_ouro
 from datasets import Dataset
 
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
@@ -190,16 +190,8 @@ def test_two_process_run_keeps_replicas_identical(tmp_path):
     assert history and all(h["jacobian_penalty"] > 0 and h["correction_loss"] > 0 for h in history)
 
 
-def _benchmark(name):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.pop(0)
-
-
 def test_internalization_benchmark_quick_mode_runs(tmp_path):
-    result = _benchmark("bench_attractor_internalization").main(["--quick", "--output-dir", str(tmp_path)])
+    result = load_benchmark("bench_attractor_internalization").main(["--quick", "--output-dir", str(tmp_path)])
     assert [r["step"] for r in result["rows"]] == [0, 3, 6]
     for row in result["rows"]:
         assert row["iterations"] >= 1 and 0 <= row["converged"] <= 1 and row["displacement"] > 0
@@ -210,7 +202,7 @@ def test_internalization_benchmark_quick_mode_runs(tmp_path):
 
 
 def test_memory_benchmark_quick_mode_shows_constant_memory(tmp_path):
-    bench = _benchmark("bench_attractor_memory")
+    bench = load_benchmark("bench_attractor_memory")
     # two child processes (each imports torch); the unrolled growth is tested in-process in test_attractor.py
     results = bench.main(["--quick", "--budgets", "2,16", "--modes", "one_step", "--output-dir", str(tmp_path)])
     assert results[("one_step", 16)]["saved_bytes"] == results[("one_step", 2)]["saved_bytes"] > 0

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from conftest import load_benchmark
 from datasets import Dataset
 
 from equilibria import PHDEQConfig, PHDEQForSequenceClassification
@@ -443,14 +444,7 @@ def test_cli_audits_a_saved_model_and_writes_the_report(tmp_path, capsys):
 
 
 def test_reachability_audit_benchmark_quick_mode_runs(tmp_path):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    try:
-        import bench_audit_reachability
-    finally:
-        sys.path.pop(0)
+    bench_audit_reachability = load_benchmark("bench_audit_reachability")
     results = bench_audit_reachability.main(["--quick", "--output-dir", str(tmp_path)])
     runs = {run["model"]: run for run in results["runs"]}
     assert set(runs) == {"phdeq", "phdeq_no_direct", "mlp"}

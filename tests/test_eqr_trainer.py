@@ -3,12 +3,10 @@ and multi-process runs."""
 
 import functools
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_two_processes
+from conftest import load_benchmark, run_two_processes
 
 from equilibria import EqRConfig, EqRForPuzzleSolving
 from equilibria.tasks import build_sudoku_dataset
@@ -202,11 +200,7 @@ def test_two_process_run_keeps_replicas_identical(tmp_path):
 
 
 def test_sudoku_benchmark_quick_mode_runs(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    try:
-        import bench_eqr_sudoku
-    finally:
-        sys.path.pop(0)
+    bench_eqr_sudoku = load_benchmark("bench_eqr_sudoku")
     results = bench_eqr_sudoku.main(["--quick", "--output-dir", str(tmp_path)])
     assert set(results) >= {"feedforward", "weight_tied", "eqr"}
     assert list(results["feedforward"]["accuracy_by_depth"]) == [1]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_benchmark
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
@@ -77,11 +78,7 @@ def test_training_labels_mask_the_prompt():
 
 
 def test_decode_benchmark_quick_mode_runs(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import bench_ouro_decode
-    finally:
-        sys.path.pop(0)
+    bench_ouro_decode = load_benchmark("bench_ouro_decode")
     results = bench_ouro_decode.main(["--quick", "--output-dir", str(tmp_path)])
     assert (tmp_path / "ouro_decode.json").exists()
     assert results["loop_overhead"]["ratio"] > 0
@@ -165,11 +162,7 @@ def test_exact_match_scores_right_and_wrong_answers():
 
 
 def test_stars_benchmark_quick_mode_runs(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import bench_stars_addition
-    finally:
-        sys.path.pop(0)
+    bench_stars_addition = load_benchmark("bench_stars_addition")
     results = bench_stars_addition.main(["--quick", "--output-dir", str(tmp_path)])
     assert set(results) == {"baseline", "stars"}
     assert (tmp_path / "stars_addition.png").stat().st_size > 1000

@@ -4,6 +4,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import load_benchmark
 
 from equilibria.modeling import solvers
 from equilibria.modeling.solvers import implicit_gradient, one_step_gradient, solve
@@ -122,14 +123,7 @@ def test_implicit_gradient_matches_finite_differences():
 
 
 def test_solver_benchmark_quick_mode_runs(tmp_path):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    try:
-        import bench_solvers
-    finally:
-        sys.path.pop(0)
+    bench_solvers = load_benchmark("bench_solvers")
     payload = bench_solvers.main(["--quick", "--output-dir", str(tmp_path)])
     assert (tmp_path / "solvers.json").exists()
     results = {(row["map"], row["solver"]): row for row in payload["results"].values()}

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 import torch
-from conftest import run_two_processes, tiny_ouro
+from conftest import load_benchmark, run_two_processes, tiny_ouro
 from datasets import Dataset
 from transformers import TrainerCallback
 
@@ -432,14 +432,7 @@ def test_the_penalty_starts_after_its_warmup(tmp_path):
 
 
 def test_estimator_benchmark_quick_mode_writes_its_table(tmp_path):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    try:
-        import bench_jsrr_estimator
-    finally:
-        sys.path.pop(0)
+    bench_jsrr_estimator = load_benchmark("bench_jsrr_estimator")
     results = bench_jsrr_estimator.main(["--quick", "--output-dir", str(tmp_path)])
     assert (tmp_path / "jsrr_estimator.json").exists()
     for result in results["maps"].values():
@@ -448,14 +441,7 @@ def test_estimator_benchmark_quick_mode_writes_its_table(tmp_path):
 
 
 def test_cost_benchmark_quick_mode_writes_its_table(tmp_path):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    try:
-        import bench_stars_cost
-    finally:
-        sys.path.pop(0)
+    bench_stars_cost = load_benchmark("bench_stars_cost")
     results = bench_stars_cost.main(["--quick", "--output-dir", str(tmp_path)])
     row = results["by_loops"]["2"]
     assert {f"{e}@{k}" for e in ("vjp", "jvp") for k in (1, 2, 4)} <= set(row)

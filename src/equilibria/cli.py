@@ -80,11 +80,15 @@ def _add_model_and_data(parser, num_examples: int, output: str) -> None:
         "--task",
         choices=TASKS,
         default=None,
-        help="generate fresh evaluation data for this task (sizes read from the model's config); default: the task "
-        "the model was trained on (saved by `equilibria train`), else its family's first (phdeq: reachability, eqr: "
-        "sudoku, language models: addition)",
+        help="generate fresh evaluation data for this task (sizes read from the model's config), leaving out every "
+        "question of the folder's training_data.json; default: the task the model was trained on (saved by "
+        "`equilibria train`), else its family's first (phdeq: reachability, eqr: sudoku, language models: addition)",
     )
-    parser.add_argument("--dataset", default=None, help="a dataset saved with save_to_disk, instead of --task")
+    parser.add_argument(
+        "--dataset",
+        default=None,
+        help="a dataset saved with save_to_disk, instead of --task (rows repeating a training question are dropped)",
+    )
     parser.add_argument("--split", default="test", help="the split of --dataset to use (default: test)")
     parser.add_argument("--num-examples", type=int, default=num_examples, help=f"units (default {num_examples})")
     parser.add_argument("--batch-size", type=int, default=64)

@@ -171,6 +171,8 @@ class AuditReport:
             axes[2].plot(scales, [100 * row["accuracy"] for row in self.displaced], "k--", label="accuracy")
             axes[2].set_xscale("log")
             axes[2].legend(fontsize=8)
+        elif not self.family.get("t4_applies", True):
+            axes[2].text(0.5, 0.5, "not applicable:\nno fixed point to return to", ha="center", va="center")
         axes[2].set_xlabel("|d| / |z0|")
         axes[2].set_ylabel("%")
         axes[2].set_title("T4: starting from z0 + d")

@@ -138,20 +138,8 @@ def build_model_card(
     title = model_name or repo_id or f"{info.name} ({config.model_type})"
     named = evaluated["name"] if evaluated else None
     dataset_label = dataset_name or named or (datasets[0] if datasets else "held-out evaluation data")
-    eval_results = [
-        EvalResult(
-            task_type=head.pipeline_tag,
-            task_name=task_name,
-            dataset_type=datasets[0] if datasets else "custom",
-            dataset_name=dataset_label,
-            dataset_split="test",
-            metric_type="accuracy",
-            metric_name=f"accuracy @ {loops} loops",
-            metric_value=round(accuracy, 4),
-            metric_config=f"num_loops={loops}",
-        )
-        for loops, accuracy in rows
-    ]
+    dataset_type = (evaluated or {}).get("dataset") or (datasets[0] if datasets else "custom")
+    eval_results = _eval_results(head, task_name, rows, dataset_type, dataset_label)
     tags = ["equilibria", config.model_type, *info.tags, *(extra_tags or [])]
     data = ModelCardData(
         library_name="transformers",
@@ -180,6 +168,24 @@ def build_model_card(
         limitations,
     )
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n" + body)
+
+
+def _eval_results(head, task_name, rows, dataset_type: str, dataset_label: str) -> list[EvalResult]:
+    """One ``model-index`` result per loop count."""
+    return [
+        EvalResult(
+            task_type=head.pipeline_tag,
+            task_name=task_name,
+            dataset_type=dataset_type,
+            dataset_name=dataset_label,
+            dataset_split="test",
+            metric_type="accuracy",
+            metric_name=f"accuracy @ {loops} loops",
+            metric_value=round(accuracy, 4),
+            metric_config=f"num_loops={loops}",
+        )
+        for loops, accuracy in rows
+    ]
 
 
 def _body(model, info, head, title, repo_id, rows, plot, audit, state, args, task_name, dataset_label, limitations):

@@ -1,5 +1,6 @@
 """Task builders (``datasets.Dataset``), loaders for the published formats, tokenizers and evaluators."""
 
+from . import catalog
 from .addition import (
     addition_tokenizer,
     build_addition_dataset,
@@ -7,18 +8,7 @@ from .addition import (
     exact_match,
     tokenize_for_training,
 )
-from .catalog import (
-    PUZZLE_VOCAB,
-    TASKS,
-    TRAINING_RECORD,
-    TaskData,
-    build_task,
-    check_task,
-    eval_split,
-    fingerprints,
-    load_training_record,
-    save_training_record,
-)
+from .catalog import *  # noqa: F403  (the tasks by name, evaluation splits, training records)
 from .embedding import SentenceEmbedder, embed_entailment
 from .entailment import build_entailment_dataset, load_proofwriter_jsonl
 from .maze import build_maze_dataset, generate_maze, load_maze_csv, solve_maze
@@ -33,16 +23,7 @@ from .sudoku import augment_sudoku, build_sudoku_dataset, generate_sudoku, load_
 from .tokenization import char_tokenizer, tokenizer_fields
 
 __all__ = [
-    "PUZZLE_VOCAB",
-    "TASKS",
-    "TaskData",
-    "build_task",
-    "check_task",
-    "eval_split",
-    "fingerprints",
-    "load_training_record",
-    "save_training_record",
-    "TRAINING_RECORD",
+    *catalog.__all__,
     "tokenizer_fields",
     "SentenceEmbedder",
     "addition_tokenizer",
