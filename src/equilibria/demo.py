@@ -148,7 +148,11 @@ def _audits(run: _Run, models: dict) -> dict:
         reports[name] = report = audit(model, data, progress=False, seed=run.seed)
         report.data = {"name": f"{run.n_test} held-out {run.digits}-digit addition problems", "dataset": None}
         report.data["note"] = "no training problem is among them"
-        print(f"  {name}: {report.verdict.upper()}")
+        chance = report.chance
+        print(
+            f"  {name}: {report.verdict.upper()}, resting on: accuracy {100 * report.accuracy:.1f}% per sequence "
+            f"against {100 * chance['majority']:.1f}% for the most common answer ({chance['margin_se']:+.1f} SE)"
+        )
         print("\n".join("    - " + reason for reason in report.reasons[:2]))
     return reports
 
