@@ -98,14 +98,22 @@ def test_card_collects_the_folders_results(saved, capsys):
         (["eval", "{phdeq}", "--loops", "1,a"], "--loops must be comma-separated integers"),
         (["eval", "{phdeq}", "--task", "sudoku"], "--task sudoku does not fit a phdeq model"),
         (["card", "{missing}"], "is not a folder written by save_pretrained"),
+        (["eval", "{phdeq}", "--num-examples", "0"], "--num-examples must be >= 1, got 0"),
+        (["audit", "{phdeq}", "--num-examples", "-3"], "--num-examples must be >= 1, got -3"),
+        (["generate", "{ouro}", "--prompt", ""], "has no tokens"),
     ],
 )
 def test_errors_are_one_line(saved, capsys, argv, message):
-    argv = [a.format(phdeq=saved / "phdeq", missing=saved / "missing") for a in argv]
+    argv = [a.format(phdeq=saved / "phdeq", ouro=saved / "ouro", missing=saved / "missing") for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert message in err.strip().splitlines()[-1]  # one line (progress bars of weight loading may come before)
+
+
+def test_no_command_prints_help_and_fails(capsys):
+    assert main([]) == 2
+    assert "usage: equilibria" in capsys.readouterr().err
 
 
 def test_train_writes_a_hub_ready_folder(tmp_path, capsys):

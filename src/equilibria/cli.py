@@ -144,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
+    if args.command is None:  # no command: say what there is, and fail (a script that forgot it should notice)
+        parser.print_help(sys.stderr)
+        return 2
     try:
         if args.command == "demo":
             from .demo import run_demo

@@ -35,6 +35,8 @@ def evaluation_data(model, args, digits: int = 2):
     from .families import family_of, model_task
     from .tasks import TRAINING_RECORD, eval_split, fingerprints, load_training_record
 
+    if args.num_examples < 1:
+        raise ValueError(f"--num-examples must be >= 1, got {args.num_examples}")
     if args.dataset is not None and args.task is not None:
         raise ValueError("pass either --task or --dataset, not both")
     training = load_training_record(args.model_path)
@@ -78,8 +80,6 @@ def run_audit(args) -> None:
     """``equilibria audit``: load the model, build or load the data, audit, print (and save)."""
     from .diagnostics import audit
 
-    if args.num_examples < 1:
-        raise ValueError(f"--num-examples must be >= 1, got {args.num_examples}")
     model = load_saved_model(args.model_path, args.trust_remote_code)
     data, record = evaluation_data(model, args)
     if args.dataset is None and model.can_generate():
@@ -217,6 +217,8 @@ def run_generate(args) -> str:
         raise ValueError(f"generate needs a language model ({', '.join(lms)}), got {model.config.model_type}")
     tokenizer = _tokenizer(args.model_path)
     enc = tokenizer(args.prompt, return_tensors="pt", add_special_tokens=False)
+    if enc["input_ids"].shape[1] == 0:
+        raise ValueError(f"--prompt {args.prompt!r} has no tokens: give the text to continue")
     kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0)
     if args.temperature > 0:
         kwargs["temperature"] = args.temperature
