@@ -324,8 +324,9 @@ class _Evidence:
         cat = {k: torch.cat(v) if v else None for k, v in self.units.items()}
         correct = cat["correct"]
         family = {**adapter.describe(), "unit": adapter.unit_name, "t4_applies": adapter.displacement_applies}
-        if adapter.untestable():
-            family["untestable"] = adapter.untestable()
+        untestable = adapter.untestable()
+        if untestable:
+            family["untestable"] = untestable
         report = AuditReport(
             model_type=str(model.config.model_type),
             family=family,
