@@ -29,6 +29,7 @@ def arguments(out: Path, **overrides) -> StarsTrainingArguments:
         report_to=[],
         use_cpu=True,
         ddp_backend="gloo",
+        ddp_find_unused_parameters=False,  # plain DDP: every trainable parameter must get a gradient
         save_strategy="no",
         logging_steps=2,
         min_loops=1,

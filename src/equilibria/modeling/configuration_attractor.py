@@ -81,6 +81,21 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
         "jacobian_penalty",
         "correction_loss",
     ]
+    # Megatron-style sharding of both parts' Llama layers; the embeddings (sharded on the vocabulary by
+    # transformers) and the tied LM head are sharded together
+    base_model_tp_plan = {
+        f"{part}.*.{module}": style
+        for part in ("backbone", "attractor.layers")
+        for module, style in (
+            ("self_attn.q_proj", "colwise"),
+            ("self_attn.k_proj", "colwise"),
+            ("self_attn.v_proj", "colwise"),
+            ("self_attn.o_proj", "rowwise"),
+            ("mlp.gate_proj", "colwise"),
+            ("mlp.up_proj", "colwise"),
+            ("mlp.down_proj", "rowwise"),
+        )
+    }
 
     vocab_size: int = 32000
     hidden_size: int = 512

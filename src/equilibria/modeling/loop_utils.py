@@ -7,7 +7,8 @@ transformers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import fields
 from typing import NamedTuple
 
@@ -48,15 +49,19 @@ class StrictLoadingMixin:
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """[`PreTrainedModel.from_pretrained`], but strict: a checkpoint whose weights are missing, unexpected or
-        of the wrong shape raises ``ValueError`` naming them instead of leaving randomly initialised weights
-        behind a warning. ``ignore_mismatched_sizes=True`` keeps transformers' lenient behaviour for shapes."""
+        """[`PreTrainedModel.from_pretrained`], but strict for the body: a checkpoint whose body weights are missing,
+        unexpected or of the wrong shape raises ``ValueError`` naming them instead of leaving randomly initialised
+        weights behind a warning. ``ignore_mismatched_sizes=True`` keeps transformers' lenient behaviour for shapes.
+        As in transformers, a base-model checkpoint loads into a class with a head: the head's weights (the only
+        ones missing) are newly initialised, named in transformers' load report, and listed in ``missing_keys`` of
+        ``output_loading_info=True``; a head checkpoint loads into the base model, its head weights ignored."""
         want_info = kwargs.pop("output_loading_info", False)
         lenient_shapes = kwargs.pop("ignore_mismatched_sizes", False)
         # load leniently, then report every problem at once in one clear error
         model, info = super().from_pretrained(*args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
         problems = []
-        missing = sorted(info.get("missing_keys", []))
+        # a missing head is new, as in transformers (its load report names it); a missing body is refused
+        missing = sorted(k for k in info.get("missing_keys", []) if not k.startswith(cls._head_weight_prefixes))
         unexpected = sorted(k for k in info.get("unexpected_keys", []) if not k.startswith(cls._head_weight_prefixes))
         mismatched = info.get("mismatched_keys", [])
         if missing:
@@ -249,6 +254,7 @@ class LMInputs(NamedTuple):
     cache: Cache | None
     position_ids: torch.Tensor
     output_hidden_states: bool
+    output_attentions: bool
 
 
 class CausalLoopMixin:
@@ -266,8 +272,16 @@ class CausalLoopMixin:
         name = type(self).__name__
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
-        if kwargs.pop("output_attentions", False):
-            raise ValueError(f"{name} does not return attention weights (output_attentions=True is not supported).")
+        attentions = kwargs.pop("output_attentions", None)
+        attentions = bool(self.config.output_attentions if attentions is None else attentions)
+        implementation = self.config._attn_implementation
+        if attentions and implementation != "eager":  # as transformers' models do: warn, return no weights
+            logger.warning_once(
+                f"{name}: output_attentions=True needs the eager attention ({implementation!r} does not return the "
+                "weights, so `attentions` is None); load the model with attn_implementation='eager' or call "
+                "model.set_attn_implementation('eager')."
+            )
+            attentions = False
         training_with_grad = self.training and torch.is_grad_enabled()
         if use_cache is None:
             use_cache = cache is not None or (self.config.use_cache and not training_with_grad)
@@ -283,7 +297,38 @@ class CausalLoopMixin:
             past = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(past, past + inputs_embeds.shape[1], device=inputs_embeds.device)[None]
         hidden = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        return LMInputs(inputs_embeds, cache, position_ids, bool(hidden))
+        return LMInputs(inputs_embeds, cache, position_ids, bool(hidden), attentions)
+
+
+@contextmanager
+def recording_attentions(modules: Iterable[nn.Module], enabled: bool) -> Iterator[list | None]:
+    """While active, collect the attention weights (the second output) of every call of ``modules``, in call
+    order, into the list it yields (``None`` when not ``enabled``: nothing is hooked)."""
+    if not enabled:
+        yield None
+        return
+    weights: list[torch.Tensor] = []
+    handles = [module.register_forward_hook(lambda _m, _a, out: weights.append(out[1])) for module in modules]
+    try:
+        yield weights
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def recorded_calls(fn: Callable, modules: Iterable[nn.Module], sink: list | None) -> Callable:
+    """``fn`` wrapped so that each call leaves the attention weights of ``modules`` (see
+    :func:`recording_attentions`) in ``sink``, replacing what it held; ``fn`` itself when ``sink`` is ``None``."""
+    if sink is None:
+        return fn
+
+    def wrapped(*args, **kwargs):
+        with recording_attentions(modules, True) as weights:
+            out = fn(*args, **kwargs)
+        sink[:] = weights
+        return out
+
+    return wrapped
 
 
 LOSS_KWARGS = ("num_items_in_batch", "ignore_index", "shift_labels")
@@ -321,6 +366,8 @@ __all__ = [
     "LoopGenerationMixin",
     "LoopMap",
     "pop_loss_kwargs",
+    "recorded_calls",
+    "recording_attentions",
     "shared_fields",
     "StrictLoadingMixin",
     "TelemetryCache",

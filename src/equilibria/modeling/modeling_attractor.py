@@ -52,6 +52,8 @@ from .loop_utils import (
     StrictLoadingMixin,
     TelemetryCache,
     as_int,
+    recorded_calls,
+    recording_attentions,
 )
 from .regularization import IterateSampler, hutchinson_frobenius
 from .solvers import GRADIENT_MODES, SolverStats, SolverTelemetry, check_tol, fixed_point, solver_options
@@ -160,6 +162,10 @@ class AttractorModelOutput(SolverTelemetry, BaseModelOutputWithPast):
     hidden_states (`tuple(torch.FloatTensor)`, returned with `output_hidden_states=True`):
         The embeddings, the output of every backbone layer (the last is the proposal ``y0``), then the fixed
         point ``y*`` (before the final norm).
+    attentions (`tuple(torch.FloatTensor)`, returned with `output_attentions=True` and the eager attention):
+        The attention weights ``(batch, heads, seq_len, key_len)`` of every backbone layer, then of every attractor
+        layer in the application of ``T`` at the solution (the solver's iterations are not kept; none when
+        ``num_loops=0``).
     proposal (`torch.FloatTensor` of shape `(batch, seq_len, hidden_size)`):
         The backbone's proposal ``y0`` (the solver's start), before the final norm.
     solver_steps, abs_residual, rel_residual, converged, diverged, backward_steps, backward_rel_residual:
@@ -283,17 +289,25 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         cache = inputs.cache
         if cache is not None:
             self._check_cache(cache, options.budget)
-        y0, mask, position_embeddings, states = self._propose(
-            inputs.inputs_embeds, attention_mask, inputs.position_ids, cache, **kwargs
-        )
+        record = inputs.output_attentions
+        with recording_attentions([layer.self_attn for layer in self.backbone], record) as attentions:
+            y0, mask, position_embeddings, states = self._propose(
+                inputs.inputs_embeds, attention_mask, inputs.position_ids, cache, **kwargs
+            )
         step = partial(self.attractor, y0=y0, attention_mask=mask, position_embeddings=position_embeddings, **kwargs)
-        y_star, stats, extras = self._solve(step, y0, cache, _valid_positions(attention_mask, y0.shape[1]), options)
+        final_attentions = [] if record else None  # of the application at the solution only
+        attractor_attention = [layer.self_attn for layer in self.attractor.layers]
+        readout = recorded_calls(partial(step, cache=cache), attractor_attention, final_attentions)
+        y_star, stats, extras = self._solve(
+            step, readout, y0, cache, _valid_positions(attention_mask, y0.shape[1]), options
+        )
         if isinstance(cache, AttractorCache):
             cache.record_solve(stats, *y0.shape[:2], device=y0.device)
         return AttractorModelOutput(
             last_hidden_state=self.norm(y_star),
             cache=cache,
             hidden_states=states + (y_star,) if inputs.output_hidden_states else None,
+            attentions=tuple(attentions + final_attentions) if record else None,
             proposal=y0,
             **extras,
             **(stats.telemetry() if stats is not None else {}),
@@ -314,10 +328,12 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
             correction_states=as_int(correction_states, "correction_states", 0, "iterates for the correction loss"),
         )
 
-    def _solve(self, step: Callable, y0: torch.Tensor, cache: Cache | None, valid, options: _SolveOptions):
+    def _solve(
+        self, step: Callable, readout: Callable, y0: torch.Tensor, cache: Cache | None, valid, options: _SolveOptions
+    ):
         """``(y*, stats, extras)``: the fixed point with its gradient, the solver's stats (``None`` with budget 0)
         and the regularisers asked for. The iterations attend to the cache without appending; the one
-        application at the solution appends its keys/values."""
+        application at the solution (``readout``) appends its keys/values."""
         if options.budget == 0:
             return y0, None, {}
         peek = partial(step, cache=_ReadOnlyCache(cache) if cache is not None else None)
@@ -325,7 +341,7 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         y_star, stats = fixed_point(
             peek if sampler is None else sampler.wrap(peek),
             y0,
-            readout=partial(step, cache=cache),
+            readout=readout,
             max_iter=options.budget,
             tol=options.tol,
             mode=options.gradient_mode,

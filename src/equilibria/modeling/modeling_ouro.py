@@ -46,6 +46,7 @@ from .loop_utils import (
     StrictLoadingMixin,
     TelemetryCache,
     as_int,
+    recording_attentions,
 )
 from .solvers import residual
 
@@ -313,7 +314,7 @@ class OuroAttention(nn.Module):
         cache_index: int | None = None,
         frozen: OuroEarlyExit | None = None,
         **kwargs,
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
@@ -332,7 +333,7 @@ class OuroAttention(nn.Module):
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        attn_output, _ = attention_interface(
+        attn_output, attn_weights = attention_interface(
             self,
             query_states,
             key_states,
@@ -344,7 +345,7 @@ class OuroAttention(nn.Module):
             **kwargs,
         )
         attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        return self.o_proj(attn_output)
+        return self.o_proj(attn_output), attn_weights
 
 
 class OuroDecoderLayer(GradientCheckpointingLayer):
@@ -372,7 +373,7 @@ class OuroDecoderLayer(GradientCheckpointingLayer):
         **kwargs,
     ) -> torch.Tensor:
         residual = hidden_states
-        hidden_states = self.self_attn(
+        hidden_states, _ = self.self_attn(
             self.input_layernorm(hidden_states),
             position_embeddings=position_embeddings,
             attention_mask=attention_mask,
@@ -399,6 +400,10 @@ class OuroModelOutput(BaseModelOutputWithPast):
         Each token's state at its exit step (the last step when no token exits early), after the final norm.
     hidden_states (`tuple(torch.FloatTensor)`, returned with `output_hidden_states=True`):
         The loop states: the input embeddings, then the state after each loop step (``num_loops + 1`` tensors).
+    attentions (`tuple(torch.FloatTensor)`, returned with `output_attentions=True` and the eager attention):
+        The attention weights ``(batch, heads, seq_len, key_len)`` per (loop step, layer), in that order
+        (``num_loops * num_hidden_layers`` tensors; entry ``step * num_hidden_layers + layer``, as the cache).
+        Once every row has exited early, the skipped steps add none.
     exit_steps (`torch.LongTensor` of shape `(batch, seq_len)`):
         Number of loop steps each token ran (``num_loops`` unless it exited early).
     exit_probs (`torch.FloatTensor` of shape `(batch, seq_len, num_loops)`):
@@ -464,6 +469,9 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
         self.norm = OuroRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = OuroRotaryEmbedding(config=config)
         self.early_exit_gate = nn.Linear(config.hidden_size, 1)
+        # The loss is read at the last step, so no loss reaches the gate: it is frozen (loaded, never trained), so
+        # that every trainable parameter gets a gradient (plain DDP, gradient checkpointing).
+        self.early_exit_gate.requires_grad_(False)
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -524,10 +532,12 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             _check_cache(cache, num_loops, self.config.num_hidden_layers)
         masks = self._masks(hidden, attention_mask, cache, inputs.position_ids)
         position_embeddings = self.rotary_emb(hidden, inputs.position_ids)
-        early = self._early_exit(exit_threshold, hidden, num_loops, masks)
-        hidden, states, gate_logits, residual = self._loop(
-            hidden, num_loops, masks, position_embeddings, cache, early, inputs.output_hidden_states, **kwargs
-        )
+        early = self._early_exit(exit_threshold, hidden, num_loops, masks, inputs.output_attentions)
+        attention_modules = [layer.self_attn for layer in self.layers]
+        with recording_attentions(attention_modules, inputs.output_attentions) as attentions:
+            hidden, states, gate_logits, residual = self._loop(
+                hidden, num_loops, masks, position_embeddings, cache, early, inputs.output_hidden_states, **kwargs
+            )
         exit_steps = early.exit_steps if early is not None else torch.full_like(residual, num_loops, dtype=torch.long)
         if isinstance(cache, OuroCache):
             cache.record("exit_steps", exit_steps)
@@ -535,20 +545,24 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             last_hidden_state=hidden,
             cache=cache,
             hidden_states=states,
+            attentions=tuple(attentions) if attentions is not None else None,
             exit_steps=exit_steps,
             exit_probs=exit_distribution(gate_logits, hidden),
             loop_residual=residual,
         )
 
-    def _early_exit(self, exit_threshold, hidden: torch.Tensor, num_loops: int, masks: dict) -> OuroEarlyExit | None:
+    def _early_exit(
+        self, exit_threshold, hidden: torch.Tensor, num_loops: int, masks: dict, keep_rows: bool
+    ) -> OuroEarlyExit | None:
         """The early-exit bookkeeping of this forward, or ``None`` when no token can exit (threshold ``None`` or
-        1, or training with gradients). Rows are dropped only in single-token decoding with tensor masks."""
+        1, or training with gradients). Rows are dropped only in single-token decoding with tensor masks, and not
+        when ``keep_rows`` (attention weights are recorded for the whole batch)."""
         threshold = self.config.early_exit_threshold if exit_threshold is None else exit_threshold
         check_exit_threshold(threshold)
         if threshold is None or threshold >= 1.0 or (self.training and torch.is_grad_enabled()):
             return None
         batch_size, seq_len = hidden.shape[:2]
-        drop_rows = seq_len == 1 and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
+        drop_rows = not keep_rows and seq_len == 1 and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
         return OuroEarlyExit(threshold, batch_size, seq_len, num_loops, hidden.device, drop_rows)
 
     def _loop(self, hidden, num_loops: int, masks, position_embeddings, cache, early, keep_states: bool, **kwargs):

@@ -115,10 +115,6 @@ class StarsTrainingArguments(TrainingArguments):
             )
         if not self.jsrr_target > 0:
             raise ValueError(f"StarsTrainingArguments: jsrr_target must be > 0, got {self.jsrr_target}")
-        if self.ddp_find_unused_parameters is None:
-            # the exit gate of a looped model feeds its exit distribution, not the LM loss: DDP must allow
-            # parameters without gradients (transformers would turn this off under gradient checkpointing)
-            self.ddp_find_unused_parameters = True
         if self.eval_num_loops is not None and (not isinstance(self.eval_num_loops, int) or self.eval_num_loops < 1):
             raise ValueError(
                 f"StarsTrainingArguments: eval_num_loops must be None or >= 1, got {self.eval_num_loops!r}"

@@ -1,0 +1,172 @@
+"""The transformers conventions both causal-LM families keep (the ones transformers' own common tests check and
+that ``../shared/peer-tests`` cannot, because they compare cache sizes with ``num_hidden_layers``): attention
+weights, assisted and prompt-lookup decoding, loading a base-model checkpoint into the head class, the
+tensor-parallel plan, and training in which every trainable parameter gets a gradient."""
+
+import pytest
+import torch
+from conftest import tiny_attractor, tiny_ouro
+from torch import nn
+
+from equilibria import OuroForCausalLM
+
+PROMPT = torch.tensor([[5, 9, 14, 3, 22, 7, 5, 9]])
+FAMILIES = {"ouro": tiny_ouro, "attractor": tiny_attractor}
+
+
+def expected_attention_count(model, num_loops: int) -> int:
+    config = model.config
+    if isinstance(model, OuroForCausalLM):
+        return num_loops * config.num_hidden_layers
+    return config.num_backbone_layers + (config.num_attractor_layers if num_loops > 0 else 0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("num_loops", [0, 1, 3])
+def test_forward_returns_one_attention_map_per_layer_application(family, num_loops):
+    if family == "ouro" and num_loops == 0:
+        pytest.skip("Ouro runs at least one loop step")
+    model = FAMILIES[family]()
+    out = model(PROMPT, num_loops=num_loops, output_attentions=True)
+    heads, length = model.config.num_attention_heads, PROMPT.shape[1]
+    assert len(out.attentions) == expected_attention_count(model, num_loops)
+    for weights in out.attentions:
+        assert weights.shape == (1, heads, length, length)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(1, heads, length))  # rows are distributions
+        assert torch.all(weights.triu(1) == 0)  # causal
+    assert model(PROMPT, num_loops=num_loops).attentions is None
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_config_output_attentions_and_the_argument_agree(family):
+    model = FAMILIES[family]()
+    model.config.output_attentions = True
+    from_config = model(PROMPT).attentions
+    model.config.output_attentions = False
+    from_argument = model(PROMPT, output_attentions=True).attentions
+    assert len(from_config) == len(from_argument) > 0
+    for a, b in zip(from_config, from_argument):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_attention_weights_reach_generate_per_step(family):
+    model = FAMILIES[family]()
+    out = model.generate(
+        PROMPT, max_new_tokens=3, do_sample=False, return_dict_in_generate=True, output_attentions=True
+    )
+    num_loops = model.config.total_ut_steps if family == "ouro" else model.config.num_loops
+    assert len(out.attentions) == 3
+    for step, weights in enumerate(out.attentions):
+        assert len(weights) == expected_attention_count(model, num_loops)
+        query_len = PROMPT.shape[1] if step == 0 else 1
+        assert weights[0].shape[-2:] == (query_len, PROMPT.shape[1] + step)
+
+
+def test_the_attention_weights_of_the_ouro_loop_are_per_loop_step():
+    """Step 1's weights differ from step 0's (the state changed), and the one-loop forward's weights are step 0's."""
+    model = tiny_ouro()
+    deep = model(PROMPT, num_loops=3, output_attentions=True).attentions
+    one = model(PROMPT, num_loops=1, output_attentions=True).attentions
+    layers = model.config.num_hidden_layers
+    for layer in range(layers):
+        torch.testing.assert_close(deep[layer], one[layer])
+    assert not torch.allclose(deep[layers], deep[0])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_other_attention_kernels_warn_and_return_no_weights(family, caplog):
+    model = FAMILIES[family]()
+    model.set_attn_implementation("sdpa")
+    out = model(PROMPT, output_attentions=True)
+    assert out.attentions is None
+    assert "needs the eager attention" in caplog.text
+
+
+def greedy(model, **kwargs):
+    return model.generate(PROMPT, max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None, **kwargs)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_assisted_decoding_equals_greedy_search(family):
+    model = FAMILIES[family]()
+    assistant = FAMILIES[family](seed=1)  # a different model: some of its drafts are rejected
+    reference = greedy(model)
+    assisted = greedy(model, assistant_model=assistant)
+    assert assisted.tolist() == reference.tolist()
+    self_assisted = greedy(model, assistant_model=FAMILIES[family]())  # every draft accepted
+    assert self_assisted.tolist() == reference.tolist()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_prompt_lookup_decoding_equals_greedy_search(family):
+    model = FAMILIES[family]()
+    assert greedy(model, prompt_lookup_num_tokens=2).tolist() == greedy(model).tolist()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_base_model_checkpoint_loads_into_the_head_class_with_the_head_reported(family, tmp_path, caplog):
+    model = FAMILIES[family]()
+    model.model.save_pretrained(tmp_path)
+    loaded, info = type(model).from_pretrained(tmp_path, output_loading_info=True)
+    assert info["missing_keys"] == {"lm_head.weight"} or (
+        model.config.tie_word_embeddings and not info["missing_keys"]
+    )
+    for name, weight in model.model.state_dict().items():
+        torch.testing.assert_close(loaded.model.state_dict()[name], weight)
+    plain = type(model).from_pretrained(tmp_path)  # without output_loading_info: loads too
+    assert isinstance(plain, type(model))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_checkpoint_missing_body_weights_is_still_refused(family, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    model = FAMILIES[family]()
+    model.save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    dropped = next(k for k in weights if "layers.0" in k)
+    del weights[dropped]
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="missing weights"):
+        type(model).from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_tensor_parallel_plan_shards_a_tied_head_with_its_embeddings(family, tied):
+    model = FAMILIES[family](tie_word_embeddings=tied)
+    plan = model.tp_plan
+    assert ("lm_head" in plan) == ("model.embed_tokens" in plan)
+    if tied:
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+    layer_modules = {name for name, module in model.named_modules() if isinstance(module, nn.Linear)}
+    sharded_layers = [name for name in layer_modules if any(_matches(name, pattern) for pattern in plan)]
+    assert any("attractor.layers" in name or ".layers." in name for name in sharded_layers)
+
+
+def _matches(name: str, pattern: str) -> bool:
+    parts, keys = name.split("."), pattern.split(".")
+    return len(parts) == len(keys) and all(k == "*" or k == p for p, k in zip(parts, keys))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_training_gives_every_trainable_parameter_a_gradient(family):
+    """So plain DDP without find_unused_parameters and gradient checkpointing work."""
+    model = FAMILIES[family]().train()
+    model.activation_checkpointing_enable()
+    loss = model(PROMPT, labels=PROMPT).loss
+    loss.backward()
+    without = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert without == []
+
+
+def test_the_ouro_exit_gate_no_loss_trains_is_frozen_and_still_loads(tmp_path):
+    model = tiny_ouro()
+    gate = model.model.early_exit_gate
+    assert not any(p.requires_grad for p in gate.parameters())
+    with torch.no_grad():
+        gate.bias.fill_(-1.25)
+    model.save_pretrained(tmp_path)
+    loaded = OuroForCausalLM.from_pretrained(tmp_path)
+    assert loaded.model.early_exit_gate.bias.item() == -1.25
