@@ -109,9 +109,7 @@ def test_a_base_model_checkpoint_loads_into_the_head_class_with_the_head_reporte
     model = FAMILIES[family]()
     model.model.save_pretrained(tmp_path)
     loaded, info = type(model).from_pretrained(tmp_path, output_loading_info=True)
-    assert info["missing_keys"] == {"lm_head.weight"} or (
-        model.config.tie_word_embeddings and not info["missing_keys"]
-    )
+    assert info["missing_keys"] == {"lm_head.weight"} or (model.config.tie_word_embeddings and not info["missing_keys"])
     for name, weight in model.model.state_dict().items():
         torch.testing.assert_close(loaded.model.state_dict()[name], weight)
     plain = type(model).from_pretrained(tmp_path)  # without output_loading_info: loads too

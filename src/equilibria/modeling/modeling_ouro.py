@@ -562,7 +562,9 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
         if threshold is None or threshold >= 1.0 or (self.training and torch.is_grad_enabled()):
             return None
         batch_size, seq_len = hidden.shape[:2]
-        drop_rows = not keep_rows and seq_len == 1 and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
+        drop_rows = (
+            not keep_rows and seq_len == 1 and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
+        )
         return OuroEarlyExit(threshold, batch_size, seq_len, num_loops, hidden.device, drop_rows)
 
     def _loop(self, hidden, num_loops: int, masks, position_embeddings, cache, early, keep_states: bool, **kwargs):
