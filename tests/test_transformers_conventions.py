@@ -168,3 +168,23 @@ def test_the_ouro_exit_gate_no_loss_trains_is_frozen_and_still_loads(tmp_path):
     model.save_pretrained(tmp_path)
     loaded = OuroForCausalLM.from_pretrained(tmp_path)
     assert loaded.model.early_exit_gate.bias.item() == -1.25
+
+
+class _Logits(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+def test_the_attractor_exports_with_torch_export_and_matches_eager():
+    """Under tracing the solver runs its whole budget without data-dependent branches (samples that stopped keep
+    their iterate), so the exported program gives eager's numbers, although eager stopped early."""
+    model = tiny_attractor(num_loops=9, solver_tol=1e-3)
+    ids = torch.tensor([[5, 9, 14, 3, 22, 7], [11, 4, 30, 17, 2, 9]])
+    eager = model(ids, use_cache=False)
+    assert bool(eager.converged.all()) and int(eager.solver_steps.max()) < 9
+    program = torch.export.export(_Logits(model), (ids,))
+    torch.testing.assert_close(program.module()(ids), eager.logits, rtol=0, atol=1e-5)

@@ -129,6 +129,13 @@ def check_tol(value, name: str = "tol") -> float:
     return float(value)
 
 
+def traced() -> bool:
+    """Whether ``torch.export`` or ``torch.compile`` is tracing: then no Python branch may depend on data, so the
+    solvers run their whole budget (stopped samples keep their iterate, so the numbers equal eager's) and skip the
+    divergence warning (the flags are still returned and the lowest-residual iterates still used)."""
+    return torch.compiler.is_compiling()
+
+
 def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return mask.reshape(-1, *([1] * (like.dim() - 1)))
 
@@ -183,7 +190,7 @@ def _iterate(f: Map, z0: torch.Tensor, max_iter: int, tol: float, propose: Calla
     tracker = _Tracker(z, fz, tol)
     tracker.update(z, fz, 0)
     for step in range(1, max_iter + 1):
-        if not bool(tracker.active.any()):
+        if not traced() and not bool(tracker.active.any()):
             break
         z = torch.where(_expand(tracker.active, z), propose(step, z, fz), z)
         fz = f(z)
@@ -262,7 +269,7 @@ def solve(
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
     with torch.no_grad():
         z, stats = (anderson if solver == "anderson" else picard)(f, z0, max_iter=max_iter, tol=tol, **kwargs)
-    if bool(stats.diverged.any()) and not _warned:
+    if not traced() and bool(stats.diverged.any()) and not _warned:
         _warned = True
         warnings.warn(
             f"fixed-point solver diverged for {int(stats.diverged.sum())} of {len(stats.diverged)} samples "
@@ -370,8 +377,8 @@ def fixed_point(
         out = implicit_gradient(readout, z_star, **kwargs)
     else:
         out = one_step_gradient(readout, z_star)
-    if bool(stats.diverged.any()):  # never pass f of a blown-up state on: keep the lowest-residual iterate
-        out = torch.where(_expand(stats.diverged, out), z_star.to(out.dtype), out)
+    if traced() or bool(stats.diverged.any()):  # never pass f of a blown-up state on: keep the lowest-residual
+        out = torch.where(_expand(stats.diverged, out), z_star.to(out.dtype), out)  # iterate
     return out, stats
 
 
