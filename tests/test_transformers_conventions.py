@@ -188,3 +188,28 @@ def test_the_attractor_exports_with_torch_export_and_matches_eager():
     assert bool(eager.converged.all()) and int(eager.solver_steps.max()) < 9
     program = torch.export.export(_Logits(model), (ids,))
     torch.testing.assert_close(program.module()(ids), eager.logits, rtol=0, atol=1e-5)
+
+
+def _puzzle_and_classifier_calls():
+    from test_eqr import tiny_eqr
+    from test_phdeq import tiny_phdeq
+
+    yield "eqr", tiny_eqr(), (torch.randint(0, 5, (2, 16)),)
+    yield "phdeq", tiny_phdeq(), (torch.randn(2, 6),)
+
+
+@pytest.mark.parametrize("misspelt", [{"num_loop": 8}, {"exit_treshold": 0.5}, {"output_attention": True}])
+def test_a_misspelt_keyword_is_a_type_error_naming_it(misspelt):
+    calls = [(name, make(), (PROMPT,)) for name, make in FAMILIES.items()] + list(_puzzle_and_classifier_calls())
+    (keyword,) = misspelt
+    for name, model, args in calls:
+        with pytest.raises(TypeError, match=f"unexpected keyword argument.*'{keyword}'.*num_loops"):
+            model(*args, **misspelt)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_keywords_transformers_passes_through_still_work(family):
+    model = FAMILIES[family]()
+    out = model(PROMPT, labels=PROMPT, num_items_in_batch=PROMPT.numel(), return_dict=True, output_hidden_states=True)
+    assert out.loss is not None and out.hidden_states is not None
+    assert isinstance(model(PROMPT, return_dict=False), tuple)

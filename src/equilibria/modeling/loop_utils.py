@@ -7,6 +7,7 @@ transformers.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
@@ -17,6 +18,7 @@ from torch import nn
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_utils import slice_logits_to_keep
 from transformers.utils import can_return_tuple, logging
+from transformers.utils.generic import TransformersKwargs
 from transformers.utils.deprecation import deprecate_kwarg
 
 logger = logging.get_logger(__name__)
@@ -282,6 +284,7 @@ class CausalLoopMixin:
                 "model.set_attn_implementation('eager')."
             )
             attentions = False
+        check_keywords(self, kwargs)
         training_with_grad = self.training and torch.is_grad_enabled()
         if use_cache is None:
             use_cache = cache is not None or (self.config.use_cache and not training_with_grad)
@@ -298,6 +301,22 @@ class CausalLoopMixin:
             position_ids = torch.arange(past, past + inputs_embeds.shape[1], device=inputs_embeds.device)[None]
         hidden = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return LMInputs(inputs_embeds, cache, position_ids, bool(hidden), attentions)
+
+
+# keywords transformers' models take through **kwargs (attention kernels, the Trainer, PEFT, generate)
+PASSED_THROUGH = frozenset(getattr(TransformersKwargs, "__annotations__", {})) | {"return_dict", "cache_position"}
+
+
+def check_keywords(model, kwargs: dict) -> None:
+    """Raise ``TypeError`` naming the keywords in ``kwargs`` (what ``model.forward`` got beyond its own arguments)
+    that are not ones transformers passes through (a misspelt ``num_loop=8`` must not be silently ignored)."""
+    unknown = sorted(set(kwargs) - PASSED_THROUGH)
+    if unknown:
+        own = [name for name in inspect.signature(type(model).forward).parameters if name not in ("self", "kwargs")]
+        raise TypeError(
+            f"{type(model).__name__}.forward() got unexpected keyword argument(s) {unknown}; it takes {own}, plus "
+            f"the keywords transformers passes through ({sorted(PASSED_THROUGH)})."
+        )
 
 
 @contextmanager
@@ -372,4 +391,5 @@ __all__ = [
     "StrictLoadingMixin",
     "TelemetryCache",
     "as_int",
+    "check_keywords",
 ]

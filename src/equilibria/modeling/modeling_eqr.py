@@ -28,7 +28,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaMLP
 from transformers.utils import can_return_tuple
 
 from .configuration_eqr import SELECTIONS, EqRConfig, check_noise
-from .loop_utils import LoopMap, StrictLoadingMixin, as_int, shared_fields
+from .loop_utils import LoopMap, StrictLoadingMixin, as_int, check_keywords, shared_fields
 from .solvers import residual
 
 
@@ -237,6 +237,7 @@ class EqRModel(EqRPreTrainedModel):
             random_init (`bool`, *optional*): start from a random state (True) or the learned one (False) when no
                 ``state`` is given; default ``config.random_init``.
         """
+        check_keywords(self, kwargs)
         inputs = _puzzle_inputs(inputs, input_ids, self.config.max_seq_len)
         depth = check_depth(self.config.num_loops if num_loops is None else num_loops, "num_loops")
         beta = (self.config.train_noise if self.training else self.config.test_noise) if noise is None else noise

@@ -25,7 +25,7 @@ from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 
 from .configuration_phdeq import PHDEQConfig
-from .loop_utils import LoopMap, StrictLoadingMixin, as_int, shared_fields
+from .loop_utils import LoopMap, StrictLoadingMixin, as_int, check_keywords, shared_fields
 from .solvers import GRADIENT_MODES, SolverTelemetry, check_tol, fixed_point, solver_options
 
 
@@ -187,6 +187,7 @@ class PHDEQModel(PHDEQPreTrainedModel):
             initial_state (`torch.Tensor` of shape `(batch, 2 * hidden_size)`, *optional*): start the solver here
                 instead of at the initialiser's ``z_0`` (the output's ``start_state`` stays the initialiser's).
         """
+        check_keywords(self, kwargs)
         config = self.config
         budget = check_budget(config.num_loops if num_loops is None else num_loops)
         tol = check_tol(config.solver_tol if solver_tol is None else solver_tol, "solver_tol")
@@ -242,6 +243,7 @@ class PHDEQForSequenceClassification(PHDEQPreTrainedModel):
         r"""Solve and classify; with ``labels`` (``(batch,)``) also the losses. ``solved_state`` (``(batch,
         2 * hidden_size)``) skips the solver and decodes that state instead (the audit's substitution test);
         see [`PHDEQModel.forward`] for the other arguments."""
+        check_keywords(self, kwargs)
         if solved_state is not None:
             context = self.model.encode(inputs, attention_mask)
             z0 = self.model.start(context)
