@@ -202,7 +202,7 @@ def _puzzle_and_classifier_calls():
 def test_a_misspelt_keyword_is_a_type_error_naming_it(misspelt):
     calls = [(name, make(), (PROMPT,)) for name, make in FAMILIES.items()] + list(_puzzle_and_classifier_calls())
     (keyword,) = misspelt
-    for name, model, args in calls:
+    for _name, model, args in calls:
         with pytest.raises(TypeError, match=f"unexpected keyword argument.*'{keyword}'.*num_loops"):
             model(*args, **misspelt)
 

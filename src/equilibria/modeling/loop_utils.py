@@ -18,8 +18,8 @@ from torch import nn
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_utils import slice_logits_to_keep
 from transformers.utils import can_return_tuple, logging
-from transformers.utils.generic import TransformersKwargs
 from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.generic import TransformersKwargs
 
 logger = logging.get_logger(__name__)
 
