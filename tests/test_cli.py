@@ -101,6 +101,9 @@ def test_card_collects_the_folders_results(saved, capsys):
         (["eval", "{phdeq}", "--num-examples", "0"], "--num-examples must be >= 1, got 0"),
         (["audit", "{phdeq}", "--num-examples", "-3"], "--num-examples must be >= 1, got -3"),
         (["generate", "{ouro}", "--prompt", ""], "has no tokens"),
+        (["generate", "{ouro}", "--prompt", "12+3=\u00e9#"], "contains ['#', '\u00e9'], which the tokenizer does not know"),
+        (["generate", "{ouro}", "--prompt", "1" * 120, "--max-new-tokens", "9"], "more than the 128 positions"),
+        (["generate", "{ouro}", "--prompt", "1", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
     ],
 )
 def test_errors_are_one_line(saved, capsys, argv, message):
@@ -109,6 +112,20 @@ def test_errors_are_one_line(saved, capsys, argv, message):
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert message in err.strip().splitlines()[-1]  # one line (progress bars of weight loading may come before)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_unreadable_weights_are_one_line_naming_the_file(saved, tmp_path, capsys, damage):
+    import shutil
+
+    folder = tmp_path / "ouro"
+    shutil.copytree(saved / "ouro", folder)
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"not a checkpoint" * 64)
+    assert main(["generate", str(folder), "--prompt", "1+2="]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"cannot read the weights ['{weights}']" in last and "save or download the checkpoint again" in last
 
 
 def test_no_command_prints_help_and_fails(capsys):

@@ -206,6 +206,33 @@ def parse_loops(text: str) -> list[int]:
     return loops
 
 
+def encode_prompt(tokenizer, prompt: str, max_new_tokens: int, max_positions: int):
+    """``tokenizer(prompt)`` as tensors, or ``ValueError`` for a prompt with no tokens, with characters the
+    tokenizer does not know (they would silently become its unknown token), or too long for the model."""
+    if max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+    enc = tokenizer(prompt, return_tensors="pt", add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc.pop("input_ids"), enc.pop("offset_mapping")
+    if ids.shape[1] == 0:
+        raise ValueError(f"--prompt {prompt!r} has no tokens: give the text to continue")
+    special = set(tokenizer.all_special_tokens)  # text read as <unk> (or as the pad token of a vocabulary without one)
+    tokens = tokenizer.convert_ids_to_tokens(ids[0].tolist())
+    spans = [prompt[a:b] for a, b in offsets[0].tolist()]
+    unknown = sorted({text for text, token in zip(spans, tokens) if token in special and text != token})
+    if unknown:
+        known = "".join(sorted(t for t in tokenizer.get_vocab() if len(t) == 1))
+        raise ValueError(
+            f"--prompt contains {unknown}, which the tokenizer does not know"
+            + (f" (it knows {known!r})" if known else "")
+        )
+    if ids.shape[1] + max_new_tokens > max_positions:
+        raise ValueError(
+            f"--prompt has {ids.shape[1]} tokens and --max-new-tokens is {max_new_tokens}: together more than the "
+            f"{max_positions} positions the model handles (max_position_embeddings); shorten one of them"
+        )
+    return {"input_ids": ids, **enc}
+
+
 def run_generate(args) -> str:
     """``equilibria generate``: greedy (or sampled) text from a saved looped LM at ``--num-loops``."""
     import torch
@@ -216,9 +243,7 @@ def run_generate(args) -> str:
         lms = [f.model_type for f in FAMILIES.values() if f.heads[0].auto_class == "AutoModelForCausalLM"]
         raise ValueError(f"generate needs a language model ({', '.join(lms)}), got {model.config.model_type}")
     tokenizer = _tokenizer(args.model_path)
-    enc = tokenizer(args.prompt, return_tensors="pt", add_special_tokens=False)
-    if enc["input_ids"].shape[1] == 0:
-        raise ValueError(f"--prompt {args.prompt!r} has no tokens: give the text to continue")
+    enc = encode_prompt(tokenizer, args.prompt, args.max_new_tokens, model.config.max_position_embeddings)
     kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0)
     if args.temperature > 0:
         kwargs["temperature"] = args.temperature

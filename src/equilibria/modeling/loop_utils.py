@@ -8,12 +8,14 @@ transformers.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from typing import NamedTuple
 
 import torch
+from safetensors import SafetensorError, safe_open
 from torch import nn
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_utils import slice_logits_to_keep
@@ -60,7 +62,16 @@ class StrictLoadingMixin:
         want_info = kwargs.pop("output_loading_info", False)
         lenient_shapes = kwargs.pop("ignore_mismatched_sizes", False)
         # load leniently, then report every problem at once in one clear error
-        model, info = super().from_pretrained(*args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
+        try:
+            model, info = super().from_pretrained(
+                *args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+            )
+        except SafetensorError as error:
+            where = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+            raise ValueError(
+                f"{cls.__name__}.from_pretrained: cannot read the weights {unreadable_weights(where) or where} "
+                f"(truncated or not a safetensors file: {error}); save or download the checkpoint again."
+            ) from None
         problems = []
         # a missing head is new, as in transformers (its load report names it); a missing body is refused
         missing = sorted(k for k in info.get("missing_keys", []) if not k.startswith(cls._head_weight_prefixes))
@@ -86,6 +97,23 @@ class StrictLoadingMixin:
         classes, so the folder loads with ``trust_remote_code=True`` where ``equilibria`` is not installed."""
         self.config.auto_map = dict(self._remote_auto_map)
         return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+def unreadable_weights(folder) -> list[str]:
+    """The ``.safetensors`` files in a local ``folder`` that do not open (truncated or garbage)."""
+    if folder is None or not os.path.isdir(folder):
+        return []
+    broken = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".safetensors"):
+            path = os.path.join(folder, name)
+            try:
+                with safe_open(path, framework="pt") as handle:
+                    for key in handle.keys():
+                        handle.get_slice(key)
+            except (SafetensorError, OSError):
+                broken.append(path)
+    return broken
 
 
 class LoopGenerationMixin:
