@@ -6,6 +6,8 @@ import itertools
 import random
 from pathlib import Path
 
+import re
+
 import pytest
 
 from equilibria.tasks.maze import (
@@ -162,6 +164,29 @@ def test_a_csv_without_the_published_columns_is_refused(tmp_path):
         load_sudoku_csv(path)
     with pytest.raises(ValueError, match="source,question,answer,rating"):
         load_maze_csv(path)
+
+
+@pytest.mark.parametrize("loader", ["sudoku", "maze"])
+@pytest.mark.parametrize(
+    "row, message",
+    [("x,{q},{a}", "no value for the column(s) ['rating']"), ("x,{q},{a},1,extra", "5 values for the 4 columns")],
+)
+def test_a_row_with_a_missing_or_extra_column_is_refused_by_line(tmp_path, loader, row, message):
+    load = load_sudoku_csv if loader == "sudoku" else load_maze_csv
+    sample = DATA / ("sudoku-extreme-sample.csv" if loader == "sudoku" else "maze-hard-sample.csv")
+    good = load(sample)[0]
+    path = tmp_path / "bad.csv"
+    path.write_text("source,question,answer,rating\n" + f"x,{good['question']},{good['answer']},1\n" * 2)
+    assert len(load(path)) == 2
+    path.write_text(
+        "source,question,answer,rating\n"
+        + f"x,{good['question']},{good['answer']},1\n"
+        + row.format(q=good["question"], a=good["answer"])
+        + "\n"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        load(path)
+    assert "line 3" in str(err.value)
 
 
 def brute_force_path_count(question: str) -> tuple[int, int]:

@@ -29,6 +29,7 @@ def read_puzzle_csv(path: str | Path, layout: str, check_row: Callable[[dict], d
             if limit is not None and len(rows) >= limit:
                 break
             try:
+                _check_width(record, reader.fieldnames)
                 rating = record["rating"]
                 try:
                     rating = float(rating) if rating not in ("", None) else 0.0
@@ -38,6 +39,16 @@ def read_puzzle_csv(path: str | Path, layout: str, check_row: Callable[[dict], d
             except ValueError as err:
                 raise ValueError(f"{path}, line {line}: {err}") from None
     return rows
+
+
+def _check_width(record: dict, header: list[str]) -> None:
+    """A row must have one value per header column (``csv.DictReader`` fills a short row with ``None`` and puts
+    the surplus of a long one under the key ``None``)."""
+    if record.get(None):
+        raise ValueError(f"{len(header) + len(record[None])} values for the {len(header)} columns {header}")
+    missing = [name for name in header if record.get(name) is None]
+    if missing:
+        raise ValueError(f"no value for the column(s) {missing} (the header has {header})")
 
 
 def draw_distinct(draw: Callable[[], dict], key: Callable[[dict], str], count: int, what: str) -> list[dict]:
