@@ -213,6 +213,32 @@ def test_train_reads_a_yaml_config(tmp_path):
     assert json.loads((tmp_path / "eqr" / "config.json").read_text())["equilibria_task"] == "sudoku"
 
 
+def test_flags_after_a_config_file_override_it(tmp_path, capsys):
+    from equilibria.train import parse_train_args
+
+    config = tmp_path / "run.yaml"
+    config.write_text(f"family: eqr\noutput_dir: {tmp_path}\nmax_steps: 2\nhidden_size: 32\nuse_cpu: true\n")
+    model_args, _, args = parse_train_args([str(config)])
+    assert (args.max_steps, model_args.hidden_size, model_args.family, args.use_cpu) == (2, 32, "eqr", True)
+    model_args, data_args, args = parse_train_args([str(config), "--max_steps", "5", "--size", "6"])
+    assert (args.max_steps, data_args.size, model_args.hidden_size) == (5, 6, 32)
+    config.write_text(f"output_dir: {tmp_path}\nmax_step: 2\n")
+    assert main(["train", str(config)]) == 2
+    assert "unknown keys ['max_step']" in capsys.readouterr().err
+
+
+def test_train_help_is_readable(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--family", "eqr", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: equilibria train [CONFIG.yaml]")
+    groups = [line for line in text.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
+    assert groups[0].startswith("the model") and groups[1].startswith("the task's")
+    assert groups[-1].startswith("training: transformers' TrainingArguments, then eqr's own")
+    assert text.index("--max_segments") > text.index("--learning_rate")  # the family's own flags are listed
+
+
 def test_train_errors_are_one_line(tmp_path, capsys):
     assert main(["train", "--family", "gpt", "--output_dir", str(tmp_path)]) == 2
     assert "--family must be one of" in capsys.readouterr().err

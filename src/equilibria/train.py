@@ -19,10 +19,12 @@ from .families import FAMILIES
 
 @dataclass
 class ModelArguments:
+    _argument_group_name = "the model (a small config of the family, sized for its task)"
+
     family: str = field(default="ouro", metadata={"help": f"model family: one of {tuple(FAMILIES)}"})
     hidden_size: int = field(default=128, metadata={"help": "width (PH-DEQ: size of q and of p)"})
     num_layers: int = field(default=2, metadata={"help": "layers in the looped stack / backbone / block"})
-    num_attention_heads: int = field(default=4)
+    num_attention_heads: int = field(default=4, metadata={"help": "attention heads (Ouro, Attractor, EqR)"})
     num_loops: int = field(
         default=4,
         metadata={
@@ -34,11 +36,13 @@ class ModelArguments:
 
 @dataclass
 class DataArguments:
+    _argument_group_name = "the task's generated data and the loop-scaling evaluation"
+
     task: str | None = field(
-        default=None, metadata={"help": "addition, sudoku, maze, reachability or entailment (default: the family's)"}
+        default=None, metadata={"help": "addition, sudoku, maze, reachability or entailment (None: the family's first task)"}
     )
-    train_size: int = field(default=2000)
-    test_size: int = field(default=200)
+    train_size: int = field(default=2000, metadata={"help": "training examples"})
+    test_size: int = field(default=200, metadata={"help": "held-out examples of the loop-scaling evaluation"})
     digits: int = field(default=2, metadata={"help": "addition: operand digits"})
     size: int = field(default=4, metadata={"help": "sudoku / maze: board side"})
     nodes: int = field(default=16, metadata={"help": "reachability: graph nodes"})
@@ -46,42 +50,73 @@ class DataArguments:
     data_seed_offset: int = field(default=0, metadata={"help": "added to --seed for the data"})
 
 
-def _family_of(argv: list[str]) -> str:
-    if argv and argv[0].endswith((".yaml", ".yml", ".json")):
-        path = Path(argv[0])
-        if not path.is_file():
-            raise ValueError(f"no such config file: {path}")
-        text = path.read_text()
-        if path.suffix == ".json":
-            values = json.loads(text)
-        else:
-            import yaml
+TRAIN_HELP = (
+    "Train a family on its task with its Trainer, evaluate loop scaling on held-out data, and write a Hub-ready "
+    "folder into --output_dir. A YAML/JSON file given first sets any flags (keys are the flag names); flags after it "
+    "override it. The training flags are transformers' TrainingArguments plus the family's own (shown for --family; "
+    "`equilibria train --family eqr --help` shows EqR's). Run several processes with torchrun or accelerate launch."
+)
 
-            values = yaml.safe_load(text)
-        family = (values or {}).get("family", "ouro")
+
+def _config_file(argv: list[str]) -> dict:
+    """The keys of the YAML/JSON config file given as the first argument (``{}`` without one)."""
+    if not (argv and argv[0].endswith((".yaml", ".yml", ".json"))):
+        return {}
+    path = Path(argv[0])
+    if not path.is_file():
+        raise ValueError(f"no such config file: {path}")
+    text = path.read_text()
+    if path.suffix == ".json":
+        values = json.loads(text)
     else:
-        family = "ouro"
-        for i, arg in enumerate(argv):
-            if arg == "--family" and i + 1 < len(argv):
-                family = argv[i + 1]
-            elif arg.startswith("--family="):
-                family = arg.split("=", 1)[1]
+        import yaml
+
+        values = yaml.safe_load(text)
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: a config file holds `key: value` lines (the flags' names), got {type(values).__name__}")
+    return values
+
+
+def _family_of(argv: list[str], file_values: dict) -> str:
+    family = file_values.get("family", "ouro")
+    for i, arg in enumerate(argv):
+        if arg == "--family" and i + 1 < len(argv):
+            family = argv[i + 1]
+        elif arg.startswith("--family="):
+            family = arg.split("=", 1)[1]
     if family not in FAMILIES:
         raise ValueError(f"--family must be one of {tuple(FAMILIES)}, got {family!r}")
     return family
 
 
 def parse_train_args(argv: list[str]):
-    """``(model_args, data_args, training_args)`` from flags or a YAML/JSON file."""
+    """``(model_args, data_args, training_args)`` from flags, or from a YAML/JSON file given first (its keys are
+    the flags' names) with any flags after it overriding the file (``equilibria train run.yaml --max_steps 2``)."""
     from transformers import HfArgumentParser
 
-    family = _family_of(argv)
-    parser = HfArgumentParser((ModelArguments, DataArguments, FAMILIES[family].arguments_class()))
-    if argv and argv[0].endswith((".yaml", ".yml")):
-        return parser.parse_yaml_file(argv[0])
-    if argv and argv[0].endswith(".json"):
-        return parser.parse_json_file(argv[0])
-    return parser.parse_args_into_dataclasses(args=argv)
+    file_values = _config_file(argv)
+    family = _family_of(argv, file_values)
+    parser = HfArgumentParser(
+        (ModelArguments, DataArguments, FAMILIES[family].arguments_class()),
+        prog="equilibria train",
+        usage="equilibria train [CONFIG.yaml] [--family {%s}] [--task TASK] [--output_dir DIR] [--FLAG VALUE ...]"
+        % ",".join(FAMILIES),
+        description=TRAIN_HELP,
+    )
+    # --help: the model and data groups first, then the (long) training flags, titled
+    parser._optionals.title = f"training: transformers' TrainingArguments, then {family}'s own (at the end)"
+    parser._action_groups.append(parser._action_groups.pop(parser._action_groups.index(parser._optionals)))
+    if not file_values:
+        return parser.parse_args_into_dataclasses(args=argv)
+    known = {action.dest for action in parser._actions}
+    unknown = sorted(set(file_values) - known)
+    if unknown:
+        raise ValueError(f"{argv[0]}: unknown keys {unknown}; the keys are the flags of `equilibria train --help`")
+    for action in parser._actions:  # the file stands in for the flags it sets, required ones included
+        if action.dest in file_values:
+            action.required = False
+    parser.set_defaults(**file_values)
+    return parser.parse_args_into_dataclasses(args=argv[1:])
 
 
 def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
