@@ -101,7 +101,10 @@ def test_card_collects_the_folders_results(saved, capsys):
         (["eval", "{phdeq}", "--num-examples", "0"], "--num-examples must be >= 1, got 0"),
         (["audit", "{phdeq}", "--num-examples", "-3"], "--num-examples must be >= 1, got -3"),
         (["generate", "{ouro}", "--prompt", ""], "has no tokens"),
-        (["generate", "{ouro}", "--prompt", "12+3=\u00e9#"], "contains ['#', '\u00e9'], which the tokenizer does not know"),
+        (
+            ["generate", "{ouro}", "--prompt", "12+3=\u00e9#"],
+            "contains ['#', '\u00e9'], which the tokenizer does not know",
+        ),
         (["generate", "{ouro}", "--prompt", "1" * 120, "--max-new-tokens", "9"], "more than the 128 positions"),
         (["generate", "{ouro}", "--prompt", "1", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
     ],

@@ -4,9 +4,8 @@ files in the published CSV layout (tests/data holds small files written in that 
 
 import itertools
 import random
-from pathlib import Path
-
 import re
+from pathlib import Path
 
 import pytest
 

@@ -39,7 +39,8 @@ class DataArguments:
     _argument_group_name = "the task's generated data and the loop-scaling evaluation"
 
     task: str | None = field(
-        default=None, metadata={"help": "addition, sudoku, maze, reachability or entailment (None: the family's first task)"}
+        default=None,
+        metadata={"help": "addition, sudoku, maze, reachability or entailment (None: the family's first task)"},
     )
     train_size: int = field(default=2000, metadata={"help": "training examples"})
     test_size: int = field(default=200, metadata={"help": "held-out examples of the loop-scaling evaluation"})
@@ -73,7 +74,9 @@ def _config_file(argv: list[str]) -> dict:
 
         values = yaml.safe_load(text)
     if not isinstance(values, dict):
-        raise ValueError(f"{path}: a config file holds `key: value` lines (the flags' names), got {type(values).__name__}")
+        raise ValueError(
+            f"{path}: a config file holds `key: value` lines (the flags' names), got {type(values).__name__}"
+        )
     return values
 
 
@@ -99,8 +102,8 @@ def parse_train_args(argv: list[str]):
     parser = HfArgumentParser(
         (ModelArguments, DataArguments, FAMILIES[family].arguments_class()),
         prog="equilibria train",
-        usage="equilibria train [CONFIG.yaml] [--family {%s}] [--task TASK] [--output_dir DIR] [--FLAG VALUE ...]"
-        % ",".join(FAMILIES),
+        usage=f"equilibria train [CONFIG.yaml] [--family {{{','.join(FAMILIES)}}}] [--task TASK] [--output_dir DIR] "
+        "[--FLAG VALUE ...]",
         description=TRAIN_HELP,
     )
     # --help: the model and data groups first, then the (long) training flags, titled
