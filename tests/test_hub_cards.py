@@ -148,3 +148,137 @@ def test_push_to_hub_sends_weights_remote_code_and_the_card(tmp_path, monkeypatc
     card = ModelCard.load(tmp_path / "out" / "README.md")
     assert card.data.eval_results[1].metric_value == 0.75 and "## Training" in card.text
     assert 'from_pretrained("someone/phdeq-tiny", trust_remote_code=True)' in card.text
+
+
+@pytest.mark.parametrize(
+    "family, article",
+    [("ouro", "An Ouro"), ("attractor_lm", "An Attractor"), ("eqr", "An Equilibrium"), ("phdeq", "A Port")],
+)
+def test_every_card_has_its_paper_citation_and_the_right_article(family, article):
+    from equilibria.families import FAMILIES
+
+    text = build_model_card(tiny_models()[family]).text
+    assert f"\n{article}" in text
+    assert "## Citation" in text and FAMILIES[family].citation in text and "@misc{" in text
+
+
+def test_a_compared_curve_is_in_the_table_as_in_the_plot():
+    scaling = {
+        "accuracy": {"1": 0.5, "4": 0.9},
+        "compared": {"plain": {"1": 0.6, "4": 0.1}, "STARS": {"1": 0.5, "4": 0.9}},
+    }
+    card = build_model_card(tiny_models()["ouro"], loop_scaling=scaling)
+    assert "| num_loops | plain | STARS |" in card.text and "| 4 | 10.0% | 90.0% |" in card.text
+    assert [r.metric_value for r in card.data.eval_results] == [0.5, 0.9]  # model-index: the model's own curve
+
+
+class FakeHub:
+    """Captures what huggingface_hub would upload: every commit's files (their text for README.md)."""
+
+    def __init__(self, monkeypatch):
+        import huggingface_hub.hf_api
+        import transformers.trainer
+        from huggingface_hub import HfApi
+        from huggingface_hub.hf_api import CommitInfo, RepoUrl
+
+        self.commits = []
+        api = HfApi(token="hf_fake")
+
+        def create_commit(repo_id, operations, commit_message=None, **kwargs):
+            files = {}
+            for op in operations:
+                if hasattr(op, "path_or_fileobj"):
+                    source = op.path_or_fileobj
+                    files[op.path_in_repo] = open(source).read() if op.path_in_repo == "README.md" else source
+            self.commits.append({"repo_id": repo_id, "message": commit_message, "files": files})
+            return CommitInfo(f"https://huggingface.co/{repo_id}/commit/0", commit_message, "", "0" * 40, None)
+
+        for target in (api, HfApi):
+            monkeypatch.setattr(
+                target,
+                "create_repo",
+                lambda self_or_id, *a, **k: RepoUrl(
+                    f"https://huggingface.co/{k.get('repo_id') or (a[0] if a else self_or_id)}"
+                ),
+            )
+            monkeypatch.setattr(
+                target,
+                "create_commit",
+                create_commit
+                if target is api
+                else (lambda _self, repo_id, operations, **k: create_commit(repo_id, operations, **k)),
+            )
+        # the Hub validates the card's metadata server-side; here: it must parse back to itself
+        monkeypatch.setattr(HfApi, "_validate_yaml", lambda _self, content, **k: self._validate(content))
+        monkeypatch.setattr(huggingface_hub.hf_api, "is_xet_available", lambda: False)
+        monkeypatch.setattr(transformers.trainer, "hf_api", lambda: api)
+
+    @staticmethod
+    def _validate(content):
+        assert card_metadata_round_trips(ModelCard(content))
+
+
+def test_model_push_to_hub_publishes_the_equilibria_card_with_the_folders_results(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM as Auto  # the families are registered by importing equilibria
+
+    saved = tmp_path / "model"
+    tiny_models()["ouro"].save_pretrained(saved)
+    (saved / "loop_scaling.json").write_text('{"accuracy": {"1": 0.25, "4": 0.75}}')
+    (saved / "loop_scaling.png").write_bytes(b"\x89PNG fake")
+    hub = FakeHub(monkeypatch)
+    Auto.from_pretrained(saved).push_to_hub("someone/tiny-ouro", tags=["mine"])
+    (commit,) = hub.commits
+    files = commit["files"]
+    assert {"README.md", "config.json", "model.safetensors", "modeling_ouro.py", "loop_scaling.png"} <= set(files)
+    card = ModelCard(files["README.md"])
+    assert "Model Card for Model ID" not in card.text and "# someone/tiny-ouro" in card.text
+    assert "mine" in card.data.tags and [r.metric_value for r in card.data.eval_results] == [0.25, 0.75]
+    assert "![loop scaling](loop_scaling.png)" in card.text and "## Citation" in card.text
+
+
+def test_intermediate_pushes_carry_the_remote_code_and_the_card_and_the_history_has_every_stage(tmp_path, monkeypatch):
+    from datasets import Dataset
+    from transformers import TrainingArguments
+
+    from equilibria.trainers import EquilibriaTrainer
+
+    hub = FakeHub(monkeypatch)
+    data = Dataset.from_dict({"inputs": torch.randn(16, 6).tolist(), "labels": [0, 1] * 8})
+
+    def run(model, out, steps):
+        args = TrainingArguments(
+            output_dir=str(out),
+            max_steps=steps,
+            per_device_train_batch_size=8,
+            report_to=[],
+            use_cpu=True,
+            save_strategy="steps",
+            save_steps=1,
+            push_to_hub=True,
+            hub_model_id="someone/phdeq",
+            hub_token="hf_fake",
+            hub_strategy="every_save",
+            hub_always_push=True,
+            disable_tqdm=True,
+            logging_steps=1,
+        )
+        trainer = EquilibriaTrainer(model=model, args=args, train_dataset=data)
+        trainer.train()
+        trainer.push_to_hub()
+        trainer.save_model()
+        return trainer
+
+    run(tiny_models()["phdeq"], tmp_path / "first", 2)
+    pushes = [c for c in hub.commits if "Training in progress" in (c["message"] or "")]
+    assert pushes, [c["message"] for c in hub.commits]
+    for push in pushes:
+        assert {"config.json", "modeling_phdeq.py", "configuration_phdeq.py", "loop_utils.py", "README.md"} <= set(
+            push["files"]
+        ), push["files"].keys()
+        assert "## Training" in push["files"]["README.md"]
+    # a second stage, from the saved folder: the card lists both
+    again = PHDEQForSequenceClassification.from_pretrained(tmp_path / "first")
+    run(again, tmp_path / "second", 3)
+    card = ModelCard.load(tmp_path / "second" / "README.md")
+    assert "**Stage 1 of 2**: 2 steps with `EquilibriaTrainer`" in card.text
+    assert "**Stage 2 of 2**: 3 steps with `EquilibriaTrainer`" in card.text

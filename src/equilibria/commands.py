@@ -260,17 +260,16 @@ def run_generate(args) -> str:
 
 def run_card(args) -> Path:
     """``equilibria card``: write the model card (README.md) into a saved model's folder from what is there:
-    ``loop_scaling.json`` / ``loop_scaling.png`` (from ``equilibria eval --output-dir``) and ``audit.json`` (from
-    ``equilibria audit --output-dir``), or the files given."""
-    from .hub_cards import build_model_card, card_metadata_round_trips
+    ``loop_scaling.json`` / ``loop_scaling.png`` (from ``equilibria eval --output-dir``), ``audit.json`` (from
+    ``equilibria audit --output-dir``), ``training_data.json`` and ``training_history.json``, or the files given."""
     from .hub_cards.card import evaluation_record
+    from .hub_cards.publish import write_model_card
 
     folder = Path(args.model_path)
     model = load_saved_model(args.model_path, args.trust_remote_code)
     scaling_file = Path(args.loop_scaling) if args.loop_scaling else folder / "loop_scaling.json"
     audit_file = Path(args.audit) if args.audit else folder / "audit.json"
     scaling = json.loads(scaling_file.read_text()) if scaling_file.is_file() else None
-    plot = "loop_scaling.png" if (folder / "loop_scaling.png").is_file() else None
     audit_data = json.loads(audit_file.read_text()) if audit_file.is_file() else None
     if args.dataset and (scaling or audit_data) and evaluation_record(scaling, audit_data) is None:
         raise ValueError(
@@ -278,20 +277,17 @@ def run_card(args) -> Path:
             "were computed on; rerun `equilibria eval` / `equilibria audit` with --output-dir, then name the dataset "
             "they used"
         )
-    card = build_model_card(
+    path = write_model_card(
         model,
+        folder,
         repo_id=args.repo_id,
         license=args.license,
         base_model=args.base_model,
         datasets=args.dataset or None,
         task_name=args.task_name,
         loop_scaling=scaling,
-        loop_scaling_plot=plot,
         audit=audit_data,
     )
-    if not card_metadata_round_trips(card):
-        raise ValueError("the card's metadata does not parse back to itself")
-    card.save(folder / "README.md")
-    found = [name for name, ok in (("loop scaling", scaling), ("audit", audit_file.is_file())) if ok]
-    print(f"wrote {folder / 'README.md'}" + (f" (with {', '.join(found)})" if found else ""))
-    return folder / "README.md"
+    found = [name for name, ok in (("loop scaling", scaling), ("audit", audit_data)) if ok]
+    print(f"wrote {path}" + (f" (with {', '.join(found)})" if found else ""))
+    return path

@@ -75,6 +75,7 @@ class Family:
     trainer: str = "equilibria.trainers:EquilibriaTrainer"  # "module:Class", imported when asked for
     arguments: str = "transformers:TrainingArguments"
     adapter: str = ""
+    citation: str = ""  # BibTeX of the family's paper(s), for the model card
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -189,6 +190,53 @@ def _phdeq_config(fields: dict, hidden_size: int, num_layers: int, num_attention
     return PHDEQConfig(**fields, hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_loops=num_loops)
 
 
+OURO_BIBTEX = """@misc{zhu2025ouro,
+  title = {Scaling Latent Reasoning via Looped Language Models},
+  author = {Zhu, Rui-Jie and Wang, Zixuan and Hua, Kai and Zhang, Tianyu and Li, Ziniu and Que, Haoran and Wei, Boyi
+    and Wen, Zixin and Yin, Fan and Xing, He and Li, Lu and Shi, Jiajun and Ma, Kaijing and Li, Shanda and Kergan,
+    Taylor and Smith, Andrew and Qu, Xingwei and Hui, Mude and Wu, Bohong and Min, Qiyang and Huang, Hongzhi and Zhou,
+    Xun and Ye, Wei and Liu, Jiaheng and Yang, Jian and Shi, Yunfeng and Lin, Chenghua and Zhao, Enduo and Cai, Tianle
+    and Zhang, Ge and Huang, Wenhao and Bengio, Yoshua and Eshraghian, Jason},
+  year = {2025},
+  eprint = {2510.25741},
+  archivePrefix = {arXiv}
+}
+
+@misc{yang2026stars,
+  title = {Stabilizing Recurrent Dynamics for Test-Time Scalable Latent Reasoning in Looped Language Models},
+  author = {Yang, Xiao-Wen and Han, Zi-Yu and Zhang, Xi-Hua and Wei, Wen-Da and Shao, Jie-Jing and Guo, Lan-Zhe
+    and Li, Yu-Feng},
+  year = {2026},
+  eprint = {2605.26733},
+  archivePrefix = {arXiv}
+}"""
+
+ATTRACTOR_BIBTEX = """@misc{feinashley2026attractor,
+  title = {Solve the Loop: Attractor Models for Language and Reasoning},
+  author = {Fein-Ashley, Jacob and Rashidinejad, Paria},
+  year = {2026},
+  eprint = {2605.12466},
+  archivePrefix = {arXiv}
+}"""
+
+EQR_BIBTEX = """@misc{huang2026equilibrium,
+  title = {Equilibrium Reasoners: Learning Attractors Enables Scalable Reasoning},
+  author = {Huang, Benhao and Geng, Zhengyang and Kolter, Zico},
+  year = {2026},
+  eprint = {2605.21488},
+  archivePrefix = {arXiv}
+}"""
+
+PHDEQ_BIBTEX = """@misc{lazyidentity2026,
+  title = {The Equilibrium Is the Initialization: Lazy Identity Collapse in Physics-Structured Deep Equilibrium
+    Reasoning},
+  year = {2026},
+  eprint = {2607.11116},
+  archivePrefix = {arXiv},
+  note = {authors as listed on arXiv:2607.11116}
+}"""
+
+
 FAMILIES: dict[str, Family] = {
     family.model_type: family
     for family in (
@@ -208,12 +256,12 @@ FAMILIES: dict[str, Family] = {
             trainer="equilibria.trainers:StarsTrainer",
             arguments="equilibria.trainers:StarsTrainingArguments",
             adapter="equilibria.diagnostics.adapters:OuroAdapter",
+            citation=OURO_BIBTEX,
         ),
         Family(
             model_type="attractor_lm",
             name="Attractor language model",
-            paper="Fein-Ashley and Rashidinejad, 2026 (attractor models: a backbone proposal refined to a fixed point "
-            "of a weight-tied attractor module)",
+            paper="Fein-Ashley and Rashidinejad, 2026, *Solve the Loop: Attractor Models for Language and Reasoning*",
             tags=("deep-equilibrium", "looped-lm"),
             loop_meaning="the fixed-point solver's iteration budget (0 = backbone only)",
             loops_key="num_loops",
@@ -224,6 +272,7 @@ FAMILIES: dict[str, Family] = {
             trainer="equilibria.trainers:AttractorTrainer",
             arguments="equilibria.trainers:AttractorTrainingArguments",
             adapter="equilibria.diagnostics.adapters:AttractorAdapter",
+            citation=ATTRACTOR_BIBTEX,
         ),
         Family(
             model_type="eqr",
@@ -248,12 +297,14 @@ FAMILIES: dict[str, Family] = {
             trainer="equilibria.trainers:EqRTrainer",
             arguments="equilibria.trainers:EqRTrainingArguments",
             adapter="equilibria.diagnostics.adapters:EqRAdapter",
+            citation=EQR_BIBTEX,
         ),
         Family(
             model_type="phdeq",
             name="Port-Hamiltonian deep equilibrium model",
             paper="a DEQ over phase space with damped, anchored symplectic-Euler dynamics and a learned initialiser, "
-            "the model of the lazy-identity-collapse study",
+            "the model studied in *The Equilibrium Is the Initialization: Lazy Identity Collapse in Physics-Structured "
+            "Deep Equilibrium Reasoning* (2026)",
             tags=("deep-equilibrium",),
             loop_meaning="the Anderson solver's iteration cap",
             loops_key="num_loops",
@@ -270,6 +321,7 @@ FAMILIES: dict[str, Family] = {
             ),
             make_config=_phdeq_config,
             adapter="equilibria.diagnostics.adapters:PHDEQAdapter",
+            citation=PHDEQ_BIBTEX,
         ),
     )
 }

@@ -12,8 +12,19 @@ import json
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import TrainingArguments
 
 from ..families import Family, family_of
+
+OPTIMISER_KEYS = (
+    "learning_rate",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "weight_decay",
+    "seed",
+)
 
 
 def family_info(model_or_config) -> Family:
@@ -106,6 +117,8 @@ def build_model_card(
     audit=None,
     trainer_state=None,
     training_args=None,
+    training_record: dict | None = None,
+    training_history: list[dict] | None = None,
     language: str | list[str] | None = None,
     extra_tags: list[str] | None = None,
     limitations: str | None = None,
@@ -120,16 +133,17 @@ def build_model_card(
         dataset_name: A readable name of the evaluation data (default: what the results record, else the first
             of ``datasets``, else "held-out evaluation data").
         task_name: A readable name of the task (e.g. "2-digit addition").
-        loop_scaling: Accuracy per loop count, ``{loops: fraction}``; becomes the table and ``model-index``.
+        loop_scaling: Accuracy per loop count, ``{loops: fraction}`` or ``equilibria eval``'s JSON (with
+            ``compared`` curves, as the demo writes, shown beside it); becomes the table and ``model-index``.
         loop_scaling_plot: File name of the loop-scaling PNG saved beside the card (linked from the body).
         audit: An ``AuditReport`` (or its dict, or the path of its JSON): the verdict goes into the card.
-        trainer_state: ``trainer.state`` (log history, steps) for the training section.
-        training_args: ``trainer.args`` for the training section.
+        trainer_state, training_args: ``trainer.state`` and ``trainer.args`` of a run not in ``training_history``.
+        training_record: ``training_data.json`` (what the model was trained on).
+        training_history: ``training_history.json``: every training stage (see ``record_training_stage``).
     """
     info = family_info(model)
     head = info.head_of(model)
     config = model.config
-    rows = _loop_rows(loop_scaling)
     audit_data = _audit_dict(audit)
     if isinstance(datasets, str):
         datasets = [datasets]
@@ -139,34 +153,30 @@ def build_model_card(
     named = evaluated["name"] if evaluated else None
     dataset_label = dataset_name or named or (datasets[0] if datasets else "held-out evaluation data")
     dataset_type = (evaluated or {}).get("dataset") or (datasets[0] if datasets else "custom")
+    rows = _loop_rows(loop_scaling)
     eval_results = _eval_results(head, task_name, rows, dataset_type, dataset_label)
-    tags = ["equilibria", config.model_type, *info.tags, *(extra_tags or [])]
     data = ModelCardData(
         library_name="transformers",
         pipeline_tag=head.pipeline_tag,
         license=license,
-        tags=list(dict.fromkeys(tags)),
+        tags=list(dict.fromkeys(["equilibria", config.model_type, *info.tags, *(extra_tags or [])])),
         datasets=datasets,
         base_model=base_model,
         language=language,
         model_name=title if eval_results else None,
         eval_results=eval_results or None,
     )
-    body = _body(
-        model,
-        info,
-        head,
-        title,
-        repo_id,
-        rows,
-        loop_scaling_plot,
-        audit_data,
-        trainer_state,
-        training_args,
-        task_name,
-        dataset_label + (f" ({evaluated['note']})" if evaluated and evaluated.get("note") else ""),
-        limitations,
-    )
+    note = f" ({evaluated['note']})" if evaluated and evaluated.get("note") else ""
+    sections = [
+        _intro(model, info, title, base_model),
+        _loading(head, repo_id or "path/to/this/folder"),
+        _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name),
+        _audit_section(audit_data),
+        _training_section(training_record, training_history, trainer_state, training_args),
+        _limitations(limitations),
+        _citation(info),
+    ]
+    body = "\n".join(line for section in sections for line in section)
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n" + body)
 
 
@@ -188,21 +198,32 @@ def _eval_results(head, task_name, rows, dataset_type: str, dataset_label: str) 
     ]
 
 
-def _body(model, info, head, title, repo_id, rows, plot, audit, state, args, task_name, dataset_label, limitations):
+def with_article(name: str) -> str:
+    """``"an Ouro looped language model"``, ``"a Port-Hamiltonian ..."``."""
+    return ("an " if name[:1].lower() in "aeiou" else "a ") + name
+
+
+def _intro(model, info, title: str, base_model: str | None) -> list[str]:
     config = model.config
-    where = repo_id or "path/to/this/folder"
-    loops_default = getattr(config, info.loops_key)
     params = sum(p.numel() for p in model.parameters())
-    lines = [
+    what = with_article(info.name)
+    tuned = f", fine-tuned from [{base_model}](https://huggingface.co/{base_model})" if base_model else ""
+    return [
         f"# {title}",
         "",
-        f"A {info.name} (`model_type={config.model_type!r}`, {params:,} parameters), built with "
-        "equilibria on top of transformers.",
+        f"{what[0].upper() + what[1:]} (`model_type={config.model_type!r}`, {params:,} parameters){tuned}, built "
+        "with equilibria on top of transformers.",
         "",
         f"**Source.** {info.paper}.",
         "",
-        f"**The loop.** `num_loops` is {info.loop_meaning}; the default saved with the model is {loops_default}.",
+        f"**The loop.** `num_loops` is {info.loop_meaning}; the default saved with the model is "
+        f"{getattr(config, info.loops_key)}.",
         "",
+    ]
+
+
+def _loading(head, where: str) -> list[str]:
+    return [
         "## How to load it",
         "",
         "With the package (`pip install equilibria`):",
@@ -222,71 +243,121 @@ def _body(model, info, head, title, repo_id, rows, plot, audit, state, args, tas
         f'model = {head.auto_class}.from_pretrained("{where}", trust_remote_code=True)',
         "```",
         "",
+        "## How to use it",
+        "",
+        "```python",
+        *[line.format(where=where) for line in head.usage],
+        "```",
+        "",
     ]
-    lines += ["## How to use it", "", "```python", *[line.format(where=where) for line in head.usage], "```", ""]
-    if rows:
-        lines += [
-            "## Loop scaling",
-            "",
-            f"Accuracy on {dataset_label}" + (f" ({task_name})" if task_name else "") + " per loop count:",
-            "",
-            "| num_loops | accuracy |",
-            "| --- | --- |",
-            *[f"| {loops} | {100 * acc:.1f}% |" for loops, acc in rows],
-            "",
-        ]
-        if plot:
-            lines += [f"![loop scaling]({plot})", ""]
-    if audit:
-        lines += [
-            "## Computation audit",
-            "",
-            f"`equilibria.diagnostics.audit` verdict: **{audit['verdict']}**, on {_audit_units(audit)}. It rests on:",
-            "",
-            *[f"- {reason}" for reason in audit.get("reasons", [])],
-            "",
-            *_audit_evidence(audit),
-            "",
-        ]
-    lines += _training(state, args)
-    lines += [
+
+
+def _curves(loop_scaling, rows) -> dict[str, dict[int, float]]:
+    """The curves the table shows: the ``compared`` ones when the results hold them (the plot draws them all),
+    else the model's own."""
+    compared = loop_scaling.get("compared") if isinstance(loop_scaling, dict) else None
+    if compared:
+        return {name: dict(_loop_rows(curve)) for name, curve in compared.items()}
+    return {"accuracy": dict(rows)}
+
+
+def _loop_scaling_section(loop_scaling, rows, plot, dataset_label: str, task_name) -> list[str]:
+    if not rows:
+        return []
+    curves = _curves(loop_scaling, rows)
+    loops = sorted({n for curve in curves.values() for n in curve})
+    cell = lambda curve, n: f"{100 * curve[n]:.1f}%" if n in curve else "-"  # noqa: E731
+    lines = [
+        "## Loop scaling",
+        "",
+        f"Accuracy on {dataset_label}"
+        + (f" ({task_name})" if task_name else "")
+        + " per loop count"
+        + (" (the model-index entries are this model's curve)" if len(curves) > 1 else "")
+        + ":",
+        "",
+        "| num_loops | " + " | ".join(curves) + " |",
+        "| --- |" + " --- |" * len(curves),
+        *[f"| {n} | " + " | ".join(cell(curve, n) for curve in curves.values()) + " |" for n in loops],
+        "",
+    ]
+    return lines + ([f"![loop scaling]({plot})", ""] if plot else [])
+
+
+def _audit_section(audit: dict | None) -> list[str]:
+    if not audit:
+        return []
+    return [
+        "## Computation audit",
+        "",
+        f"`equilibria.diagnostics.audit` verdict: **{audit['verdict']}**, on {_audit_units(audit)}. It rests on:",
+        "",
+        *[f"- {reason}" for reason in audit.get("reasons", [])],
+        "",
+        *_audit_evidence(audit),
+        "",
+    ]
+
+
+def training_arguments_that_matter(args) -> dict:
+    """The arguments that shaped a run: the optimiser's and the family trainer's own (those plain
+    ``TrainingArguments`` does not have), without the ones left unset."""
+    own = [k for k in vars(args) if not hasattr(TrainingArguments, k) and not k.startswith("_")]
+    keys = (*OPTIMISER_KEYS, "max_steps", *own)
+    return {k: _plain(getattr(args, k)) for k in keys if getattr(args, k, None) is not None}
+
+
+def _plain(value):
+    return value if isinstance(value, (int, float, str, bool)) else str(value)
+
+
+def _training_section(record: dict | None, history: list[dict] | None, state, args) -> list[str]:
+    stages = list(history or [])
+    if not stages and (state is not None or args is not None):  # a run that recorded no history
+        losses = [(h.get("step", "?"), h["loss"]) for h in getattr(state, "log_history", []) if "loss" in h]
+        steps = getattr(state, "global_step", None)
+        arguments = training_arguments_that_matter(args) if args is not None else {}
+        stages = [{"trainer": "Trainer", "steps": steps, "arguments": arguments, "losses": losses[-8:]}]
+    if not stages and not record:
+        return []
+    lines = ["## Training", ""]
+    if record:
+        lines += [f"**Data.** {record.get('description') or record.get('task')}.", ""]
+    for number, stage in enumerate(stages, start=1):
+        lines += _stage_lines(number, len(stages), stage)
+    return lines
+
+
+def _stage_lines(number: int, total: int, stage: dict) -> list[str]:
+    title = f"**Stage {number} of {total}**: " if total > 1 else ""
+    data = f" on {stage['data']}" if stage.get("data") else ""
+    lines = [f"{title}{stage.get('steps', '?')} steps with `{stage.get('trainer', 'Trainer')}`{data}.", ""]
+    arguments = stage.get("arguments") or {}
+    if arguments:
+        lines += ["| argument | value |", "| --- | --- |", *[f"| {k} | {v} |" for k, v in arguments.items()], ""]
+    losses = stage.get("losses") or []
+    if losses:
+        lines += ["| step | training loss |", "| --- | --- |"]
+        lines += [f"| {step} | {loss:.4f} |" for step, loss in losses]
+        lines.append("")
+    return lines
+
+
+def _limitations(text: str | None) -> list[str]:
+    return [
         "## Limitations",
         "",
-        limitations
+        text
         or "A research model trained at small scale; accuracies above are on the evaluation data named here and say "
         "nothing about other tasks. More loops help only where the loop scaling above says so.",
         "",
     ]
-    return "\n".join(lines)
 
 
-def _training(state, args) -> list[str]:
-    if state is None and args is None:
+def _citation(info: Family) -> list[str]:
+    if not info.citation:
         return []
-    lines = ["## Training", ""]
-    if args is not None:
-        keys = (
-            "learning_rate",
-            "per_device_train_batch_size",
-            "gradient_accumulation_steps",
-            "max_steps",
-            "num_train_epochs",
-            "lr_scheduler_type",
-            "weight_decay",
-            "seed",
-        )
-        extra = [k for k in vars(args) if k.endswith(("_loops", "_weight", "max_segments", "gradient_mode"))]
-        lines += ["| argument | value |", "| --- | --- |"]
-        lines += [f"| {k} | {getattr(args, k)} |" for k in (*keys, *extra) if getattr(args, k, None) is not None]
-        lines.append("")
-    history = [h for h in getattr(state, "log_history", []) if "loss" in h]
-    if history:
-        step = max(1, len(history) // 8)
-        shown = history[::step] + ([history[-1]] if (len(history) - 1) % step else [])
-        lines += ["| step | training loss |", "| --- | --- |"]
-        lines += [f"| {h.get('step', '?')} | {h['loss']:.4f} |" for h in shown]
-        lines.append("")
-    return lines
+    return ["## Citation", "", "```bibtex", info.citation, "```", ""]
 
 
 def card_metadata_round_trips(card: ModelCard) -> bool:

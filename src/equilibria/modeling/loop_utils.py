@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
@@ -97,6 +98,42 @@ class StrictLoadingMixin:
         classes, so the folder loads with ``trust_remote_code=True`` where ``equilibria`` is not installed."""
         self.config.auto_map = dict(self._remote_auto_map)
         return super().save_pretrained(save_directory, *args, **kwargs)
+
+    def push_to_hub(self, repo_id: str, *, commit_message: str | None = None, **kwargs):
+        """[`PushToHubMixin.push_to_hub`], publishing the model card an installed ``equilibria`` writes (found
+        through the ``equilibria.model_card`` entry point; the results of the folder the model was loaded from go
+        along with it) instead of transformers' blank template. Without the package, transformers' behaviour."""
+        writer = model_card_writer()
+        if writer is None:
+            return super().push_to_hub(repo_id, commit_message=commit_message, **kwargs)
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=kwargs.get("token"))
+        repo_id = api.create_repo(repo_id, private=kwargs.get("private"), exist_ok=True).repo_id
+        with tempfile.TemporaryDirectory() as folder:
+            self.save_pretrained(folder, max_shard_size=kwargs.get("max_shard_size") or "50GB")
+            writer(self, folder, repo_id=repo_id, tags=kwargs.get("tags"))
+            return api.upload_folder(
+                repo_id=repo_id,
+                folder_path=folder,
+                commit_message=commit_message or "Upload model",
+                commit_description=kwargs.get("commit_description"),
+                revision=kwargs.get("revision"),
+                create_pr=kwargs.get("create_pr", False),
+            )
+
+
+MODEL_CARD_ENTRY_POINT = "equilibria.model_card"
+
+
+def model_card_writer() -> Callable | None:
+    """The model-card writer ``write(model, folder, repo_id=..., tags=...)`` an installed package registers under the
+    ``equilibria.model_card`` entry point, or ``None`` (this module imports nothing of the package itself)."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=MODEL_CARD_ENTRY_POINT):
+        return entry.load()
+    return None
 
 
 def unreadable_weights(folder) -> list[str]:

@@ -4,6 +4,10 @@ loss, and the model card."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import torch
 from torch import nn
 from transformers import Trainer, TrainingArguments
@@ -71,13 +75,14 @@ class RunningMeans:
 
 class ModelCardMixin:
     """Mixed into a ``Trainer``: ``create_model_card`` (called by ``push_to_hub``, so also by
-    ``TrainingArguments(push_to_hub=True)``) writes the family's card from :mod:`equilibria.hub_cards` into the
-    output folder, beside the weights and the remote code. Set ``trainer.loop_scaling`` (``{loops: accuracy}``),
-    ``trainer.loop_scaling_plot`` (a PNG file name in the output folder) and ``trainer.audit_report`` before
-    pushing and they go into the card."""
+    ``TrainingArguments(push_to_hub=True)``) records the run in the output folder's training history and writes
+    the family's card there (:func:`equilibria.hub_cards.publish.write_model_card`), beside the weights and the
+    remote code; intermediate pushes (``hub_strategy="every_save"`` ...) carry the remote code and the card too.
+    Set ``trainer.loop_scaling`` (``{loops: accuracy}`` or ``equilibria eval``'s JSON) and ``trainer.audit_report``
+    before pushing and they go into the folder (``loop_scaling.json``, ``audit.json``) and the card."""
 
     loop_scaling: dict | None = None
-    loop_scaling_plot: str | None = None
+    loop_scaling_plot: str | None = None  # kept for compatibility: the card links loop_scaling.png when present
     audit_report = None
 
     def create_model_card(
@@ -95,29 +100,47 @@ class ModelCardMixin:
     ) -> None:
         if not self.is_world_process_zero():
             return
-        from pathlib import Path
+        from ..hub_cards.publish import model_source, record_training_stage, write_model_card
 
-        from ..hub_cards import build_model_card
-
+        folder = Path(self.args.output_dir)
+        folder.mkdir(parents=True, exist_ok=True)
         model = self.accelerator.unwrap_model(self.model)
+        self._write_results(folder)
+        record_training_stage(folder, self, source=model_source(model))
         datasets = dataset_tags or dataset
-        card = build_model_card(
+        write_model_card(
             model,
-            model_name=model_name,
+            folder,
             repo_id=getattr(self, "hub_model_id", None) or self.args.hub_model_id,
+            tags=[tags] if isinstance(tags, str) else tags,
+            model_name=model_name,
             license=license or "apache-2.0",
             base_model=finetuned_from,
             datasets=[datasets] if isinstance(datasets, str) else datasets,
             language=language,
-            extra_tags=[tags] if isinstance(tags, str) else tags,
-            loop_scaling=card_kwargs.pop("loop_scaling", self.loop_scaling),
-            loop_scaling_plot=card_kwargs.pop("loop_scaling_plot", self.loop_scaling_plot),
-            audit=card_kwargs.pop("audit", self.audit_report),
-            trainer_state=self.state,
-            training_args=self.args,
             **card_kwargs,
         )
-        card.save(Path(self.args.output_dir) / "README.md")
+
+    def _write_results(self, folder: Path) -> None:
+        """``trainer.loop_scaling`` / ``trainer.audit_report`` as the folder's result files (the card reads them)."""
+        if self.loop_scaling is not None:
+            scaling = self.loop_scaling
+            payload = scaling if isinstance(scaling, dict) and "accuracy" in scaling else {"accuracy": scaling}
+            accuracy = {str(k): v for k, v in dict(payload["accuracy"]).items()}
+            (folder / "loop_scaling.json").write_text(json.dumps({**payload, "accuracy": accuracy}, indent=2) + "\n")
+        if self.audit_report is not None:
+            audit = self.audit_report.to_dict() if hasattr(self.audit_report, "to_dict") else dict(self.audit_report)
+            (folder / "audit.json").write_text(json.dumps(audit, indent=2) + "\n")
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        """transformers copies only the weights and the config of a checkpoint into the folder it pushes: copy the
+        remote code too (``config.json``'s ``auto_map`` needs it) and write the card, then push."""
+        if self.is_world_process_zero():
+            output_dir = Path(self.args.output_dir)
+            for code in Path(checkpoint_folder).glob("*.py"):
+                shutil.copy(code, output_dir / code.name)
+            self.create_model_card()
+        super()._push_from_checkpoint(checkpoint_folder)
 
 
 class EquilibriaTrainer(ModelCardMixin, Trainer):

@@ -1,0 +1,118 @@
+"""Publishing a model folder with its card, whatever the push path.
+
+:func:`write_model_card` is the one place a card is written into a folder: from the model, the results in the
+folder (``loop_scaling.json`` / ``.png`` from ``equilibria eval``, ``audit.json`` from ``equilibria audit``,
+``training_data.json``, ``training_history.json``), which are first copied from the folder the model was loaded
+from when the target folder lacks them (``push_to_hub`` saves into a fresh folder), so the plot and the JSON travel
+with the card. Used by ``equilibria card``, the trainers (``create_model_card``, hence ``trainer.push_to_hub`` and
+the intermediate pushes of ``push_to_hub=True``) and ``model.push_to_hub``: the Hub-portable modeling files find it
+through the ``equilibria.model_card`` entry point, so they import nothing of this package.
+
+:func:`record_training_stage` keeps the whole training history: every Trainer run appends a stage (trainer, steps,
+data, the arguments that shaped it, its losses) to ``training_history.json``, carried over from the folder a
+model was loaded from, and the card lists every stage.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .card import build_model_card, card_metadata_round_trips, training_arguments_that_matter
+
+RESULT_FILES = ("loop_scaling.json", "loop_scaling.png", "audit.json", "training_data.json", "training_history.json")
+HISTORY_FILE = "training_history.json"
+
+
+def model_source(model) -> Path | None:
+    """The local folder ``model`` was loaded from (``config._name_or_path``), or ``None``."""
+    name = getattr(model.config, "_name_or_path", "") or ""
+    return Path(name) if name and Path(name).is_dir() else None
+
+
+def _read_json(path: Path):
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def write_model_card(
+    model, folder, *, source=None, repo_id: str | None = None, tags: list[str] | None = None, **card_options
+) -> Path:
+    """Write the equilibria card (``README.md``) into ``folder`` and return its path.
+
+    Args:
+        source: where the model's results live when ``folder`` lacks them (default: the folder it was loaded from).
+        repo_id: the Hub repository (loading snippets, title).
+        tags: extra tags (``push_to_hub(tags=...)``).
+        card_options: passed to :func:`~equilibria.hub_cards.build_model_card` (``base_model``, ``datasets``,
+            ``task_name``, ``license``, ``trainer_state``, ``training_args`` ...).
+    """
+    folder = Path(folder)
+    source = Path(source) if source is not None else model_source(model)
+    if source is not None and source.resolve() != folder.resolve():
+        for name in RESULT_FILES:
+            if (source / name).is_file() and not (folder / name).exists():
+                shutil.copy(source / name, folder / name)
+    card_options["base_model"] = card_options.get("base_model") or _hub_origin(model)
+    found = {  # what the folder holds, unless given
+        "loop_scaling": _read_json(folder / "loop_scaling.json"),
+        "loop_scaling_plot": "loop_scaling.png" if (folder / "loop_scaling.png").is_file() else None,
+        "audit": _read_json(folder / "audit.json"),
+        "training_record": _read_json(folder / "training_data.json"),
+        "training_history": _read_json(folder / HISTORY_FILE),
+    }
+    options = {**found, **{k: v for k, v in card_options.items() if v is not None or k not in found}}
+    card = build_model_card(model, repo_id=repo_id, extra_tags=tags, **options)
+    if not card_metadata_round_trips(card):
+        raise ValueError("the card's metadata does not parse back to itself")
+    card.save(folder / "README.md")
+    return folder / "README.md"
+
+
+def _hub_origin(model) -> str | None:
+    """The Hub id the model was loaded from (its ``base_model`` when it is published again), if it was one."""
+    name = getattr(model.config, "_name_or_path", "") or ""
+    if not name or Path(name).exists() or name.count("/") != 1:
+        return None
+    return name
+
+
+def _thin(points: list, keep: int = 8) -> list:
+    """About ``keep`` evenly spaced points, the last always among them."""
+    shown = points[:: max(1, len(points) // keep)]
+    return shown + [points[-1]] if points and shown[-1] != points[-1] else shown
+
+
+def _run_id(trainer) -> str:
+    """One id per Trainer run (an intermediate push and the final card update the same stage)."""
+    if not getattr(trainer, "_equilibria_run_id", None):
+        trainer._equilibria_run_id = f"{type(trainer).__name__}@{datetime.now(timezone.utc).isoformat()}"
+    return trainer._equilibria_run_id
+
+
+def record_training_stage(folder, trainer, source=None) -> list[dict]:
+    """Append the stage ``trainer`` just ran to ``folder``'s ``training_history.json`` (starting from the history
+    of ``source``, the folder the model was loaded from, when ``folder`` has none) and return the history."""
+    folder = Path(folder)
+    history = _read_json(folder / HISTORY_FILE)
+    if history is None and source is not None:
+        history = _read_json(Path(source) / HISTORY_FILE)
+    history = list(history or [])
+    state, args = trainer.state, trainer.args
+    losses = [(h["step"], round(h["loss"], 4)) for h in state.log_history if "loss" in h and "step" in h]
+    record = _read_json(folder / "training_data.json") or {}
+    stage = {
+        "trainer": type(trainer).__name__,
+        "steps": int(state.global_step),
+        "data": record.get("description"),
+        "arguments": training_arguments_that_matter(args),
+        "losses": _thin(losses),
+        "run": _run_id(trainer),
+    }
+    history = [h for h in history if h.get("run") != stage["run"]] + [stage]  # a run's later record replaces it
+    (folder / HISTORY_FILE).write_text(json.dumps(history, indent=1) + "\n")
+    return history
+
+
+__all__ = ["model_source", "record_training_stage", "write_model_card"]
