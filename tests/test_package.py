@@ -114,7 +114,14 @@ def test_demo_quick_mode_writes_and_reloads_a_hub_folder(tmp_path):
     from equilibria.cli import main
 
     main(["card", str(folder)])
-    assert stars_audit["verdict"] in (folder / "README.md").read_text()
+    text = (folder / "README.md").read_text()
+    assert stars_audit["verdict"] in text
+    # the whole history (the plain pre-training and the STARS continuation), the table as the plot (both curves)
+    assert (
+        "**Stage 1 of 2**: 20 steps with `Trainer`" in text and "**Stage 2 of 2**: 6 steps with `StarsTrainer`" in text
+    )
+    assert "| jsrr_weight | 0.1 |" in text and "| num_loops | plain, 20 + 6 steps | STARS |" in text
+    assert "An Ouro looped language model" in text and "arXiv" in text
     assert len(results["samples"]) == 4 and any(k.startswith("remote code") for k in results["samples"])
     assert json.loads((tmp_path / "demo_results.json").read_text())["steps"] == results["steps"]
     assert torch.isfinite(torch.tensor(results["final_train_loss"]))

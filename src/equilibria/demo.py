@@ -97,7 +97,7 @@ def run_demo(
     stars_model, stars = _train_stars(run, model, stars_steps)
     curves = _loop_scaling(run, {f"plain, {steps} + {stars_steps} steps": plain_model, "STARS": stars_model})
     reports = _audits(run, {"plain": plain_model, "STARS": stars_model})
-    folder = _write_folder(run, stars, curves, reports["STARS"])
+    folder = _write_folder(run, (trainer, stars), curves, reports["STARS"])
     samples = _reload(run, folder)
     plain_curve, stars_curve = curves.values()
     results = {
@@ -264,38 +264,34 @@ def _train_stars(run: _Run, model, stars_steps: int):
     return stars_model, stars
 
 
-def _write_folder(run: _Run, stars, curves: dict, report) -> Path:
-    """The Hub-ready folder: weights, remote code, tokenizer, card, loop-scaling plot and JSON, audit."""
+def _write_folder(run: _Run, stages: tuple, curves: dict, report) -> Path:
+    """The Hub-ready folder: weights, remote code, tokenizer, card, loop-scaling plot and JSON, audit, and the
+    training history (``stages``: the trainers of the pre-training and of the STARS continuation)."""
     from .commands import plot_loop_scaling
-    from .hub_cards import build_model_card
+    from .hub_cards.publish import record_training_stage, write_model_card
 
+    stars = stages[-1]
     folder = run.output_dir / "model"
     stars.model.save_pretrained(folder)
     run.tokenizer.save_pretrained(folder)
     description = f"{len(run.data['train'])} generated {run.digits}-digit addition problems (seed {run.seed})"
     save_training_record(folder, "addition", fingerprints("addition", run.data["train"]), description)
-    plot = plot_loop_scaling(
-        curves, folder / "loop_scaling.png", "Ouro on addition: accuracy vs loops", mark=TRAINED_LOOPS
-    )
+    plot_loop_scaling(curves, folder / "loop_scaling.png", "Ouro on addition: accuracy vs loops", mark=TRAINED_LOOPS)
     report.save(folder)
-    stars_curve = curves["STARS"]
-    card = build_model_card(
-        stars.model,
-        model_name="ouro-addition-stars (equilibria demo)",
-        task_name=f"{run.digits}-digit addition",
-        loop_scaling={"data": report.data, "accuracy": _keys(stars_curve)},
-        loop_scaling_plot="loop_scaling.png" if plot else None,
-        audit=report,
-        trainer_state=stars.state,
-        training_args=stars.args,
-    )
-    card.save(folder / "README.md")
     scaling = {
         "data": report.data,
-        "accuracy": _keys(stars_curve),
+        "accuracy": _keys(curves["STARS"]),
         "compared": {k: _keys(v) for k, v in curves.items()},
     }
     (folder / "loop_scaling.json").write_text(json.dumps(scaling, indent=2) + "\n")
+    for trainer in stages:
+        record_training_stage(folder, trainer)
+    write_model_card(
+        stars.model,
+        folder,
+        model_name="ouro-addition-stars (equilibria demo)",
+        task_name=f"{run.digits}-digit addition",
+    )
     print(f"[6/6] wrote a Hub-ready folder to {folder}:")
     for name, what in (
         ("model.safetensors", "the weights"),
@@ -305,6 +301,7 @@ def _write_folder(run: _Run, stars, curves: dict, report) -> Path:
         ("README.md", "the model card (metadata with accuracy per loop count, usage, audit, training)"),
         ("loop_scaling.png, loop_scaling.json", "plain vs STARS accuracy per loop count (same steps)"),
         ("training_data.json", "fingerprints of the training problems (eval and audit exclude them)"),
+        ("training_history.json", "both training stages (plain pre-training, then STARS), listed in the card"),
         ("audit.json, audit.png", f"the audit (verdict: {report.verdict})"),
     ):
         print(f"  {name:<46} {what}")
