@@ -248,3 +248,28 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         m(IDS, labels=IDS, num_loops=3).loss.backward()
     for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
         torch.testing.assert_close(pa.grad, pb.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_the_tokenizer_loads_without_the_package_and_without_the_remote_code_question(model, tmp_path):
+    """The README's workaround for transformers' question (asked for any folder with remote code): with
+    trust_remote_code=False the standard tokenizer loads from its own files, and nothing is asked."""
+    from equilibria.tasks.tokenization import char_tokenizer
+
+    char_tokenizer("0123456789+=").save_pretrained(tmp_path)
+    model.save_pretrained(tmp_path)
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["equilibria"] = None
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained({str(tmp_path)!r}, trust_remote_code=False)
+        print("TOKENS", tokenizer("12+3=")["input_ids"])
+        """
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "TOKENS [5, 6, 14, 7, 15]" in result.stdout
+    assert "Do you wish to run the custom code" not in result.stdout + result.stderr
