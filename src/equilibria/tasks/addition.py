@@ -13,9 +13,10 @@ from .tokenization import char_tokenizer
 ADDITION_CHARS = "0123456789+="
 
 
-def addition_tokenizer() -> PreTrainedTokenizerBase:
-    """The character tokenizer for addition problems (digits, '+', '=')."""
-    return char_tokenizer(ADDITION_CHARS)
+def addition_tokenizer(padding_side: str = "left") -> PreTrainedTokenizerBase:
+    """The character tokenizer for addition problems (digits, '+', '='); ``padding_side`` "left" for generation,
+    "right" for training batches."""
+    return char_tokenizer(ADDITION_CHARS, padding_side=padding_side)
 
 
 def build_addition_dataset(

@@ -1,0 +1,140 @@
+"""Every Python block and shell command in README.md runs as written.
+
+Each Python block runs on its own (a fresh namespace: no block may lean on a name another defines), each command in
+a shell, all in one scratch folder, in README order. They run at tiny sizes: ``SIZES`` lists every substitution
+(fewer steps, examples and tokens; a tiny random checkpoint where the README names a placeholder path), so the
+README shows the real sizes. ``NOT_RUN`` lists each command that is not run, with the reason (a GPU, more than a
+minute, or tested elsewhere); a command in neither list fails the test, so a new one must be classified.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+# (what the README says, what the test runs instead): sizes and placeholder paths, applied to blocks and commands
+SIZES = [
+    ("path/to/ouro-checkpoint", "tiny-ouro"),  # a tiny random Ouro checkpoint with a character tokenizer
+    ("path/to/saved-model", "tiny-phdeq"),  # a tiny random PH-DEQ (reachability, 16 nodes)
+    ("max_new_tokens=20", "max_new_tokens=3"),
+    ("2000, 200, seed=0", "64, 8, seed=0"),
+    ("max_steps=200", "max_steps=2"),
+    ("max_steps=300", "max_steps=2"),
+    ("num_train=3000, num_test=300", "num_train=16, num_test=8"),
+    ("depth=64, breadth=16", "depth=4, breadth=2"),
+    ("num_train=6000, num_test=1000", "num_train=16, num_test=8"),
+    ("num_test=500", "num_test=20"),
+    ("--max_steps 1500", "--max_steps 2 --train_size 64 --test_size 8"),
+    ("--max_steps 300", "--max_steps 2 --train_size 64 --test_size 8"),
+    (
+        "--max_steps 200 --use_cpu --ddp_backend gloo",
+        "--max_steps 2 --train_size 64 --test_size 8 --use_cpu --ddp_backend gloo",
+    ),
+    ("--max_steps 200 --use_cpu", "--max_steps 2 --train_size 64 --test_size 8 --use_cpu"),
+    ("--num-examples 500", "--num-examples 20"),
+    ("--loops 1,2,4,8,16", "--loops 1,4 --num-examples 8"),
+    ("equilibria audit out --output-dir out", "equilibria audit out --output-dir out --num-examples 16"),
+]
+
+NOT_RUN = {
+    "./run demo": "the full demo trains for about ten minutes; `equilibria demo --quick` is tested (test_package)",
+    "./run test": "the test suite itself",
+    "accelerate launch --num_processes 8 examples/stars_addition.py --output_dir out --max_steps 2000 --bf16": (
+        "needs 8 GPUs"
+    ),
+    "accelerate launch --config_file examples/fsdp_config.yaml examples/stars_addition.py --output_dir out --bf16": (
+        "needs GPUs (FSDP, bf16)"
+    ),
+    "equilibria demo": "the full demo trains for about ten minutes; `equilibria demo --quick` is tested (test_package)",
+    ".venv/bin/python benchmarks/bench_ouro_decode.py": "a few minutes; its --quick mode is tested (test_package)",
+    ".venv/bin/python benchmarks/bench_ouro_decode.py --quick": "tested in process by test_package",
+}
+
+
+def code_blocks(language: str) -> list[tuple[int, str]]:
+    """``(line, text)`` of every fenced block of ``language``."""
+    found = []
+    for match in re.finditer(r"```(\w*)\n(.*?)```", README, re.S):
+        if match.group(1) == language:
+            found.append((README[: match.start()].count("\n") + 1, match.group(2)))
+    return found
+
+
+def shell_commands() -> list[tuple[int, str]]:
+    """The commands of the bash blocks: continuation lines joined, comments dropped."""
+    commands = []
+    for line, block in code_blocks("bash"):
+        text = block.replace("\\\n", " ")
+        for offset, raw in enumerate(text.splitlines()):
+            command = re.sub(r"\s+#.*$", "", raw).strip()
+            if command and not command.startswith("#"):
+                commands.append((line + offset + 1, re.sub(r"\s+", " ", command)))
+    return commands
+
+
+def tiny(text: str) -> str:
+    for old, new in SIZES:
+        text = text.replace(old, new)
+    return text
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """The scratch folder every block and command runs in, with the placeholders the README names."""
+    import string
+
+    import torch
+
+    from equilibria import OuroForCausalLM, PHDEQConfig, PHDEQForSequenceClassification
+    from equilibria.families import small_ouro_config
+    from equilibria.tasks import build_reachability_dataset, reachability_input_size
+    from equilibria.tasks.tokenization import char_tokenizer
+
+    work = tmp_path_factory.mktemp("readme")
+    torch.manual_seed(0)
+    tokenizer = char_tokenizer(string.ascii_letters + string.digits + " .,+=?!")
+    OuroForCausalLM(small_ouro_config(tokenizer, hidden_size=32)).save_pretrained(work / "tiny-ouro")
+    tokenizer.save_pretrained(work / "tiny-ouro")
+    config = PHDEQConfig(input_size=reachability_input_size(16), hidden_size=8, intermediate_size=16, num_labels=2)
+    phdeq = PHDEQForSequenceClassification(config)
+    phdeq.config.equilibria_task = "reachability"
+    phdeq.save_pretrained(work / "tiny-phdeq")
+    build_reachability_dataset(num_train=8, num_test=16, num_nodes=16, seed=3).save_to_disk(work / "my_saved_dataset")
+    return work
+
+
+@pytest.mark.parametrize("line, block", code_blocks("python"), ids=lambda v: str(v) if isinstance(v, int) else "")
+def test_the_readme_python_block_runs(workdir, monkeypatch, line, block):
+    monkeypatch.chdir(workdir)
+    exec(compile(tiny(block), f"README.md, block at line {line}", "exec"), {"__name__": "__readme__"})
+
+
+def test_every_readme_command_is_run_or_listed_with_its_reason(workdir, monkeypatch):
+    """``equilibria ...`` commands run in this process (``equilibria.cli.main``, what the console script calls),
+    the others in a shell."""
+    from equilibria.cli import main
+
+    monkeypatch.chdir(workdir)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", HF_HUB_OFFLINE="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    for line, command in shell_commands():
+        if command in NOT_RUN:
+            continue
+        runnable = tiny(command).replace(".venv/bin/python", shlex.quote(sys.executable))
+        runnable = re.sub(r"\b(examples|benchmarks)/", f"{ROOT}/\\1/", runnable)
+        if runnable.startswith("equilibria "):
+            assert main(shlex.split(runnable)[1:]) == 0, f"README line {line}: {command}"
+            continue
+        result = subprocess.run(runnable, shell=True, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, f"README line {line}: {command}\n{result.stderr[-3000:]}"
+    unused = set(NOT_RUN) - {command for _, command in shell_commands()}
+    assert not unused, f"NOT_RUN lists commands the README no longer has: {unused}"
