@@ -24,7 +24,7 @@ from equilibria.tasks import (
     exact_match,
     tokenize_for_training,
 )
-from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
+from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments, finish_distributed
 
 
 @dataclass
@@ -71,6 +71,7 @@ def main():
         for budget in (0, model_args.num_loops):
             accuracy = exact_match(model, tokenizer, data["test"], num_loops=budget)
             print(f"budget {budget:>3}: exact match {accuracy:.1%}")
+    finish_distributed()  # under torchrun: every rank leaves the process group together
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from equilibria.tasks import (
     evaluate_loop_scaling,
     tokenize_for_training,
 )
-from equilibria.trainers import StarsTrainer, StarsTrainingArguments
+from equilibria.trainers import StarsTrainer, StarsTrainingArguments, finish_distributed
 
 
 @dataclass
@@ -61,6 +61,7 @@ def main():
         accuracy = evaluate_loop_scaling(trainer.model, tokenizer, data["test"], loops=loops)
         for n, acc in accuracy.items():
             print(f"loops {n:>3}: exact match {acc:.1%}")
+    finish_distributed()  # under torchrun: every rank leaves the process group together
 
 
 if __name__ == "__main__":

@@ -156,7 +156,11 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
 def run_train(argv: list[str]) -> dict:
     """Train, evaluate loop scaling, save the Hub-ready folder (weights, remote code, tokenizer, card, plot);
     returns ``{num_loops: accuracy}`` (on the main process; ``{}`` on the others)."""
-    return train_and_evaluate(argv)[1]
+    from .trainers import finish_distributed
+
+    result = train_and_evaluate(argv)[1]
+    finish_distributed()  # under torchrun / accelerate launch: every rank leaves the process group together
+    return result
 
 
 def train_and_evaluate(argv: list[str]):

@@ -9,12 +9,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from equilibria.trainers import finish_distributed
+
 
 def save_rank_and_finish(out: Path, payload: dict) -> None:
     """Write ``{"world": W, **payload}`` to ``out/rank{R}.pt`` and shut the process group down on every rank."""
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
     torch.save({"world": world, **payload}, out / f"rank{rank}.pt")
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    finish_distributed()

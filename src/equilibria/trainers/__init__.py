@@ -2,7 +2,7 @@
 
 from ..modeling.regularization import spectral_radius
 from .attractor import AttractorTrainer, AttractorTrainingArguments
-from .common import EquilibriaTrainer, LoopTrainer, ModelCardMixin
+from .common import EquilibriaTrainer, LoopTrainer, ModelCardMixin, finish_distributed
 from .eqr import EqRTrainer, EqRTrainingArguments
 from .stars import StarsTrainer, StarsTrainingArguments, find_looped_core, sample_num_loops
 
@@ -17,6 +17,7 @@ __all__ = [
     "StarsTrainer",
     "StarsTrainingArguments",
     "find_looped_core",
+    "finish_distributed",
     "sample_num_loops",
     "spectral_radius",
 ]

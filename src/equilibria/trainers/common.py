@@ -73,6 +73,17 @@ class RunningMeans:
         return {k: round(v, 6) for k, v in zip(self.keys, values.tolist())}
 
 
+def finish_distributed() -> None:
+    """Leave the process group cleanly at the end of a multi-process run (a no-op in a single process): a barrier,
+    then ``destroy_process_group``. Exiting with a live gloo group can abort at interpreter shutdown ("terminate
+    called without an active exception") when one rank tears down while another's background thread still runs."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 class ModelCardMixin:
     """Mixed into a ``Trainer``: ``create_model_card`` (called by ``push_to_hub``, so also by
     ``TrainingArguments(push_to_hub=True)``) records the run in the output folder's training history and writes
