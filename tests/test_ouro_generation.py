@@ -277,3 +277,77 @@ def test_loop_map_is_one_loop_step(model):
         f = model.model.loop_map(PROMPT)
         for t in range(3):
             torch.testing.assert_close(f(out.hidden_states[t]), out.hidden_states[t + 1], rtol=1e-5, atol=1e-5)
+
+
+IDS = torch.tensor([[5, 9, 14, 3, 22, 7, 8, 10], [11, 4, 30, 17, 2, 9, 13, 6]])
+LABELS = torch.tensor([[-100, -100, 14, 3, 22, 7, 8, 10], [-100, 4, 30, 17, -100, 9, 13, 6]])
+
+
+def _step_logits_and_exit(model, ids):
+    out = model.model(ids, output_hidden_states=True)
+    return [model.lm_head(h) for h in out.hidden_states[1:]], out.exit_probs
+
+
+def test_the_published_loss_is_the_cross_entropy_of_the_expected_logits():
+    model = tiny_ouro(exit_loss="expected_logits")
+    out = model(IDS, labels=LABELS)
+    steps, probs = _step_logits_and_exit(model, IDS)
+    expected = sum(probs[..., t, None] * logits for t, logits in enumerate(steps))
+    torch.testing.assert_close(out.logits, expected)
+    reference = torch.nn.functional.cross_entropy(expected[:, :-1].flatten(0, 1), LABELS[:, 1:].flatten())
+    torch.testing.assert_close(out.loss, reference)
+    torch.testing.assert_close(model(IDS, use_weighted_exit=True).logits, expected)  # the same readout without labels
+
+
+def test_the_papers_loss_is_the_expected_cross_entropy_minus_the_entropy_bonus():
+    model = tiny_ouro(exit_loss="expected", exit_entropy_weight=0.3)
+    out = model(IDS, labels=LABELS)
+    steps, probs = _step_logits_and_exit(model, IDS)
+    targets, valid = LABELS[:, 1:], LABELS[:, 1:] != -100
+    ce = torch.stack(
+        [torch.nn.functional.cross_entropy(s[:, :-1].transpose(1, 2), targets.clamp_min(0), reduction="none") for s in steps],
+        dim=-1,
+    )
+    p = probs[:, :-1]
+    per_token = (p * ce).sum(-1) + 0.3 * (p * p.log()).sum(-1)
+    torch.testing.assert_close(out.loss, per_token[valid].mean())
+    # with gradient accumulation the Trainer passes the number of labelled tokens of the whole batch
+    halved = model(IDS, labels=LABELS, num_items_in_batch=2 * int(valid.sum())).loss
+    torch.testing.assert_close(halved, out.loss / 2)
+
+
+def test_the_final_loss_reads_the_last_step_only():
+    model = tiny_ouro(exit_loss="final")
+    out = model(IDS, labels=LABELS)
+    last = _step_logits_and_exit(model, IDS)[0][-1]
+    torch.testing.assert_close(out.logits, last)
+    torch.testing.assert_close(
+        out.loss, torch.nn.functional.cross_entropy(last[:, :-1].flatten(0, 1), LABELS[:, 1:].flatten())
+    )
+
+
+def test_exit_at_step_reads_out_one_step_in_forward_and_generate():
+    model = tiny_ouro()
+    steps, _ = _step_logits_and_exit(model, IDS)
+    for step in range(3):
+        torch.testing.assert_close(model(IDS, exit_at_step=step).logits, steps[step])
+        # step k's state depends on steps <= k only (causal in depth too): reading it equals running k + 1 loops
+        torch.testing.assert_close(steps[step], model(IDS, num_loops=step + 1).logits)
+    generated = model.generate(IDS[:1], max_new_tokens=4, do_sample=False, exit_at_step=1, pad_token_id=0)
+    shallow = model.generate(IDS[:1], max_new_tokens=4, do_sample=False, num_loops=2, pad_token_id=0)
+    assert generated.tolist() == shallow.tolist()
+    with pytest.raises(ValueError, match=r"exit_at_step must be in \[0, 2\]"):
+        model(IDS, exit_at_step=3)
+    with pytest.raises(ValueError, match="choose the readout without labels"):
+        model(IDS, labels=LABELS, exit_at_step=1)
+
+
+def test_training_with_the_published_loss_moves_the_exit_gate():
+    model = tiny_ouro().train()
+    before = model.model.early_exit_gate.weight.detach().clone()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(3):
+        model(IDS, labels=LABELS).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert not torch.allclose(model.model.early_exit_gate.weight, before)

@@ -159,15 +159,17 @@ def test_training_gives_every_trainable_parameter_a_gradient(family):
     assert without == []
 
 
-def test_the_ouro_exit_gate_no_loss_trains_is_frozen_and_still_loads(tmp_path):
-    model = tiny_ouro()
+@pytest.mark.parametrize("exit_loss, trainable", [("expected_logits", True), ("expected", True), ("final", False)])
+def test_the_ouro_exit_gate_is_trainable_exactly_when_a_loss_reaches_it(tmp_path, exit_loss, trainable):
+    model = tiny_ouro(exit_loss=exit_loss).train()
     gate = model.model.early_exit_gate
-    assert not any(p.requires_grad for p in gate.parameters())
+    assert all(p.requires_grad == trainable for p in gate.parameters())
+    model(PROMPT, labels=PROMPT).loss.backward()
+    assert (gate.weight.grad is not None and float(gate.weight.grad.norm()) > 0) == trainable
     with torch.no_grad():
         gate.bias.fill_(-1.25)
     model.save_pretrained(tmp_path)
-    loaded = OuroForCausalLM.from_pretrained(tmp_path)
-    assert loaded.model.early_exit_gate.bias.item() == -1.25
+    assert OuroForCausalLM.from_pretrained(tmp_path).model.early_exit_gate.bias.item() == -1.25
 
 
 class _Logits(nn.Module):

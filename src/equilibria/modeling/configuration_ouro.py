@@ -47,6 +47,14 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
         early_exit_threshold (`float`, *optional*): Default exit threshold in ``(0, 1]``. A token exits at the
             first step where the cumulative probability of its exit distribution reaches the threshold. ``None``
             or ``1.0`` (the published default) run every token for all steps.
+        exit_loss (`str`): The loss with ``labels``, and the logits returned with it (``EXIT_LOSSES``):
+            ``"expected_logits"`` (the published code's: the cross-entropy of the *expected logits*, each loop
+            step's logits weighted by the exit gate's distribution, which trains the gate; those logits are
+            returned), ``"final"`` (the last step's logits alone; no loss reaches the exit gate, which is then
+            frozen) or ``"expected"`` (the Ouro paper's objective: the expected cross-entropy over exit steps minus
+            ``exit_entropy_weight`` times the entropy of the exit distribution; the expected logits are returned).
+        exit_entropy_weight (`float`): The entropy bonus of ``exit_loss="expected"`` (>= 0; 0.05 by default, our
+            choice: it keeps the exit distribution from collapsing onto one step early in training).
     """
 
     model_type = "ouro"
@@ -85,6 +93,8 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
     attention_dropout: float | int = 0.0
     total_ut_steps: int = 4
     early_exit_threshold: float | int | None = 1.0
+    exit_loss: str = "expected_logits"
+    exit_entropy_weight: float | int = 0.05
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
@@ -113,10 +123,18 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
             )
         check_transformer(self)
         check_exit_threshold(self.early_exit_threshold, "OuroConfig: early_exit_threshold")
+        if self.exit_loss not in EXIT_LOSSES:
+            raise ValueError(f"OuroConfig: exit_loss must be one of {EXIT_LOSSES}, got {self.exit_loss!r}.")
+        weight = self.exit_entropy_weight
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < float("inf"):
+            raise ValueError(f"OuroConfig: exit_entropy_weight must be a finite number >= 0, got {weight!r}.")
         if self.use_sliding_window and (self.sliding_window is None or self.sliding_window < 1):
             raise ValueError(
                 f"OuroConfig: use_sliding_window=True needs sliding_window >= 1, got {self.sliding_window!r}."
             )
+
+
+EXIT_LOSSES = ("expected_logits", "final", "expected")
 
 
 def check_exit_threshold(value, name: str = "exit_threshold") -> None:
@@ -127,4 +145,4 @@ def check_exit_threshold(value, name: str = "exit_threshold") -> None:
         raise ValueError(f"{name} must be None or a number in (0, 1], got {value!r}.")
 
 
-__all__ = ["OuroConfig"]
+__all__ = ["EXIT_LOSSES", "OuroConfig"]

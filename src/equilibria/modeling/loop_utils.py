@@ -165,6 +165,7 @@ class LoopGenerationMixin:
     _tp_plan = {"lm_head": "colwise_gather_output"}
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
     _loop_generate_kwargs: dict[str, Callable] = {}
+    _head_kwargs: tuple[str, ...] = ()  # forward keywords the head reads itself (also listed in the above)
     _generation_cache_class: type | None = None  # the dynamic cache generate should use instead of DynamicCache
     _base_model_class: type  # the family's base model, built as ``self.model``
     _output_class: type  # the family's causal-LM output
@@ -232,6 +233,8 @@ class LoopGenerationMixin:
         model's ``forward``) pass through ``**kwargs``; the output is the family's ``_output_class``, carrying the
         base model's loop telemetry."""
         loss_kwargs = pop_loss_kwargs(kwargs)
+        head_kwargs = {key: kwargs.pop(key) for key in self._head_kwargs if key in kwargs}
+        step_states = self.needs_step_states(labels, head_kwargs)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -239,12 +242,25 @@ class LoopGenerationMixin:
             cache=cache,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
-            output_hidden_states=output_hidden_states,
+            output_hidden_states=True if step_states else output_hidden_states,
             **kwargs,
         )
+        logits, loss, extra = self.head_output(outputs, labels, loss_kwargs, logits_to_keep, head_kwargs)
+        fields_ = shared_fields(outputs, self._output_class)
+        if step_states and not (self.config.output_hidden_states if output_hidden_states is None else output_hidden_states):
+            fields_["hidden_states"] = None  # asked for by the head only
+        return self._output_class(loss=loss, logits=logits, **fields_, **extra)
+
+    def needs_step_states(self, labels, head_kwargs: dict) -> bool:
+        """Whether :meth:`head_output` reads the state of every loop step (``outputs.hidden_states``)."""
+        return False
+
+    def head_output(self, outputs, labels, loss_kwargs: dict, logits_to_keep, head_kwargs: dict):
+        """``(logits, loss, extra outputs)`` from the base model's ``outputs``: by default ``lm_head`` on the last
+        state, the shifted cross-entropy with ``labels``, and :meth:`extra_losses`. ``head_kwargs`` are the
+        keywords listed in ``_head_kwargs`` (read by the head, not the base model)."""
         logits, loss = self.lm_logits_and_loss(outputs.last_hidden_state, labels, loss_kwargs, logits_to_keep)
-        extra = self.extra_losses(outputs, labels, loss_kwargs)
-        return self._output_class(loss=loss, logits=logits, **shared_fields(outputs, self._output_class), **extra)
+        return logits, loss, self.extra_losses(outputs, labels, loss_kwargs)
 
     def extra_losses(self, outputs, labels, loss_kwargs: dict) -> dict:
         """Losses besides the LM loss that the family's head output carries (none by default)."""

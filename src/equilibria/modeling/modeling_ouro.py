@@ -34,7 +34,7 @@ from transformers.masking_utils import create_causal_mask, create_sliding_window
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel, slice_logits_to_keep
 from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
@@ -469,9 +469,9 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
         self.norm = OuroRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = OuroRotaryEmbedding(config=config)
         self.early_exit_gate = nn.Linear(config.hidden_size, 1)
-        # The loss is read at the last step, so no loss reaches the gate: it is frozen (loaded, never trained), so
-        # that every trainable parameter gets a gradient (plain DDP, gradient checkpointing).
-        self.early_exit_gate.requires_grad_(False)
+        # With exit_loss="final" no loss reaches the gate: it is then frozen (loaded, never trained), so that every
+        # trainable parameter gets a gradient (plain DDP, gradient checkpointing)
+        self.early_exit_gate.requires_grad_(config.exit_loss != "final")
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -656,6 +656,33 @@ def exit_distribution(gate_logits: list[torch.Tensor], hidden: torch.Tensor) -> 
     return torch.cat([lam * before, survive[..., -1:]], dim=-1)
 
 
+def expected_exit_loss(step_logits: list, probs: torch.Tensor, labels, loss_kwargs: dict, entropy_weight: float):
+    """The Ouro paper's objective: per token, ``sum_t p_t CE_t - entropy_weight * H(p)`` over the loop steps ``t``
+    (``CE_t`` the next-token cross-entropy of step ``t``'s logits, ``p`` the exit distribution), summed over the
+    labelled tokens and divided by their number (or by ``num_items_in_batch``, as the Trainer passes it)."""
+    ignore = loss_kwargs.get("ignore_index", -100)
+    targets = loss_kwargs.get("shift_labels")
+    if targets is None:  # the usual shift: the logits at i predict the token at i + 1
+        step_logits, probs = [logits[:, :-1] for logits in step_logits], probs[:, :-1]
+        targets = labels[:, 1:]
+    targets = targets.to(step_logits[0].device)
+    per_step = torch.stack(
+        [
+            nn.functional.cross_entropy(
+                logits.flatten(0, 1).float(), targets.flatten(), ignore_index=ignore, reduction="none"
+            ).view(targets.shape)
+            for logits in step_logits
+        ],
+        dim=-1,
+    )
+    entropy = -(probs * probs.clamp_min(1e-12).log()).sum(-1)
+    per_token = (probs * per_step).sum(-1) - entropy_weight * entropy
+    valid = targets != ignore
+    count = loss_kwargs.get("num_items_in_batch")
+    count = valid.sum() if count is None else count
+    return (per_token * valid).sum() / torch.as_tensor(count, device=per_token.device).clamp_min(1)
+
+
 def _relative_change(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
     """Per token, the relative residual ``||f(h) - h|| / ||f(h)||`` of the step ``old -> new``."""
     return residual(old, new, keep_dims=2)[1]
@@ -691,7 +718,44 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
     _loop_generate_kwargs = {
         "num_loops": lambda value: check_num_loops(value),
         "exit_threshold": lambda value: check_exit_threshold(value) or value,
+        "exit_at_step": lambda value: as_int(value, "exit_at_step", 0, "the loop step to read out, 0-based"),
+        "use_weighted_exit": bool,
     }
+    _head_kwargs = ("exit_at_step", "use_weighted_exit")
+
+    def needs_step_states(self, labels, head_kwargs: dict) -> bool:
+        if labels is not None:
+            return self.config.exit_loss != "final"
+        return head_kwargs.get("exit_at_step") is not None or bool(head_kwargs.get("use_weighted_exit"))
+
+    def head_output(self, outputs, labels, loss_kwargs: dict, logits_to_keep, head_kwargs: dict):
+        """The readout and the loss of ``config.exit_loss`` (see [`OuroConfig`]). Without ``labels``: the state of
+        step ``exit_at_step`` (0-based, as in the published code), the expected logits with
+        ``use_weighted_exit=True``, else each token's exit-step state. With ``labels`` the loss decides the logits
+        returned, and those two keywords are refused (they would be ignored)."""
+        exit_at_step, weighted = head_kwargs.get("exit_at_step"), bool(head_kwargs.get("use_weighted_exit"))
+        if labels is not None and (exit_at_step is not None or weighted):
+            raise ValueError(
+                "exit_at_step / use_weighted_exit choose the readout without labels; with labels the loss and its "
+                f"logits are config.exit_loss's ({self.config.exit_loss!r})"
+            )
+        states = outputs.hidden_states[1:] if outputs.hidden_states is not None else None
+        if exit_at_step is not None:
+            if exit_at_step >= len(states):
+                raise ValueError(f"exit_at_step must be in [0, {len(states) - 1}] for num_loops={len(states)}")
+            return self.lm_logits_and_loss(states[exit_at_step], None, loss_kwargs, logits_to_keep)[0], None, {}
+        mode = self.config.exit_loss if labels is not None else ("expected_logits" if weighted else "final")
+        if mode == "final":
+            return super().head_output(outputs, labels, loss_kwargs, logits_to_keep, head_kwargs)
+        probs = slice_logits_to_keep(outputs.exit_probs, logits_to_keep)
+        step_logits = [self.lm_logits_and_loss(h, None, loss_kwargs, logits_to_keep)[0] for h in states]
+        logits = sum(p[..., None].to(x.dtype) * x for p, x in zip(probs.unbind(-1), step_logits))
+        if labels is None or mode == "expected_logits":
+            loss = None
+            if labels is not None:
+                loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)
+            return logits, loss, {}
+        return logits, expected_exit_loss(step_logits, probs, labels, loss_kwargs, self.config.exit_entropy_weight), {}
 
 
 __all__ = [
