@@ -203,6 +203,9 @@ class _Run:
 
 def _train_plain(run: _Run, steps: int):
     config = small_ouro_config(run.tokenizer, hidden_size=128 if not run.quick else 32, total_ut_steps=TRAINED_LOOPS)
+    # the demo reads fixed loop counts, the state after the last step: that is what the last-step loss trains (with
+    # the published expected-logits loss the gate learns to exit early and the late steps go untrained; README)
+    config.exit_loss = "final"
     model = OuroForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())
     print(

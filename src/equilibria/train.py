@@ -32,6 +32,13 @@ class ModelArguments:
             "budget; EqR: iterations per segment)"
         },
     )
+    exit_loss: str | None = field(
+        default=None,
+        metadata={
+            "help": "Ouro: the loss with labels: expected_logits (the published code's, the default), expected (the "
+            "paper's) or final (the last step's; what fixed loop counts read)"
+        },
+    )
 
 
 @dataclass
@@ -145,6 +152,11 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
     sizes = (model_args.hidden_size, model_args.num_layers, model_args.num_attention_heads, model_args.num_loops)
     config = family.make_config(data.config_fields, *sizes)
     config.equilibria_task = task
+    if model_args.exit_loss is not None:
+        if not hasattr(config, "exit_loss"):
+            raise ValueError(f"--exit_loss applies to Ouro models, not --family {model_args.family}")
+        config.exit_loss = model_args.exit_loss
+        config.validate_architecture()
     collator = None
     if data.tokenizer is not None:  # text: pad the training batches on the right, labels with -100
         collate_tokenizer = copy.deepcopy(data.tokenizer)
