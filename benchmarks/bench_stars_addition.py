@@ -94,6 +94,7 @@ def build_model(args, tokenizer) -> OuroForCausalLM:
         num_attention_heads=args.heads,
         total_ut_steps=args.train_loops,
     )
+    config.exit_loss = "final"  # STARS trains the state after the sampled number of steps (as recorded)
     return OuroForCausalLM(config)
 
 

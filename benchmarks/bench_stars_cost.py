@@ -31,9 +31,14 @@ from equilibria.trainers import StarsTrainer, StarsTrainingArguments
 def make_model(width: int, layers: int, vocab: int) -> OuroForCausalLM:
     torch.manual_seed(0)
     config = OuroConfig(
-        vocab_size=vocab, hidden_size=width, intermediate_size=4 * width, num_hidden_layers=layers,
-        num_attention_heads=max(1, width // 32), total_ut_steps=4,
-    )  # fmt: skip
+        vocab_size=vocab,
+        hidden_size=width,
+        intermediate_size=4 * width,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, width // 32),
+        total_ut_steps=4,
+        exit_loss="final",
+    )  # fmt: skip  (the last-step loss, as recorded: the cost of STARS' own parts, not of the exit loss)
     return OuroForCausalLM(config).train()
 
 

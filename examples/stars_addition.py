@@ -34,6 +34,13 @@ class TaskArguments:
     hidden_size: int = field(default=128)
     num_hidden_layers: int = field(default=2)
     eval_loops: str = field(default="1,2,4,8,16")
+    exit_loss: str = field(
+        default="final",
+        metadata={
+            "help": "OuroConfig.exit_loss: final (STARS reads the state after the sampled steps), "
+            "expected_logits (the published Ouro code's) or expected (the Ouro paper's)"
+        },
+    )
 
 
 def main():
@@ -44,9 +51,10 @@ def main():
     tokenizer = addition_tokenizer()
     collate_tokenizer = copy.deepcopy(tokenizer)
     collate_tokenizer.padding_side = "right"
-    model = OuroForCausalLM(
-        small_ouro_config(tokenizer, hidden_size=task.hidden_size, num_hidden_layers=task.num_hidden_layers)
-    )
+    config = small_ouro_config(tokenizer, hidden_size=task.hidden_size, num_hidden_layers=task.num_hidden_layers)
+    config.exit_loss = task.exit_loss
+    config.validate_architecture()
+    model = OuroForCausalLM(config)
     trainer = StarsTrainer(
         model=model,
         args=args,
