@@ -305,7 +305,10 @@ def test_the_papers_loss_is_the_expected_cross_entropy_minus_the_entropy_bonus()
     steps, probs = _step_logits_and_exit(model, IDS)
     targets, valid = LABELS[:, 1:], LABELS[:, 1:] != -100
     ce = torch.stack(
-        [torch.nn.functional.cross_entropy(s[:, :-1].transpose(1, 2), targets.clamp_min(0), reduction="none") for s in steps],
+        [
+            torch.nn.functional.cross_entropy(s[:, :-1].transpose(1, 2), targets.clamp_min(0), reduction="none")
+            for s in steps
+        ],
         dim=-1,
     )
     p = probs[:, :-1]
@@ -351,3 +354,38 @@ def test_training_with_the_published_loss_moves_the_exit_gate():
         optimizer.step()
         optimizer.zero_grad()
     assert not torch.allclose(model.model.early_exit_gate.weight, before)
+
+
+def _gated(bias: float, weight_std: float = 0.2):
+    model = tiny_ouro(total_ut_steps=4)
+    with torch.no_grad():
+        model.model.early_exit_gate.weight.normal_(0, weight_std, generator=torch.Generator().manual_seed(3))
+        model.model.early_exit_gate.bias.fill_(bias)
+    return model
+
+
+def test_the_reference_readout_reads_each_token_at_its_exit_step_of_the_full_computation():
+    model = _gated(-0.5)
+    out = model(IDS, exit_threshold=0.6, exit_readout="reference")
+    full = model.model(IDS, output_hidden_states=True)  # every step, no exit
+    step = (full.exit_probs.cumsum(-1) >= 0.6).float().argmax(-1)  # the published rule: first step reaching it
+    expected = torch.stack(full.hidden_states[1:], 2)[torch.arange(2)[:, None], torch.arange(IDS.shape[1]), step]
+    torch.testing.assert_close(out.logits, model.lm_head(expected))
+    assert torch.equal(out.exit_steps, step + 1) and len(set(step.flatten().tolist())) > 1
+    frozen = model(IDS, exit_threshold=0.6)  # the compute-saving exit: later tokens see frozen keys/values
+    assert not torch.allclose(frozen.logits, out.logits)
+
+
+def test_both_readouts_agree_when_every_token_exits_at_the_same_step():
+    model = _gated(6.0, weight_std=0.0)  # lambda ~ 1: everyone exits after the first step
+    frozen, reference = model(IDS, exit_threshold=0.9), model(IDS, exit_threshold=0.9, exit_readout="reference")
+    assert (frozen.exit_steps == 1).all() and (reference.exit_steps == 1).all()
+    torch.testing.assert_close(frozen.logits, reference.logits)
+
+
+def test_reference_readout_generation_with_the_cache_equals_without():
+    model = _gated(-0.5)
+    kwargs = dict(max_new_tokens=6, exit_threshold=0.6, exit_readout="reference", do_sample=False, pad_token_id=0)
+    assert model.generate(IDS[:1], **kwargs).tolist() == model.generate(IDS[:1], use_cache=False, **kwargs).tolist()
+    with pytest.raises(ValueError, match="exit_readout must be one of"):
+        model(IDS, exit_threshold=0.6, exit_readout="published")

@@ -47,6 +47,10 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
         early_exit_threshold (`float`, *optional*): Default exit threshold in ``(0, 1]``. A token exits at the
             first step where the cumulative probability of its exit distribution reaches the threshold. ``None``
             or ``1.0`` (the published default) run every token for all steps.
+        exit_readout (`str`): What ``exit_threshold < 1`` does (``EXIT_READOUTS``): ``"frozen"`` (the compute-saving
+            early exit: an exited token stops computing and later tokens see its frozen keys/values) or
+            ``"reference"`` (the published code's: every step is computed for every token, and each token is read
+            out at its exit step; no compute is saved, and later tokens see the continued states).
         exit_loss (`str`): The loss with ``labels``, and the logits returned with it (``EXIT_LOSSES``):
             ``"expected_logits"`` (the published code's: the cross-entropy of the *expected logits*, each loop
             step's logits weighted by the exit gate's distribution, which trains the gate; those logits are
@@ -93,6 +97,7 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
     attention_dropout: float | int = 0.0
     total_ut_steps: int = 4
     early_exit_threshold: float | int | None = 1.0
+    exit_readout: str = "frozen"
     exit_loss: str = "expected_logits"
     exit_entropy_weight: float | int = 0.05
     pad_token_id: int | None = None
@@ -123,6 +128,7 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
             )
         check_transformer(self)
         check_exit_threshold(self.early_exit_threshold, "OuroConfig: early_exit_threshold")
+        check_exit_readout(self.exit_readout, "OuroConfig: exit_readout")
         if self.exit_loss not in EXIT_LOSSES:
             raise ValueError(f"OuroConfig: exit_loss must be one of {EXIT_LOSSES}, got {self.exit_loss!r}.")
         weight = self.exit_entropy_weight
@@ -135,6 +141,14 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
 
 
 EXIT_LOSSES = ("expected_logits", "final", "expected")
+EXIT_READOUTS = ("frozen", "reference")
+
+
+def check_exit_readout(value, name: str = "exit_readout") -> str:
+    """Return ``value`` unless it is not one of ``EXIT_READOUTS`` (``ValueError``)."""
+    if value not in EXIT_READOUTS:
+        raise ValueError(f"{name} must be one of {EXIT_READOUTS}, got {value!r}.")
+    return value
 
 
 def check_exit_threshold(value, name: str = "exit_threshold") -> None:
@@ -145,4 +159,4 @@ def check_exit_threshold(value, name: str = "exit_threshold") -> None:
         raise ValueError(f"{name} must be None or a number in (0, 1], got {value!r}.")
 
 
-__all__ = ["EXIT_LOSSES", "OuroConfig"]
+__all__ = ["EXIT_LOSSES", "EXIT_READOUTS", "OuroConfig"]

@@ -247,7 +247,9 @@ class LoopGenerationMixin:
         )
         logits, loss, extra = self.head_output(outputs, labels, loss_kwargs, logits_to_keep, head_kwargs)
         fields_ = shared_fields(outputs, self._output_class)
-        if step_states and not (self.config.output_hidden_states if output_hidden_states is None else output_hidden_states):
+        if step_states and not (
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        ):
             fields_["hidden_states"] = None  # asked for by the head only
         return self._output_class(loss=loss, logits=logits, **fields_, **extra)
 

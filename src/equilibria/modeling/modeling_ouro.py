@@ -38,7 +38,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
-from .configuration_ouro import OuroConfig, check_exit_threshold
+from .configuration_ouro import OuroConfig, check_exit_readout, check_exit_threshold
 from .loop_utils import (
     CausalLoopMixin,
     LoopGenerationMixin,
@@ -502,6 +502,7 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
         use_cache: bool | None = None,
         num_loops: int | None = None,
         exit_threshold: float | None = None,
+        exit_readout: str | None = None,
         output_hidden_states: bool | None = None,
         **kwargs,
     ) -> OuroModelOutput:
@@ -512,6 +513,8 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             exit_threshold (`float`, *optional*): Early-exit threshold in ``(0, 1]`` for this call; when not given,
                 ``config.early_exit_threshold``. ``1.0`` (or a config value of ``None``) disables early exit.
                 Ignored (all tokens run every step) in training mode with gradients enabled.
+            exit_readout (`str`, *optional*): ``"frozen"`` (below) or ``"reference"`` (the published code's: every
+                step is computed, each token is read out at its exit step); defaults to ``config.exit_readout``.
 
         Early exit. A token exits at the first step ``t < num_loops`` where the cumulative probability of its
         exit distribution reaches the threshold; its output is its state at that step. From then on it is
@@ -533,12 +536,24 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
         masks = self._masks(hidden, attention_mask, cache, inputs.position_ids)
         position_embeddings = self.rotary_emb(hidden, inputs.position_ids)
         early = self._early_exit(exit_threshold, hidden, num_loops, masks, inputs.output_attentions)
+        readout = check_exit_readout(self.config.exit_readout if exit_readout is None else exit_readout)
+        reference, early = (early, None) if early is not None and readout == "reference" else (None, early)
         attention_modules = [layer.self_attn for layer in self.layers]
         with recording_attentions(attention_modules, inputs.output_attentions) as attentions:
             hidden, states, gate_logits, residual = self._loop(
-                hidden, num_loops, masks, position_embeddings, cache, early, inputs.output_hidden_states, **kwargs
+                hidden,
+                num_loops,
+                masks,
+                position_embeddings,
+                cache,
+                early,
+                inputs.output_hidden_states or reference is not None,
+                **kwargs,
             )
         exit_steps = early.exit_steps if early is not None else torch.full_like(residual, num_loops, dtype=torch.long)
+        if reference is not None:  # every step computed: read each token at its exit step
+            hidden, exit_steps = read_at_exit(states[1:], exit_distribution(gate_logits, hidden), reference.threshold)
+            states = states if inputs.output_hidden_states else None
         if isinstance(cache, OuroCache):
             cache.record("exit_steps", exit_steps)
         return OuroModelOutput(
@@ -683,6 +698,17 @@ def expected_exit_loss(step_logits: list, probs: torch.Tensor, labels, loss_kwar
     return (per_token * valid).sum() / torch.as_tensor(count, device=per_token.device).clamp_min(1)
 
 
+def read_at_exit(states, exit_probs: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The published readout: each token's state at the first step where its cumulative exit probability reaches
+    ``threshold`` (the last step if none does), and that step (1-based), from the states after every step."""
+    reached = exit_probs.cumsum(-1) >= threshold
+    reached[..., -1] = True
+    step = reached.float().argmax(-1)  # the first step reaching it
+    stacked = torch.stack(states, dim=2)  # (batch, seq, steps, hidden)
+    index = step[..., None, None].expand(*step.shape, 1, stacked.shape[-1])
+    return stacked.gather(2, index).squeeze(2), step + 1
+
+
 def _relative_change(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
     """Per token, the relative residual ``||f(h) - h|| / ||f(h)||`` of the step ``old -> new``."""
     return residual(old, new, keep_dims=2)[1]
@@ -720,6 +746,7 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
         "exit_threshold": lambda value: check_exit_threshold(value) or value,
         "exit_at_step": lambda value: as_int(value, "exit_at_step", 0, "the loop step to read out, 0-based"),
         "use_weighted_exit": bool,
+        "exit_readout": check_exit_readout,
     }
     _head_kwargs = ("exit_at_step", "use_weighted_exit")
 
@@ -753,7 +780,9 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
         if labels is None or mode == "expected_logits":
             loss = None
             if labels is not None:
-                loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)
+                loss = self.loss_function(
+                    logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs
+                )
             return logits, loss, {}
         return logits, expected_exit_loss(step_logits, probs, labels, loss_kwargs, self.config.exit_entropy_weight), {}
 
