@@ -179,6 +179,22 @@ def test_stars_benchmark_quick_mode_runs(tmp_path):
     assert any("spectral_radius" in h for h in results["stars"]["log"])
 
 
+def test_exit_gate_benchmark_quick_mode_runs(tmp_path):
+    results = load_benchmark("bench_exit_gate").main(["--quick", "--output-dir", str(tmp_path)])
+    assert set(results["losses"]) == {"expected_logits", "expected", "final"}
+    assert (tmp_path / "exit_gate.png").stat().st_size > 1000 and (tmp_path / "exit_gate.json").is_file()
+    for kinds in results["losses"].values():
+        for loops, point in kinds["fixed"].items():  # a fixed loop count runs exactly that many steps
+            assert point["mean_steps"] == float(loops) and 0 <= point["accuracy"] <= 1
+        for readout in ("frozen", "reference"):
+            assert all(1 <= point["mean_steps"] <= 4 for point in kinds[readout].values())
+    # a lower threshold exits earlier
+    assert (
+        results["losses"]["expected"]["frozen"]["0.5"]["mean_steps"]
+        < results["losses"]["expected"]["frozen"]["0.9"]["mean_steps"]
+    )
+
+
 def test_padded_operands_have_a_fixed_width():
     data = build_addition_dataset(
         num_digits=4, num_train=50, num_test=10, seed=5, pad_operands=True, reverse_answer=True

@@ -41,6 +41,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from .configuration_ouro import OuroConfig, check_exit_readout, check_exit_threshold
 from .loop_utils import (
     CausalLoopMixin,
+    LMInputs,
     LoopGenerationMixin,
     LoopMap,
     StrictLoadingMixin,
@@ -535,24 +536,19 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             _check_cache(cache, num_loops, self.config.num_hidden_layers)
         masks = self._masks(hidden, attention_mask, cache, inputs.position_ids)
         position_embeddings = self.rotary_emb(hidden, inputs.position_ids)
-        early = self._early_exit(exit_threshold, hidden, num_loops, masks, inputs.output_attentions)
-        readout = check_exit_readout(self.config.exit_readout if exit_readout is None else exit_readout)
-        reference, early = (early, None) if early is not None and readout == "reference" else (None, early)
-        attention_modules = [layer.self_attn for layer in self.layers]
-        with recording_attentions(attention_modules, inputs.output_attentions) as attentions:
+        early, reference = self._early_exit(exit_threshold, exit_readout, hidden, num_loops, masks, inputs)
+        keep_states = inputs.output_hidden_states or reference is not None
+        with recording_attentions([layer.self_attn for layer in self.layers], inputs.output_attentions) as attentions:
             hidden, states, gate_logits, residual = self._loop(
-                hidden,
-                num_loops,
-                masks,
-                position_embeddings,
-                cache,
-                early,
-                inputs.output_hidden_states or reference is not None,
-                **kwargs,
+                hidden, num_loops, masks, position_embeddings, cache, early, keep_states, **kwargs
             )
-        exit_steps = early.exit_steps if early is not None else torch.full_like(residual, num_loops, dtype=torch.long)
-        if reference is not None:  # every step computed: read each token at its exit step
-            hidden, exit_steps = read_at_exit(states[1:], exit_distribution(gate_logits, hidden), reference.threshold)
+        exit_probs = exit_distribution(gate_logits, hidden)
+        if reference is None:
+            exit_steps = (
+                early.exit_steps if early is not None else torch.full_like(residual, num_loops, dtype=torch.long)
+            )
+        else:  # every step was computed: read each token out at its exit step
+            hidden, exit_steps = read_at_exit(states[1:], exit_probs, reference)
             states = states if inputs.output_hidden_states else None
         if isinstance(cache, OuroCache):
             cache.record("exit_steps", exit_steps)
@@ -562,25 +558,31 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             hidden_states=states,
             attentions=tuple(attentions) if attentions is not None else None,
             exit_steps=exit_steps,
-            exit_probs=exit_distribution(gate_logits, hidden),
+            exit_probs=exit_probs,
             loop_residual=residual,
         )
 
     def _early_exit(
-        self, exit_threshold, hidden: torch.Tensor, num_loops: int, masks: dict, keep_rows: bool
-    ) -> OuroEarlyExit | None:
-        """The early-exit bookkeeping of this forward, or ``None`` when no token can exit (threshold ``None`` or
-        1, or training with gradients). Rows are dropped only in single-token decoding with tensor masks, and not
-        when ``keep_rows`` (attention weights are recorded for the whole batch)."""
+        self, exit_threshold, exit_readout, hidden: torch.Tensor, num_loops: int, masks: dict, inputs: LMInputs
+    ) -> tuple[OuroEarlyExit | None, float | None]:
+        """``(bookkeeping, None)`` for the compute-saving early exit of this forward, ``(None, threshold)`` for the
+        reference readout, ``(None, None)`` when no token can exit (threshold ``None`` or 1, or training with
+        gradients). Rows are dropped only in single-token decoding with tensor masks, and not while attention
+        weights are recorded (for the whole batch)."""
         threshold = self.config.early_exit_threshold if exit_threshold is None else exit_threshold
         check_exit_threshold(threshold)
+        readout = check_exit_readout(self.config.exit_readout if exit_readout is None else exit_readout)
         if threshold is None or threshold >= 1.0 or (self.training and torch.is_grad_enabled()):
-            return None
+            return None, None
+        if readout == "reference":
+            return None, float(threshold)
         batch_size, seq_len = hidden.shape[:2]
         drop_rows = (
-            not keep_rows and seq_len == 1 and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
+            not inputs.output_attentions
+            and seq_len == 1
+            and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
         )
-        return OuroEarlyExit(threshold, batch_size, seq_len, num_loops, hidden.device, drop_rows)
+        return OuroEarlyExit(threshold, batch_size, seq_len, num_loops, hidden.device, drop_rows), None
 
     def _loop(self, hidden, num_loops: int, masks, position_embeddings, cache, early, keep_states: bool, **kwargs):
         """Run the loop steps: ``(final state, all states or None, exit-gate logits, per-token residual)``."""
