@@ -447,3 +447,13 @@ def test_cost_benchmark_quick_mode_writes_its_table(tmp_path):
     assert {f"{e}@{k}" for e in ("vjp", "jvp") for k in (1, 2, 4)} <= set(row)
     assert row["plain_seconds"] > 0 and row["breakdown"]["penalty_backward"] > 0
     assert (tmp_path / "stars_cost.json").exists()
+
+
+def test_stars_with_a_loss_that_trains_the_gate_warns_that_deep_steps_go_untrained(tmp_path, caplog):
+    StarsTrainer(model=tiny_ouro(), args=stars_args(tmp_path), train_dataset=token_data())
+    assert "exit_loss is 'expected_logits'" in caplog.text and "exit_loss='final'" in caplog.text
+    caplog.clear()
+    StarsTrainer(model=tiny_ouro(exit_loss="final"), args=stars_args(tmp_path), train_dataset=token_data())
+    fixed = stars_args(tmp_path, min_loops=4, max_loops=4)  # no loop sampling: nothing to warn about
+    StarsTrainer(model=tiny_ouro(), args=fixed, train_dataset=token_data())
+    assert "StarsTrainer: the model's exit_loss" not in caplog.text

@@ -20,9 +20,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 from transformers import TrainingArguments
+from transformers.utils import logging
 
 from ..modeling.regularization import JSRR_ESTIMATORS, spectral_radius
 from .common import LoopTrainer, find_core, loss_scales
+
+logger = logging.get_logger(__name__)
 
 JSRR_PENALTIES = ("square", "hinge")
 STARS_LOG_KEYS = ("num_loops", "spectral_radius", "lm_loss", "jsrr_penalty")
@@ -182,6 +185,13 @@ class StarsTrainer(LoopTrainer):
                 "(jsrr_weight > 0); turn one of them off."
             )
         super().__init__(model=model, args=args, **kwargs)
+        exit_loss = getattr(self.core.config, "exit_loss", "final")
+        if exit_loss != "final" and self.args.max_loops > self.args.min_loops:
+            logger.warning(
+                f"StarsTrainer: the model's exit_loss is {exit_loss!r}; with it the exit gate learns to exit early and "
+                "the deeper sampled steps go almost untrained (the README's demo: 95.5% -> 27.0% at 8 loops). For "
+                "STARS set config.exit_loss='final' before building the model (`--exit_loss final`)."
+            )
 
     def double_backward_option(self, args) -> str | None:
         return "the JSRR penalty (jsrr_weight > 0)" if args.jsrr_weight > 0 else None
