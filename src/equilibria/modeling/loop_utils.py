@@ -112,7 +112,9 @@ class StrictLoadingMixin:
         repo_id = api.create_repo(repo_id, private=kwargs.get("private"), exist_ok=True).repo_id
         with tempfile.TemporaryDirectory() as folder:
             self.save_pretrained(folder, max_shard_size=kwargs.get("max_shard_size") or "50GB")
-            writer(self, folder, repo_id=repo_id, tags=kwargs.get("tags"))
+            tags = kwargs.get("tags") or []
+            tags = [tags] if isinstance(tags, str) else tags
+            writer(self, folder, repo_id=repo_id, tags=list(dict.fromkeys([*(self.model_tags or []), *tags])))
             return api.upload_folder(
                 repo_id=repo_id,
                 folder_path=folder,

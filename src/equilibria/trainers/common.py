@@ -93,7 +93,6 @@ class ModelCardMixin:
     before pushing and they go into the folder (``loop_scaling.json``, ``audit.json``) and the card."""
 
     loop_scaling: dict | None = None
-    loop_scaling_plot: str | None = None  # kept for compatibility: the card links loop_scaling.png when present
     audit_report = None
 
     def create_model_card(
