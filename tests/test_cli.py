@@ -237,7 +237,7 @@ def test_train_help_is_readable(capsys):
     text = capsys.readouterr().out
     assert text.startswith("usage: equilibria train [CONFIG.yaml]")
     groups = [line for line in text.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
-    assert groups[0].startswith("the model") and groups[1].startswith("the task's")
+    assert groups[0].startswith("the model") and groups[1].startswith("the data")
     assert groups[-1].startswith("training: transformers' TrainingArguments, then eqr's own")
     assert text.index("--max_segments") > text.index("--learning_rate")  # the family's own flags are listed
 

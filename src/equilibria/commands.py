@@ -108,12 +108,18 @@ def _load_dataset(path: str, split: str):
 
 
 def loop_scaling(
-    model, data, loops: list[int], model_path: str | None = None, batch_size: int = 64
+    model, data, loops: list[int], model_path: str | None = None, batch_size: int = 64, metric: str = "task"
 ) -> dict[int, float]:
     """Accuracy at each loop count: exact match of greedy answers (language models), exact solves at that depth
-    (EqR), classification accuracy with that solver cap (PH-DEQ)."""
+    (EqR), classification accuracy with that solver cap (PH-DEQ); ``metric="token_accuracy"``: next-token accuracy
+    on the labelled tokens of tokenised rows (:func:`~equilibria.tasks.text_data.token_accuracy`)."""
     import torch
 
+    if metric == "token_accuracy":
+        from .tasks.text_data import token_accuracy
+
+        pad = _tokenizer(model_path).pad_token_id
+        return {n: token_accuracy(model, data, n, pad, batch_size=batch_size) for n in loops}
     if model.can_generate():  # a language model: exact match of greedy answers
         from .tasks import evaluate_loop_scaling
 
@@ -211,14 +217,13 @@ def encode_prompt(tokenizer, prompt: str, max_new_tokens: int, max_positions: in
     tokenizer does not know (they would silently become its unknown token), or too long for the model."""
     if max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
-    enc = tokenizer(prompt, return_tensors="pt", add_special_tokens=False, return_offsets_mapping=True)
+    from .tasks.tokenization import unknown_characters
+
+    enc = tokenizer(prompt, return_tensors="pt", return_offsets_mapping=True)
     ids, offsets = enc.pop("input_ids"), enc.pop("offset_mapping")
-    if ids.shape[1] == 0:
+    if not prompt or ids.shape[1] == 0:
         raise ValueError(f"--prompt {prompt!r} has no tokens: give the text to continue")
-    special = set(tokenizer.all_special_tokens)  # text read as <unk> (or as the pad token of a vocabulary without one)
-    tokens = tokenizer.convert_ids_to_tokens(ids[0].tolist())
-    spans = [prompt[a:b] for a, b in offsets[0].tolist()]
-    unknown = sorted({text for text, token in zip(spans, tokens) if token in special and text != token})
+    unknown = unknown_characters(tokenizer, prompt, ids[0].tolist(), offsets[0].tolist())
     if unknown:
         known = "".join(sorted(t for t in tokenizer.get_vocab() if len(t) == 1))
         raise ValueError(

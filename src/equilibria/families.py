@@ -127,12 +127,11 @@ def small_ouro_config(
 
 def _ouro_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
     return OuroConfig(
-        **fields,
+        **{"max_position_embeddings": 64, **fields},
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_attention_heads,
-        max_position_embeddings=64,
         total_ut_steps=num_loops,
     )
 

@@ -19,17 +19,34 @@ from .families import FAMILIES
 
 @dataclass
 class ModelArguments:
-    _argument_group_name = "the model (a small config of the family, sized for its task)"
+    _argument_group_name = "the model: a checkpoint to fine-tune, or a new small one of a family"
 
-    family: str = field(default="ouro", metadata={"help": f"model family: one of {tuple(FAMILIES)}"})
-    hidden_size: int = field(default=128, metadata={"help": "width (PH-DEQ: size of q and of p)"})
-    num_layers: int = field(default=2, metadata={"help": "layers in the looped stack / backbone / block"})
-    num_attention_heads: int = field(default=4, metadata={"help": "attention heads (Ouro, Attractor, EqR)"})
-    num_loops: int = field(
-        default=4,
+    model_name_or_path: str | None = field(
+        default=None,
         metadata={
-            "help": "the loop count saved in the config (Ouro: recurrence steps; Attractor, PH-DEQ: solver "
-            "budget; EqR: iterations per segment)"
+            "help": "a saved folder or Hub id to fine-tune (any family; a published Ouro checkpoint loads as is); the "
+            "family comes from its config. Without it a new model is built from the sizes below"
+        },
+    )
+    tokenizer_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "the tokenizer for --dataset_name (default: the checkpoint's own)"},
+    )
+    family: str | None = field(
+        default=None, metadata={"help": f"a new model's family: one of {tuple(FAMILIES)} (default ouro)"}
+    )
+    hidden_size: int | None = field(default=None, metadata={"help": "a new model's width (128; PH-DEQ: of q and p)"})
+    num_layers: int | None = field(
+        default=None, metadata={"help": "a new model's layers in the looped stack / backbone / block (2)"}
+    )
+    num_attention_heads: int | None = field(
+        default=None, metadata={"help": "a new model's attention heads (4; Ouro, Attractor, EqR)"}
+    )
+    num_loops: int | None = field(
+        default=None,
+        metadata={
+            "help": "the loop count saved in the config, also of a checkpoint (default 4 / the checkpoint's; Ouro: "
+            "recurrence steps; Attractor, PH-DEQ: solver budget; EqR: iterations per segment)"
         },
     )
     exit_loss: str | None = field(
@@ -39,21 +56,55 @@ class ModelArguments:
             "paper's) or final (the last step's; what fixed loop counts read)"
         },
     )
+    dtype: str = field(
+        default="float32",
+        metadata={"help": "the dtype a checkpoint's weights are loaded in (float32, bfloat16, float16 or auto)"},
+    )
+
+
+NEW_MODEL_SIZES = {"hidden_size": 128, "num_layers": 2, "num_attention_heads": 4, "num_loops": 4}
 
 
 @dataclass
 class DataArguments:
-    _argument_group_name = "the task's generated data and the loop-scaling evaluation"
+    _argument_group_name = "the data: your own (--dataset_name) or a task's generated problems, and the evaluation"
 
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "language models: a Hub dataset id, a local .json/.jsonl/.csv/.parquet file or a save_to_disk "
+            "folder, with prompt/completion, messages or text rows (see equilibria.tasks.text_data)"
+        },
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "the Hub dataset's configuration"})
+    dataset_train_split: str = field(default="train", metadata={"help": "the split trained on"})
+    dataset_test_split: str = field(
+        default="test", metadata={"help": "the split evaluated on; without it --test_size rows are held out"}
+    )
+    dataset_text_field: str = field(default="text", metadata={"help": "the column of plain-text rows"})
+    max_length: int | None = field(
+        default=None,
+        metadata={"help": "tokens per row (longer rows are cut; default min(1024, max_position_embeddings))"},
+    )
+    packing: bool = field(default=False, metadata={"help": "concatenate rows into blocks of --max_length tokens"})
+    eval_metric: str = field(
+        default="token_accuracy",
+        metadata={"help": "--dataset_name's loop-scaling measure: token_accuracy or exact_match (prompt/completion)"},
+    )
     task: str | None = field(
         default=None,
-        metadata={"help": "addition, sudoku, maze, reachability or entailment (None: the family's first task)"},
+        metadata={
+            "help": "without --dataset_name: addition, sudoku, maze, reachability or entailment (default: the "
+            "checkpoint's task, else the family's first)"
+        },
     )
-    train_size: int = field(default=2000, metadata={"help": "training examples"})
+    train_size: int | None = field(
+        default=None, metadata={"help": "training examples (generated: 2000; --dataset_name: all rows)"}
+    )
     test_size: int = field(default=200, metadata={"help": "held-out examples of the loop-scaling evaluation"})
     digits: int = field(default=2, metadata={"help": "addition: operand digits"})
-    size: int = field(default=4, metadata={"help": "sudoku / maze: board side"})
-    nodes: int = field(default=16, metadata={"help": "reachability: graph nodes"})
+    size: int = field(default=4, metadata={"help": "sudoku / maze: board side (a checkpoint's own when given)"})
+    nodes: int = field(default=16, metadata={"help": "reachability: graph nodes (a checkpoint's own when given)"})
     eval_loops: str = field(default="1,2,4,8", metadata={"help": "loop counts of the loop-scaling evaluation"})
     data_seed_offset: int = field(default=0, metadata={"help": "added to --seed for the data"})
 
@@ -87,16 +138,51 @@ def _config_file(argv: list[str]) -> dict:
     return values
 
 
-def _family_of(argv: list[str], file_values: dict) -> str:
-    family = file_values.get("family", "ouro")
+def _flag(argv: list[str], file_values: dict, name: str):
+    """The value of ``--name`` on the command line, else in the config file, else ``None``."""
+    value = file_values.get(name)
     for i, arg in enumerate(argv):
-        if arg == "--family" and i + 1 < len(argv):
-            family = argv[i + 1]
-        elif arg.startswith("--family="):
-            family = arg.split("=", 1)[1]
+        if arg == f"--{name}" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _family_of(argv: list[str], file_values: dict) -> str:
+    """``--family``, or the family of ``--model_name_or_path``'s config (they must agree), else ``"ouro"``."""
+    family = _flag(argv, file_values, "family")
+    checkpoint = _flag(argv, file_values, "model_name_or_path")
+    if checkpoint:
+        found = checkpoint_config(checkpoint).model_type
+        if family not in (None, found):
+            raise ValueError(f"--family {family}, but {checkpoint} is a {found} model: drop --family")
+        family = found
+    family = family or "ouro"
     if family not in FAMILIES:
         raise ValueError(f"--family must be one of {tuple(FAMILIES)}, got {family!r}")
     return family
+
+
+def checkpoint_config(path: str):
+    """The config of the checkpoint at ``path`` (a folder or Hub id); ``ValueError`` when it cannot be read or is
+    not of an equilibria family."""
+    from transformers import AutoConfig
+
+    from .families import family_of
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"--model_name_or_path {path}: cannot read a config.json there ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:200]})"
+        ) from None
+    try:
+        family_of(config)
+    except ValueError as err:
+        raise ValueError(f"--model_name_or_path {path}: {err}") from None
+    return config
 
 
 def parse_train_args(argv: list[str]):
@@ -109,60 +195,188 @@ def parse_train_args(argv: list[str]):
     parser = HfArgumentParser(
         (ModelArguments, DataArguments, FAMILIES[family].arguments_class()),
         prog="equilibria train",
-        usage=f"equilibria train [CONFIG.yaml] [--family {{{','.join(FAMILIES)}}}] [--task TASK] [--output_dir DIR] "
-        "[--FLAG VALUE ...]",
+        usage=f"equilibria train [CONFIG.yaml] [--model_name_or_path CHECKPOINT | --family {{{','.join(FAMILIES)}}}] "
+        "[--dataset_name DATA | --task TASK] [--output_dir DIR] [--FLAG VALUE ...]",
         description=TRAIN_HELP,
     )
     # --help: the model and data groups first, then the (long) training flags, titled
     parser._optionals.title = f"training: transformers' TrainingArguments, then {family}'s own (at the end)"
     parser._action_groups.append(parser._action_groups.pop(parser._action_groups.index(parser._optionals)))
-    if not file_values:
-        return parser.parse_args_into_dataclasses(args=argv)
-    known = {action.dest for action in parser._actions}
-    unknown = sorted(set(file_values) - known)
-    if unknown:
-        raise ValueError(f"{argv[0]}: unknown keys {unknown}; the keys are the flags of `equilibria train --help`")
-    for action in parser._actions:  # the file stands in for the flags it sets, required ones included
-        if action.dest in file_values:
-            action.required = False
-    parser.set_defaults(**file_values)
-    return parser.parse_args_into_dataclasses(args=argv[1:])
+    if file_values:
+        known = {action.dest for action in parser._actions}
+        unknown = sorted(set(file_values) - known)
+        if unknown:
+            raise ValueError(f"{argv[0]}: unknown keys {unknown}; the keys are the flags of `equilibria train --help`")
+        for action in parser._actions:  # the file stands in for the flags it sets, required ones included
+            if action.dest in file_values:
+                action.required = False
+        parser.set_defaults(**file_values)
+        argv = argv[1:]
+    model_args, data_args, args = parser.parse_args_into_dataclasses(args=argv)
+    model_args.family = family
+    return model_args, data_args, args
 
 
 def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
-    """``(model, data, collator)`` for the family and task: the task's :class:`~equilibria.tasks.TaskData` (splits,
-    tokenizer, training-question fingerprints), and the family's head for the task with a small config sized by
-    ``model_args`` (the task's name saved in it as ``equilibria_task``)."""
+    """``(model, data, collator)``: the data (:class:`~equilibria.tasks.TaskData`: your ``--dataset_name`` rows,
+    or the task's generated splits with its tokenizer and training-question fingerprints) and the model: the
+    checkpoint ``--model_name_or_path``, or a new one of the family with a small config sized by ``model_args``."""
     from transformers import DataCollatorForSeq2Seq
 
-    from .tasks import build_task, check_task
+    from .families import model_task
+    from .tasks import build_task, check_task, task_shape
 
     family = FAMILIES[model_args.family]
-    task = check_task(data_args.task or family.default_task)
-    head = family.head_for(task, f"--family {model_args.family}")
-    data = build_task(
-        task,
-        data_args.train_size,
-        data_args.test_size,
-        seed=seed + data_args.data_seed_offset,
-        digits=data_args.digits,
-        size=data_args.size,
-        nodes=data_args.nodes,
-    )
-    sizes = (model_args.hidden_size, model_args.num_layers, model_args.num_attention_heads, model_args.num_loops)
-    config = family.make_config(data.config_fields, *sizes)
-    config.equilibria_task = task
-    if model_args.exit_loss is not None:
-        if not hasattr(config, "exit_loss"):
-            raise ValueError(f"--exit_loss applies to Ouro models, not --family {model_args.family}")
-        config.exit_loss = model_args.exit_loss
-        config.validate_architecture()
+    checkpoint = model_args.model_name_or_path
+    config = checkpoint_config(checkpoint) if checkpoint else None
+    given = [f"--{key}" for key in NEW_MODEL_SIZES if key != "num_loops" and getattr(model_args, key) is not None]
+    if config is not None and given:
+        raise ValueError(f"{', '.join(given)} size a new model; {checkpoint} keeps its own: drop them")
+    _overrides(model_args, family)
+    if data_args.dataset_name:
+        head, task, data = family.heads[0], None, _dataset(model_args, data_args, family, config, seed)
+    else:
+        task = check_task(data_args.task or (model_task(config) if config else family.default_task))
+        head = family.head_for(task, f"--family {model_args.family}")
+        shape = task_shape(config, task) if config else {}
+        data = build_task(
+            task,
+            data_args.train_size or 2000,
+            data_args.test_size,
+            seed=seed + data_args.data_seed_offset,
+            digits=data_args.digits,
+            size=shape.get("size", data_args.size),
+            nodes=shape.get("nodes", data_args.nodes),
+        )
+        if config is not None and data.tokenizer is not None:
+            _check_task_tokenizer(checkpoint, data.tokenizer, task)
+    model = _model(model_args, family, head, data, config)
+    if task is not None:
+        model.config.equilibria_task = task
     collator = None
     if data.tokenizer is not None:  # text: pad the training batches on the right, labels with -100
         collate_tokenizer = copy.deepcopy(data.tokenizer)
         collate_tokenizer.padding_side = "right"
         collator = DataCollatorForSeq2Seq(collate_tokenizer, label_pad_token_id=-100)
-    return head.model_class(config), data, collator
+    return model, data, collator
+
+
+def _dataset(model_args: ModelArguments, data_args: DataArguments, family, config, seed: int):
+    """The :class:`~equilibria.tasks.TaskData` of ``--dataset_name``, tokenised with the checkpoint's tokenizer
+    (or ``--tokenizer_name_or_path``); a new model's config fields are the tokenizer's and ``--max_length``."""
+    from .tasks import tokenizer_fields
+    from .tasks.text_data import build_text_data
+
+    if family.heads[0].auto_class != "AutoModelForCausalLM":
+        raise ValueError(
+            f"--dataset_name trains the language-model families; {family.model_type} trains on its task's data (--task)"
+        )
+    tokenizer = _text_tokenizer(model_args.tokenizer_name_or_path or model_args.model_name_or_path)
+    positions = config.max_position_embeddings if config is not None else None
+    max_length = data_args.max_length or min(1024, positions or 1024)
+    if positions is not None and max_length > positions:
+        raise ValueError(
+            f"--max_length {max_length} is more than the {positions} positions the model handles "
+            "(max_position_embeddings)"
+        )
+    data = build_text_data(
+        data_args.dataset_name,
+        tokenizer,
+        max_length,
+        config_name=data_args.dataset_config,
+        train_split=data_args.dataset_train_split,
+        test_split=data_args.dataset_test_split,
+        test_size=data_args.test_size,
+        train_size=data_args.train_size,
+        text_field=data_args.dataset_text_field,
+        packing=data_args.packing,
+        metric=data_args.eval_metric,
+        seed=seed + data_args.data_seed_offset,
+    )
+    data.config_fields = {**tokenizer_fields(tokenizer), "max_position_embeddings": max_length}
+    return data
+
+
+def _check_task_tokenizer(checkpoint: str, task_tokenizer, task: str) -> None:
+    """A checkpoint trained further on a generated text task must read it with the task's own tokenizer."""
+    from transformers import AutoTokenizer
+
+    try:
+        vocab = AutoTokenizer.from_pretrained(checkpoint).get_vocab()
+    except (OSError, ValueError, TypeError):
+        vocab = None
+    if vocab != task_tokenizer.get_vocab():
+        raise ValueError(
+            f"{checkpoint} does not read {task} problems with the task's tokenizer (it was not trained on them by "
+            "equilibria): fine-tune it on your data with --dataset_name"
+        )
+
+
+def _text_tokenizer(name: str | None):
+    """The tokenizer at ``name``, with a padding token (its end-of-sequence token when it has none)."""
+    from transformers import AutoTokenizer
+
+    if name is None:
+        raise ValueError(
+            "--dataset_name needs a tokenizer: give --model_name_or_path (a checkpoint with one) or "
+            "--tokenizer_name_or_path"
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError, TypeError) as err:
+        raise ValueError(
+            f"{name} has no tokenizer to read --dataset_name with ({type(err).__name__}); pass --tokenizer_name_or_path"
+        ) from None
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"the tokenizer of {name} has no end-of-sequence token, which ends every training row")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _overrides(model_args: ModelArguments, family) -> dict:
+    """The config values ``--num_loops`` and ``--exit_loss`` set (checked before any data is built)."""
+    from .modeling.configuration_ouro import EXIT_LOSSES
+
+    overrides = {} if model_args.num_loops is None else {family.loops_key: model_args.num_loops}
+    if model_args.exit_loss is not None:
+        if family.model_type != "ouro":
+            raise ValueError(f"--exit_loss applies to Ouro models, not {family.model_type}")
+        if model_args.exit_loss not in EXIT_LOSSES:
+            raise ValueError(f"--exit_loss must be one of {EXIT_LOSSES}, got {model_args.exit_loss!r}")
+        overrides["exit_loss"] = model_args.exit_loss
+    return overrides
+
+
+def _model(model_args: ModelArguments, family, head, data, config):
+    """The checkpoint (``config`` is its config) loaded into ``head``'s class, or a new model of ``family``;
+    ``--num_loops`` and ``--exit_loss`` set in either config."""
+    import torch
+
+    overrides = _overrides(model_args, family)
+    if config is None:
+        sizes = [
+            NEW_MODEL_SIZES[key] if getattr(model_args, key) is None else getattr(model_args, key)
+            for key in NEW_MODEL_SIZES
+        ]
+        config = family.make_config(dict(data.config_fields), *sizes)
+    vocab = len(data.tokenizer) if data.tokenizer is not None else None
+    if vocab is not None and vocab > config.vocab_size:
+        raise ValueError(
+            f"the tokenizer has {vocab} tokens but the model's vocab_size is {config.vocab_size}: give the tokenizer "
+            "the checkpoint was trained with"
+        )
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    config.validate_architecture()
+    if model_args.model_name_or_path is None:
+        return head.model_class(config)
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
+    if model_args.dtype not in dtypes:
+        raise ValueError(f"--dtype must be one of {tuple(dtypes)}, got {model_args.dtype!r}")
+    return head.model_class.from_pretrained(
+        model_args.model_name_or_path, config=config, dtype=dtypes[model_args.dtype]
+    )
 
 
 def run_train(argv: list[str]) -> dict:
@@ -196,19 +410,38 @@ def train_and_evaluate(argv: list[str]):
         out = Path(args.output_dir)
         save_training_record(out, data.name, data.train_fingerprints, data.description)
         model = trainer.accelerator.unwrap_model(trainer.model).eval()
-        result = loop_scaling(model, data.test, loops, model_path=str(out))
-        record = {
+        name = data_args.dataset_name
+        hub_dataset = name if name and not Path(name).exists() else None  # a local file is no Hub dataset
+        record = _evaluation_record(data, name, hub_dataset)
+        if len(data.test):
+            result = loop_scaling(model, data.test, loops, model_path=str(out), metric=data.metric)
+            print(f"loop scaling on {len(data.test)} held-out examples")
+            report_loop_scaling(result, model.config.model_type, out, record)  # the JSON and the plot the card links
+            trainer.loop_scaling = {"data": record, "accuracy": {str(k): v for k, v in result.items()}}
+        else:
+            print("no held-out rows (--test_size 0): no loop-scaling evaluation")
+        trainer.create_model_card(dataset=hub_dataset)
+        print(f"wrote the model, its remote code, card and plot to {out}")
+    if args.push_to_hub:
+        trainer.push_to_hub()
+    return trainer, result
+
+
+def _evaluation_record(data, dataset_name: str | None, hub_dataset: str | None) -> dict:
+    """What the loop-scaling evaluation ran on, for ``loop_scaling.json`` and the card."""
+    if dataset_name is None:
+        return {
             "name": f"the {len(data.test)}-problem test split generated with the training data",
             "dataset": None,
             "held_out": True,
             "note": "drawn without replacement together with the training split: no training question is among them",
             "units": len(data.test),
         }
-        print(f"loop scaling on {len(data.test)} held-out examples")
-        report_loop_scaling(result, model.config.model_type, out, record)  # the JSON and the plot the card links
-        trainer.loop_scaling = {"data": record, "accuracy": {str(k): v for k, v in result.items()}}
-        trainer.create_model_card(dataset=None)
-        print(f"wrote the model, its remote code, card and plot to {out}")
-    if args.push_to_hub:
-        trainer.push_to_hub()
-    return trainer, result
+    return {
+        "name": f"{len(data.test)} rows of {hub_dataset or Path(dataset_name).name}",
+        "dataset": hub_dataset,
+        "held_out": True,
+        "note": data.test_description,
+        "units": len(data.test),
+        "metric": data.metric,
+    }

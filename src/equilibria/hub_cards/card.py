@@ -8,6 +8,7 @@ looped-lm / deep-equilibrium / recurrent-reasoning), license, datasets, ``base_m
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -154,7 +155,8 @@ def build_model_card(
     dataset_label = dataset_name or named or (datasets[0] if datasets else "held-out evaluation data")
     dataset_type = (evaluated or {}).get("dataset") or (datasets[0] if datasets else "custom")
     rows = _loop_rows(loop_scaling)
-    eval_results = _eval_results(head, task_name, rows, dataset_type, dataset_label)
+    metric = _metric(loop_scaling)
+    eval_results = _eval_results(head, task_name, rows, dataset_type, dataset_label, metric)
     data = ModelCardData(
         library_name="transformers",
         pipeline_tag=head.pipeline_tag,
@@ -170,7 +172,7 @@ def build_model_card(
     sections = [
         _intro(model, info, title, base_model),
         _loading(head, repo_id or "path/to/this/folder"),
-        _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name),
+        _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name, metric),
         _audit_section(audit_data),
         _training_section(training_record, training_history, trainer_state, training_args),
         _limitations(limitations),
@@ -180,7 +182,22 @@ def build_model_card(
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n" + body)
 
 
-def _eval_results(head, task_name, rows, dataset_type: str, dataset_label: str) -> list[EvalResult]:
+METRICS = {  # what loop_scaling.json's "metric" names: (model-index metric type, how the card says it)
+    "accuracy": ("accuracy", "Accuracy"),
+    "token_accuracy": ("accuracy", "Next-token accuracy (teacher forcing, on the tokens the loss is on)"),
+    "exact_match": ("exact_match", "Exact-match accuracy of the greedy completion"),
+}
+
+
+def _metric(loop_scaling) -> str:
+    data = loop_scaling.get("data") if isinstance(loop_scaling, dict) else None
+    metric = (data or {}).get("metric", "accuracy")
+    if metric not in METRICS:
+        raise ValueError(f"loop_scaling metric must be one of {tuple(METRICS)}, got {metric!r}")
+    return metric
+
+
+def _eval_results(head, task_name, rows, dataset_type: str, dataset_label: str, metric: str) -> list[EvalResult]:
     """One ``model-index`` result per loop count."""
     return [
         EvalResult(
@@ -189,8 +206,8 @@ def _eval_results(head, task_name, rows, dataset_type: str, dataset_label: str) 
             dataset_type=dataset_type,
             dataset_name=dataset_label,
             dataset_split="test",
-            metric_type="accuracy",
-            metric_name=f"accuracy @ {loops} loops",
+            metric_type=METRICS[metric][0],
+            metric_name=f"{metric.replace('_', ' ')} @ {loops} loops",
             metric_value=round(accuracy, 4),
             metric_config=f"num_loops={loops}",
         )
@@ -261,7 +278,7 @@ def _curves(loop_scaling, rows) -> dict[str, dict[int, float]]:
     return {"accuracy": dict(rows)}
 
 
-def _loop_scaling_section(loop_scaling, rows, plot, dataset_label: str, task_name) -> list[str]:
+def _loop_scaling_section(loop_scaling, rows, plot, dataset_label: str, task_name, metric: str) -> list[str]:
     if not rows:
         return []
     curves = _curves(loop_scaling, rows)
@@ -270,7 +287,7 @@ def _loop_scaling_section(loop_scaling, rows, plot, dataset_label: str, task_nam
     lines = [
         "## Loop scaling",
         "",
-        f"Accuracy on {dataset_label}"
+        f"{METRICS[metric][1]} on {dataset_label}"
         + (f" ({task_name})" if task_name else "")
         + " per loop count"
         + (" (the model-index entries are this model's curve)" if len(curves) > 1 else "")
@@ -302,7 +319,8 @@ def _audit_section(audit: dict | None) -> list[str]:
 def training_arguments_that_matter(args) -> dict:
     """The arguments that shaped a run: the optimiser's and the family trainer's own (those plain
     ``TrainingArguments`` does not have), without the ones left unset."""
-    own = [k for k in vars(args) if not hasattr(TrainingArguments, k) and not k.startswith("_")]
+    base = {f.name for f in dataclasses.fields(TrainingArguments)}
+    own = [f.name for f in dataclasses.fields(args) if f.name not in base] if dataclasses.is_dataclass(args) else []
     keys = (*OPTIMISER_KEYS, "max_steps", *own)
     return {k: _plain(getattr(args, k)) for k in keys if getattr(args, k, None) is not None}
 

@@ -71,16 +71,13 @@ def build_addition_dataset(
 
 def tokenize_for_training(dataset: Dataset, tokenizer, max_length: int | None = None) -> Dataset:
     """``input_ids`` = prompt + answer + eos, ``labels`` = the same with the prompt masked (-100), so the loss
-    is on the answer only."""
+    is on the answer only (:func:`~equilibria.tasks.text_data.encode_prompt_completion` on ``prompt`` and
+    ``answer``)."""
+    from .text_data import encode_prompt_completion
 
     def encode(example):
-        prompt = tokenizer(example["prompt"], add_special_tokens=False)["input_ids"]
-        answer = tokenizer(example["answer"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        ids = prompt + answer
-        if max_length is not None:
-            ids = ids[:max_length]
-        labels = ([-100] * len(prompt) + answer)[: len(ids)]
-        return {"input_ids": ids, "labels": labels}
+        ids, labels = encode_prompt_completion(tokenizer, example["prompt"], example["answer"])
+        return {"input_ids": ids[:max_length], "labels": labels[:max_length]}
 
     return dataset.map(encode, remove_columns=dataset.column_names)
 
@@ -94,7 +91,7 @@ def exact_match(model, tokenizer, dataset: Dataset, num_loops: int, batch_size: 
     tokenizer.padding_side = "left"
     for start in range(0, len(dataset), batch_size):
         batch = dataset[start : start + batch_size]
-        enc = tokenizer(batch["prompt"], return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = tokenizer(batch["prompt"], return_tensors="pt", padding=True)  # as in training
         out = model.generate(
             **enc.to(model.device),
             max_new_tokens=max_answer,

@@ -34,7 +34,10 @@ PUZZLE_VOCAB = {"sudoku": 11, "maze": 6}  # the published encodings: digit + 1 /
 
 @dataclass
 class TaskData:
-    """A task's splits and what it fixes in a model config (``config_fields``; for text, also the tokenizer)."""
+    """A task's splits and what it fixes in a model config (``config_fields``; for text, also the tokenizer).
+    ``metric`` is how the loop-scaling evaluation scores ``test``: ``"task"`` (the task's own measure), or for
+    rows of your own (:func:`~equilibria.tasks.text_data.build_text_data`) ``"token_accuracy"`` or
+    ``"exact_match"``; ``test_description`` says what the test rows are."""
 
     name: str
     train: Dataset
@@ -43,6 +46,8 @@ class TaskData:
     tokenizer: PreTrainedTokenizerBase | None = None
     train_fingerprints: list[str] = field(default_factory=list)
     description: str = ""
+    metric: str = "task"
+    test_description: str = ""
 
 
 def question_key(task: str, row: dict) -> str:
@@ -142,10 +147,9 @@ def eval_split(
     return embed_entailment(rows) if task == "entailment" else rows
 
 
-def _fresh_rows(config, task: str, seed: int, digits: int):
-    """``draw(n)``: ``n`` raw test rows of ``task`` for this config (checked here); entailment rows unembedded."""
-    if task == "addition":
-        return lambda n: build_addition_dataset(digits, 1, n, seed=seed)["test"]
+def task_shape(config, task: str) -> dict:
+    """What a model with this ``config`` reads of ``task``: ``{"size": side}`` (puzzles, from ``max_seq_len``),
+    ``{"nodes": n}`` (reachability, from ``input_size``), else ``{}``; ``ValueError`` when it cannot read it."""
     if task in PUZZLE_VOCAB:
         side = math.isqrt(config.max_seq_len)
         vocab = PUZZLE_VOCAB[task]
@@ -154,19 +158,31 @@ def _fresh_rows(config, task: str, seed: int, digits: int):
                 f"a {task} model reads square boards with vocab_size {vocab}; this one has max_seq_len "
                 f"{config.max_seq_len} and vocab_size {config.vocab_size}: pass the task it was trained on"
             )
-        if task == "sudoku":
-            return lambda n: build_sudoku_dataset(side, 1, n, seed=seed)["test"]
-        return lambda n: build_maze_dataset(side, 1, n, seed=seed, min_path=side)["test"]
+        return {"size": side}
     if task == "reachability":
         nodes = (math.isqrt(9 + 4 * config.input_size) - 3) // 2  # input_size = n^2 + 3n
         if reachability_input_size(nodes) != config.input_size:
             raise ValueError(f"input_size {config.input_size} is not a reachability encoding (n^2 + 3n for n nodes)")
-        return lambda n: build_reachability_dataset(1, n, num_nodes=nodes, seed=seed)["test"]
-    if config.input_size != 2 * EMBEDDING_SIZE:
+        return {"nodes": nodes}
+    if task == "entailment" and config.input_size != 2 * EMBEDDING_SIZE:
         raise ValueError(
             f"an entailment model reads two MiniLM embeddings (input_size {2 * EMBEDDING_SIZE}); this one has "
             f"input_size {config.input_size}: pass the task it was trained on"
         )
+    return {}
+
+
+def _fresh_rows(config, task: str, seed: int, digits: int):
+    """``draw(n)``: ``n`` raw test rows of ``task`` for this config (checked here); entailment rows unembedded."""
+    shape = task_shape(config, task)
+    if task == "addition":
+        return lambda n: build_addition_dataset(digits, 1, n, seed=seed)["test"]
+    if task == "sudoku":
+        return lambda n: build_sudoku_dataset(shape["size"], 1, n, seed=seed)["test"]
+    if task == "maze":
+        return lambda n: build_maze_dataset(shape["size"], 1, n, seed=seed, min_path=shape["size"])["test"]
+    if task == "reachability":
+        return lambda n: build_reachability_dataset(1, n, num_nodes=shape["nodes"], seed=seed)["test"]
     return lambda n: build_entailment_dataset(1, n, seed=seed)["test"]
 
 
@@ -181,4 +197,5 @@ __all__ = [
     "fingerprints",
     "load_training_record",
     "save_training_record",
+    "task_shape",
 ]

@@ -52,3 +52,21 @@ def tokenizer_fields(tokenizer: PreTrainedTokenizerBase) -> dict:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
+
+
+def unknown_characters(
+    tokenizer: PreTrainedTokenizerBase, text: str, ids: list[int], offsets: list[tuple[int, int]] | None = None
+) -> list[str]:
+    """The pieces of ``text`` the tokenizer could not represent: those it turned into its unknown token (or, in a
+    vocabulary without one, into another special token such as padding). ``ids`` is the tokenised ``text``; with
+    ``offsets`` (its offset mapping) it is not tokenised again. Empty when every piece is known (the common case,
+    decided from ``ids`` alone); at most 12 of them."""
+    suspects = {tokenizer.unk_token_id} if tokenizer.unk_token_id is not None else set(tokenizer.all_special_ids)
+    if not suspects.intersection(ids):
+        return []
+    if offsets is None:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    found = {text[a:b] for i, t, (a, b) in zip(ids, tokens, offsets) if i in suspects and b > a and text[a:b] != t}
+    return sorted(found)[:12]

@@ -1,0 +1,370 @@
+"""Your own fine-tuning data for the language-model families (``equilibria train --dataset_name``), in TRL's
+conventions.
+
+Where the rows come from (:func:`load_rows`): a Hub dataset id, a local ``.json`` / ``.jsonl`` / ``.csv`` /
+``.parquet`` file, or a folder written by ``Dataset.save_to_disk``. What a row is (:func:`row_format`), by its
+columns:
+
+- ``prompt`` and ``completion`` (strings): the loss is on the completion (and the end-of-sequence token after it);
+- ``messages``: a conversation, a list of ``{"role", "content"}`` turns, rendered with the tokenizer's chat
+  template (:data:`DEFAULT_CHAT_TEMPLATE`, ChatML, when it has none; the template is then saved with the model);
+  the loss is on the assistant turns (their content and the end-of-turn marker), not on what the other roles say;
+- plain text in the column ``--dataset_text_field`` (``text``): the loss is on every token.
+
+Rows are cut to ``max_length`` tokens; with ``packing`` they are concatenated (each ending with the
+end-of-sequence token) and cut into blocks of exactly ``max_length`` tokens, TRL's ``"wrapped"`` strategy: a block
+may hold the end of one row and the start of the next, which then attend to each other. Every row is checked as it
+is read; a bad one is a ``ValueError`` naming the file, the row (counted from 1, a CSV header not counted) and the
+column.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from datasets import Dataset, DatasetDict
+
+from .tokenization import unknown_characters
+
+DATA_FILES = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+FORMATS = ("prompt_completion", "messages", "text")
+ROLES = ("system", "user", "assistant", "tool")
+# ChatML, the format of the published Ouro chat models, used when a tokenizer has no chat template of its own
+DEFAULT_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def load_rows(name: str, config_name: str | None = None) -> DatasetDict:
+    """The splits of ``name``: a local data file (``DATA_FILES``; one split, ``train``), a ``save_to_disk`` folder,
+    or a Hub dataset id. ``ValueError`` naming ``name`` when none of these reads it."""
+    from datasets import load_dataset, load_from_disk
+
+    path = Path(name)
+    if path.suffix in DATA_FILES or path.is_file():
+        if path.suffix not in DATA_FILES:
+            raise ValueError(f"--dataset_name {name}: a data file must be one of {sorted(DATA_FILES)}")
+        if not path.is_file():
+            raise ValueError(f"--dataset_name {name}: no such file")
+        try:
+            return load_dataset(DATA_FILES[path.suffix], data_files={"train": str(path)})
+        except Exception as err:  # noqa: BLE001 (the readers raise many kinds; say which file and why)
+            raise ValueError(f"--dataset_name {name}: cannot read it as {path.suffix[1:]} ({_reason(err)})") from None
+    if path.is_dir():
+        try:
+            data = load_from_disk(str(path))
+        except FileNotFoundError:
+            raise ValueError(
+                f"--dataset_name {name}: a folder must be written by Dataset.save_to_disk (or give a data file)"
+            ) from None
+        return data if isinstance(data, DatasetDict) else DatasetDict(train=data)
+    try:
+        return load_dataset(name, config_name)
+    except Exception as err:  # noqa: BLE001
+        raise ValueError(
+            f"--dataset_name {name}: not a local file or folder, and not loadable from the Hub ({_reason(err)})"
+        ) from None
+
+
+def _reason(err: Exception) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
+
+
+def row_format(columns: list[str], name: str, text_field: str = "text") -> str:
+    """Which of :data:`FORMATS` rows with these columns are; ``ValueError`` naming the columns otherwise."""
+    if "prompt" in columns or "completion" in columns:
+        missing = [c for c in ("prompt", "completion") if c not in columns]
+        if missing:
+            raise ValueError(
+                f"{name}: has a `{({'prompt', 'completion'} - set(missing)).pop()}` column but no "
+                f"`{missing[0]}` column; prompt/completion rows need both"
+            )
+        return "prompt_completion"
+    if "messages" in columns:
+        return "messages"
+    if text_field in columns:
+        return "text"
+    raise ValueError(
+        f"{name}: rows need `prompt` and `completion`, or `messages`, or a text column `{text_field}` "
+        f"(--dataset_text_field); its columns are {sorted(columns)}"
+    )
+
+
+def row_key(fmt: str, row: dict, text_field: str = "text") -> str:
+    """A 64-bit BLAKE2b fingerprint (hex) of what a row asks: the prompt, the conversation before the last
+    assistant turn, or the text (what a held-out check compares)."""
+    if fmt == "prompt_completion":
+        key = row["prompt"]
+    elif fmt == "messages":
+        turns = row["messages"]
+        last = max((i for i, turn in enumerate(turns) if turn.get("role") == "assistant"), default=len(turns))
+        key = json.dumps(turns[:last])
+    else:
+        key = row[text_field]
+    return hashlib.blake2b(str(key).encode(), digest_size=8).hexdigest()
+
+
+class RowEncoder:
+    """Turns rows of one format into ``input_ids`` and ``labels`` (``-100`` where there is no loss), checking each
+    row. ``name`` is what errors call the data (the file or Hub id). Rows are cut to ``max_length`` tokens, except
+    when ``packing`` (then ``max_length`` is the block length of :func:`pack`)."""
+
+    def __init__(
+        self,
+        tokenizer,
+        fmt: str,
+        name: str,
+        text_field: str = "text",
+        max_length: int | None = None,
+        packing: bool = False,
+    ):
+        if fmt not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+        if fmt == "messages" and tokenizer.chat_template is None:
+            tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE  # saved with the tokenizer, so chat inference matches
+        self.tokenizer, self.fmt, self.name, self.text_field, self.max_length = (
+            tokenizer,
+            fmt,
+            name,
+            text_field,
+            max_length,
+        )
+        self.packing = packing
+
+    def __call__(self, row: dict, index: int) -> dict:
+        where = f"{self.name}, row {index + 1}"
+        if self.fmt == "prompt_completion":
+            prompt, completion = self._text(row, "prompt", where), self._text(row, "completion", where)
+            try:
+                ids, labels = encode_prompt_completion(self.tokenizer, prompt, completion)
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}") from None
+        elif self.fmt == "messages":
+            ids, labels = self._conversation(row.get("messages"), where)
+        else:
+            ids = self._ids(self._text(row, self.text_field, where), where, self.text_field, special=True)
+            ids = ids + [self.tokenizer.eos_token_id]
+            labels = list(ids)
+        if self.max_length is not None and not self.packing:
+            ids, labels = ids[: self.max_length], labels[: self.max_length]
+        return {"input_ids": ids, "labels": labels}
+
+    def _text(self, row: dict, column: str, where: str) -> str:
+        value = row.get(column)
+        if value is None or value == "":
+            raise ValueError(f"{where}: `{column}` is missing or empty")
+        if not isinstance(value, str):
+            raise ValueError(
+                f"{where}: `{column}` must be a string, got {type(value).__name__}"
+                + ("; conversations go in a `messages` column" if isinstance(value, list) else "")
+            )
+        return value
+
+    def _ids(self, text: str, where: str, column: str, special: bool = False) -> list[int]:
+        ids = self.tokenizer(text, add_special_tokens=special)["input_ids"]
+        unknown = unknown_characters(self.tokenizer, text, ids)
+        if unknown:
+            raise ValueError(f"{where}: `{column}` contains {unknown}, which the tokenizer does not know")
+        return ids
+
+    def _conversation(self, turns, where: str) -> tuple[list[int], list[int]]:
+        _check_turns(turns, where)
+        render = self.tokenizer.apply_chat_template
+        text = render(turns, tokenize=False)
+        spans = []  # the characters of each assistant turn, found by rendering the conversation up to it
+        for i, turn in enumerate(turns):
+            if turn["role"] == "assistant":
+                start = len(render(turns[:i], tokenize=False, add_generation_prompt=True)) if i else 0
+                upto = render(turns[: i + 1], tokenize=False)
+                if not text.startswith(upto):
+                    raise ValueError(
+                        f"{where}: the tokenizer's chat template does not render a conversation as the rendering of "
+                        "its first turns followed by the rest, so the assistant turns cannot be found in it"
+                    )
+                spans.append((start, len(upto)))
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = enc["input_ids"]
+        unknown = unknown_characters(self.tokenizer, text, ids, enc["offset_mapping"])
+        if unknown:
+            raise ValueError(
+                f"{where}: `messages` (with the chat template) contains {unknown}, which the tokenizer does not know"
+            )
+        labels = [t if any(a <= lo < b for a, b in spans) else -100 for t, (lo, _) in zip(ids, enc["offset_mapping"])]
+        if turns[-1]["role"] == "assistant":
+            ids, labels = ids + [self.tokenizer.eos_token_id], labels + [self.tokenizer.eos_token_id]
+        return ids, labels
+
+
+def _check_turns(turns, where: str) -> None:
+    if not isinstance(turns, list) or not turns:
+        raise ValueError(f"{where}: `messages` must be a non-empty list of {{'role', 'content'}} turns")
+    for j, turn in enumerate(turns):
+        if not isinstance(turn, dict) or turn.get("role") not in ROLES or not isinstance(turn.get("content"), str):
+            raise ValueError(
+                f"{where}: `messages` turn {j + 1} must have a `role` (one of {ROLES}) and a string `content`, "
+                f"got {turn!r}"[:300]
+            )
+    if not any(turn["role"] == "assistant" for turn in turns):
+        raise ValueError(f"{where}: `messages` has no assistant turn, so nothing to train on")
+
+
+def encode_prompt_completion(tokenizer, prompt: str, completion: str) -> tuple[list[int], list[int]]:
+    """``(input_ids, labels)``: the prompt (with the tokenizer's special tokens, as at inference), the completion
+    and the end-of-sequence token; the prompt's labels are ``-100``. ``ValueError`` for text the tokenizer does
+    not know."""
+    prompt_ids = tokenizer(prompt)["input_ids"]
+    answer = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    for text, ids, column in ((prompt, prompt_ids, "prompt"), (completion, answer[:-1], "completion")):
+        unknown = unknown_characters(tokenizer, text, ids)
+        if unknown:
+            raise ValueError(f"`{column}` contains {unknown}, which the tokenizer does not know")
+    return prompt_ids + answer, [-100] * len(prompt_ids) + answer
+
+
+def encode_rows(rows: Dataset, encoder: RowEncoder) -> Dataset:
+    """``rows`` as ``input_ids`` / ``labels`` (packed into ``encoder.max_length`` blocks when ``encoder.packing``);
+    rows left without a labelled token (cut off by ``max_length``) are dropped, with a warning."""
+    import warnings
+
+    encoded = rows.map(encoder, with_indices=True, remove_columns=rows.column_names, desc="tokenizing")
+    keep = [i for i, labels in enumerate(encoded["labels"]) if any(t != -100 for t in labels)]
+    if len(keep) < len(encoded):
+        warnings.warn(
+            f"{encoder.name}: {len(encoded) - len(keep)} of {len(encoded)} rows have nothing to learn once cut to "
+            f"{encoder.max_length} tokens (the completion or assistant turns start later); they are dropped",
+            stacklevel=2,
+        )
+        encoded = encoded.select(keep)
+    if not len(encoded):
+        raise ValueError(f"{encoder.name}: no row is left to train on")
+    return pack(encoded, encoder.max_length) if encoder.packing else encoded
+
+
+def pack(encoded: Dataset, block: int | None) -> Dataset:
+    """Rows concatenated and cut into blocks of ``block`` tokens (the last block may be shorter)."""
+    if not block:
+        raise ValueError("packing needs a block length (--max_length)")
+    ids = [t for row in encoded["input_ids"] for t in row]
+    labels = [t for row in encoded["labels"] for t in row]
+    starts = range(0, len(ids), block)
+    return Dataset.from_dict(
+        {"input_ids": [ids[s : s + block] for s in starts], "labels": [labels[s : s + block] for s in starts]}
+    )
+
+
+def build_text_data(
+    name: str,
+    tokenizer,
+    max_length: int,
+    *,
+    config_name: str | None = None,
+    train_split: str = "train",
+    test_split: str = "test",
+    test_size: int = 200,
+    train_size: int | None = None,
+    text_field: str = "text",
+    packing: bool = False,
+    metric: str = "token_accuracy",
+    seed: int = 0,
+):
+    """A :class:`~equilibria.tasks.TaskData` from your rows: ``train_split`` encoded for training (its first
+    ``train_size`` rows after a seeded shuffle, all by default), and the held-out rows the loop-scaling evaluation
+    reads: ``test_split`` when the data has it, else ``test_size`` rows held out of the training split before
+    training; held-out rows that ask what a training row asks (:func:`row_key`) are dropped. ``metric``:
+    ``"token_accuracy"`` (next-token accuracy on the labelled tokens, every format) or ``"exact_match"`` (the
+    greedy completion equals the reference, prompt/completion rows)."""
+    from .catalog import TaskData
+
+    splits = load_rows(name, config_name)
+    label = Path(name).name if Path(name).exists() else name  # a local file by its name, not its path
+    if train_split not in splits:
+        raise ValueError(f"--dataset_train_split {train_split!r} is not in {name} (splits: {sorted(splits)})")
+    fmt = row_format(splits[train_split].column_names, name, text_field)
+    if metric not in METRICS or (metric == "exact_match" and fmt != "prompt_completion"):
+        raise ValueError(
+            f"--eval_metric must be one of {METRICS} (exact_match: prompt/completion rows), got {metric!r}"
+        )
+    train, test, where = _split(splits, train_split, test_split, test_size, seed)
+    if train_size is not None:
+        train = train.select(range(min(train_size, len(train))))
+    keys = [row_key(fmt, row, text_field) for row in train]
+    seen = set(keys)
+    test = test.select([i for i, row in enumerate(test) if row_key(fmt, row, text_field) not in seen])
+    encoder = RowEncoder(tokenizer, fmt, name, text_field, max_length)
+    if metric == "exact_match":
+        test = test.rename_columns({"completion": "answer"}).select_columns(["prompt", "answer"])
+    elif len(test):
+        test = encode_rows(test, encoder)  # row by row, never packed
+    return TaskData(
+        f"dataset:{name}",
+        encode_rows(train, RowEncoder(tokenizer, fmt, name, text_field, max_length, packing)),
+        test,
+        tokenizer=tokenizer,
+        train_fingerprints=keys,
+        description=f"{len(train)} {fmt.replace('_', '/')} rows of {label} ({train_split} split)",
+        metric=metric,
+        test_description=f"{len(test)} rows of {label} {where}, none asking what a training row asks",
+    )
+
+
+METRICS = ("token_accuracy", "exact_match")
+
+
+def _split(splits: DatasetDict, train_split: str, test_split: str, test_size: int, seed: int):
+    """``(train, test, where the test rows come from)``, the training rows shuffled with ``seed``."""
+    train = splits[train_split].shuffle(seed=seed)
+    if test_split in splits and test_split != train_split:
+        test = splits[test_split]
+        return train, test.select(range(min(test_size, len(test)))), f"({test_split} split)"
+    if test_size >= len(train):
+        raise ValueError(
+            f"--test_size {test_size} holds out every one of the {len(train)} training rows; make it smaller "
+            f"(0 skips the evaluation) or give a {test_split!r} split"
+        )
+    held = train.select(range(test_size))
+    return train.select(range(test_size, len(train))), held, f"(held out of the {train_split} split before training)"
+
+
+@torch.no_grad()
+def token_accuracy(model, encoded: Dataset, num_loops: int, pad_token_id: int, batch_size: int = 32) -> float:
+    """The share of labelled tokens (``labels != -100``) that the model predicts as its top choice, reading the
+    right tokens before them (teacher forcing), at ``num_loops``."""
+    model.eval()
+    right = total = 0
+    for start in range(0, len(encoded), batch_size):
+        rows = encoded[start : start + batch_size]
+        width = max(len(ids) for ids in rows["input_ids"])
+        ids = torch.full((len(rows["input_ids"]), width), pad_token_id)
+        labels = torch.full_like(ids, -100)
+        for i, (row_ids, row_labels) in enumerate(zip(rows["input_ids"], rows["labels"])):
+            ids[i, : len(row_ids)], labels[i, : len(row_labels)] = torch.tensor(row_ids), torch.tensor(row_labels)
+        mask = (torch.arange(width) < torch.tensor([len(r) for r in rows["input_ids"]])[:, None]).long()
+        logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), num_loops=num_loops).logits
+        predicted, target = logits[:, :-1].argmax(-1).cpu(), labels[:, 1:]
+        scored = target != -100
+        right += int((predicted[scored] == target[scored]).sum())
+        total += int(scored.sum())
+    return right / max(total, 1)
+
+
+__all__ = [
+    "DATA_FILES",
+    "DEFAULT_CHAT_TEMPLATE",
+    "FORMATS",
+    "METRICS",
+    "RowEncoder",
+    "build_text_data",
+    "encode_prompt_completion",
+    "encode_rows",
+    "load_rows",
+    "pack",
+    "row_format",
+    "row_key",
+    "token_accuracy",
+]

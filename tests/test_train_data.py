@@ -1,0 +1,220 @@
+"""Fine-tuning a checkpoint on your own data: `equilibria train --model_name_or_path ... --dataset_name ...`, the
+row formats (prompt/completion, messages, text, packing), the data files it reads and the one-line errors."""
+
+import json
+import string
+
+import pytest
+import torch
+from datasets import Dataset
+from huggingface_hub import ModelCard
+from safetensors.torch import load_file
+
+from equilibria.cli import main
+from equilibria.tasks import addition_tokenizer, char_tokenizer
+from equilibria.tasks.text_data import DEFAULT_CHAT_TEMPLATE, RowEncoder, build_text_data, encode_rows, load_rows
+
+PRINTABLE = char_tokenizer(string.printable)
+CONVERSATION = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "1+1?"},
+    {"role": "assistant", "content": "2"},
+    {"role": "user", "content": "2+2?"},
+    {"role": "assistant", "content": "4"},
+]
+COMMON = ["--report_to", "none", "--save_strategy", "no", "--use_cpu", "--disable_tqdm", "true"]
+
+
+def labelled(tokenizer, row: dict) -> str:
+    """The text of the tokens the loss is on."""
+    return "".join(tokenizer.convert_ids_to_tokens([t for t in row["labels"] if t != -100]))
+
+
+def test_prompt_completion_rows_train_on_the_completion_and_its_end():
+    row = RowEncoder(addition_tokenizer(), "prompt_completion", "x")({"prompt": "12+34=", "completion": "46"}, 0)
+    assert addition_tokenizer().decode(row["input_ids"]) == "12+34=46</s>"
+    assert labelled(addition_tokenizer(), row) == "46</s>"
+
+
+def test_messages_train_on_the_assistant_turns_only_with_chatml_when_the_tokenizer_has_no_template():
+    tokenizer = char_tokenizer(string.printable)
+    assert tokenizer.chat_template is None
+    row = RowEncoder(tokenizer, "messages", "x")({"messages": CONVERSATION}, 0)
+    assert tokenizer.chat_template == DEFAULT_CHAT_TEMPLATE  # set, so it is saved with the model
+    assert tokenizer.decode(row["input_ids"]).startswith("<|im_start|>system\nbe brief<|im_end|>\n")
+    assert labelled(tokenizer, row) == "2<|im_end|>\n4<|im_end|>\n</s>"
+
+
+def test_messages_use_the_tokenizers_own_chat_template():
+    tokenizer = char_tokenizer(string.printable)
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ m['role'][0] + ': ' + m['content'] + '\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ 'a: ' }}{% endif %}"
+    )
+    row = RowEncoder(tokenizer, "messages", "x")({"messages": CONVERSATION}, 0)
+    assert tokenizer.decode(row["input_ids"]) == "s: be brief\nu: 1+1?\na: 2\nu: 2+2?\na: 4\n</s>"
+    assert labelled(tokenizer, row) == "2\n4\n</s>"
+
+
+def test_text_rows_train_on_every_token_and_packing_keeps_every_token():
+    rows = Dataset.from_list([{"body": "hello world"}, {"body": "abc"}, {"body": "xy"}])
+    unpacked = encode_rows(rows, RowEncoder(PRINTABLE, "text", "x", "body", max_length=8))
+    assert [len(ids) for ids in unpacked["input_ids"]] == [8, 4, 3]  # cut to max_length
+    assert unpacked["labels"] == unpacked["input_ids"]
+    packed = encode_rows(rows, RowEncoder(PRINTABLE, "text", "x", "body", max_length=8, packing=True))
+    assert [len(ids) for ids in packed["input_ids"]] == [8, 8, 3]  # 12 + 4 + 3 tokens, nothing cut
+    assert PRINTABLE.decode(sum(packed["input_ids"], [])) == "hello world</s>abc</s>xy</s>"
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv", ".parquet", "folder"])
+def test_every_data_file_kind_reads_the_same_rows(tmp_path, suffix):
+    rows = Dataset.from_list([{"prompt": f"{i}+1=", "completion": str(i + 1)} for i in range(5)])
+    path = tmp_path / f"data{suffix}"
+    {
+        ".jsonl": lambda: rows.to_json(path),
+        ".json": lambda: path.write_text(json.dumps(rows.to_list())),
+        ".csv": lambda: rows.to_csv(path, index=False),
+        ".parquet": lambda: rows.to_parquet(path),
+        "folder": lambda: rows.save_to_disk(path),
+    }[suffix]()
+    loaded = load_rows(str(path))["train"]
+    assert [str(r["prompt"]) + str(r["completion"]) for r in loaded] == [f"{i}+1={i + 1}" for i in range(5)]
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([{"prompt": "1+1=", "answer": "2"}], "has a `prompt` column but no `completion` column"),
+        ([{"question": "1+1="}], "rows need `prompt` and `completion`, or `messages`, or a text column `text`"),
+        ([{"prompt": "1+1=", "completion": "2"}, {"prompt": "", "completion": "3"}], "row 2: `prompt` is missing"),
+        ([{"prompt": "1+1=", "completion": "2"}, {"prompt": "2+x=", "completion": "3"}], "row 2: `prompt` contains"),
+        ([{"prompt": "1+1=", "completion": 2}], "row 1: `completion` must be a string, got int"),
+        ([{"messages": [{"role": "user", "content": "1+1="}]}], "row 1: `messages` has no assistant turn"),
+        ([{"messages": [{"role": "bot", "content": "2"}]}], "row 1: `messages` turn 1 must have a `role`"),
+    ],
+)
+def test_bad_rows_are_one_line_errors_naming_file_row_and_column(tmp_path, rows, message):
+    path = write_jsonl(tmp_path / "mine.jsonl", rows)
+    with pytest.raises(ValueError, match="mine.jsonl") as err:
+        build_text_data(path, addition_tokenizer(), 32, test_size=0)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_bad_sources_are_one_line_errors(tmp_path):
+    for name, message in [
+        (str(tmp_path / "missing.jsonl"), "no such file"),
+        (str(tmp_path), "must be written by Dataset.save_to_disk"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            load_rows(name)
+    (tmp_path / "rows.txt").write_text("hi\n")
+    with pytest.raises(ValueError, match=r"a data file must be one of \['.csv', '.json'"):
+        load_rows(str(tmp_path / "rows.txt"))
+    path = write_jsonl(tmp_path / "pc.jsonl", [{"prompt": "1+1=", "completion": "2"}] * 3)
+    with pytest.raises(ValueError, match="--test_size 3 holds out every one of the 3 training rows"):
+        build_text_data(path, addition_tokenizer(), 32, test_size=3)
+    with pytest.raises(ValueError, match="--dataset_train_split 'dev' is not in"):
+        build_text_data(path, addition_tokenizer(), 32, train_split="dev")
+    text = write_jsonl(tmp_path / "t.jsonl", [{"text": "1+1=2"}] * 3)
+    with pytest.raises(ValueError, match=r"--eval_metric must be one of .* \(exact_match: prompt/completion rows\)"):
+        build_text_data(text, addition_tokenizer(), 32, test_size=1, metric="exact_match")
+
+
+def test_held_out_rows_never_ask_what_a_training_row_asks(tmp_path):
+    rows = [{"prompt": f"{i % 20}+1=", "completion": str(i % 20 + 1)} for i in range(30)]  # 10 asked twice
+    data = build_text_data(write_jsonl(tmp_path / "rep.jsonl", rows), addition_tokenizer(), 32, test_size=10)
+    trained = {addition_tokenizer().decode(ids).split("=")[0] for ids in data.train["input_ids"]}
+    assert len(data.train) == 20 and data.metric == "token_accuracy"
+    assert 0 < len(data.test) < 10 and "none asking what a training row asks" in data.test_description
+    tested = {addition_tokenizer().decode(ids).split("=")[0] for ids in data.test["input_ids"]}
+    assert not trained & tested
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A tiny Ouro trained 2 steps on generated addition by `equilibria train`."""
+    out = tmp_path_factory.mktemp("base") / "ouro"
+    argv = ["train", "--output_dir", str(out), "--max_steps", "2", "--train_size", "32", "--test_size", "4"]
+    assert main([*argv, "--hidden_size", "16", "--eval_loops", "2", *COMMON]) == 0
+    return out
+
+
+def test_fine_tuning_a_checkpoint_on_your_rows_from_the_cli(base, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    rows = [{"prompt": f"{a}+{b}=", "completion": str(a + b)} for a in range(9) for b in range(5)]
+    data = write_jsonl(tmp_path / "sums.jsonl", rows)
+    out = tmp_path / "tuned"
+    argv = ["train", "--model_name_or_path", str(base), "--dataset_name", data, "--output_dir", str(out)]
+    argv += ["--test_size", "8", "--max_steps", "3", "--learning_rate", "1e-2", "--eval_loops", "1,2", *COMMON]
+    assert main(argv) == 0
+    before, after = load_file(base / "model.safetensors"), load_file(out / "model.safetensors")
+    assert before.keys() == after.keys() and any(not torch.equal(before[k], after[k]) for k in before)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
+    assert model.config.hidden_size == 16 and len(tokenizer) == model.config.vocab_size
+    scaling = json.loads((out / "loop_scaling.json").read_text())
+    assert scaling["data"]["metric"] == "token_accuracy" and scaling["data"]["units"] == 8
+    assert scaling["data"]["name"] == "8 rows of sums.jsonl" and set(scaling["accuracy"]) == {"1", "2"}
+    card = ModelCard.load(out / "README.md")
+    assert "Next-token accuracy (teacher forcing, on the tokens the loss is on) on 8 rows of sums.jsonl" in card.text
+    assert "Stage 2 of 2" in card.text and "37 prompt/completion rows of sums.jsonl" in card.text
+    assert [r.metric_type for r in card.data.eval_results] == ["accuracy", "accuracy"]
+
+
+def test_a_published_ouro_checkpoint_fine_tunes_with_a_tokenizer_given(tmp_path, capsys):
+    from conftest import OURO_REFERENCE
+
+    data = write_jsonl(tmp_path / "chat.jsonl", [{"messages": CONVERSATION}] * 6)
+    argv = ["train", "--model_name_or_path", str(OURO_REFERENCE), "--dataset_name", data, "--test_size", "2"]
+    argv += ["--output_dir", str(tmp_path / "out"), "--max_steps", "1", "--eval_loops", "1,3", *COMMON]
+    assert main(argv) == 2  # the published folder has no tokenizer
+    assert "has no tokenizer to read --dataset_name with" in capsys.readouterr().err
+    tokenizer = char_tokenizer(string.digits + string.ascii_letters + " \n<|>_+?")  # 73 ids of the checkpoint's 97
+    tokenizer.save_pretrained(tmp_path / "tok")
+    assert main([*argv, "--tokenizer_name_or_path", str(tmp_path / "tok")]) == 0
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (saved["model_type"], saved["total_ut_steps"], saved["hidden_size"]) == ("ouro", 3, 64)
+    assert (
+        json.loads((tmp_path / "out" / "tokenizer_config.json").read_text()).get("chat_template")
+        or (tmp_path / "out" / "chat_template.jinja").is_file()
+    )
+
+
+def test_a_puzzle_checkpoint_continues_on_its_own_task_at_its_own_size(tmp_path):
+    first = ["train", "--family", "phdeq", "--task", "reachability", "--nodes", "6", "--hidden_size", "8"]
+    assert main([*first, "--output_dir", str(tmp_path / "a"), "--max_steps", "1", "--train_size", "16", *COMMON]) == 0
+    again = ["train", "--model_name_or_path", str(tmp_path / "a"), "--output_dir", str(tmp_path / "b")]
+    assert main([*again, "--max_steps", "1", "--train_size", "16", "--test_size", "4", *COMMON]) == 0
+    config = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert (config["model_type"], config["equilibria_task"], config["input_size"]) == ("phdeq", "reachability", 54)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--hidden_size", "32"], "--hidden_size size a new model; "),
+        (["--family", "eqr"], "--family eqr, but "),
+        (["--dataset_name", "x.jsonl", "--max_length", "4096"], "--max_length 4096 is more than the 128 positions"),
+        (["--num_loops", "2"], "does not read addition problems with the task's tokenizer"),
+        (["--dataset_name", "x.jsonl", "--exit_loss", "everything"], "--exit_loss must be one of"),
+    ],
+)
+def test_checkpoint_errors_are_one_line(base, tmp_path, capsys, extra, message):
+    from conftest import OURO_REFERENCE
+
+    PRINTABLE.save_pretrained(tmp_path / "tok")
+    argv = ["train", "--model_name_or_path", str(OURO_REFERENCE), "--output_dir", str(tmp_path / "o"), *extra]
+    assert main([*argv, "--tokenizer_name_or_path", str(tmp_path / "tok")]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and message in errors[0], errors
+
+
+def test_dataset_name_is_for_language_models(tmp_path, capsys):
+    argv = ["train", "--family", "eqr", "--dataset_name", "x.jsonl", "--output_dir", str(tmp_path)]
+    assert main(argv) == 2
+    assert "--dataset_name trains the language-model families; eqr trains on its task's data" in capsys.readouterr().err
