@@ -218,3 +218,84 @@ def test_dataset_name_is_for_language_models(tmp_path, capsys):
     argv = ["train", "--family", "eqr", "--dataset_name", "x.jsonl", "--output_dir", str(tmp_path)]
     assert main(argv) == 2
     assert "--dataset_name trains the language-model families; eqr trains on its task's data" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def sums(tmp_path_factory):
+    rows = [{"prompt": f"{a}+{b}=", "completion": str(a + b)} for a in range(9) for b in range(5)]
+    return write_jsonl(tmp_path_factory.mktemp("data") / "sums.jsonl", rows)
+
+
+def lora_run(base, data, out, *extra):
+    argv = ["train", "--model_name_or_path", str(base), "--dataset_name", data, "--output_dir", str(out)]
+    argv += ["--use_peft", "--lora_r", "4", "--test_size", "4", "--max_steps", "2", "--learning_rate", "5e-2"]
+    return main([*argv, "--eval_loops", "2", *extra, *COMMON])
+
+
+def test_lora_merged_changes_only_the_adapted_projections_and_loads_as_a_checkpoint(base, sums, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    assert lora_run(base, sums, tmp_path / "merged") == 0
+    out = tmp_path / "merged"
+    assert not (out / "adapter_config.json").exists() and not (out / "adapter_model.safetensors").exists()
+    before, after = load_file(base / "model.safetensors"), load_file(out / "model.safetensors")
+    assert before.keys() == after.keys()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.rsplit(".", 2)[-2] in {"q_proj", "k_proj", "v_proj", "o_proj"} for k in changed), changed
+    assert type(AutoModelForCausalLM.from_pretrained(out)).__name__ == "OuroForCausalLM"
+    card = ModelCard.load(out / "README.md")
+    assert "LoRA r=4, alpha=32, dropout 0.05 on k_proj, o_proj, q_proj, v_proj, merged into the saved weights" in (
+        card.text
+    )
+    assert card.data.library_name == "transformers"
+
+
+def test_lora_adapter_alone_loads_onto_its_base(base, sums, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from equilibria.commands import load_saved_model
+
+    assert lora_run(base, sums, tmp_path / "adapter", "--lora_save", "adapter", "--lora_target_modules", "q_proj") == 0
+    out = tmp_path / "adapter"
+    assert (out / "adapter_model.safetensors").is_file() and not (out / "model.safetensors").exists()
+    ids = torch.tensor([[4, 5, 6, 7]])
+    plain = AutoModelForCausalLM.from_pretrained(base).eval()
+    for loaded in (AutoModelForCausalLM.from_pretrained(out).eval(), load_saved_model(str(out))):
+        assert not torch.allclose(loaded(ids).logits, plain(ids).logits)  # the adapter is applied
+    card = ModelCard.load(out / "README.md")
+    assert "**A LoRA adapter, not a checkpoint.**" in card.text and "on q_proj) for the base model" in card.text
+    assert card.data.library_name == "peft"
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--lora_target_modules", "qkv"], "--lora_target_modules ['qkv'] are not linear layers of this model"),
+        (["--lora_save", "both"], "--lora_save must be one of ('merged', 'adapter')"),
+    ],
+)
+def test_lora_errors_are_one_line(base, sums, tmp_path, capsys, extra, message):
+    assert lora_run(base, sums, tmp_path / "o", *extra) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and message in errors[0], errors
+
+
+def test_lora_needs_a_checkpoint(tmp_path, capsys):
+    assert main(["train", "--use_peft", "--output_dir", str(tmp_path), *COMMON]) == 2
+    assert "--use_peft adapts a trained checkpoint: give --model_name_or_path" in capsys.readouterr().err
+
+
+def test_lora_fine_tuning_with_stars_behind_torchrun_keeps_replicas_identical(base, sums, tmp_path):
+    import shutil
+
+    from conftest import run_two_processes
+
+    shutil.copytree(base, tmp_path / "base")
+    shutil.copy(sums, tmp_path / "rows.jsonl")
+    r0, r1 = run_two_processes("cli_lora_ddp.py", tmp_path)
+    assert r0["world"] == r1["world"] == 2
+    saved = load_file(tmp_path / "model" / "model.safetensors")
+    start = load_file(base / "model.safetensors")
+    assert any(not torch.equal(saved[k], start[k]) for k in saved)  # it trained
+    for name, value in saved.items():
+        assert torch.equal(r0["params"][name], value) and torch.equal(r1["params"][name], value), name

@@ -10,7 +10,8 @@ from .families import FAMILIES
 
 
 def load_saved_model(path: str, trust_remote_code: bool = False):
-    """A saved model of any family with its task head (the head's Auto class from the family's record)."""
+    """A saved model of any family with its task head (the head's Auto class from the family's record); a folder
+    holding a LoRA adapter loads its base model with the adapter applied (transformers' peft integration)."""
     import transformers
     from transformers import AutoConfig
 
@@ -18,7 +19,12 @@ def load_saved_model(path: str, trust_remote_code: bool = False):
 
     if not Path(path).is_dir():
         raise ValueError(f"{path} is not a folder written by save_pretrained")
-    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    adapter = Path(path) / "adapter_config.json"
+    if adapter.is_file() and not (Path(path) / "config.json").is_file():  # a LoRA adapter: the base's config
+        base = json.loads(adapter.read_text()).get("base_model_name_or_path")
+        config = AutoConfig.from_pretrained(base, trust_remote_code=trust_remote_code)
+    else:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     try:
         auto = getattr(transformers, family_of(config).heads[0].auto_class)
     except ValueError as err:

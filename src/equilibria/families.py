@@ -76,6 +76,12 @@ class Family:
     arguments: str = "transformers:TrainingArguments"
     adapter: str = ""
     citation: str = ""  # BibTeX of the family's paper(s), for the model card
+    lora_targets: tuple[str, ...] = (
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+    )  # LoRA's default: the attention projections
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -321,6 +327,7 @@ FAMILIES: dict[str, Family] = {
             make_config=_phdeq_config,
             adapter="equilibria.diagnostics.adapters:PHDEQAdapter",
             citation=PHDEQ_BIBTEX,
+            lora_targets=("potential_q", "potential_c", "port"),  # no attention: the dynamics' maps
         ),
     )
 }

@@ -60,6 +60,24 @@ class ModelArguments:
         default="float32",
         metadata={"help": "the dtype a checkpoint's weights are loaded in (float32, bfloat16, float16 or auto)"},
     )
+    use_peft: bool = field(default=False, metadata={"help": "fine-tune the checkpoint with LoRA (peft)"})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (the update is scaled alpha / r)"})
+    lora_dropout: float = field(default=0.05, metadata={"help": "dropout on LoRA's input"})
+    lora_target_modules: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "the module names LoRA adapts (default: the family's attention projections q_proj k_proj v_proj "
+            "o_proj; PH-DEQ: potential_q potential_c port)"
+        },
+    )
+    lora_save: str = field(
+        default="merged",
+        metadata={
+            "help": "merged: the folder holds the LoRA-merged weights (loads like any checkpoint); adapter: the "
+            "adapter alone (loads onto the checkpoint with peft)"
+        },
+    )
 
 
 NEW_MODEL_SIZES = {"hidden_size": 128, "num_layers": 2, "num_attention_heads": 4, "num_loops": 4}
@@ -233,6 +251,8 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
     if config is not None and given:
         raise ValueError(f"{', '.join(given)} size a new model; {checkpoint} keeps its own: drop them")
     _overrides(model_args, family)
+    if model_args.use_peft and checkpoint is None:
+        raise ValueError("--use_peft adapts a trained checkpoint: give --model_name_or_path")
     if data_args.dataset_name:
         head, task, data = family.heads[0], None, _dataset(model_args, data_args, family, config, seed)
     else:
@@ -253,6 +273,8 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
     model = _model(model_args, family, head, data, config)
     if task is not None:
         model.config.equilibria_task = task
+    if model_args.use_peft:
+        model = with_lora(model, model_args, family)
     collator = None
     if data.tokenizer is not None:  # text: pad the training batches on the right, labels with -100
         collate_tokenizer = copy.deepcopy(data.tokenizer)
@@ -334,6 +356,47 @@ def _text_tokenizer(name: str | None):
     return tokenizer
 
 
+LORA_SAVES = ("merged", "adapter")
+
+
+def with_lora(model, model_args: ModelArguments, family):
+    """``model`` wrapped by peft with LoRA on ``--lora_target_modules`` (default: the family's ``lora_targets``);
+    only the LoRA weights train."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    if model_args.lora_save not in LORA_SAVES:
+        raise ValueError(f"--lora_save must be one of {LORA_SAVES}, got {model_args.lora_save!r}")
+    targets = list(model_args.lora_target_modules or family.lora_targets)
+    linear = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if type(module).__name__ == "Linear"}
+    missing = sorted(set(targets) - linear)
+    if missing:
+        raise ValueError(
+            f"--lora_target_modules {missing} are not linear layers of this model; it has {sorted(linear)}"
+        )
+    lm = family.heads[0].auto_class == "AutoModelForCausalLM"
+    lora = LoraConfig(
+        r=model_args.lora_r,
+        lora_alpha=model_args.lora_alpha,
+        lora_dropout=model_args.lora_dropout,
+        target_modules=targets,
+        task_type=TaskType.CAUSAL_LM if lm else None,
+    )
+    return get_peft_model(model, lora)
+
+
+def save_lora(model, folder: Path, how: str):
+    """Save a LoRA-trained ``model`` (a peft model) into ``folder`` as ``how`` says (:data:`LORA_SAVES`) and return
+    the model to evaluate: the merged plain model, or the peft model whose adapter ``folder`` now holds."""
+    if how == "adapter":
+        model.save_pretrained(folder)
+        return model
+    merged = model.merge_and_unload()
+    for name in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"):
+        (folder / name).unlink(missing_ok=True)  # what the Trainer saved: a folder with both loads the adapter
+    merged.save_pretrained(folder)
+    return merged
+
+
 def _overrides(model_args: ModelArguments, family) -> dict:
     """The config values ``--num_loops`` and ``--exit_loss`` set (checked before any data is built)."""
     from .modeling.configuration_ouro import EXIT_LOSSES
@@ -410,6 +473,12 @@ def train_and_evaluate(argv: list[str]):
         out = Path(args.output_dir)
         save_training_record(out, data.name, data.train_fingerprints, data.description)
         model = trainer.accelerator.unwrap_model(trainer.model).eval()
+        if model_args.use_peft:
+            from .hub_cards.publish import lora_settings
+
+            trainer.lora = {**lora_settings(model), "saved": model_args.lora_save}  # for the training history
+            model = save_lora(model, out, model_args.lora_save)
+            trainer.model = model  # a later save (push_to_hub) saves what the folder holds
         name = data_args.dataset_name
         hub_dataset = name if name and not Path(name).exists() else None  # a local file is no Hub dataset
         record = _evaluation_record(data, name, hub_dataset)

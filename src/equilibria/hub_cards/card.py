@@ -123,6 +123,7 @@ def build_model_card(
     language: str | list[str] | None = None,
     extra_tags: list[str] | None = None,
     limitations: str | None = None,
+    adapter: dict | None = None,
 ) -> ModelCard:
     """A [`huggingface_hub.ModelCard`] for ``model`` (any family of equilibria).
 
@@ -141,6 +142,7 @@ def build_model_card(
         trainer_state, training_args: ``trainer.state`` and ``trainer.args`` of a run not in ``training_history``.
         training_record: ``training_data.json`` (what the model was trained on).
         training_history: ``training_history.json``: every training stage (see ``record_training_stage``).
+        adapter: ``adapter_config.json`` of a folder that holds a LoRA adapter rather than weights.
     """
     info = family_info(model)
     head = info.head_of(model)
@@ -157,8 +159,11 @@ def build_model_card(
     rows = _loop_rows(loop_scaling)
     metric = _metric(loop_scaling)
     eval_results = _eval_results(head, task_name, rows, dataset_type, dataset_label, metric)
+    if adapter and not base_model:  # a Hub id the adapter applies to
+        named = adapter.get("base_model_name_or_path") or ""
+        base_model = named if named.count("/") == 1 and not Path(named).exists() else None
     data = ModelCardData(
-        library_name="transformers",
+        library_name="peft" if adapter else "transformers",
         pipeline_tag=head.pipeline_tag,
         license=license,
         tags=list(dict.fromkeys(["equilibria", config.model_type, *info.tags, *(extra_tags or [])])),
@@ -170,8 +175,8 @@ def build_model_card(
     )
     note = f" ({evaluated['note']})" if evaluated and evaluated.get("note") else ""
     sections = [
-        _intro(model, info, title, base_model),
-        _loading(head, repo_id or "path/to/this/folder"),
+        _intro(model, info, title, base_model, adapter),
+        _loading(head, repo_id or "path/to/this/folder", adapter),
         _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name, metric),
         _audit_section(audit_data),
         _training_section(training_record, training_history, trainer_state, training_args),
@@ -220,17 +225,27 @@ def with_article(name: str) -> str:
     return ("an " if name[:1].lower() in "aeiou" else "a ") + name
 
 
-def _intro(model, info, title: str, base_model: str | None) -> list[str]:
+def _intro(model, info, title: str, base_model: str | None, adapter: dict | None) -> list[str]:
     config = model.config
     params = sum(p.numel() for p in model.parameters())
     what = with_article(info.name)
     tuned = f", fine-tuned from [{base_model}](https://huggingface.co/{base_model})" if base_model else ""
-    return [
+    lines = [
         f"# {title}",
         "",
         f"{what[0].upper() + what[1:]} (`model_type={config.model_type!r}`, {params:,} parameters){tuned}, built "
         "with equilibria on top of transformers.",
         "",
+    ]
+    if adapter:
+        lines += [
+            f"**A LoRA adapter, not a checkpoint.** This folder holds LoRA weights (r={adapter.get('r')}, alpha="
+            f"{adapter.get('lora_alpha')}, on {', '.join(sorted(adapter.get('target_modules') or []))}) for the base "
+            f"model `{adapter.get('base_model_name_or_path')}`; with `peft` installed the code below loads the base "
+            "model and applies them.",
+            "",
+        ]
+    return lines + [
         f"**Source.** {info.paper}.",
         "",
         f"**The loop.** `num_loops` is {info.loop_meaning}; the default saved with the model is "
@@ -239,7 +254,20 @@ def _intro(model, info, title: str, base_model: str | None) -> list[str]:
     ]
 
 
-def _loading(head, where: str) -> list[str]:
+def _loading(head, where: str, adapter: dict | None = None) -> list[str]:
+    remote = (
+        ["Without it, load the base model with `trust_remote_code=True` and apply the adapter with `peft`."]
+        if adapter
+        else [
+            "Without it (the folder carries its own modeling code):",
+            "",
+            "```python",
+            f"from transformers import {head.auto_class}",
+            "",
+            f'model = {head.auto_class}.from_pretrained("{where}", trust_remote_code=True)',
+            "```",
+        ]
+    )
     return [
         "## How to load it",
         "",
@@ -252,13 +280,7 @@ def _loading(head, where: str) -> list[str]:
         f'model = {head.auto_class}.from_pretrained("{where}")',
         "```",
         "",
-        "Without it (the folder carries its own modeling code):",
-        "",
-        "```python",
-        f"from transformers import {head.auto_class}",
-        "",
-        f'model = {head.auto_class}.from_pretrained("{where}", trust_remote_code=True)',
-        "```",
+        *remote,
         "",
         "## How to use it",
         "",
@@ -350,6 +372,14 @@ def _stage_lines(number: int, total: int, stage: dict) -> list[str]:
     title = f"**Stage {number} of {total}**: " if total > 1 else ""
     data = f" on {stage['data']}" if stage.get("data") else ""
     lines = [f"{title}{stage.get('steps', '?')} steps with `{stage.get('trainer', 'Trainer')}`{data}.", ""]
+    lora = stage.get("lora")
+    if lora:
+        kept = {"merged": "merged into the saved weights", "adapter": "saved as an adapter"}.get(lora.get("saved"), "")
+        lines += [
+            f"LoRA r={lora['r']}, alpha={lora['alpha']}, dropout {lora['dropout']} on "
+            f"{', '.join(lora['target_modules'])}" + (f", {kept}" if kept else "") + ".",
+            "",
+        ]
     arguments = stage.get("arguments") or {}
     if arguments:
         lines += ["| argument | value |", "| --- | --- |", *[f"| {k} | {v} |" for k, v in arguments.items()], ""]

@@ -61,6 +61,7 @@ def write_model_card(
         "audit": _read_json(folder / "audit.json"),
         "training_record": _read_json(folder / "training_data.json"),
         "training_history": _read_json(folder / HISTORY_FILE),
+        "adapter": _read_json(folder / "adapter_config.json"),
     }
     options = {**found, **{k: v for k, v in card_options.items() if v is not None or k not in found}}
     card = build_model_card(model, repo_id=repo_id, extra_tags=tags, **options)
@@ -110,9 +111,26 @@ def record_training_stage(folder, trainer, source=None) -> list[dict]:
         "losses": _thin(losses),
         "run": _run_id(trainer),
     }
+    lora = getattr(trainer, "lora", None) or lora_settings(trainer.model)
+    if lora:
+        stage["lora"] = lora
     history = [h for h in history if h.get("run") != stage["run"]] + [stage]  # a run's later record replaces it
     (folder / HISTORY_FILE).write_text(json.dumps(history, indent=1) + "\n")
     return history
 
 
-__all__ = ["model_source", "record_training_stage", "write_model_card"]
+def lora_settings(model) -> dict | None:
+    """The LoRA settings of a peft-wrapped ``model`` (``None`` for any other model)."""
+    config = (getattr(model, "peft_config", None) or {}).get("default")
+    if config is None or not hasattr(config, "r"):
+        return None
+    targets = config.target_modules
+    return {
+        "r": config.r,
+        "alpha": config.lora_alpha,
+        "dropout": config.lora_dropout,
+        "target_modules": sorted(targets) if isinstance(targets, (set, list, tuple)) else targets,
+    }
+
+
+__all__ = ["lora_settings", "model_source", "record_training_stage", "write_model_card"]
