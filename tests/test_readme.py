@@ -42,6 +42,7 @@ SIZES = [
     ("--max_steps 200 --use_cpu", "--max_steps 2 --train_size 64 --test_size 8 --use_cpu"),
     ("--num-examples 500", "--num-examples 20"),
     ("--loops 1,2,4,8,16", "--loops 1,4 --num-examples 8"),
+    ("--max_length 512 --max_steps 1000", "--max_length 64 --max_steps 2 --test_size 4"),
     ("equilibria audit out --output-dir out", "equilibria audit out --output-dir out --num-examples 16"),
 ]
 
@@ -57,6 +58,8 @@ NOT_RUN = {
     "equilibria demo": "the full demo trains for about ten minutes; `equilibria demo --quick` is tested (test_package)",
     ".venv/bin/python benchmarks/bench_ouro_decode.py": "a few minutes; its --quick mode is tested (test_package)",
     ".venv/bin/python benchmarks/bench_ouro_decode.py --quick": "tested in process by test_package",
+    "equilibria train --model_name_or_path ByteDance/Ouro-1.4B --dataset_name trl-lib/Capybara --output_dir ouro-chat "
+    "--use_peft --max_length 2048 --bf16 --max_steps 2000": "downloads from the Hub and needs a GPU",
 }
 
 
@@ -109,6 +112,8 @@ def workdir(tmp_path_factory):
     phdeq.config.equilibria_task = "reachability"
     phdeq.save_pretrained(work / "tiny-phdeq")
     build_reachability_dataset(num_train=8, num_test=16, num_nodes=16, seed=3).save_to_disk(work / "my_saved_dataset")
+    rows = [f'{{"prompt": "{a}+{b}=", "completion": "{a + b}"}}' for a in range(10) for b in range(4)]
+    (work / "my_rows.jsonl").write_text("\n".join(rows) + "\n")  # what the README fine-tunes on
     return work
 
 
