@@ -58,6 +58,8 @@ NOT_RUN = {
     "equilibria demo": "the full demo trains for about ten minutes; `equilibria demo --quick` is tested (test_package)",
     ".venv/bin/python benchmarks/bench_ouro_decode.py": "a few minutes; its --quick mode is tested (test_package)",
     ".venv/bin/python benchmarks/bench_ouro_decode.py --quick": "tested in process by test_package",
+    "equilibria eval ouro-chat --lm-eval-tasks gsm8k,arc_easy --loops 1,2,4,8 --lm-eval-fewshot 5 --output-dir "
+    "ouro-chat": "downloads the tasks' data from the Hub; test_lm_eval runs the harness offline",
     "equilibria train --model_name_or_path ByteDance/Ouro-1.4B --dataset_name trl-lib/Capybara --output_dir ouro-chat "
     "--use_peft --max_length 2048 --bf16 --max_steps 2000": "downloads from the Hub and needs a GPU",
 }
@@ -114,7 +116,30 @@ def workdir(tmp_path_factory):
     build_reachability_dataset(num_train=8, num_test=16, num_nodes=16, seed=3).save_to_disk(work / "my_saved_dataset")
     rows = [f'{{"prompt": "{a}+{b}=", "completion": "{a + b}"}}' for a in range(10) for b in range(4)]
     (work / "my_rows.jsonl").write_text("\n".join(rows) + "\n")  # what the README fine-tunes on
+    _lm_eval_tasks(work / "my_tasks")
     return work
+
+
+def _lm_eval_tasks(folder: Path) -> None:
+    """The README's `my_tasks`: two lm-eval tasks over a local jsonl of sums (multiple choice and generation)."""
+    import json
+
+    folder.mkdir()
+    rows = [
+        {"prompt": f"{a}+{b}=", "answer": str(a + b), "choices": [str(a + b), str(a + b + 1)]}
+        for a, b in [(1, 2), (3, 4)]
+    ]
+    (folder / "sums.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    head = f"dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder / 'sums.jsonl'}\ntest_split: test\n"
+    (folder / "mc.yaml").write_text(
+        f"task: tiny_sums_mc\n{head}output_type: multiple_choice\ndoc_to_text: '{{{{prompt}}}}'\n"
+        "doc_to_choice: '{{choices}}'\ndoc_to_target: 0\nmetric_list:\n  - metric: acc\n"
+    )
+    (folder / "gen.yaml").write_text(
+        f"task: tiny_sums_gen\n{head}output_type: generate_until\ndoc_to_text: '{{{{prompt}}}}'\n"
+        "doc_to_target: '{{answer}}'\ngeneration_kwargs:\n  until: ['.']\n  max_gen_toks: 3\n"
+        "metric_list:\n  - metric: exact_match\n"
+    )
 
 
 @pytest.mark.parametrize("line, block", code_blocks("python"), ids=lambda v: str(v) if isinstance(v, int) else "")

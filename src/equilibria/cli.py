@@ -71,6 +71,20 @@ def _add_audit_and_eval(sub) -> None:
                 "--loops", default="1,2,4,8,16", help="comma-separated loop counts (default 1,2,4,8,16)"
             )
             parser.add_argument("--digits", type=int, default=2, help="addition: operand digits")
+            harness = parser.add_argument_group(
+                'lm-evaluation-harness (language models; pip install "equilibria[eval]")'
+            )
+            harness.add_argument(
+                "--lm-eval-tasks",
+                default=None,
+                help="comma-separated lm-eval tasks run at each of --loops instead of the task's loop scaling "
+                "(writes lm_eval.json/png)",
+            )
+            harness.add_argument("--lm-eval-include", default=None, help="a folder of your own lm-eval task YAMLs")
+            harness.add_argument(
+                "--lm-eval-limit", type=float, default=None, help="documents per task (a fraction if < 1)"
+            )
+            harness.add_argument("--lm-eval-fewshot", type=int, default=None, help="few-shot examples per prompt")
 
 
 def _add_model_and_data(parser, num_examples: int, output: str) -> None:

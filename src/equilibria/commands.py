@@ -196,15 +196,41 @@ def report_loop_scaling(
     return plotted
 
 
-def run_eval(args) -> dict[int, float]:
-    """``equilibria eval``: the loop-scaling curve of a saved model on its task, as a table (and JSON + PNG)."""
+def run_eval(args) -> dict:
+    """``equilibria eval``: the loop-scaling curve of a saved model on its task, as a table (and JSON + PNG); with
+    ``--lm-eval-tasks``, lm-evaluation-harness tasks at each loop count instead (:mod:`equilibria.harness`)."""
     loops = parse_loops(args.loops)
     model = load_saved_model(args.model_path, args.trust_remote_code)
+    if getattr(args, "lm_eval_tasks", None):
+        return _run_lm_eval(model, loops, args)
     data, record = evaluation_data(model, args, digits=args.digits)
     data = data.select(range(min(args.num_examples, len(data))))
     result = loop_scaling(model, data, loops, args.model_path, args.batch_size)
     print(f"loop scaling of {args.model_path} ({model.config.model_type}) on {len(data)} examples")
     report_loop_scaling(result, model.config.model_type, args.output_dir, {**record, "units": len(data)})
+    return result
+
+
+def _run_lm_eval(model, loops: list[int], args) -> dict:
+    from .harness import lm_eval_at_loops, report_lm_eval
+
+    tasks = [task.strip() for task in args.lm_eval_tasks.split(",") if task.strip()]
+    limit = args.lm_eval_limit
+    if limit is not None and limit >= 1:
+        limit = int(limit)
+    result = lm_eval_at_loops(
+        model,
+        _tokenizer(args.model_path),
+        tasks,
+        loops,
+        include_path=args.lm_eval_include,
+        limit=limit,
+        num_fewshot=args.lm_eval_fewshot,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
+    print(f"lm-eval {', '.join(tasks)} on {args.model_path} ({model.config.model_type}) at loops {loops}")
+    report_lm_eval(result, model.config.model_type, args.output_dir)
     return result
 
 

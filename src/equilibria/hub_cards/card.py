@@ -124,6 +124,8 @@ def build_model_card(
     extra_tags: list[str] | None = None,
     limitations: str | None = None,
     adapter: dict | None = None,
+    lm_eval: dict | None = None,
+    lm_eval_plot: str | None = None,
 ) -> ModelCard:
     """A [`huggingface_hub.ModelCard`] for ``model`` (any family of equilibria).
 
@@ -143,6 +145,8 @@ def build_model_card(
         training_record: ``training_data.json`` (what the model was trained on).
         training_history: ``training_history.json``: every training stage (see ``record_training_stage``).
         adapter: ``adapter_config.json`` of a folder that holds a LoRA adapter rather than weights.
+        lm_eval, lm_eval_plot: ``lm_eval.json`` (``equilibria eval --lm-eval-tasks``) and its plot's file name: a
+            table per loop count and ``model-index`` entries, one per task, metric and loop count.
     """
     info = family_info(model)
     head = info.head_of(model)
@@ -159,6 +163,7 @@ def build_model_card(
     rows = _loop_rows(loop_scaling)
     metric = _metric(loop_scaling)
     eval_results = _eval_results(head, task_name, rows, dataset_type, dataset_label, metric)
+    eval_results += _lm_eval_results(head, lm_eval)
     if adapter and not base_model:  # a Hub id the adapter applies to
         named = adapter.get("base_model_name_or_path") or ""
         base_model = named if named.count("/") == 1 and not Path(named).exists() else None
@@ -178,6 +183,7 @@ def build_model_card(
         _intro(model, info, title, base_model, adapter),
         _loading(head, repo_id or "path/to/this/folder", adapter),
         _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name, metric),
+        _lm_eval_section(lm_eval, lm_eval_plot),
         _audit_section(audit_data),
         _training_section(training_record, training_history, trainer_state, training_args),
         _limitations(limitations),
@@ -218,6 +224,53 @@ def _eval_results(head, task_name, rows, dataset_type: str, dataset_label: str, 
         )
         for loops, accuracy in rows
     ]
+
+
+def _lm_eval_results(head, lm_eval: dict | None) -> list[EvalResult]:
+    """One ``model-index`` result per lm-eval task, metric and loop count."""
+    return [
+        EvalResult(
+            task_type=head.pipeline_tag,
+            dataset_type=task,
+            dataset_name=task,
+            metric_type=metric,
+            metric_name=f"{metric} @ {loops} loops",
+            metric_value=round(value, 4),
+            metric_config=f"num_loops={loops}",
+            source_name="lm-evaluation-harness",
+            source_url="https://github.com/EleutherAI/lm-evaluation-harness",
+        )
+        for task, metrics in (lm_eval or {}).get("tasks", {}).items()
+        for metric, curve in metrics.items()
+        for loops, value in sorted(curve.items(), key=lambda item: int(item[0]))
+    ]
+
+
+def _lm_eval_section(lm_eval: dict | None, plot: str | None) -> list[str]:
+    if not lm_eval or not lm_eval.get("tasks"):
+        return []
+    columns = [(task, metric) for task, metrics in lm_eval["tasks"].items() for metric in metrics]
+    loops = sorted({int(n) for task, metric in columns for n in lm_eval["tasks"][task][metric]})
+
+    def cell(task, metric, n):
+        value = lm_eval["tasks"][task][metric].get(str(n))
+        err = lm_eval.get("stderr", {}).get(task, {}).get(metric, {}).get(str(n))
+        return "-" if value is None else f"{value:.4f}" + (f" ± {err:.4f}" if err is not None else "")
+
+    limit = f", at most {lm_eval['limit']} documents per task" if lm_eval.get("limit") else ""
+    shots = f", {lm_eval['num_fewshot']}-shot" if lm_eval.get("num_fewshot") is not None else ""
+    lines = [
+        "## lm-evaluation-harness",
+        "",
+        f"lm-eval {lm_eval.get('lm_eval_version', '')} at each loop count (`equilibria eval --lm-eval-tasks`{shots}"
+        f"{limit}), on the tasks' own documents, which were not checked against the training data:",
+        "",
+        "| num_loops | " + " | ".join(f"{task} {metric}" for task, metric in columns) + " |",
+        "| --- |" + " --- |" * len(columns),
+        *[f"| {n} | " + " | ".join(cell(task, metric, n) for task, metric in columns) + " |" for n in loops],
+        "",
+    ]
+    return lines + ([f"![lm-eval at each loop count]({plot})", ""] if plot else [])
 
 
 def with_article(name: str) -> str:

@@ -22,7 +22,15 @@ from pathlib import Path
 
 from .card import build_model_card, card_metadata_round_trips, training_arguments_that_matter
 
-RESULT_FILES = ("loop_scaling.json", "loop_scaling.png", "audit.json", "training_data.json", "training_history.json")
+RESULT_FILES = (
+    "loop_scaling.json",
+    "loop_scaling.png",
+    "audit.json",
+    "training_data.json",
+    "training_history.json",
+    "lm_eval.json",
+    "lm_eval.png",
+)
 HISTORY_FILE = "training_history.json"
 
 
@@ -62,6 +70,8 @@ def write_model_card(
         "training_record": _read_json(folder / "training_data.json"),
         "training_history": _read_json(folder / HISTORY_FILE),
         "adapter": _read_json(folder / "adapter_config.json"),
+        "lm_eval": _read_json(folder / "lm_eval.json"),
+        "lm_eval_plot": "lm_eval.png" if (folder / "lm_eval.png").is_file() else None,
     }
     options = {**found, **{k: v for k, v in card_options.items() if v is not None or k not in found}}
     card = build_model_card(model, repo_id=repo_id, extra_tags=tags, **options)
