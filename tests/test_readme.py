@@ -52,8 +52,10 @@ NOT_RUN = {
     "accelerate launch --num_processes 8 examples/stars_addition.py --output_dir out --max_steps 2000 --bf16": (
         "needs 8 GPUs"
     ),
-    "accelerate launch --config_file examples/fsdp_config.yaml examples/stars_addition.py --output_dir out --bf16": (
-        "needs GPUs (FSDP, bf16)"
+    "accelerate launch --config_file examples/fsdp_config.yaml examples/stars_addition.py --output_dir out --bf16 "
+    "--jsrr_estimator jvp": "needs GPUs (FSDP, bf16); test_distributed_configs parses the config",
+    "accelerate launch --config_file examples/deepspeed_zero2.yaml examples/stars_addition.py --output_dir out --bf16": (
+        "needs GPUs (DeepSpeed, bf16); test_distributed_configs parses the config"
     ),
     "equilibria demo": "the full demo trains for about ten minutes; `equilibria demo --quick` is tested (test_package)",
     ".venv/bin/python benchmarks/bench_ouro_decode.py": "a few minutes; its --quick mode is tested (test_package)",

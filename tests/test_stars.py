@@ -457,3 +457,28 @@ def test_stars_with_a_loss_that_trains_the_gate_warns_that_deep_steps_go_untrain
     fixed = stars_args(tmp_path, min_loops=4, max_loops=4)  # no loop sampling: nothing to warn about
     StarsTrainer(model=tiny_ouro(), args=fixed, train_dataset=token_data())
     assert "StarsTrainer: the model's exit_loss" not in caplog.text
+
+
+def test_the_penalty_computed_in_forward_trains_under_fsdp2(tmp_path):
+    """FSDP2 (`fully_shard`) reshards the parameters after forward, so a penalty computed outside the wrapped
+    forward cannot see them; the estimate the model's forward returns can. One STARS-objective step sharded over two
+    gloo processes (each on half the batch) equals the same step unsharded on the whole batch: the model as one unit
+    with the vjp estimator, per decoder layer with jvp; per layer with vjp is refused with the way out."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("fsdp2_jsrr", Path(__file__).parent / "scripts" / "fsdp2_jsrr.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    r0, r1 = run_two_processes("fsdp2_jsrr.py", tmp_path)
+    assert r0["world"] == r1["world"] == 2
+    start = dict(script.build_model().named_parameters())
+    for setup, estimator in (("one unit, vjp", "vjp"), ("per layer, jvp", "jvp")):
+        assert r0[setup]["sharded"] == "DTensor", r0[setup]
+        reference = script.reference_step(estimator)
+        for name, value in reference.items():
+            assert torch.allclose(r0[setup]["params"][name], value, atol=2e-6), (setup, name)
+            assert torch.equal(r0[setup]["params"][name], r1[setup]["params"][name]), (setup, name)
+        moved = [n for n in reference if not torch.equal(reference[n], start[n].detach())]
+        assert "model.layers.0.self_attn.q_proj.weight" in moved  # the step changed the loop's weights
+    assert "use the 'jvp' estimator" in r0["per layer, vjp"]["error"]

@@ -49,6 +49,7 @@ from .loop_utils import (
     as_int,
     recording_attentions,
 )
+from .regularization import check_estimator_fits, spectral_radius
 from .solvers import residual
 
 # --------------------------------------------------------------------------------------------------
@@ -412,21 +413,26 @@ class OuroModelOutput(BaseModelOutputWithPast):
     loop_residual (`torch.FloatTensor` of shape `(batch, seq_len)`):
         Relative residual of each token's last loop step, ``||h_t - h_{t-1}|| / ||h_t||`` (the solvers' residual
         ``||f(h) - h|| / ||f(h)||`` at ``h = h_{t-1}``).
+    spectral_radius (`torch.FloatTensor` of shape `(batch,)`, returned with `spectral_radius_iters > 0`):
+        The power-iteration estimate of the spectral radius of the loop step's Jacobian at the final state, per
+        sequence, differentiable in the parameters (STARS' JSRR penalty is a function of it).
     """
 
     exit_steps: torch.LongTensor | None = None
     exit_probs: torch.FloatTensor | None = None
     loop_residual: torch.FloatTensor | None = None
+    spectral_radius: torch.FloatTensor | None = None
 
 
 @dataclass
 class OuroCausalLMOutput(CausalLMOutputWithPast):
     r"""Causal-LM output with the loop telemetry of [`OuroModelOutput`] (`exit_steps`, `exit_probs`,
-    `loop_residual`)."""
+    `loop_residual`, and `spectral_radius` when asked for)."""
 
     exit_steps: torch.LongTensor | None = None
     exit_probs: torch.FloatTensor | None = None
     loop_residual: torch.FloatTensor | None = None
+    spectral_radius: torch.FloatTensor | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -505,6 +511,9 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
         exit_threshold: float | None = None,
         exit_readout: str | None = None,
         output_hidden_states: bool | None = None,
+        spectral_radius_iters: int = 0,
+        spectral_radius_estimator: str = "vjp",
+        spectral_radius_start: torch.Tensor | None = None,
         **kwargs,
     ) -> OuroModelOutput:
         r"""Run the loop.
@@ -516,6 +525,11 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
                 Ignored (all tokens run every step) in training mode with gradients enabled.
             exit_readout (`str`, *optional*): ``"frozen"`` (below) or ``"reference"`` (the published code's: every
                 step is computed, each token is read out at its exit step); defaults to ``config.exit_readout``.
+            spectral_radius_iters (`int`): With ``K > 0``, also estimate the spectral radius of the loop step's
+                Jacobian at the final state by ``K`` power iterations (``spectral_radius`` in the output,
+                differentiable: the JSRR penalty). Computed inside ``forward``, so it works under any wrapper
+                (DDP, FSDP, DeepSpeed) like the loss. ``spectral_radius_estimator``: ``"vjp"`` or ``"jvp"`` (the
+                STARS paper's); ``spectral_radius_start``: the start vectors (the state's shape), else random.
 
         Early exit. A token exits at the first step ``t < num_loops`` where the cumulative probability of its
         exit distribution reaches the threshold; its output is its state at that step. From then on it is
@@ -542,7 +556,7 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             hidden, states, gate_logits, residual = self._loop(
                 hidden, num_loops, masks, position_embeddings, cache, early, keep_states, **kwargs
             )
-        exit_probs = exit_distribution(gate_logits, hidden)
+        exit_probs, final = exit_distribution(gate_logits, hidden), hidden
         if reference is None:
             exit_steps = (
                 early.exit_steps if early is not None else torch.full_like(residual, num_loops, dtype=torch.long)
@@ -552,6 +566,19 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             states = states if inputs.output_hidden_states else None
         if isinstance(cache, OuroCache):
             cache.record("exit_steps", exit_steps)
+        rho = None
+        if spectral_radius_iters:
+            check_estimator_fits(self.layers, spectral_radius_estimator)
+            rho = spectral_radius(
+                self._step_map(position_embeddings, masks),
+                final,
+                num_iters=spectral_radius_iters,
+                valid=attention_mask
+                if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2
+                else None,
+                estimator=spectral_radius_estimator,
+                start=spectral_radius_start,
+            )
         return OuroModelOutput(
             last_hidden_state=hidden,
             cache=cache,
@@ -560,6 +587,7 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             exit_steps=exit_steps,
             exit_probs=exit_probs,
             loop_residual=residual,
+            spectral_radius=rho,
         )
 
     def _early_exit(
@@ -624,11 +652,15 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device).unsqueeze(0)
         masks = self._masks(inputs_embeds, attention_mask, None, position_ids)
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
+        return LoopMap(self._step_map(position_embeddings, masks), inputs_embeds)
+
+    def _step_map(self, position_embeddings, masks: dict) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The loop body ``h -> norm(stack(h))`` at these positions and masks, without a cache."""
 
         def step(hidden_states: torch.Tensor) -> torch.Tensor:
             return self.loop_step(hidden_states, 0, position_embeddings=position_embeddings, attention_masks=masks)
 
-        return LoopMap(step, inputs_embeds)
+        return step
 
     def loop_step(
         self,

@@ -73,6 +73,23 @@ def _jacobian_product(
     return jvp
 
 
+def check_estimator_fits(modules, estimator: str) -> None:
+    """``ValueError`` when ``estimator`` cannot run inside a forward over ``modules``: the ``"vjp"`` estimator runs a
+    backward pass during the forward, which crashes torch (a segmentation fault, torch 2.13) when any of them is
+    sharded by FSDP2 on its own (``fully_shard`` per layer), as its backward hooks then fire mid-forward. The
+    ``"jvp"`` estimator (forward mode) and a model sharded as one unit work."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch without FSDP2
+        return
+    if estimator == "vjp" and any(isinstance(module, FSDPModule) for module in modules):
+        raise ValueError(
+            "the spectral-radius estimator 'vjp' runs a backward pass inside forward, which torch cannot do when "
+            "layers are sharded by FSDP2 one by one; use the 'jvp' estimator (StarsTrainingArguments(jsrr_estimator="
+            "'jvp'), --jsrr_estimator jvp) or shard the model as one unit"
+        )
+
+
 def spectral_radius(
     f: Callable[[torch.Tensor], torch.Tensor],
     h: torch.Tensor,
@@ -190,4 +207,4 @@ class IterateSampler:
         return [candidates[j] for j in sorted(picks)]
 
 
-__all__ = ["IterateSampler", "hutchinson_frobenius", "spectral_radius"]
+__all__ = ["IterateSampler", "check_estimator_fits", "hutchinson_frobenius", "spectral_radius"]

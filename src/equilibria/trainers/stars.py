@@ -22,7 +22,7 @@ from torch import nn
 from transformers import TrainingArguments
 from transformers.utils import logging
 
-from ..modeling.regularization import JSRR_ESTIMATORS, spectral_radius
+from ..modeling.regularization import JSRR_ESTIMATORS
 from .common import LoopTrainer, find_core, loss_scales
 
 logger = logging.get_logger(__name__)
@@ -133,25 +133,26 @@ def sample_num_loops(step: int, seed: int, log_mean: float, log_std: float, min_
     return int(min(max_loops, max(min_loops, round(value))))
 
 
-def row_probes(inputs: dict, state: torch.Tensor, seed: int, step: int) -> torch.Tensor:
-    """Power-iteration start vectors of the shape of ``state`` (``(batch, seq_len, width)``), one per sequence,
-    each drawn from a generator seeded by ``(seed, step)`` and the sequence's own real tokens (``input_ids``
-    where ``attention_mask`` is 1; ``inputs_embeds`` when there are no ids), placed at its real positions and
-    zero at padding. A sequence thus gets the same probe whichever micro-batch or process it lands in."""
+def row_probes(inputs: dict, width: int, seed: int, step: int) -> torch.Tensor:
+    """Power-iteration start vectors of the loop state's shape ``(batch, seq_len, width)`` (float32, on the inputs'
+    device), one per sequence, each drawn from a generator seeded by ``(seed, step)`` and the sequence's own real
+    tokens (``input_ids`` where ``attention_mask`` is 1; ``inputs_embeds`` when there are no ids), placed at its real
+    positions and zero at padding. A sequence thus gets the same probe whichever micro-batch or process it lands in."""
     rows = inputs.get("input_ids")
     rows = inputs["inputs_embeds"] if rows is None else rows
     mask = inputs.get("attention_mask")
-    probes = torch.zeros(state.shape, dtype=torch.float32)
-    for b in range(state.shape[0]):
-        real = torch.ones(state.shape[1], dtype=torch.bool) if mask is None else mask[b].bool().cpu()
+    batch, seq_len = rows.shape[:2]
+    probes = torch.zeros((batch, seq_len, width), dtype=torch.float32)
+    for b in range(batch):
+        real = torch.ones(seq_len, dtype=torch.bool) if mask is None else mask[b].bool().cpu()
         tokens = rows[b].detach().cpu()[real]
         digest = hashlib.blake2b(f"jsrr-{seed}-{step}".encode(), digest_size=8)
         digest.update(
             tokens.float().numpy().tobytes() if tokens.is_floating_point() else tokens.long().numpy().tobytes()
         )
         generator = torch.Generator().manual_seed(int.from_bytes(digest.digest(), "little") % (2**63))
-        probes[b, real] = torch.randn((int(real.sum()), *state.shape[2:]), generator=generator)
-    return probes.to(device=state.device, dtype=state.dtype)
+        probes[b, real] = torch.randn((int(real.sum()), width), generator=generator)
+    return probes.to(device=rows.device)
 
 
 def find_looped_core(model: nn.Module) -> nn.Module | None:
@@ -213,13 +214,15 @@ class StarsTrainer(LoopTrainer):
         loops = self.current_num_loops()
         use_jsrr = args.jsrr_weight > 0 and self.state.global_step >= args.jsrr_warmup_steps
         extra = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
-        core = self.core
-        final_state = []
-        hook = core.register_forward_hook(lambda module, inp, out: final_state.append(out.last_hidden_state))
-        try:
-            outputs = model(**inputs, num_loops=loops, use_cache=False, **extra)
-        finally:
-            hook.remove()
+        if use_jsrr:  # estimated inside the model's forward, so that any wrapper (DDP, FSDP, DeepSpeed) sees it
+            extra.update(
+                spectral_radius_iters=args.jsrr_power_iters,
+                spectral_radius_estimator=args.jsrr_estimator,
+                spectral_radius_start=row_probes(
+                    inputs, self.core.config.hidden_size, args.seed, self.state.global_step
+                ),
+            )
+        outputs = model(**inputs, num_loops=loops, use_cache=False, **extra)
         lm_loss = outputs.loss.mean()  # a vector under nn.DataParallel
         lm_scale, report_scale, reg_scale = loss_scales(self, num_items_in_batch)
         scaled_lm = lm_loss * lm_scale
@@ -228,22 +231,7 @@ class StarsTrainer(LoopTrainer):
         rho_mean = torch.zeros((), device=lm_loss.device, dtype=torch.float32)
         penalty = torch.zeros((), device=lm_loss.device, dtype=torch.float32)
         if use_jsrr:
-            # the loop map runs on the unwrapped module, outside the wrapper's forward: apply the same autocast
-            with self.accelerator.autocast():
-                f = core.loop_map(
-                    input_ids=inputs.get("input_ids"),
-                    attention_mask=inputs.get("attention_mask"),
-                    position_ids=inputs.get("position_ids"),
-                    inputs_embeds=inputs.get("inputs_embeds"),
-                )
-                rho = spectral_radius(
-                    f,
-                    final_state[-1],
-                    num_iters=args.jsrr_power_iters,
-                    valid=inputs.get("attention_mask"),
-                    estimator=args.jsrr_estimator,
-                    start=row_probes(inputs, final_state[-1], args.seed, self.state.global_step),
-                )
+            rho = outputs.spectral_radius
             if args.jsrr_penalty == "square":
                 penalty = (rho.float() ** 2).mean()
             else:
