@@ -1,17 +1,23 @@
-"""STARS vs plain fine-tuning of a small Ouro model on multi-digit addition, evaluated across loop counts.
+"""The STARS ablation on multi-digit addition: four kinds of training of a small Ouro model, evaluated across loop
+counts, beyond the sampled range too.
 
-Both models start from the same random weights, see the same data in the same order for the same number of
-steps with the same optimiser; the baseline trains at a fixed loop count with transformers' plain `Trainer`,
-STARS with `StarsTrainer` (log-normal loop sampling + the Jacobian spectral-radius penalty). Printed:
+All kinds start from the same random weights and see the same data in the same order for the same number of
+steps with the same optimiser:
 
-* exact-match accuracy on held-out problems at loops 1, 2, 4, 8, 16, 32 for both;
-* per loop step t: the estimated spectral radius of the loop map's Jacobian at h_t and the mean relative
-  change ||h_{t+1} - h_t|| / ||h_t||, i.e. whether the latent state settles to a fixed point;
-* the plot (accuracy vs loops, and the step size vs t) saved as a PNG.
+* ``plain``: transformers' ``Trainer`` at a fixed loop count (``--train-loops``);
+* ``sampling``: ``StarsTrainer`` with its log-normal loop sampling only (``jsrr_weight=0``);
+* ``jsrr``: ``StarsTrainer`` at the fixed loop count with the Jacobian spectral-radius penalty only;
+* ``stars``: both (the paper's method).
 
-    python benchmarks/bench_stars_addition.py             # the full run (about 11 + 12 minutes on 2 CPU cores)
+Printed, per kind: exact-match accuracy on held-out problems at each test loop count (default 1 to 64), and the
+latent dynamics at every loop step: the mean relative change ||h_{t+1} - h_t|| / ||h_t|| (does the state settle?)
+and the spectral-radius estimate of the loop map's Jacobian at h_t (20 power iterations, t in powers of two). The
+plot (accuracy against loops; relative step against t) is saved as a PNG, the numbers as JSON.
+
+    python benchmarks/bench_stars_addition.py             # the full ablation (about 70 minutes on 2 CPU cores)
+    python benchmarks/bench_stars_addition.py --kinds plain,stars --digits 3 --train-size 30000
     python benchmarks/bench_stars_addition.py --digits 4 --reverse-answer --pad-operands --train-size 100000
-                                                          # the paper's 4-digit task (needs more steps than 15 min)
+                                                          # the paper's 4-digit task (needs more steps than here)
     python benchmarks/bench_stars_addition.py --quick     # seconds; a test runs this
 """
 
@@ -39,6 +45,9 @@ from equilibria.tasks import (
 from equilibria.trainers import StarsTrainer, StarsTrainingArguments, spectral_radius
 
 
+KINDS = ("plain", "sampling", "jsrr", "stars")
+
+
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny run for a smoke test")
@@ -63,25 +72,30 @@ def parse(argv):
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--train-loops", type=int, default=4, help="the baseline's fixed loop count")
+    p.add_argument("--train-loops", type=int, default=4, help="the fixed loop count of plain and jsrr")
     p.add_argument("--min-loops", type=int, default=2)
-    p.add_argument("--max-loops", type=int, default=10)
-    p.add_argument("--loop-log-mean", type=float, default=math.log(4))
-    p.add_argument("--loop-log-std", type=float, default=0.35)
+    p.add_argument("--max-loops", type=int, default=16)
+    p.add_argument("--loop-log-mean", type=float, default=math.log(5))
+    p.add_argument("--loop-log-std", type=float, default=0.5)
     p.add_argument("--jsrr-weight", type=float, default=0.1)
-    p.add_argument("--jsrr-power-iters", type=int, default=2)
+    p.add_argument("--jsrr-power-iters", type=int, default=4)
     p.add_argument("--jsrr-penalty", default="hinge", choices=["square", "hinge"])
     p.add_argument("--jsrr-target", type=float, default=0.9)
     p.add_argument("--jsrr-warmup-steps", type=int, default=1000)
-    p.add_argument("--eval-loops", default="1,2,4,8,16,32")
+    p.add_argument("--eval-loops", default="1,2,4,8,16,32,64")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--only", choices=["baseline", "stars"], default=None, help="train only one of the two")
+    p.add_argument("--kinds", default=",".join(KINDS), help=f"which of {KINDS} to train (comma-separated)")
     p.add_argument("--output-dir", type=Path, default=Path("docs/results/stars_addition"))
     args = p.parse_args(argv)
     if args.quick:
         args.digits, args.train_size, args.test_size, args.steps, args.jsrr_warmup_steps = 2, 512, 16, 4, 1
         args.width, args.batch_size, args.max_loops, args.eval_loops = 32, 16, 4, "1,2,4"
+        args.train_loops = 2
     args.eval_loops = [int(x) for x in args.eval_loops.split(",")]
+    args.kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = sorted(set(args.kinds) - set(KINDS))
+    if unknown:
+        p.error(f"--kinds {unknown}: the kinds are {KINDS}")
     return args
 
 
@@ -156,7 +170,7 @@ def train_one(kind: str, args, data, tokenizer) -> dict:
     train_tokenizer.padding_side = "right"
     train_set = tokenize_for_training(data["train"], tokenizer)
     collator = DataCollatorForSeq2Seq(train_tokenizer, label_pad_token_id=-100)
-    if kind == "baseline":
+    if kind == "plain":
         trainer = Trainer(
             model=model,
             args=TrainingArguments(**common_training_args(args, kind)),
@@ -164,15 +178,16 @@ def train_one(kind: str, args, data, tokenizer) -> dict:
             data_collator=collator,
         )
     else:
+        fixed = kind == "jsrr"  # the penalty at the fixed loop count, no sampling
         trainer = StarsTrainer(
             model=model,
             args=StarsTrainingArguments(
                 **common_training_args(args, kind),
-                min_loops=args.min_loops,
-                max_loops=args.max_loops,
-                loop_log_mean=args.loop_log_mean,
-                loop_log_std=args.loop_log_std,
-                jsrr_weight=args.jsrr_weight,
+                min_loops=args.train_loops if fixed else args.min_loops,
+                max_loops=args.train_loops if fixed else args.max_loops,
+                loop_log_mean=math.log(args.train_loops) if fixed else args.loop_log_mean,
+                loop_log_std=0.0 if fixed else args.loop_log_std,
+                jsrr_weight=0.0 if kind == "sampling" else args.jsrr_weight,
                 jsrr_power_iters=args.jsrr_power_iters,
                 jsrr_penalty=args.jsrr_penalty,
                 jsrr_target=args.jsrr_target,
@@ -208,7 +223,8 @@ def plot(results: dict, args, path: Path) -> None:
         steps = res["dynamics"]["relative_step"]
         right.plot(range(1, len(steps) + 1), steps, label=kind)
     left.set_xscale("log", base=2)
-    left.axvline(args.train_loops, color="grey", linestyle=":", label=f"baseline trains at {args.train_loops}")
+    left.axvline(args.train_loops, color="grey", linestyle=":", label=f"plain / jsrr train at {args.train_loops}")
+    left.axvspan(args.min_loops, args.max_loops, color="grey", alpha=0.1, label="sampling / stars range")
     left.set_xlabel("loops at test time")
     left.set_ylabel("exact match (%)")
     left.set_title(f"{args.digits}-digit addition")
@@ -230,7 +246,7 @@ def main(argv=None) -> dict:
     print(
         f"{args.digits}-digit addition{' (answers reversed)' if args.reverse_answer else ''}: "
         f"{args.train_size} train / {args.test_size} test problems, {args.steps} steps of {args.batch_size}; "
-        f"Ouro width {args.width}, {args.layers} layers; baseline at {args.train_loops} loops; STARS loops in "
+        f"Ouro width {args.width}, {args.layers} layers; plain / jsrr at {args.train_loops} loops; sampled loops in "
         f"[{args.min_loops}, {args.max_loops}] (log-normal {args.loop_log_mean:.2f} +- {args.loop_log_std}), "
         f"JSRR {args.jsrr_penalty} weight {args.jsrr_weight}",
         flush=True,
@@ -244,8 +260,7 @@ def main(argv=None) -> dict:
         pad_operands=args.pad_operands,
     )
     tokenizer = addition_tokenizer()
-    kinds = [args.only] if args.only else ["baseline", "stars"]
-    results = {kind: train_one(kind, args, data, tokenizer) for kind in kinds}
+    results = {kind: train_one(kind, args, data, tokenizer) for kind in args.kinds}
 
     print("\nexact match by loops at test time")
     print("loops     " + "".join(f"{n:>8}" for n in args.eval_loops))
@@ -264,8 +279,13 @@ def main(argv=None) -> dict:
 
     png = args.output_dir / "stars_addition.png"
     plot(results, args, png)
+    command = "python benchmarks/bench_stars_addition.py " + " ".join(argv if argv is not None else sys.argv[1:])
     (args.output_dir / "results.json").write_text(
-        json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1, default=str)
+        json.dumps(
+            {"command": command.strip(), "args": {k: str(v) for k, v in vars(args).items()}, "results": results},
+            indent=1,
+            default=str,
+        )
     )
     print(f"\nplot: {png}\nresults: {args.output_dir / 'results.json'}")
     return results

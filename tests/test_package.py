@@ -171,12 +171,15 @@ def test_exact_match_scores_right_and_wrong_answers():
 def test_stars_benchmark_quick_mode_runs(tmp_path):
     bench_stars_addition = load_benchmark("bench_stars_addition")
     results = bench_stars_addition.main(["--quick", "--output-dir", str(tmp_path)])
-    assert set(results) == {"baseline", "stars"}
+    assert set(results) == {"plain", "sampling", "jsrr", "stars"}
     assert (tmp_path / "stars_addition.png").stat().st_size > 1000
     for res in results.values():
         assert set(res["accuracy"]) == {1, 2, 4}
         assert len(res["dynamics"]["relative_step"]) == 3
-    assert any("spectral_radius" in h for h in results["stars"]["log"])
+    logged = {kind: [h for h in res["log"] if "num_loops" in h] for kind, res in results.items() if kind != "plain"}
+    assert all("spectral_radius" in h for h in logged["stars"] + logged["jsrr"])
+    assert not any("spectral_radius" in h for h in logged["sampling"])  # sampling only: no penalty
+    assert {h["num_loops"] for h in logged["jsrr"]} == {2.0}  # the fixed count (--train-loops in --quick)
 
 
 def test_exit_gate_benchmark_quick_mode_runs(tmp_path):
