@@ -44,7 +44,6 @@ from equilibria.tasks import (
 )
 from equilibria.trainers import StarsTrainer, StarsTrainingArguments, spectral_radius
 
-
 KINDS = ("plain", "sampling", "jsrr", "stars")
 
 

@@ -38,32 +38,57 @@ def test_the_fsdp_config_is_fsdp2_wrapping_a_layer_class_the_model_has(monkeypat
     assert "--jsrr_estimator jvp" in (EXAMPLES / "fsdp_config.yaml").read_text().splitlines()[0]
 
 
-def test_the_deepspeed_zero2_config_is_accepted_by_deepspeed(monkeypatch, tmp_path):
-    from accelerate.utils import DeepSpeedPlugin
-    from conftest import tiny_ouro
-    from transformers import TrainingArguments
+DEEPSPEED_CHECK = """
+import json, os, sys
+from accelerate.utils import DeepSpeedPlugin
+from transformers import TrainingArguments
+from deepspeed.runtime.config import DeepSpeedConfig
+sys.path.insert(0, "tests")
+from conftest import tiny_ouro
 
-    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (./run installs it)")
-    from deepspeed.runtime.config import DeepSpeedConfig
+env = json.loads(sys.argv[1])
+os.environ.update(env)
+assert DeepSpeedPlugin().zero_stage == 2
+args = TrainingArguments(output_dir=sys.argv[2], deepspeed=env["ACCELERATE_DEEPSPEED_CONFIG_FILE"],
+                         per_device_train_batch_size=4, gradient_accumulation_steps=2, use_cpu=True, report_to="none")
+ds = args.hf_deepspeed_config
+ds.trainer_config_process(args)
+ds.trainer_config_finalize(args, tiny_ouro(), num_training_steps=10)  # the "auto" values from args and model
+parsed = DeepSpeedConfig(ds.config)  # DeepSpeed's own (pydantic) validation
+try:
+    DeepSpeedConfig({**ds.config, "zero_optimization": {**ds.config["zero_optimization"], "stagee": 2}})
+    misspelt = "accepted"
+except Exception as err:
+    misspelt = str(err)
+print(json.dumps({"auto_left": "auto" in str(ds.config), "stage": parsed.zero_optimization_stage,
+                  "micro_batch": parsed.train_micro_batch_size_per_gpu, "misspelt": misspelt}))
+"""
 
-    monkeypatch.chdir(EXAMPLES.parent)  # the YAML names the JSON relative to the repository root
+
+def test_the_deepspeed_zero2_config_is_accepted_by_deepspeed(tmp_path):
+    """In a child process that sees DeepSpeed (./run installs it in .venv/deepspeed, off the environment's path:
+    transformers imports an installed DeepSpeed in every process that builds a Trainer): accelerate's plugin,
+    transformers' "auto" filling and DeepSpeed's own config model accept the config, and refuse a misspelt key."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    deepspeed = Path(sys.prefix) / "deepspeed"  # the virtual environment's folder
+    if not (deepspeed / "deepspeed").is_dir():
+        pytest.skip(f"DeepSpeed is not installed in {deepspeed} (./run installs it there)")
+    root = EXAMPLES.parent
     env = launch_environment(EXAMPLES / "deepspeed_zero2.yaml")
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    assert DeepSpeedPlugin().zero_stage == 2
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
-        deepspeed=env["ACCELERATE_DEEPSPEED_CONFIG_FILE"],
-        per_device_train_batch_size=4,
-        gradient_accumulation_steps=2,
-        use_cpu=True,
-        report_to="none",
+    child = dict(os.environ, PYTHONPATH=os.pathsep.join([str(deepspeed), str(root / "src")]))
+    result = subprocess.run(
+        [sys.executable, "-c", DEEPSPEED_CHECK, json.dumps(env), str(tmp_path)],
+        cwd=root,
+        env=child,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    ds = args.hf_deepspeed_config
-    ds.trainer_config_process(args)
-    ds.trainer_config_finalize(args, tiny_ouro(), num_training_steps=10)  # the "auto" values from args and model
-    assert "auto" not in str(ds.config)
-    parsed = DeepSpeedConfig(ds.config)  # DeepSpeed's own (pydantic) validation: unknown keys are refused
-    assert (parsed.zero_optimization_stage, parsed.train_micro_batch_size_per_gpu) == (2, 4)
-    with pytest.raises(Exception, match="stagee"):
-        DeepSpeedConfig({**ds.config, "zero_optimization": {**ds.config["zero_optimization"], "stagee": 2}})
+    assert result.returncode == 0, result.stderr[-3000:]
+    checked = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (checked["auto_left"], checked["stage"], checked["micro_batch"]) == (False, 2, 4)
+    assert "stagee" in checked["misspelt"]

@@ -218,6 +218,8 @@ def test_dataset_name_is_for_language_models(tmp_path, capsys):
     argv = ["train", "--family", "eqr", "--dataset_name", "x.jsonl", "--output_dir", str(tmp_path)]
     assert main(argv) == 2
     assert "--dataset_name trains the language-model families; eqr trains on its task's data" in capsys.readouterr().err
+    assert main(["train", "--dataset_name", "x.jsonl", "--task", "addition", "--output_dir", str(tmp_path)]) == 2
+    assert "pass either --dataset_name (your rows) or --task" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

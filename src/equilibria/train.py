@@ -253,6 +253,8 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
     _overrides(model_args, family)
     if model_args.use_peft and checkpoint is None:
         raise ValueError("--use_peft adapts a trained checkpoint: give --model_name_or_path")
+    if data_args.dataset_name and data_args.task:
+        raise ValueError("pass either --dataset_name (your rows) or --task (generated problems), not both")
     if data_args.dataset_name:
         head, task, data = family.heads[0], None, _dataset(model_args, data_args, family, config, seed)
     else:

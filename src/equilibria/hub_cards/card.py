@@ -164,9 +164,7 @@ def build_model_card(
     metric = _metric(loop_scaling)
     eval_results = _eval_results(head, task_name, rows, dataset_type, dataset_label, metric)
     eval_results += _lm_eval_results(head, lm_eval)
-    if adapter and not base_model:  # a Hub id the adapter applies to
-        named = adapter.get("base_model_name_or_path") or ""
-        base_model = named if named.count("/") == 1 and not Path(named).exists() else None
+    base_model = base_model or _adapter_base(adapter)
     data = ModelCardData(
         library_name="peft" if adapter else "transformers",
         pipeline_tag=head.pipeline_tag,
@@ -191,6 +189,12 @@ def build_model_card(
     ]
     body = "\n".join(line for section in sections for line in section)
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n" + body)
+
+
+def _adapter_base(adapter: dict | None) -> str | None:
+    """The Hub id a LoRA adapter applies to (``None`` for a local base or no adapter)."""
+    named = (adapter or {}).get("base_model_name_or_path") or ""
+    return named if named.count("/") == 1 and not Path(named).exists() else None
 
 
 METRICS = {  # what loop_scaling.json's "metric" names: (model-index metric type, how the card says it)

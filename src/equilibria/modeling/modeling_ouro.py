@@ -567,17 +567,10 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
         if isinstance(cache, OuroCache):
             cache.record("exit_steps", exit_steps)
         rho = None
-        if spectral_radius_iters:
-            check_estimator_fits(self.layers, spectral_radius_estimator)
-            rho = spectral_radius(
-                self._step_map(position_embeddings, masks),
-                final,
-                num_iters=spectral_radius_iters,
-                valid=attention_mask
-                if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2
-                else None,
-                estimator=spectral_radius_estimator,
-                start=spectral_radius_start,
+        if spectral_radius_iters:  # the JSRR estimate, inside forward so that any wrapper sees it
+            step = self._step_map(position_embeddings, masks)
+            rho = self._jsrr_estimate(
+                step, final, attention_mask, spectral_radius_iters, spectral_radius_estimator, spectral_radius_start
             )
         return OuroModelOutput(
             last_hidden_state=hidden,
@@ -653,6 +646,13 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
         masks = self._masks(inputs_embeds, attention_mask, None, position_ids)
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
         return LoopMap(self._step_map(position_embeddings, masks), inputs_embeds)
+
+    def _jsrr_estimate(self, step, final, attention_mask, iters: int, estimator: str, start) -> torch.Tensor:
+        """The spectral radius of ``step``'s Jacobian at ``final`` per sequence (``forward``'s
+        ``spectral_radius_*`` arguments), over the real tokens of a 2-D ``attention_mask``."""
+        check_estimator_fits(self.layers, estimator)
+        valid = attention_mask if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 else None
+        return spectral_radius(step, final, num_iters=iters, valid=valid, estimator=estimator, start=start)
 
     def _step_map(self, position_embeddings, masks: dict) -> Callable[[torch.Tensor], torch.Tensor]:
         """The loop body ``h -> norm(stack(h))`` at these positions and masks, without a cache."""

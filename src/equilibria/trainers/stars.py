@@ -49,9 +49,11 @@ class StarsTrainingArguments(TrainingArguments):
     penalty`` with ``penalty = rho^2`` (``"square"``) or ``max(0, rho - jsrr_target)^2`` (``"hinge"``),
     averaged over sequences.
 
-    Defaults follow the STARS reference code's Ouro fine-tuning (log-normal mean 1.7 and std 0.4 of the log,
-    loops in [1, 16], lambda = 0.1); its addition experiment used mean 2.0, std 0.7, loops in [1, 100] and one
-    power iteration.
+    Defaults: the loop sampler and lambda follow the STARS reference code's Ouro fine-tuning (log-normal mean
+    1.7 and std 0.4 of the log, loops in [1, 16], lambda = 0.1; its addition experiment used mean 2.0, std 0.7,
+    loops in [1, 100], one power iteration and 2000 warm-up steps of 10000), the squared radius is the paper's
+    penalty; the power iterations (4), the estimator ("vjp"), the hinge target (1.0) and no warm-up are this
+    package's choices. The README's table gives the reason for each.
     """
 
     min_loops: int = field(default=1, metadata={"help": "Fewest loop steps sampled per training step (>= 1)."})
