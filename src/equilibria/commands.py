@@ -124,8 +124,8 @@ def loop_scaling(
     if metric == "token_accuracy":
         from .tasks.text_data import token_accuracy
 
-        pad = _tokenizer(model_path).pad_token_id
-        return {n: token_accuracy(model, data, n, pad, batch_size=batch_size) for n in loops}
+        tokenizer = _tokenizer(model_path)
+        return {n: token_accuracy(model, data, n, tokenizer, batch_size=batch_size) for n in loops}
     if model.can_generate():  # a language model: exact match of greedy answers
         from .tasks import evaluate_loop_scaling
 

@@ -118,20 +118,29 @@ def _task_manager(task_manager_class, tasks: list[str], include_path: str | None
     return task_manager_class(include_path=include_path)
 
 
+def lm_eval_table(result: dict, plus: str = "±") -> tuple[list[str], list[list[str]]]:
+    """``(header, rows)`` of ``lm_eval.json``'s results: ``num_loops`` and a column per task metric, one row per
+    loop count, each cell ``value plus stderr`` (``-`` where a loop count has no value)."""
+    columns = [(task, metric) for task, metrics in result["tasks"].items() for metric in metrics]
+    loops = sorted({int(n) for task, metric in columns for n in result["tasks"][task][metric]})
+
+    def cell(task: str, metric: str, n: int) -> str:
+        value = result["tasks"][task][metric].get(str(n))
+        err = result.get("stderr", {}).get(task, {}).get(metric, {}).get(str(n))
+        return "-" if value is None else f"{value:.4f}" + (f" {plus} {err:.4f}" if err is not None else "")
+
+    header = ["num_loops", *[f"{task} {metric}" for task, metric in columns]]
+    return header, [[str(n), *[cell(task, metric, n) for task, metric in columns]] for n in loops]
+
+
 def report_lm_eval(result: dict, model_type: str, output_dir: str | Path | None) -> None:
     """Print one row per loop count and a column per task metric; with ``output_dir`` also write
     ``lm_eval.json`` and ``lm_eval.png`` there (the card reads them)."""
     from .commands import plot_loop_scaling
 
-    columns = [(task, metric) for task, metrics in result["tasks"].items() for metric in metrics]
-    loops = sorted({int(n) for task, metric in columns for n in result["tasks"][task][metric]})
-    print("  num_loops | " + " | ".join(f"{task} {metric}" for task, metric in columns))
-    for n in loops:
-        cells = []
-        for task, metric in columns:
-            value = result["tasks"][task][metric].get(str(n))
-            err = result["stderr"].get(task, {}).get(metric, {}).get(str(n))
-            cells.append("-" if value is None else f"{value:.4f}" + (f" +/- {err:.4f}" if err is not None else ""))
+    header, rows = lm_eval_table(result, plus="+/-")
+    print("  " + " | ".join(header))
+    for n, *cells in rows:
         print(f"  {n:>9} | " + " | ".join(cells))
     if not output_dir:
         return
@@ -139,12 +148,13 @@ def report_lm_eval(result: dict, model_type: str, output_dir: str | Path | None)
     out.mkdir(parents=True, exist_ok=True)
     (out / RESULTS_FILE).write_text(json.dumps(result, indent=2) + "\n")
     curves = {
-        f"{task} {metric}": {int(n): v for n, v in result["tasks"][task][metric].items()}
-        for task, metric in columns
-        if all(0 <= v <= 1 for v in result["tasks"][task][metric].values())
+        f"{task} {metric}": {int(n): v for n, v in curve.items()}
+        for task, metrics in result["tasks"].items()
+        for metric, curve in metrics.items()
+        if all(0 <= v <= 1 for v in curve.values())
     }
     plotted = curves and plot_loop_scaling(curves, out / "lm_eval.png", f"{model_type}: lm-eval vs loops")
     print(f"wrote {out / RESULTS_FILE}" + (f" and {out / 'lm_eval.png'}" if plotted else ""))
 
 
-__all__ = ["RESULTS_FILE", "lm_eval_at_loops", "loop_count", "report_lm_eval"]
+__all__ = ["RESULTS_FILE", "lm_eval_at_loops", "lm_eval_table", "loop_count", "report_lm_eval"]

@@ -9,7 +9,6 @@ behind ``torchrun`` or ``accelerate launch`` (``torchrun --nproc_per_node 2 -m e
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,10 +238,9 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
     """``(model, data, collator)``: the data (:class:`~equilibria.tasks.TaskData`: your ``--dataset_name`` rows,
     or the task's generated splits with its tokenizer and training-question fingerprints) and the model: the
     checkpoint ``--model_name_or_path``, or a new one of the family with a small config sized by ``model_args``."""
-    from transformers import DataCollatorForSeq2Seq
-
     from .families import model_task
     from .tasks import build_task, check_task, task_shape
+    from .tasks.text_data import training_collator
 
     family = FAMILIES[model_args.family]
     checkpoint = model_args.model_name_or_path
@@ -277,11 +275,7 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
         model.config.equilibria_task = task
     if model_args.use_peft:
         model = with_lora(model, model_args, family)
-    collator = None
-    if data.tokenizer is not None:  # text: pad the training batches on the right, labels with -100
-        collate_tokenizer = copy.deepcopy(data.tokenizer)
-        collate_tokenizer.padding_side = "right"
-        collator = DataCollatorForSeq2Seq(collate_tokenizer, label_pad_token_id=-100)
+    collator = training_collator(data.tokenizer) if data.tokenizer is not None else None  # text: right padding
     return model, data, collator
 
 

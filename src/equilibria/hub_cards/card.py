@@ -253,14 +253,9 @@ def _lm_eval_results(head, lm_eval: dict | None) -> list[EvalResult]:
 def _lm_eval_section(lm_eval: dict | None, plot: str | None) -> list[str]:
     if not lm_eval or not lm_eval.get("tasks"):
         return []
-    columns = [(task, metric) for task, metrics in lm_eval["tasks"].items() for metric in metrics]
-    loops = sorted({int(n) for task, metric in columns for n in lm_eval["tasks"][task][metric]})
+    from ..harness import lm_eval_table
 
-    def cell(task, metric, n):
-        value = lm_eval["tasks"][task][metric].get(str(n))
-        err = lm_eval.get("stderr", {}).get(task, {}).get(metric, {}).get(str(n))
-        return "-" if value is None else f"{value:.4f}" + (f" ± {err:.4f}" if err is not None else "")
-
+    header, rows = lm_eval_table(lm_eval)
     limit = f", at most {lm_eval['limit']} documents per task" if lm_eval.get("limit") else ""
     shots = f", {lm_eval['num_fewshot']}-shot" if lm_eval.get("num_fewshot") is not None else ""
     lines = [
@@ -269,9 +264,9 @@ def _lm_eval_section(lm_eval: dict | None, plot: str | None) -> list[str]:
         f"lm-eval {lm_eval.get('lm_eval_version', '')} at each loop count (`equilibria eval --lm-eval-tasks`{shots}"
         f"{limit}), on the tasks' own documents, which were not checked against the training data:",
         "",
-        "| num_loops | " + " | ".join(f"{task} {metric}" for task, metric in columns) + " |",
-        "| --- |" + " --- |" * len(columns),
-        *[f"| {n} | " + " | ".join(cell(task, metric, n) for task, metric in columns) + " |" for n in loops],
+        "| " + " | ".join(header) + " |",
+        "|" + " --- |" * len(header),
+        *["| " + " | ".join(row) + " |" for row in rows],
         "",
     ]
     return lines + ([f"![lm-eval at each loop count]({plot})", ""] if plot else [])

@@ -331,21 +331,29 @@ def _split(splits: DatasetDict, train_split: str, test_split: str, test_size: in
     return train.select(range(test_size, len(train))), held, f"(held out of the {train_split} split before training)"
 
 
+def training_collator(tokenizer):
+    """transformers' ``DataCollatorForSeq2Seq`` on a right-padding copy of ``tokenizer``: pads ``input_ids`` with
+    the padding token, ``labels`` with ``-100``, and adds the ``attention_mask``."""
+    import copy
+
+    from transformers import DataCollatorForSeq2Seq
+
+    right = copy.deepcopy(tokenizer)
+    right.padding_side = "right"
+    return DataCollatorForSeq2Seq(right, label_pad_token_id=-100)
+
+
 @torch.no_grad()
-def token_accuracy(model, encoded: Dataset, num_loops: int, pad_token_id: int, batch_size: int = 32) -> float:
+def token_accuracy(model, encoded: Dataset, num_loops: int, tokenizer, batch_size: int = 32) -> float:
     """The share of labelled tokens (``labels != -100``) that the model predicts as its top choice, reading the
     right tokens before them (teacher forcing), at ``num_loops``."""
     model.eval()
+    collate = training_collator(tokenizer)
     right = total = 0
     for start in range(0, len(encoded), batch_size):
-        rows = encoded[start : start + batch_size]
-        width = max(len(ids) for ids in rows["input_ids"])
-        ids = torch.full((len(rows["input_ids"]), width), pad_token_id)
-        labels = torch.full_like(ids, -100)
-        for i, (row_ids, row_labels) in enumerate(zip(rows["input_ids"], rows["labels"])):
-            ids[i, : len(row_ids)], labels[i, : len(row_labels)] = torch.tensor(row_ids), torch.tensor(row_labels)
-        mask = (torch.arange(width) < torch.tensor([len(r) for r in rows["input_ids"]])[:, None]).long()
-        logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), num_loops=num_loops).logits
+        batch = collate(list(encoded.select(range(start, min(start + batch_size, len(encoded))))))
+        labels = batch.pop("labels")
+        logits = model(**batch.to(model.device), num_loops=num_loops).logits
         predicted, target = logits[:, :-1].argmax(-1).cpu(), labels[:, 1:]
         scored = target != -100
         right += int((predicted[scored] == target[scored]).sum())
@@ -367,4 +375,5 @@ __all__ = [
     "row_format",
     "row_key",
     "token_accuracy",
+    "training_collator",
 ]
