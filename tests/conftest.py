@@ -12,7 +12,11 @@ import equilibria  # noqa: F401  (registers the Auto classes)
 from equilibria import AttractorConfig, AttractorForCausalLM, OuroConfig, OuroForCausalLM
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-torch.set_num_threads(min(2, torch.get_num_threads()))
+if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: one thread each, for their subprocesses too
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+else:
+    torch.set_num_threads(min(2, torch.get_num_threads()))
 
 OURO_REFERENCE = Path(__file__).resolve().parent / "data" / "ouro-reference-tiny"  # see its README.md
 

@@ -249,16 +249,6 @@ def test_train_errors_are_one_line(tmp_path, capsys):
     assert "--task addition does not fit --family eqr" in capsys.readouterr().err
 
 
-def test_train_behind_torchrun_keeps_replicas_identical(tmp_path):
-    from conftest import run_two_processes
-
-    r0, r1 = run_two_processes("cli_train_ddp.py", tmp_path)
-    assert r0["world"] == r1["world"] == 2
-    for name, p0 in r0["params"].items():
-        assert torch.equal(p0, r1["params"][name]), name
-    assert (tmp_path / "model" / "README.md").exists() and (tmp_path / "model" / "loop_scaling.json").exists()
-
-
 def readme_train_command() -> list[str]:
     """The README's first `equilibria train` example, as argv (backslash continuations joined)."""
     import re

@@ -20,6 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+pytestmark = pytest.mark.xdist_group("readme")  # one worker runs the blocks and commands in README order
 
 # (what the README says, what the test runs instead): sizes and placeholder paths, applied to blocks and commands
 SIZES = [

@@ -301,3 +301,4 @@ def test_lora_fine_tuning_with_stars_behind_torchrun_keeps_replicas_identical(ba
     assert any(not torch.equal(saved[k], start[k]) for k in saved)  # it trained
     for name, value in saved.items():
         assert torch.equal(r0["params"][name], value) and torch.equal(r1["params"][name], value), name
+    assert (tmp_path / "model" / "README.md").exists() and (tmp_path / "model" / "loop_scaling.json").exists()

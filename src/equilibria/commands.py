@@ -74,12 +74,9 @@ def evaluation_data(model, args, digits: int = 2):
 
 
 def _tokenizer(model_path: str):
-    from transformers import AutoTokenizer
+    from .tasks.tokenization import load_tokenizer
 
-    try:
-        return AutoTokenizer.from_pretrained(model_path)
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{model_path} has no tokenizer to read prompts with ({err.__class__.__name__})") from None
+    return load_tokenizer(model_path, "prompts")
 
 
 def run_audit(args) -> None:

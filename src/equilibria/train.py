@@ -332,19 +332,14 @@ def _check_task_tokenizer(checkpoint: str, task_tokenizer, task: str) -> None:
 
 def _text_tokenizer(name: str | None):
     """The tokenizer at ``name``, with a padding token (its end-of-sequence token when it has none)."""
-    from transformers import AutoTokenizer
+    from .tasks.tokenization import load_tokenizer
 
     if name is None:
         raise ValueError(
             "--dataset_name needs a tokenizer: give --model_name_or_path (a checkpoint with one) or "
             "--tokenizer_name_or_path"
         )
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError, TypeError) as err:
-        raise ValueError(
-            f"{name} has no tokenizer to read --dataset_name with ({type(err).__name__}); pass --tokenizer_name_or_path"
-        ) from None
+    tokenizer = load_tokenizer(name, "--dataset_name", hint="; pass --tokenizer_name_or_path")
     if tokenizer.eos_token_id is None:
         raise ValueError(f"the tokenizer of {name} has no end-of-sequence token, which ends every training row")
     if tokenizer.pad_token_id is None:

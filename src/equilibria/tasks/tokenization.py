@@ -70,3 +70,14 @@ def unknown_characters(
     tokens = tokenizer.convert_ids_to_tokens(ids)
     found = {text[a:b] for i, t, (a, b) in zip(ids, tokens, offsets) if i in suspects and b > a and text[a:b] != t}
     return sorted(found)[:12]
+
+
+def load_tokenizer(name: str, reading: str, hint: str = "") -> PreTrainedTokenizerBase:
+    """``AutoTokenizer.from_pretrained(name)``, or a one-line ``ValueError`` saying that ``name`` has no tokenizer to
+    read ``reading`` with (and ``hint``, the way out) instead of transformers' own traceback."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError, TypeError) as err:
+        raise ValueError(f"{name} has no tokenizer to read {reading} with ({type(err).__name__}){hint}") from None
