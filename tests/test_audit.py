@@ -447,6 +447,8 @@ def test_reachability_audit_benchmark_quick_mode_runs(tmp_path):
     bench_audit_reachability = load_benchmark("bench_audit_reachability")
     results = bench_audit_reachability.main(["--quick", "--output-dir", str(tmp_path)])
     runs = {run["model"]: run for run in results["runs"]}
-    assert set(runs) == {"phdeq", "phdeq_no_direct", "mlp"}
-    assert runs["phdeq"]["verdict"] in VERDICTS
-    assert (tmp_path / "phdeq-seed0" / "audit.json").exists()
+    assert set(runs) == {"studied", "no_anchor", "noisy_start", "amortised", "control", "mlp"}
+    assert all(runs[kind]["verdict"] in VERDICTS for kind in runs if kind != "mlp")
+    assert (tmp_path / "studied-seed0" / "audit.json").exists()
+    assert runs["studied"]["gradients"]["dynamics"]["first"] > 0 and "direct_path" not in runs["control"]["gradients"]
+    assert results["findings"]["studied"]["runs"] == 1

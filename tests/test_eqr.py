@@ -147,11 +147,53 @@ def test_vote_picks_the_majority_answer():
     fixed = Fixed()
     fixed.logits, fixed.residuals = logits, torch.tensor([[0.5], [0.1], [0.4], [0.3]])
     fixed.halt_logits = torch.tensor([[0.0], [0.0], [0.0], [0.0]])
+    fixed.steps = torch.ones(4, dtype=torch.long)
     model.forward = lambda *args, **kwargs: fixed
     vote = model.solve(PUZZLES[:1], depth=1, breadth=4, select="vote")
     residual = model.solve(PUZZLES[:1], depth=1, breadth=4, select="residual")
     assert vote.chosen.item() == 3 and vote.votes.tolist() == [[3, 1, 3, 3]]  # majority, then lowest residual
     assert residual.chosen.item() == 1
+
+
+def test_halting_stops_each_row_where_its_head_says_and_stopped_rows_cost_nothing():
+    model = tiny_eqr(num_loops=8)
+    puzzles = torch.randint(1, 11, (8, 16), generator=torch.Generator().manual_seed(3))
+    z0 = torch.randn(8, 16, 32, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        full = model.model(puzzles, state=z0, noise=0.0, output_states=True)
+    probs = torch.sigmoid(full.halt_logits)
+    threshold = float(probs.median())
+    reached = probs >= threshold
+    expected = torch.where(reached.any(1), reached.float().argmax(1) + 1, torch.tensor(8))
+    assert len(set(expected.tolist())) > 1 and int(expected.min()) < 8  # rows stop at different steps
+
+    applied = []  # rows entering the block's first layer, per application
+    hook = model.model.layers[0].register_forward_hook(lambda module, args, out: applied.append(args[0].shape[0]))
+    with torch.no_grad():
+        halted = model.model(puzzles, state=z0, noise=0.0, halt_threshold=threshold)
+    hook.remove()
+    assert torch.equal(halted.steps, expected)
+    assert sum(applied) == int(expected.sum()) < 8 * 8  # the stopped rows were not computed
+    final = torch.stack([full.states[k][row] for row, k in enumerate(expected.tolist())])
+    torch.testing.assert_close(halted.last_hidden_state, final)  # each row stops at its own state
+    last = expected - 1
+    torch.testing.assert_close(halted.residuals[:, -1], full.residuals[torch.arange(8), last])
+    assert halted.residuals.shape[1] == int(expected.max())
+
+
+def test_solve_reports_function_evaluations_per_puzzle():
+    model = tiny_eqr(test_noise=0.05)
+    plain = model.solve(PUZZLES, depth=5, breadth=3, generator=torch.Generator().manual_seed(0))
+    assert plain.nfe.tolist() == [15, 15, 15] and plain.steps.shape == (3, 3)
+    early = model.solve(PUZZLES, depth=5, breadth=3, halt_threshold=1e-6, generator=torch.Generator().manual_seed(0))
+    assert early.nfe.tolist() == [3, 3, 3]  # every restart halts after its first step
+    assert torch.equal(early.nfe, early.steps.sum(1))
+
+
+@pytest.mark.parametrize("value", [0, 1.5, "0.5", True])
+def test_bad_halt_thresholds_are_clear_errors(value):
+    with pytest.raises(ValueError, match=r"halt_threshold must be a probability in \(0, 1\]"):
+        tiny_eqr().solve(PUZZLES, halt_threshold=value)
 
 
 @pytest.mark.parametrize(
@@ -170,6 +212,8 @@ def test_bad_solve_arguments_are_clear_errors(kwargs, message):
 def test_bad_inputs_and_configs_are_clear_errors():
     with pytest.raises(ValueError, match="select='halt' needs a halting head"):
         tiny_eqr(halting=False).solve(PUZZLES, select="halt")
+    with pytest.raises(ValueError, match="halt_threshold needs a halting head"):
+        tiny_eqr(halting=False).solve(PUZZLES, halt_threshold=0.5)
     with pytest.raises(ValueError, match="exactly max_seq_len=16"):
         tiny_eqr(block_type="mlp")(PUZZLES[:, :9])
     with pytest.raises(ValueError, match="at most max_seq_len=16"):

@@ -24,15 +24,20 @@ X = torch.randn(5, 6, generator=torch.Generator().manual_seed(1))
 Y = torch.tensor([0, 1, 2, 1, 0])
 
 
-def test_the_solution_is_an_equilibrium_of_the_dynamics():
-    """p* = 0 and the force balances: anchor * q* + grad Phi(q*) = B c, i.e. f(z*) = z*."""
-    model = tiny_phdeq()
+@pytest.mark.parametrize("anchor_target", ["origin", "initializer"])
+def test_the_solution_is_an_equilibrium_of_the_dynamics(anchor_target):
+    """p* = 0 and the force balances: anchor * (q* - q_a) + grad Phi(q*) = B c, i.e. f(z*) = z*, with the anchor's
+    centre q_a the origin or the initialiser's q; a displaced start ends at the same equilibrium (the centre
+    stays the initialiser's)."""
+    model = tiny_phdeq(anchor_target=anchor_target)
     with torch.no_grad():
         out = model(X)
+        displaced = model(X, initial_state=out.start_state + 3 * torch.randn(5, 16))
         core = model.model
         q, p = out.solved_state.chunk(2, dim=-1)
+        centre = out.start_state[:, :8] if anchor_target == "initializer" else 0.0
         grad = (
-            model.config.anchor * q
+            model.config.anchor * (q - centre)
             + (core.potential_scale * torch.tanh(core.potential_q(q) + core.potential_c(out.context)))
             @ core.potential_q.weight
         )
@@ -41,6 +46,49 @@ def test_the_solution_is_an_equilibrium_of_the_dynamics():
     assert p.abs().max() < 1e-4
     assert balance.abs().max() < 1e-4
     assert (out.solved_state - out.start_state).norm(dim=1).min() > 1e-2  # the initialiser does not start there
+    torch.testing.assert_close(displaced.solved_state, out.solved_state, atol=1e-4, rtol=0)
+
+
+def test_the_anchor_can_pull_toward_the_initialiser_and_be_removed():
+    origin, pulled = tiny_phdeq(), tiny_phdeq(anchor_target="initializer")
+    with torch.no_grad():
+        a, b = origin(X), pulled(X)
+    assert torch.equal(a.start_state, b.start_state)  # same seed, same initialiser
+    # pulled toward z0's q: closer to the start than the origin-anchored equilibrium
+    assert (b.solved_state - b.start_state)[:, :8].norm() < (a.solved_state - a.start_state)[:, :8].norm()
+    free = tiny_phdeq(anchor=0.0, anchor_target="initializer")
+    with torch.no_grad():
+        c = free(X)
+    # without the anchor the bounded force of the (initial, small) potential cannot hold q against the drive:
+    # there is no equilibrium, and the solves say so
+    assert not bool(c.converged.any()) and c.rel_residual.min() > 1e-3
+
+
+def test_an_isolated_initialiser_gets_no_gradient_even_through_the_anchor():
+    reached = tiny_phdeq(anchor_target="initializer", initializer_loss_weight=0.0).train()
+    reached(X, labels=Y).loss.backward()  # the anchor's centre carries the task loss to the initialiser ...
+    assert reached.model.initializer[0].weight.grad.abs().sum() > 0
+    isolated = tiny_phdeq(anchor_target="initializer", initializer_loss_weight=0.0, stop_initializer_gradient=True)
+    for mode in ("implicit", "unrolled"):
+        isolated.train().zero_grad(set_to_none=True)
+        out = isolated(X, labels=Y, gradient_mode=mode, num_loops=20 if mode == "unrolled" else None)
+        out.loss.backward()
+        assert out.initializer_loss is None
+        assert all(p.grad is None for p in isolated.model.initializer.parameters())  # ... unless isolated
+        assert isolated.model.port.weight.grad.abs().sum() > 0
+
+
+def test_training_can_start_from_a_noisy_start():
+    model = tiny_phdeq(start_noise=0.5, num_loops=0)
+    x = torch.randn(4000, 6, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        clean = model(x)  # evaluation mode: no noise
+        torch.manual_seed(0)
+        noisy = model.train()(x)
+    assert torch.equal(clean.solved_state, clean.start_state)
+    ratio = (noisy.solved_state - noisy.start_state).norm(dim=1) / noisy.start_state.norm(dim=1)
+    assert abs(float(ratio.mean()) - 0.5) < 0.02  # expected norm start_noise * |z0|
+    assert torch.equal(noisy.start_state, clean.start_state)  # the reported z0 stays the initialiser's
 
 
 def test_anderson_and_picard_find_the_same_equilibrium_from_any_start():
@@ -117,7 +165,8 @@ def test_sequences_of_vectors_are_mean_pooled_over_the_mask():
 
 
 def test_a_diverging_solve_is_flagged_not_returned_as_fine():
-    model = tiny_phdeq(solver="picard", anchor=100.0, num_loops=300)  # step^2 * anchor = 25: the step is unstable
+    model = tiny_phdeq(solver="picard", num_loops=300)
+    model.config.anchor = 100.0  # step^2 * anchor = 25 > 4 - 2 * step * friction: past the bound the config refuses
     with torch.no_grad():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # warned once per process; the flags are the contract
@@ -134,7 +183,11 @@ def test_a_diverging_solve_is_flagged_not_returned_as_fine():
         (dict(initializer="random"), "initializer must be one of"),
         (dict(step_size=2.5), "step_size must be a number in"),
         (dict(friction=5.0, step_size=0.5), "friction \\* step_size must be < 2"),
-        (dict(anchor=0.0), "anchor must be a finite number > 0"),
+        (dict(anchor=-1.0), "anchor must be a finite number >= 0"),
+        (dict(anchor=13.0), r"linearised step is unstable: .* anchor < 12 for step_size=0.5 and friction=1.0"),
+        (dict(step_size=1.0, friction=1.5, anchor=1.0), r"anchor < 1 for step_size=1.0 and friction=1.5"),
+        (dict(anchor_target="z0"), r"anchor_target must be one of \('origin', 'initializer'\)"),
+        (dict(start_noise=-0.1), "start_noise must be a finite number >= 0"),
         (dict(num_loops=-1), "num_loops must be an integer >= 0"),
         (dict(initializer="zero", initializer_loss_weight=1.0), "initializer_loss_weight must be 0"),
         (dict(hidden_size=0), "hidden_size must be an integer >= 1"),
@@ -196,6 +249,53 @@ def test_trains_with_the_hf_trainer(tmp_path):
     with torch.no_grad():
         accuracy = (model(x).logits.argmax(-1) == x[:, :3].argmax(1)).float().mean()
     assert accuracy > 0.8, accuracy
+
+
+def test_gradient_norm_callback_measures_each_path(tmp_path):
+    """Step 1's logged norms are those of a full-batch backward on the initial model (no clipping); an isolated
+    initialiser gets none, the dynamics and the direct path do."""
+    import copy
+
+    from datasets import Dataset
+
+    from equilibria.trainers import GradientNormCallback, group_norm, phdeq_gradient_groups
+
+    x = torch.randn(32, 6, generator=torch.Generator().manual_seed(0))
+    y = x[:, :3].argmax(1)
+    data = Dataset.from_dict({"inputs": x.tolist(), "labels": y.tolist()})
+    model = tiny_phdeq(
+        num_loops=50,
+        solver_tol=1e-4,
+        anchor_target="initializer",
+        initializer_loss_weight=0.0,
+        stop_initializer_gradient=True,
+    ).train()
+    reference = copy.deepcopy(model)
+    reference(x, labels=y).loss.backward()
+    expected = {name: group_norm(get()) for name, get in phdeq_gradient_groups(reference).items()}
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=3,
+        per_device_train_batch_size=32,
+        learning_rate=1e-2,
+        max_grad_norm=0.0,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=0,
+    )
+    callback = GradientNormCallback()
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[callback])
+    trainer.train()
+    assert [h["step"] for h in callback.history] == [1, 2, 3]
+    assert set(expected) == {"dynamics", "state_readout", "encoder", "direct_path", "initializer"}
+    for name, value in expected.items():
+        assert callback.history[0][name] == pytest.approx(value, rel=1e-4, abs=1e-12), name
+    assert expected["initializer"] == 0.0 and expected["dynamics"] > 0 and expected["direct_path"] > 0
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logged) == 3 and logged[0]["grad_norm/dynamics"] == pytest.approx(expected["dynamics"], rel=1e-4)
 
 
 def test_remote_code_loads_without_the_package(tmp_path):

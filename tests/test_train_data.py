@@ -186,8 +186,25 @@ def test_a_published_ouro_checkpoint_fine_tunes_with_a_tokenizer_given(tmp_path,
 
 
 def test_a_puzzle_checkpoint_continues_on_its_own_task_at_its_own_size(tmp_path):
-    first = ["train", "--family", "phdeq", "--task", "reachability", "--nodes", "6", "--hidden_size", "8"]
-    assert main([*first, "--output_dir", str(tmp_path / "a"), "--max_steps", "1", "--train_size", "16", *COMMON]) == 0
+    from equilibria.train import train_and_evaluate
+
+    first = [
+        "--family",
+        "phdeq",
+        "--task",
+        "reachability",
+        "--nodes",
+        "6",
+        "--hidden_size",
+        "8",
+        "--logging_steps",
+        "1",
+    ]
+    trainer, _ = train_and_evaluate(
+        [*first, "--output_dir", str(tmp_path / "a"), "--max_steps", "1", "--train_size", "16", *COMMON]
+    )
+    logged = next(h for h in trainer.state.log_history if "loss" in h)
+    assert logged["grad_norm/dynamics"] > 0 and logged["grad_norm/direct_path"] > 0  # the family's callback
     again = ["train", "--model_name_or_path", str(tmp_path / "a"), "--output_dir", str(tmp_path / "b")]
     assert main([*again, "--max_steps", "1", "--train_size", "16", "--test_size", "4", *COMMON]) == 0
     config = json.loads((tmp_path / "b" / "config.json").read_text())

@@ -75,6 +75,7 @@ class Family:
     trainer: str = "equilibria.trainers:EquilibriaTrainer"  # "module:Class", imported when asked for
     arguments: str = "transformers:TrainingArguments"
     adapter: str = ""
+    callbacks: tuple[str, ...] = ()  # "module:Class" TrainerCallbacks `equilibria train` adds
     citation: str = ""  # BibTeX of the family's paper(s), for the model card
     lora_targets: tuple[str, ...] = (
         "q_proj",
@@ -108,6 +109,9 @@ class Family:
 
     def trainer_class(self) -> type:
         return _load(self.trainer)
+
+    def make_callbacks(self) -> list:
+        return [_load(path)() for path in self.callbacks]
 
     def arguments_class(self) -> type:
         return _load(self.arguments)
@@ -326,6 +330,7 @@ FAMILIES: dict[str, Family] = {
             ),
             make_config=_phdeq_config,
             adapter="equilibria.diagnostics.adapters:PHDEQAdapter",
+            callbacks=("equilibria.trainers:GradientNormCallback",),  # gradient to the dynamics vs the direct path
             citation=PHDEQ_BIBTEX,
             lora_targets=("potential_q", "potential_c", "port"),  # no attention: the dynamics' maps
         ),

@@ -454,8 +454,14 @@ def train_and_evaluate(argv: list[str]):
     loops = parse_loops(data_args.eval_loops)
     set_seed(args.seed)
     model, data, collator = build(model_args, data_args, args.seed)
-    trainer = FAMILIES[model_args.family].trainer_class()(
-        model=model, args=args, train_dataset=data.train, data_collator=collator, processing_class=data.tokenizer
+    family = FAMILIES[model_args.family]
+    trainer = family.trainer_class()(
+        model=model,
+        args=args,
+        train_dataset=data.train,
+        data_collator=collator,
+        processing_class=data.tokenizer,
+        callbacks=family.make_callbacks(),
     )
     trainer.train()
     trainer.save_model()

@@ -58,7 +58,7 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
 
     model_type = "eqr"
     _auto_class = "AutoConfig"
-    keys_to_ignore_at_inference = ["state", "residuals", "halt_logits", "states", "lm_loss", "halt_loss"]
+    keys_to_ignore_at_inference = ["state", "residuals", "halt_logits", "states", "steps", "lm_loss", "halt_loss"]
 
     vocab_size: int = 11
     max_seq_len: int = 81

@@ -10,6 +10,15 @@ from .config_checks import LoopConfigMixin, check_choices, check_finite, check_i
 from .solvers import GRADIENT_MODES, SOLVERS
 
 INITIALIZERS = ("learned", "zero")
+ANCHOR_TARGETS = ("origin", "initializer")
+
+
+def stiffness_bound(step_size: float, friction: float) -> float:
+    """The largest stiffness ``k`` for which one damped symplectic-Euler step of ``q'' = -k q - friction q'`` is
+    stable: the linearised step ``(q, p) -> (q + h p', p')``, ``p' = (1 - h gamma) p - h k q``, has trace
+    ``2 - h gamma - h^2 k`` and determinant ``1 - h gamma``, so (Jury) its eigenvalues lie inside the unit circle
+    iff ``0 < h gamma < 2`` and ``0 < h^2 k < 4 - 2 h gamma``."""
+    return (4.0 - 2.0 * step_size * friction) / step_size**2
 
 
 @raise_value_errors
@@ -21,13 +30,16 @@ class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
     ``c``, starts from ``z_0 = (q_0, p_0)`` given by a feed-forward initialiser ``c -> z_0`` and solves for the
     equilibrium of damped, anchored port-Hamiltonian dynamics in phase space,
 
-        H(q, p; c) = |p|^2 / 2 + anchor * |q|^2 / 2 + sum_i a_i log cosh(w_i . q + u_i . c + b_i),
+        H(q, p; c) = |p|^2 / 2 + anchor * |q - q_a|^2 / 2 + sum_i a_i log cosh(w_i . q + u_i . c + b_i),
         dq/dt = p,    dp/dt = -dH/dq - friction * p + B c,
 
     discretised by one symplectic-Euler step of size ``step_size`` (``p`` first, then ``q`` with the new ``p``).
     The map ``f(z) = z_{k+1}`` has its fixed points exactly at the equilibria (``p* = 0``, ``dH/dq(q*) = B c``);
-    the anchor keeps ``H`` strongly convex in ``q`` at initialisation, so the equilibrium is unique there. A decoder
-    reads the solved state ``h* = z*`` and, with ``direct_path``, the context ``c`` as well.
+    the anchor keeps ``H`` strongly convex in ``q`` at initialisation, so the equilibrium is unique there. The
+    anchor's centre ``q_a`` is the origin (``anchor_target="origin"``) or the ``q`` half of the initialiser's
+    output (``"initializer"``, the lazy-identity study's design: the state is pulled toward the initialiser's
+    proposal, which stays fixed while solving, also when the solver starts elsewhere). A decoder reads the solved
+    state ``h* = z*`` and, with ``direct_path``, the context ``c`` as well.
 
     Args:
         input_size (`int`): Features per input vector (e.g. 304 for the graph-reachability encoding, 384 for
@@ -39,12 +51,19 @@ class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
         step_size (`float`): ``h`` in ``(0, 2)``, the symplectic-Euler step.
         friction (`float`): ``gamma`` >= 0, the friction on ``p`` (``h * gamma < 2`` keeps the step stable). Configs
             saved with the old key ``damping`` load with a deprecation warning.
-        anchor (`float`): ``kappa`` > 0, the quadratic well that anchors ``q``.
+        anchor (`float`): ``kappa`` >= 0, the stiffness of the quadratic well that anchors ``q`` (0 removes it: the
+            anchor-removal ablation). The anchor alone must keep the step stable: ``step_size^2 * anchor <
+            4 - 2 * step_size * friction`` (configurations past that bound are refused).
+        anchor_target (`str`): The anchor's centre: ``"origin"`` or ``"initializer"`` (the initialiser's ``q``).
+        start_noise (`float`): >= 0; in training mode the solver starts from ``z_0 + noise`` with Gaussian noise of
+            expected norm ``start_noise * |z_0|`` per example (the anchor's centre stays noiseless); 0 turns it
+            off. Nothing is added with a zero start or at evaluation.
         initializer (`str`): ``"learned"`` (the feed-forward initialiser ``c -> z_0``) or ``"zero"`` (``z_0 = 0``).
         initializer_loss_weight (`float`): Weight (>= 0) of the amortisation loss ``mean((z_0 - sg(z*))^2)`` that
             trains the learned initialiser to predict the equilibrium.
-        stop_initializer_gradient (`bool`): Detach ``z_0`` from the task loss (which reaches it only with
-            ``gradient_mode="unrolled"``); the initialiser then learns from the amortisation loss alone.
+        stop_initializer_gradient (`bool`): Detach ``z_0`` (the start and the anchor's centre) from the task
+            loss; the initialiser then learns from the amortisation loss alone, or, with
+            ``initializer_loss_weight=0``, not at all (isolated from every gradient, as in the lazy-identity study).
         direct_path (`bool`): Whether the decoder also sees the context ``c`` (a path around the solver).
         solver (`str`): ``"anderson"`` or ``"picard"``.
         anderson_memory (`int`): Anderson's history size ``m`` (>= 1).
@@ -78,6 +97,8 @@ class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
     step_size: float | int = 0.5
     friction: float | int = 1.0
     anchor: float | int = 1.0
+    anchor_target: str = "origin"
+    start_noise: float | int = 0.0
     initializer: str = "learned"
     initializer_loss_weight: float | int = 1.0
     stop_initializer_gradient: bool = False
@@ -102,7 +123,12 @@ class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
         name = type(self).__name__
         activations = ("gelu", "silu", "relu", "tanh")
         check_choices(
-            self, solver=SOLVERS, gradient_mode=GRADIENT_MODES, initializer=INITIALIZERS, hidden_act=activations
+            self,
+            solver=SOLVERS,
+            gradient_mode=GRADIENT_MODES,
+            initializer=INITIALIZERS,
+            hidden_act=activations,
+            anchor_target=ANCHOR_TARGETS,
         )
         if not is_number(self.step_size) or not 0.0 < self.step_size < 2.0:
             raise ValueError(f"{name}: step_size must be a number in (0, 2), got {self.step_size!r}.")
@@ -111,7 +137,15 @@ class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
             raise ValueError(
                 f"{name}: friction * step_size must be < 2 for a stable step, got {self.friction} * {self.step_size}."
             )
-        check_finite(self.anchor, f"{name}: anchor", 0.0, inclusive=False)
+        check_finite(self.anchor, f"{name}: anchor", 0.0)
+        bound = stiffness_bound(float(self.step_size), float(self.friction))
+        if self.anchor >= bound:
+            raise ValueError(
+                f"{name}: the linearised step is unstable: step_size^2 * anchor must be < 4 - 2 * step_size * "
+                f"friction, i.e. anchor < {bound:.4g} for step_size={self.step_size} and friction={self.friction}, "
+                f"got anchor={self.anchor}."
+            )
+        check_finite(self.start_noise, f"{name}: start_noise", 0.0)
         check_finite(self.solver_tol, f"{name}: solver_tol", 0.0, inclusive=False)
         check_finite(self.initializer_loss_weight, f"{name}: initializer_loss_weight")
         check_finite(self.potential_scale_init, f"{name}: potential_scale_init")

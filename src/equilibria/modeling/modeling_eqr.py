@@ -17,6 +17,7 @@ This module travels to the Hub as remote code: it imports only torch, transforme
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -68,11 +69,15 @@ class EqRLoopTelemetry:
     halt_logits (`torch.FloatTensor` of shape `(batch, depth)`): the halting head's logit after each step
         ("the current answer is right"); ``None`` without a halting head.
     states (`tuple(torch.FloatTensor)`): with ``output_states=True``, ``z_0 .. z_D``.
+    steps (`torch.LongTensor` of shape `(batch,)`): applications of the weight-tied block per row: ``depth``, or
+        fewer for a row that halted (``halt_threshold``). With halting the telemetry has one column per step the
+        longest row ran, and a halted row's state, residual and halting logit stay at their values when it stopped.
     """
 
     residuals: torch.FloatTensor | None = None
     halt_logits: torch.FloatTensor | None = None
     states: tuple[torch.FloatTensor, ...] | None = None
+    steps: torch.LongTensor | None = None
 
 
 @dataclass
@@ -109,6 +114,10 @@ class EqRSolveOutput(ModelOutput):
     residuals (`torch.FloatTensor` of shape `(num_puzzles, breadth)`): every restart's final relative residual.
     halt_probs (`torch.FloatTensor` of shape `(num_puzzles, breadth)`): the halting head's final probability.
     votes (`torch.LongTensor` of shape `(num_puzzles, breadth)`): how many restarts gave the same answer.
+    steps (`torch.LongTensor` of shape `(num_puzzles, breadth)`): block applications per restart (``depth``
+        unless it halted early).
+    nfe (`torch.LongTensor` of shape `(num_puzzles,)`): function evaluations per puzzle: the applications of the
+        weight-tied block summed over its restarts (``depth * breadth`` without halting).
     """
 
     answers: torch.LongTensor | None = None
@@ -117,6 +126,8 @@ class EqRSolveOutput(ModelOutput):
     residuals: torch.FloatTensor | None = None
     halt_probs: torch.FloatTensor | None = None
     votes: torch.LongTensor | None = None
+    steps: torch.LongTensor | None = None
+    nfe: torch.LongTensor | None = None
 
 
 class EqRPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
@@ -221,6 +232,7 @@ class EqRModel(EqRPreTrainedModel):
         random_init: bool | None = None,
         output_states: bool = False,
         input_ids: torch.LongTensor | None = None,
+        halt_threshold: float | None = None,
         **kwargs,
     ) -> EqRModelOutput:
         r"""Iterate the block ``num_loops`` times.
@@ -236,36 +248,92 @@ class EqRModel(EqRPreTrainedModel):
             generator (`torch.Generator`, *optional*): randomness of the start and the noise.
             random_init (`bool`, *optional*): start from a random state (True) or the learned one (False) when no
                 ``state`` is given; default ``config.random_init``.
+            halt_threshold (`float`, *optional*): adaptive computation: the halting head is read after every step
+                and a row stops once its halting probability reaches this value (in ``(0, 1]``); the rows still
+                running are then computed without the stopped ones. ``steps`` reports the block applications per
+                row. Default None: every row runs ``num_loops`` steps.
         """
         check_keywords(self, kwargs)
         inputs = _puzzle_inputs(inputs, input_ids, self.config.max_seq_len)
         depth = check_depth(self.config.num_loops if num_loops is None else num_loops, "num_loops")
         beta = (self.config.train_noise if self.training else self.config.test_noise) if noise is None else noise
         beta = check_noise(beta)
-        keep = float(self.config.inertia)
+        threshold = self._check_halt_threshold(halt_threshold)
         embeds = self.embed_tokens(inputs)
         mask, position_embeddings = self._context(embeds, attention_mask)
         batch, seq_len = inputs.shape
         z = self.initial_state(batch, seq_len, generator, embeds.dtype, random_init) if state is None else state
         if z.shape != embeds.shape:
             raise ValueError(f"state must have shape {tuple(embeds.shape)}, got {tuple(z.shape)}")
+        step = partial(
+            self._update,
+            embeds=embeds,
+            mask=mask,
+            position_embeddings=position_embeddings,
+            beta=beta,
+            generator=generator,
+        )
+        return self._iterate(step, z, depth, threshold, output_states)
+
+    def _check_halt_threshold(self, value) -> float | None:
+        if value is None:
+            return None
+        if self.halt_head is None:
+            raise ValueError("halt_threshold needs a halting head (config.halting=True).")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not 0.0 < float(value) <= 1.0:
+            raise ValueError(
+                f"halt_threshold must be a probability in (0, 1] (or None to run the full depth), got {value!r}."
+            )
+        return float(value)
+
+    def _update(self, z, embeds, mask, position_embeddings, rows, beta, generator):
+        """One damped, noisy step of the rows ``rows`` (all when None; ``z`` holds just those rows): returns the new
+        state, the relative residual before the step and the halting logit after it (None without a head)."""
+        if rows is not None:
+            embeds = embeds[rows]
+            if isinstance(mask, torch.Tensor) and mask.shape[0] > 1:
+                mask = mask[rows]
+        fz = self._step(z, embeds, mask, position_embeddings)
+        res = residual(z, fz)[1]
+        z = z + (1.0 - float(self.config.inertia)) * (fz - z)
+        if beta > 0:
+            z = z + beta * torch.randn(z.shape, generator=generator, device=z.device, dtype=z.dtype)
+        halt = self.halt_head(z.mean(dim=1)).squeeze(-1) if self.halt_head is not None else None
+        return z, res, halt
+
+    def _iterate(self, step, z, depth: int, threshold: float | None, output_states: bool) -> EqRModelOutput:
+        """Run ``step`` up to ``depth`` times; with a ``threshold`` a row stops once its halting probability
+        reaches it, and the next steps run on the remaining rows only."""
+        batch = z.shape[0]
+        steps = torch.zeros(batch, dtype=torch.long, device=z.device)
+        active = torch.ones(batch, dtype=torch.bool, device=z.device)
         states = (z,) if output_states else None
         residuals, halts = [], []
         for _ in range(depth):
-            fz = self._step(z, embeds, mask, position_embeddings)
-            residuals.append(residual(z, fz)[1])
-            z = z + (1.0 - keep) * (fz - z)
-            if beta > 0:
-                z = z + beta * torch.randn(z.shape, generator=generator, device=z.device, dtype=z.dtype)
-            if self.halt_head is not None:
-                halts.append(self.halt_head(z.mean(dim=1)).squeeze(-1))
+            rows = None if bool(active.all()) else active.nonzero().squeeze(1)
+            new, res, halt = step(z if rows is None else z[rows], rows=rows)
+            if rows is not None:  # the halted rows keep their state and telemetry
+                new = z.index_copy(0, rows, new)
+                res = residuals[-1].index_copy(0, rows, res)
+                halt = halts[-1].index_copy(0, rows, halt)
+            z = new
+            steps += active.long()
+            residuals.append(res)
+            if halt is not None:
+                halts.append(halt)
             if output_states:
                 states += (z,)
+            if threshold is not None:
+                active &= torch.sigmoid(halt.float()) < threshold
+                if not bool(active.any()):
+                    break
         return EqRModelOutput(
             last_hidden_state=z,
             residuals=torch.stack(residuals, dim=1),
             halt_logits=torch.stack(halts, dim=1) if halts else None,
             states=states,
+            steps=steps,
         )
 
 
@@ -340,6 +408,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         noise: float | None = None,
         attention_mask: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
+        halt_threshold: float | None = None,
     ) -> EqRSolveOutput:
         """Test-time scaling: ``breadth`` random restarts of ``depth`` iterations per puzzle, run batched, and one
         answer selected per puzzle by ``select``:
@@ -348,7 +417,9 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         * ``"vote"``: the most common answer among the restarts (ties: the lowest residual among them);
         * ``"halt"``: the restart whose halting head is most confident the answer is right.
 
-        ``noise`` defaults to ``config.test_noise``. Returns [`EqRSolveOutput`]."""
+        ``noise`` defaults to ``config.test_noise``. With ``halt_threshold=p`` (needs the halting head) each restart
+        stops once its halting probability reaches ``p`` and costs no more compute; ``nfe`` reports the block
+        applications per puzzle, summed over its restarts. Returns [`EqRSolveOutput`]."""
         depth = check_depth(self.config.num_loops if depth is None else depth)
         breadth = as_int(breadth, "breadth", 1, "random restarts per puzzle")
         if select not in SELECTIONS:
@@ -369,6 +440,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
                 num_loops=depth,
                 noise=noise,
                 generator=generator,
+                halt_threshold=halt_threshold,
             )
         finally:
             self.train(was_training)
@@ -379,8 +451,16 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         votes = same.sum(-1)
         chosen = pick_restarts(select, residuals, votes, halt)
         answers = predictions[torch.arange(num, device=predictions.device), chosen]
+        steps = out.steps.view(num, breadth)
         return EqRSolveOutput(
-            answers=answers, chosen=chosen, predictions=predictions, residuals=residuals, halt_probs=halt, votes=votes
+            answers=answers,
+            chosen=chosen,
+            predictions=predictions,
+            residuals=residuals,
+            halt_probs=halt,
+            votes=votes,
+            steps=steps,
+            nfe=steps.sum(dim=1),
         )
 
 

@@ -143,8 +143,17 @@ class PHDEQModel(PHDEQPreTrainedModel):
             return context.new_zeros(context.shape[0], 2 * self.config.hidden_size)
         return self.initializer(context)
 
-    def _dynamics(self, context: torch.Tensor):
-        """``f(., c)``: one damped symplectic-Euler step of the dynamics for these contexts."""
+    def anchor_centre(self, z0: torch.Tensor) -> torch.Tensor | None:
+        """The anchor's centre ``q_a``: None for the origin, else the ``q`` half of the initialiser's ``z_0``
+        (detached with ``config.stop_initializer_gradient``)."""
+        if self.config.anchor_target == "origin":
+            return None
+        centre = z0[..., : self.config.hidden_size]
+        return centre.detach() if self.config.stop_initializer_gradient else centre
+
+    def _dynamics(self, context: torch.Tensor, centre: torch.Tensor | None = None):
+        """``f(., c)``: one damped symplectic-Euler step of the dynamics for these contexts, anchored at
+        ``centre`` (the origin when None)."""
         h, gamma, kappa = float(self.config.step_size), float(self.config.friction), float(self.config.anchor)
         drive = self.port(context)
         bias = self.potential_c(context)
@@ -152,17 +161,27 @@ class PHDEQModel(PHDEQPreTrainedModel):
 
         def f(z: torch.Tensor) -> torch.Tensor:
             q, p = z.chunk(2, dim=-1)
-            grad_q = kappa * q + (scale * torch.tanh(self.potential_q(q) + bias)) @ weight
+            offset = q if centre is None else q - centre
+            grad_q = kappa * offset + (scale * torch.tanh(self.potential_q(q) + bias)) @ weight
             p_next = p + h * (drive - grad_q - gamma * p)
             return torch.cat([q + h * p_next, p_next], dim=-1)
 
         return f
 
+    def _noisy(self, start: torch.Tensor) -> torch.Tensor:
+        """In training, ``start`` plus Gaussian noise of expected norm ``start_noise * |start|`` per example."""
+        scale = float(self.config.start_noise)
+        if not self.training or scale == 0.0:
+            return start
+        size = start.shape[-1] ** 0.5
+        return start + torch.randn_like(start) * (scale * start.detach().norm(dim=-1, keepdim=True) / size)
+
     def loop_map(self, inputs: torch.Tensor, attention_mask: torch.Tensor | None = None) -> LoopMap:
         """``(f, z_0)``: one step of the dynamics for these inputs' contexts as a function of the state alone,
         and the initialiser's start (for the solver, Jacobian analysis and the audit)."""
         context = self.encode(inputs, attention_mask)
-        return LoopMap(self._dynamics(context), self.start(context))
+        z0 = self.start(context)
+        return LoopMap(self._dynamics(context, self.anchor_centre(z0)), z0)
 
     @can_return_tuple
     def forward(
@@ -185,7 +204,8 @@ class PHDEQModel(PHDEQPreTrainedModel):
             gradient_mode (`str`, *optional*): ``"implicit"``, ``"one_step"`` or ``"unrolled"``; default
                 ``config.gradient_mode`` (it matters only with gradients enabled).
             initial_state (`torch.Tensor` of shape `(batch, 2 * hidden_size)`, *optional*): start the solver here
-                instead of at the initialiser's ``z_0`` (the output's ``start_state`` stays the initialiser's).
+                instead of at the initialiser's ``z_0`` (the output's ``start_state`` and, with
+                ``anchor_target="initializer"``, the anchor's centre stay the initialiser's; no start noise).
         """
         check_keywords(self, kwargs)
         config = self.config
@@ -201,8 +221,8 @@ class PHDEQModel(PHDEQPreTrainedModel):
                 raise ValueError(f"initial_state must have shape {tuple(z0.shape)}, got {tuple(initial_state.shape)}")
             start = initial_state.to(z0.dtype)
         else:
-            start = z0.detach() if config.stop_initializer_gradient else z0
-        f = self._dynamics(context)
+            start = self._noisy(z0.detach() if config.stop_initializer_gradient else z0)
+        f = self._dynamics(context, self.anchor_centre(z0))
         h_star, stats = fixed_point(f, start, max_iter=budget, tol=tol, mode=mode, **solver_options(config))
         return PHDEQModelOutput(last_hidden_state=h_star, start_state=z0, context=context, **stats.telemetry())
 

@@ -2,6 +2,7 @@
 
 from ..modeling.regularization import spectral_radius
 from .attractor import AttractorTrainer, AttractorTrainingArguments
+from .callbacks import GradientNormCallback, group_norm, phdeq_gradient_groups
 from .common import EquilibriaTrainer, LoopTrainer, ModelCardMixin, finish_distributed
 from .eqr import EqRTrainer, EqRTrainingArguments
 from .stars import StarsTrainer, StarsTrainingArguments, find_looped_core, sample_num_loops
@@ -11,6 +12,7 @@ __all__ = [
     "AttractorTrainingArguments",
     "EqRTrainer",
     "EquilibriaTrainer",
+    "GradientNormCallback",
     "LoopTrainer",
     "ModelCardMixin",
     "EqRTrainingArguments",
@@ -18,6 +20,8 @@ __all__ = [
     "StarsTrainingArguments",
     "find_looped_core",
     "finish_distributed",
+    "group_norm",
+    "phdeq_gradient_groups",
     "sample_num_loops",
     "spectral_radius",
 ]
