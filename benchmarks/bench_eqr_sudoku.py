@@ -58,7 +58,13 @@ def parse(argv):
     p.add_argument("--depths", default="4,8,16,32,64")
     p.add_argument("--breadths", default="1,4,16")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--only", choices=["feedforward", "weight_tied", "eqr"], default=None)
+    p.add_argument("--only", choices=list(KINDS), default=None, help="train just this kind (same as --kinds KIND)")
+    p.add_argument(
+        "--kinds",
+        default="feedforward,weight_tied,eqr",
+        help=f"comma-separated, from {', '.join(KINDS)} (the ablation: all of them)",
+    )
+    p.add_argument("--untied-depth", type=int, default=8, help="blocks of the untied (depth-matched) baseline")
     p.add_argument("--output-dir", type=Path, default=Path("docs/results/eqr_sudoku_4x4"))
     args = p.parse_args(argv)
     if args.task == "sudoku" and args.size not in (4, 6, 9):
@@ -69,16 +75,37 @@ def parse(argv):
         args.size = 4 if args.task == "sudoku" else 7
         args.train_size, args.test_size, args.steps, args.batch_size = 64, 16, 4, 16
         args.width, args.depths, args.breadths, args.augmentations = 32, "2,4", "1,2", 0
+    args.kinds = [args.only] if args.only else args.kinds.split(",")
+    unknown = sorted(set(args.kinds) - set(KINDS))
+    if unknown:
+        p.error(f"--kinds: unknown {unknown}; choose from {', '.join(KINDS)}")
+    if args.quick:
+        args.untied_depth = 2
     args.depths = [int(x) for x in args.depths.split(",")]
     args.breadths = [int(x) for x in args.breadths.split(",")]
     return args
 
 
-KINDS = {
+KINDS = {  # training switches per kind; "eqr" is random init (RI) + noise injection (NI), online segments
     "feedforward": dict(random_init=False, train_noise=0.0, segment_loops=1, max_segments=1),
+    "untied": dict(random_init=False, train_noise=0.0, untied=True, max_segments=1),
     "weight_tied": dict(random_init=False, train_noise=0.0),
+    "ri_only": dict(random_init=True, train_noise=0.0),
+    "ni_only": dict(random_init=False),
     "eqr": dict(random_init=True),
+    "eqr_offline": dict(random_init=True, supervision="offline"),
 }
+
+
+def segment_loops(args, kind: str) -> int:
+    spec = KINDS[kind]
+    return args.untied_depth if spec.get("untied") else spec.get("segment_loops", args.segment_loops)
+
+
+def stochastic(args, kind: str) -> bool:
+    """Whether restarts differ: a random start, or noise at test time (kinds trained with noise get it)."""
+    spec = KINDS[kind]
+    return spec["random_init"] or spec.get("train_noise", args.noise) > 0
 
 
 def load_task(args):
@@ -107,6 +134,7 @@ def load_task(args):
 def build(args, kind: str) -> EqRForPuzzleSolving:
     set_seed(args.seed)
     spec = KINDS[kind]
+    loops = segment_loops(args, kind)
     config = EqRConfig(
         vocab_size=args.vocab_size,
         max_seq_len=args.size * args.size,
@@ -117,8 +145,9 @@ def build(args, kind: str) -> EqRForPuzzleSolving:
         block_type=args.block,
         random_init=spec["random_init"],
         train_noise=spec.get("train_noise", args.noise),
-        test_noise=args.test_noise if kind == "eqr" else 0.0,
-        num_loops=spec.get("segment_loops", args.segment_loops),
+        test_noise=args.test_noise if stochastic(args, kind) else 0.0,
+        num_loops=loops,
+        untied_depth=loops if spec.get("untied") else None,
     )
     return EqRForPuzzleSolving(config)
 
@@ -143,8 +172,9 @@ def train(args, kind: str, data) -> tuple[EqRForPuzzleSolving, float, list]:
         data_seed=args.seed,
         disable_tqdm=True,
         dataloader_drop_last=True,
-        segment_loops=spec.get("segment_loops", args.segment_loops),
+        segment_loops=segment_loops(args, kind),
         max_segments=spec.get("max_segments", args.max_segments),
+        supervision=spec.get("supervision", "online"),
     )
     trainer = EqRTrainer(model=model, args=training_args, train_dataset=data["train"])
     started = time.time()
@@ -222,49 +252,79 @@ def plot(grid: dict, args, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def depth_sweep(args, kind: str, model, data) -> tuple[dict, dict]:
+    """One trajectory per puzzle at each depth the kind can run: exact solve (%) and mean final residual."""
+    if kind == "feedforward":
+        depths = [1]
+    elif KINDS[kind].get("untied"):
+        depths = [args.untied_depth]
+    else:
+        depths = sorted({args.segment_loops * args.max_segments, *args.depths})
+    accuracy, residual = {}, {}
+    for depth in depths:
+        ev = evaluate(model, data, depth, 1, args.seed)
+        accuracy[depth], residual[depth] = ev["accuracy"]["residual"], float(ev["residuals"].mean())
+    return accuracy, residual
+
+
+def selection_rules(args, kind: str, model, data) -> dict | None:
+    """Each selection rule at the deepest depth and widest breadth (None for kinds whose restarts are identical)."""
+    if kind == "feedforward" or KINDS[kind].get("untied") or not stochastic(args, kind):
+        return None
+    ev = evaluate(model, data, args.depths[-1], args.breadths[-1], args.seed)
+    return {**ev["accuracy"], "residual_correctness_r": correlation(ev["residuals"], ev["correct"])}
+
+
+def eqr_grid(args, model, data, results: dict) -> None:
+    grid, corr = {}, {}
+    print("\nEqR depth x breadth (exact solve %, lowest-residual / vote / halting-head selection)")
+    print("  depth " + "".join(f"{'breadth ' + str(b):>22}" for b in args.breadths))
+    for depth in args.depths:
+        cells = []
+        for breadth in args.breadths:
+            ev = evaluate(model, data, depth, breadth, args.seed)
+            grid[(depth, breadth)] = ev["accuracy"]
+            if breadth == args.breadths[-1]:
+                corr[depth] = correlation(ev["residuals"], ev["correct"])
+            cells.append("/".join(f"{100 * ev['accuracy'][s]:.0f}" for s in SELECTIONS if s in ev["accuracy"]))
+        print(f"  {depth:>5} " + "".join(f"{c:>22}" for c in cells))
+    print("\ncorrelation of log10 final residual with a restart being right (Pearson r):")
+    print("  " + "  ".join(f"depth {d}: {r:+.2f}" for d, r in corr.items()))
+    results["eqr"]["grid"] = {f"{d}x{b}": v for (d, b), v in grid.items()}
+    results["eqr"]["residual_correctness_r"] = corr
+    try:
+        plot(grid, args, args.output_dir / "eqr_sudoku.png")
+        print(f"wrote {args.output_dir / 'eqr_sudoku.png'}")
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+
+
 def main(argv=None) -> dict:
     args = parse(argv)
     data, args.vocab_size = load_task(args)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
     results = {"args": {k: str(v) for k, v in vars(args).items()}}
     models = {}
-    kinds = [args.only] if args.only else list(KINDS)
-    for kind in kinds:
+    for kind in args.kinds:
         model, seconds, log = train(args, kind, data)
         models[kind] = model
         results[kind] = {"train_seconds": seconds, "log": log}
         print(f"  trained {kind} in {seconds:.0f} s (final logged loss {log[-1]['loss'] if log else float('nan'):.4f})")
-    print("\nexact solve on held-out puzzles (one trajectory; EqR: breadth 1, lowest residual)")
-    train_depth = args.segment_loops * args.max_segments
+    print("\nexact solve on held-out puzzles, one trajectory (mean final relative residual in brackets)")
     for kind, model in models.items():
-        depths = [1] if kind == "feedforward" else sorted({train_depth, *args.depths})
-        row = {d: evaluate(model, data, d, 1, args.seed)["accuracy"]["residual"] for d in depths}
-        results[kind]["accuracy_by_depth"] = row
-        print(f"  {kind:<12} " + "  ".join(f"depth {d}: {100 * a:5.1f}%" for d, a in row.items()))
+        accuracy, residual = depth_sweep(args, kind, model, data)
+        results[kind].update(accuracy_by_depth=accuracy, residual_by_depth=residual)
+        cells = "  ".join(f"depth {d}: {100 * a:5.1f}% ({residual[d]:.2g})" for d, a in accuracy.items())
+        print(f"  {kind:<12} {cells}")
+    print(f"\nselection rules at depth {args.depths[-1]}, breadth {args.breadths[-1]} (exact solve %)")
+    for kind, model in models.items():
+        rules = selection_rules(args, kind, model, data)
+        results[kind]["selection"] = rules
+        if rules is not None:
+            picks = "  ".join(f"{s} {100 * rules[s]:5.1f}" for s in SELECTIONS if s in rules)
+            print(f"  {kind:<12} {picks}  (r of log residual with right: {rules['residual_correctness_r']:+.2f})")
     if "eqr" in models:
-        grid, corr = {}, {}
-        print("\nEqR depth x breadth (exact solve %, lowest-residual / vote / halting-head selection)")
-        print("  depth " + "".join(f"{'breadth ' + str(b):>22}" for b in args.breadths))
-        for depth in args.depths:
-            cells = []
-            for breadth in args.breadths:
-                ev = evaluate(models["eqr"], data, depth, breadth, args.seed)
-                grid[(depth, breadth)] = ev["accuracy"]
-                if breadth == args.breadths[-1]:
-                    corr[depth] = correlation(ev["residuals"], ev["correct"])
-                acc = ev["accuracy"]
-                cells.append("/".join(f"{100 * acc[s]:.0f}" for s in SELECTIONS if s in acc))
-            print(f"  {depth:>5} " + "".join(f"{c:>22}" for c in cells))
-        print("\ncorrelation of log10 final residual with a restart being right (Pearson r):")
-        print("  " + "  ".join(f"depth {d}: {r:+.2f}" for d, r in corr.items()))
-        results["eqr"]["grid"] = {f"{d}x{b}": v for (d, b), v in grid.items()}
-        results["eqr"]["residual_correctness_r"] = corr
-        args.output_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            plot(grid, args, args.output_dir / "eqr_sudoku.png")
-            print(f"wrote {args.output_dir / 'eqr_sudoku.png'}")
-        except ImportError:
-            print("matplotlib is not installed: no plot")
-    args.output_dir.mkdir(parents=True, exist_ok=True)
+        eqr_grid(args, models["eqr"], data, results)
     (args.output_dir / "eqr_sudoku.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     return results
 

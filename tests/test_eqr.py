@@ -155,6 +155,28 @@ def test_vote_picks_the_majority_answer():
     assert residual.chosen.item() == 1
 
 
+def test_an_untied_model_applies_its_own_block_at_each_step():
+    model = tiny_eqr(untied_depth=3, num_loops=3, block_type="mlp")
+    core = model.model
+    assert len(core.layers) == 3 * 2  # depth-matched feed-forward baseline: 3 blocks of 2 layers
+    z = torch.randn(3, 16, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = core(PUZZLES, state=z, noise=0.0)
+        embeds = core.embed_tokens(PUZZLES)
+        for k in range(3):
+            hidden = z + embeds
+            for layer in core.layers[2 * k : 2 * k + 2]:
+                hidden = layer(hidden)
+            z = core.norm(hidden)  # inertia 0: z_{k+1} = f_k(z_k)
+    torch.testing.assert_close(out.last_hidden_state, z)
+    with pytest.raises(ValueError, match="untied_depth=3"):
+        core(PUZZLES, num_loops=4)
+    with pytest.raises(ValueError, match="no loop map"):
+        core.loop_map(PUZZLES)
+    with pytest.raises(ValueError, match="untied_depth must be an integer >= 1"):
+        EqRConfig(max_seq_len=16, hidden_size=32, num_attention_heads=4, untied_depth=0)
+
+
 def test_halting_stops_each_row_where_its_head_says_and_stopped_rows_cost_nothing():
     model = tiny_eqr(num_loops=8)
     puzzles = torch.randint(1, 11, (8, 16), generator=torch.Generator().manual_seed(3))

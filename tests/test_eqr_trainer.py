@@ -129,6 +129,24 @@ def test_the_noise_and_start_switches(tmp_path):
     torch.testing.assert_close(calls[0]["out_state"], again)
 
 
+def test_offline_supervision_rolls_fresh_puzzles_out_without_gradient(tmp_path):
+    model = tiny(random_init=False, train_noise=0.0)
+    calls = record_calls(model)
+    args = eqr_args(tmp_path, max_steps=3, max_segments=3, learning_rate=0.0, supervision="offline")
+    trainer = EqRTrainer(model=model, args=args, train_dataset=DATA["train"])
+    trainer.train()
+    assert len(calls) == 3  # one supervised segment per step ...
+    start = model.model.init_state.detach().expand(4, 16, -1)
+    for call, following in zip(calls, calls[1:] + [None]):
+        with torch.no_grad():  # ... from the end of a 2 x 2-step rollout of fresh puzzles
+            rolled = model(inputs=call["inputs"], state=start, num_loops=4, noise=0.0).state
+        torch.testing.assert_close(call["state"], rolled)
+        if following is not None:
+            assert not torch.equal(following["inputs"], call["inputs"])
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    assert all(h["halted_rate"] == 1.0 and h["segments_at_halt"] == 3.0 for h in history)
+
+
 def test_ema_weights_follow_the_recursion_and_end_up_in_the_model(tmp_path):
     """shadow_1 = w_1 and shadow_k = d shadow_{k-1} + (1 - d) w_k over the weights w_k after each optimizer step;
     the model ends with the shadow."""
@@ -176,6 +194,7 @@ def test_evaluation_runs_a_fresh_trajectory_of_the_evaluation_depth(tmp_path):
         (dict(max_segments=0), "max_segments"),
         (dict(train_noise=-1.0), "train_noise"),
         (dict(ema_decay=1.0), "ema_decay"),
+        (dict(supervision="replay"), r"supervision must be one of \('online', 'offline'\)"),
     ],
 )
 def test_bad_arguments_fail_at_construction(tmp_path, overrides, message):
@@ -201,9 +220,13 @@ def test_two_process_run_keeps_replicas_identical(tmp_path):
 
 def test_sudoku_benchmark_quick_mode_runs(tmp_path):
     bench_eqr_sudoku = load_benchmark("bench_eqr_sudoku")
-    results = bench_eqr_sudoku.main(["--quick", "--output-dir", str(tmp_path)])
-    assert set(results) >= {"feedforward", "weight_tied", "eqr"}
+    kinds = "feedforward,untied,weight_tied,ri_only,ni_only,eqr,eqr_offline"
+    results = bench_eqr_sudoku.main(["--quick", "--kinds", kinds, "--output-dir", str(tmp_path)])
+    assert set(results) >= set(kinds.split(","))
     assert list(results["feedforward"]["accuracy_by_depth"]) == [1]
+    assert list(results["untied"]["accuracy_by_depth"]) == [2]  # the quick untied depth
+    assert results["weight_tied"]["selection"] is None and set(results["ni_only"]["selection"]) >= {"vote", "halt"}
+    assert all(r > 0 for r in results["eqr_offline"]["residual_by_depth"].values())
     assert set(results["eqr"]["grid"]) == {"2x1", "2x2", "4x1", "4x2"}
     assert all(set(v) == {"residual", "vote", "halt"} for v in results["eqr"]["grid"].values())
     assert (tmp_path / "eqr_sudoku.png").stat().st_size > 1000

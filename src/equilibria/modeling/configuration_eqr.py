@@ -54,6 +54,9 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
         init_std (`float`): Standard deviation of the random start (> 0).
         num_loops (`int`): Default depth (iterations, >= 1); ``forward``/``solve`` accept ``num_loops``/``depth``.
         halting (`bool`): Whether the model has a halting head.
+        untied_depth (`int`, *optional*): None (default) for the weight-tied model. An integer ``n`` makes the
+            depth-matched feed-forward baseline of the paper's comparison: ``n`` blocks with their own weights,
+            applied once each in order (``n * num_layers`` layers; the model then runs exactly ``n`` steps).
     """
 
     model_type = "eqr"
@@ -78,6 +81,7 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
     init_std: float | int = 1.0
     num_loops: int = 16
     halting: bool = True
+    untied_depth: int | None = None
     rms_norm_eps: float = 1e-6
     rope_parameters: RopeParameters | dict | None = None
     attention_dropout: float | int = 0.0
@@ -104,6 +108,8 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
         see [`LoopConfigMixin`])."""
         super().validate_architecture()
         check_int(self, 1, "max_seq_len", "num_layers", "token_mixing_size", "num_loops")
+        if self.untied_depth is not None:
+            check_int(self, 1, "untied_depth")
         check_choices(self, block_type=BLOCK_TYPES)
         check_transformer(self, attention=self.block_type == "attention")
         if not check_finite(self.inertia, "EqRConfig: inertia (lambda)") < 1.0:
@@ -113,6 +119,11 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
         check_finite(self.init_std, "EqRConfig: init_std", 0.0, inclusive=False)
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"EqRConfig: pad_token_id must be in [0, vocab_size), got {self.pad_token_id!r}.")
+
+    @property
+    def total_layers(self) -> int:
+        """Layers the model holds: ``num_layers``, times ``untied_depth`` for an untied model."""
+        return self.num_layers * (self.untied_depth or 1)
 
 
 def check_noise(value, name: str = "noise") -> float:

@@ -159,12 +159,12 @@ class EqRModel(EqRPreTrainedModel):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
         if config.block_type == "attention":
             self.rotary_emb = LlamaRotaryEmbedding(config=config)
-            self.layers = nn.ModuleList([LlamaDecoderLayer(config, i) for i in range(config.num_layers)])
+            self.layers = nn.ModuleList([LlamaDecoderLayer(config, i) for i in range(config.total_layers)])
             for layer in self.layers:
                 layer.self_attn.is_causal = False  # every cell sees every other
         else:
             self.rotary_emb = None
-            self.layers = nn.ModuleList([EqRMixerLayer(config) for _ in range(config.num_layers)])
+            self.layers = nn.ModuleList([EqRMixerLayer(config) for _ in range(config.total_layers)])
         self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.init_state = nn.Parameter(torch.zeros(config.hidden_size))  # the learned start (random_init off)
         self.halt_head = nn.Linear(config.hidden_size, 1) if config.halting else None
@@ -199,6 +199,10 @@ class EqRModel(EqRPreTrainedModel):
         """``(f, z_0)`` for these puzzles: the block ``f(., x)`` as a function of the state alone (the damped
         update mixes it with the state: ``z + (1 - inertia) (f(z) - z)``), and a fresh [`initial_state`] drawn
         with ``generator`` (for analysis and the audit)."""
+        if self.config.untied_depth is not None:
+            raise ValueError(
+                "an untied model (config.untied_depth) applies a different block at each step: no loop map."
+            )
         inputs = _puzzle_inputs(inputs, input_ids, self.config.max_seq_len)
         embeds = self.embed_tokens(inputs)
         mask, position_embeddings = self._context(embeds, attention_mask)
@@ -214,9 +218,12 @@ class EqRModel(EqRPreTrainedModel):
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeds, attention_mask=attention_mask)
         return mask, self.rotary_emb(embeds, positions)
 
-    def _step(self, z, embeds, mask, position_embeddings) -> torch.Tensor:
+    def _step(self, z, embeds, mask, position_embeddings, index: int = 0) -> torch.Tensor:
+        """``f(z; x)``: the block (the ``index``-th one of an untied model) on ``z + embed(x)``, normed."""
+        size = self.config.num_layers
+        layers = self.layers if self.config.untied_depth is None else self.layers[index * size : (index + 1) * size]
         hidden = z + embeds
-        for layer in self.layers:
+        for layer in layers:
             hidden = layer(hidden, attention_mask=mask, position_embeddings=position_embeddings)
         return self.norm(hidden)
 
@@ -256,6 +263,11 @@ class EqRModel(EqRPreTrainedModel):
         check_keywords(self, kwargs)
         inputs = _puzzle_inputs(inputs, input_ids, self.config.max_seq_len)
         depth = check_depth(self.config.num_loops if num_loops is None else num_loops, "num_loops")
+        if self.config.untied_depth is not None and depth != self.config.untied_depth:
+            raise ValueError(
+                f"this model is untied (untied_depth={self.config.untied_depth}): it runs exactly that many steps, "
+                f"got num_loops={depth}."
+            )
         beta = (self.config.train_noise if self.training else self.config.test_noise) if noise is None else noise
         beta = check_noise(beta)
         threshold = self._check_halt_threshold(halt_threshold)
@@ -287,14 +299,14 @@ class EqRModel(EqRPreTrainedModel):
             )
         return float(value)
 
-    def _update(self, z, embeds, mask, position_embeddings, rows, beta, generator):
+    def _update(self, z, embeds, mask, position_embeddings, rows, beta, generator, index: int = 0):
         """One damped, noisy step of the rows ``rows`` (all when None; ``z`` holds just those rows): returns the new
         state, the relative residual before the step and the halting logit after it (None without a head)."""
         if rows is not None:
             embeds = embeds[rows]
             if isinstance(mask, torch.Tensor) and mask.shape[0] > 1:
                 mask = mask[rows]
-        fz = self._step(z, embeds, mask, position_embeddings)
+        fz = self._step(z, embeds, mask, position_embeddings, index)
         res = residual(z, fz)[1]
         z = z + (1.0 - float(self.config.inertia)) * (fz - z)
         if beta > 0:
@@ -310,9 +322,9 @@ class EqRModel(EqRPreTrainedModel):
         active = torch.ones(batch, dtype=torch.bool, device=z.device)
         states = (z,) if output_states else None
         residuals, halts = [], []
-        for _ in range(depth):
+        for index in range(depth):
             rows = None if bool(active.all()) else active.nonzero().squeeze(1)
-            new, res, halt = step(z if rows is None else z[rows], rows=rows)
+            new, res, halt = step(z if rows is None else z[rows], rows=rows, index=index)
             if rows is not None:  # the halted rows keep their state and telemetry
                 new = z.index_copy(0, rows, new)
                 res = residuals[-1].index_copy(0, rows, res)
@@ -420,16 +432,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         ``noise`` defaults to ``config.test_noise``. With ``halt_threshold=p`` (needs the halting head) each restart
         stops once its halting probability reaches ``p`` and costs no more compute; ``nfe`` reports the block
         applications per puzzle, summed over its restarts. Returns [`EqRSolveOutput`]."""
-        depth = check_depth(self.config.num_loops if depth is None else depth)
-        breadth = as_int(breadth, "breadth", 1, "random restarts per puzzle")
-        if select not in SELECTIONS:
-            raise ValueError(f"select must be one of {SELECTIONS}, got {select!r}")
-        if select == "halt" and self.model.halt_head is None:
-            raise ValueError("select='halt' needs a halting head (config.halting=True).")
-        if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
-            raise ValueError(
-                f"inputs must be a (num_puzzles, seq_len) LongTensor, got {getattr(inputs, 'shape', None)}"
-            )
+        depth, breadth = self._check_solve(inputs, depth, breadth, select)
         num = inputs.shape[0]
         was_training = self.training
         self.eval()
@@ -462,6 +465,21 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
             steps=steps,
             nfe=steps.sum(dim=1),
         )
+
+
+    def _check_solve(self, inputs, depth, breadth, select: str) -> tuple[int, int]:
+        """``(depth, breadth)`` checked, or a ``ValueError`` naming the bad argument and the allowed values."""
+        depth = check_depth(self.config.num_loops if depth is None else depth)
+        breadth = as_int(breadth, "breadth", 1, "random restarts per puzzle")
+        if select not in SELECTIONS:
+            raise ValueError(f"select must be one of {SELECTIONS}, got {select!r}")
+        if select == "halt" and self.model.halt_head is None:
+            raise ValueError("select='halt' needs a halting head (config.halting=True).")
+        if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
+            raise ValueError(
+                f"inputs must be a (num_puzzles, seq_len) LongTensor, got {getattr(inputs, 'shape', None)}"
+            )
+        return depth, breadth
 
 
 def pick_restarts(

@@ -33,6 +33,9 @@ EQR_LOG_KEYS = (
 )
 
 
+SUPERVISIONS = ("online", "offline")
+
+
 @dataclass
 class EqRTrainingArguments(TrainingArguments):
     """[`~transformers.TrainingArguments`] plus segmented online training for Equilibrium Reasoners."""
@@ -62,6 +65,14 @@ class EqRTrainingArguments(TrainingArguments):
         default=None,
         metadata={"help": "Keep an exponential moving average of the weights (e.g. 0.999); loaded at the end."},
     )
+    supervision: str = field(
+        default="online",
+        metadata={
+            "help": "online: segmented online training (one supervised segment per step, the state carried on); "
+            "offline: every step rolls fresh puzzles (max_segments - 1) segments without gradient, then supervises "
+            "the last segment's end only (the ablation)."
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -76,6 +87,10 @@ class EqRTrainingArguments(TrainingArguments):
         ):
             raise ValueError(
                 f"EqRTrainingArguments: train_noise must be None or a number >= 0, got {self.train_noise!r}"
+            )
+        if self.supervision not in SUPERVISIONS:
+            raise ValueError(
+                f"EqRTrainingArguments: supervision must be one of {SUPERVISIONS}, got {self.supervision!r}"
             )
         if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
             raise ValueError(f"EqRTrainingArguments: ema_decay must be None or in (0, 1), got {self.ema_decay!r}")
@@ -177,43 +192,44 @@ class EqRTrainer(LoopTrainer):
         start = core.initial_state(batch, seq_len, random_init=args.random_init, dtype=core.embed_tokens.weight.dtype)
         state = start if carry.state is None else torch.where(carry.fresh[:, None, None], start, carry.state)
         extra = {"noise": args.train_noise} if args.train_noise is not None else {}
-        outputs = model(
-            inputs=carry.batch["inputs"],
-            labels=carry.batch["labels"],
-            attention_mask=carry.batch.get("attention_mask"),
-            state=state,
-            num_loops=self._segment_loops(),
-            **extra,
-        )
+        run = dict(inputs=carry.batch["inputs"], attention_mask=carry.batch.get("attention_mask"), **extra)
+        if args.supervision == "offline" and args.max_segments > 1:  # every row is fresh: roll it out, no gradient
+            with torch.no_grad():
+                warm = model(**run, state=start, num_loops=self._segment_loops() * (args.max_segments - 1))
+            state = warm.state.detach()
+        outputs = model(**run, labels=carry.batch["labels"], state=state, num_loops=self._segment_loops())
         _, _, reg_scale = loss_scales(self, None)  # per-micro-batch means: divide by the accumulation steps
         loss = outputs.loss * reg_scale
-
         with torch.no_grad():
-            labels = carry.batch["labels"]
-            predicted = outputs.logits.argmax(-1)
-            valid = labels != -100
-            right = (predicted == labels) & valid
-            exact = (right | ~valid).all(dim=1)
-            carry.segments += 1
-            done = carry.segments >= args.max_segments
-            if args.halt_on_head and outputs.halt_logits is not None:
-                done |= outputs.halt_logits[:, -1] > 0
-            carry.state = outputs.state.detach()
-            zero = torch.zeros((), device=loss.device)
-            self.means.add(
-                {
-                    "lm_loss": outputs.lm_loss,
-                    "halt_loss": outputs.halt_loss if outputs.halt_loss is not None else zero,
-                    "cell_accuracy": right.sum() / valid.sum().clamp_min(1),
-                    "exact_accuracy": exact.float().mean(),
-                    "residual": outputs.residuals[:, -1].mean(),
-                    "halted_rate": done.float().mean(),
-                    "halted_segments": carry.segments[done].float().sum(),
-                },
-                loss.device,
-            )
-            carry.done = done
+            self._record(carry, outputs, loss.device)
         return (loss, outputs) if return_outputs else loss
+
+    def _record(self, carry: _Carry, outputs, device) -> None:
+        """Log the segment's metrics and mark the rows to replace (every row under offline supervision)."""
+        args: EqRTrainingArguments = self.args
+        labels = carry.batch["labels"]
+        valid = labels != -100
+        right = (outputs.logits.argmax(-1) == labels) & valid
+        exact = (right | ~valid).all(dim=1)
+        carry.segments += args.max_segments if args.supervision == "offline" else 1
+        done = carry.segments >= args.max_segments
+        if args.halt_on_head and outputs.halt_logits is not None:
+            done |= outputs.halt_logits[:, -1] > 0
+        carry.state = outputs.state.detach()
+        zero = torch.zeros((), device=device)
+        self.means.add(
+            {
+                "lm_loss": outputs.lm_loss,
+                "halt_loss": outputs.halt_loss if outputs.halt_loss is not None else zero,
+                "cell_accuracy": right.sum() / valid.sum().clamp_min(1),
+                "exact_accuracy": exact.float().mean(),
+                "residual": outputs.residuals[:, -1].mean(),
+                "halted_rate": done.float().mean(),
+                "halted_segments": carry.segments[done].float().sum(),
+            },
+            device,
+        )
+        carry.done = done
 
     def logged_means(self, means: dict[str, float]) -> dict[str, float]:
         if means:
