@@ -112,7 +112,8 @@ def test_verdict_decoder_bypass_when_the_decoder_ignores_the_state():
 
 
 def test_verdict_solver_explosion_when_the_solves_diverge():
-    model = linear_phdeq(initializer="learned", direct_path=True, solver="picard", anchor=100.0, num_loops=100)
+    model = linear_phdeq(initializer="learned", direct_path=True, solver="picard", num_loops=100)
+    model.config.anchor = 100.0  # past the stability bound the config refuses (as training can carry a model)
     data = labelled_by(model, X[:64])
     report = audit(model, data, progress=False, probe=False)
     assert report.verdict == "solver explosion", report
