@@ -230,3 +230,18 @@ def test_sudoku_benchmark_quick_mode_runs(tmp_path):
     assert set(results["eqr"]["grid"]) == {"2x1", "2x2", "4x1", "4x2"}
     assert all(set(v) == {"residual", "vote", "halt"} for v in results["eqr"]["grid"].values())
     assert (tmp_path / "eqr_sudoku.png").stat().st_size > 1000
+
+
+def test_halting_benchmark_quick_mode_runs(tmp_path):
+    from datasets import Dataset
+
+    bench = load_benchmark("bench_eqr_halting")
+    rated = Dataset.from_dict({"rating": [3.0, 0.0, 1.0, 0.0], "clues": [5, 4, 6, 7]})
+    assert bench.easy_split(rated, 0.5) == [1, 3]  # the lowest ratings (ties to more clues)
+    results = bench.main(["--quick", "--output-dir", str(tmp_path)])
+    for split in ("easy", "all"):
+        fixed, halting = results[split]["fixed"], results[split]["halting"]
+        assert [s["mean_nfe"] for s in fixed.values()] == [1.0, 2.0, 4.0]  # no halting: NFE = depth
+        assert all(1.0 <= s["mean_nfe"] <= 4.0 and s["best_depth"] in fixed for s in halting.values())
+    assert (tmp_path / "eqr_halting.png").stat().st_size > 1000
+    assert (tmp_path / "model" / "config.json").exists()
