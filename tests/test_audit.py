@@ -453,3 +453,4 @@ def test_reachability_audit_benchmark_quick_mode_runs(tmp_path):
     assert (tmp_path / "studied-seed0" / "audit.json").exists()
     assert runs["studied"]["gradients"]["dynamics"]["first"] > 0 and "direct_path" not in runs["control"]["gradients"]
     assert results["findings"]["studied"]["runs"] == 1
+    assert runs["studied"]["anchor_removed"]["verdict"] in VERDICTS and "anchor_removed" not in runs["amortised"]
