@@ -17,6 +17,8 @@ times, measured in the same run). The paper reports the same accuracy at 11.34x 
     python benchmarks/bench_eqr_halting.py --size 6 --min-clues 18 --steps 2400 --augmentations 2 \\
         --output-dir docs/results/eqr_halting_6x6
     python benchmarks/bench_eqr_halting.py --quick                  # seconds; a test runs this
+    python benchmarks/bench_eqr_halting.py --rematch docs/results/eqr_halting_6x6/eqr_halting.json
+                                    # recompute the fixed-depth comparisons of a saved run (no training)
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--model", type=Path, default=None, help="a saved EqR folder to evaluate (skips training)")
+    p.add_argument("--rematch", type=Path, default=None, help="only recompute the comparisons of a saved JSON")
     p.add_argument("--fixed-depths", default="1,2,3,4,6,8,12,16,24,32")
     p.add_argument("--thresholds", default="0.5,0.7,0.8,0.9,0.95,0.98,0.99,0.995")
     p.add_argument("--max-depth", type=int, default=32)
@@ -190,6 +193,9 @@ def rematch(path: Path) -> None:
 
 def main(argv=None) -> dict:
     args, train_args = parse(argv)
+    if args.rematch is not None:
+        rematch(args.rematch)
+        return json.loads(args.rematch.read_text())
     data, train_args.vocab_size = sudoku.load_task(train_args)
     results = {"args": {k: str(v) for k, v in {**vars(train_args), **vars(args)}.items()}}
     if args.model is not None:

@@ -272,7 +272,7 @@ def test_gradient_norm_callback_measures_each_path(tmp_path):
     ).train()
     reference = copy.deepcopy(model)
     reference(x, labels=y).loss.backward()
-    expected = {name: group_norm(get()) for name, get in phdeq_gradient_groups(reference).items()}
+    expected = {name: float(group_norm(get())) for name, get in phdeq_gradient_groups(reference).items()}
     args = TrainingArguments(
         output_dir=str(tmp_path),
         max_steps=3,

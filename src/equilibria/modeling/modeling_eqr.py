@@ -322,8 +322,8 @@ class EqRModel(EqRPreTrainedModel):
         active = torch.ones(batch, dtype=torch.bool, device=z.device)
         states = (z,) if output_states else None
         residuals, halts = [], []
+        rows = None  # the rows still running: None while all are
         for index in range(depth):
-            rows = None if bool(active.all()) else active.nonzero().squeeze(1)
             new, res, halt = step(z if rows is None else z[rows], rows=rows, index=index)
             if rows is not None:  # the halted rows keep their state and telemetry
                 new = z.index_copy(0, rows, new)
@@ -338,8 +338,10 @@ class EqRModel(EqRPreTrainedModel):
                 states += (z,)
             if threshold is not None:
                 active &= torch.sigmoid(halt.float()) < threshold
-                if not bool(active.any()):
+                rows = active.nonzero().squeeze(1)
+                if rows.numel() == 0:
                     break
+                rows = None if rows.numel() == batch else rows
         return EqRModelOutput(
             last_hidden_state=z,
             residuals=torch.stack(residuals, dim=1),
@@ -465,7 +467,6 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
             steps=steps,
             nfe=steps.sum(dim=1),
         )
-
 
     def _check_solve(self, inputs, depth, breadth, select: str) -> tuple[int, int]:
         """``(depth, breadth)`` checked, or a ``ValueError`` naming the bad argument and the allowed values."""

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.nn.utils import get_total_norm
 from transformers import TrainerCallback
 
 GradientGroups = dict[str, Callable[[], list[torch.Tensor | None]]]
@@ -52,10 +53,9 @@ def phdeq_gradient_groups(model: nn.Module) -> GradientGroups:
     return groups
 
 
-def group_norm(grads: list[torch.Tensor | None]) -> float:
-    """The 2-norm of all these gradients together (missing ones count as zero)."""
-    squares = [g.detach().float().pow(2).sum() for g in grads if g is not None]
-    return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
+def group_norm(grads: list[torch.Tensor | None]) -> torch.Tensor:
+    """The 2-norm of all these gradients together (missing ones count as zero), as a 0-dim tensor."""
+    return get_total_norm([g.detach().float() for g in grads if g is not None])
 
 
 class GradientNormCallback(TrainerCallback):
@@ -81,7 +81,8 @@ class GradientNormCallback(TrainerCallback):
         self.groups = self.make_groups(model)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        norms = {name: group_norm(get()) for name, get in self.groups.items()}
+        values = torch.stack([group_norm(get()).cpu() for get in self.groups.values()]).tolist()  # one sync
+        norms = dict(zip(self.groups, values))
         self.history.append({"step": state.global_step + 1, **norms})
         self._pending.append(norms)
 
