@@ -2,6 +2,7 @@
 and multi-process runs."""
 
 import functools
+import json
 import math
 
 import pytest
@@ -221,7 +222,7 @@ def test_two_process_run_keeps_replicas_identical(tmp_path):
 def test_sudoku_benchmark_quick_mode_runs(tmp_path):
     bench_eqr_sudoku = load_benchmark("bench_eqr_sudoku")
     kinds = "feedforward,untied,weight_tied,ri_only,ni_only,eqr,eqr_offline"
-    results = bench_eqr_sudoku.main(["--quick", "--kinds", kinds, "--output-dir", str(tmp_path)])
+    results = bench_eqr_sudoku.main(["--quick", "--kinds", kinds, "--output-dir", str(tmp_path / "all")])
     assert set(results) >= set(kinds.split(","))
     assert list(results["feedforward"]["accuracy_by_depth"]) == [1]
     assert list(results["untied"]["accuracy_by_depth"]) == [2]  # the quick untied depth
@@ -229,7 +230,24 @@ def test_sudoku_benchmark_quick_mode_runs(tmp_path):
     assert all(r > 0 for r in results["eqr_offline"]["residual_by_depth"].values())
     assert set(results["eqr"]["grid"]) == {"2x1", "2x2", "4x1", "4x2"}
     assert all(set(v) == {"residual", "vote", "halt"} for v in results["eqr"]["grid"].values())
-    assert (tmp_path / "eqr_sudoku.png").stat().st_size > 1000
+    assert (tmp_path / "all" / "eqr_sudoku.png").stat().st_size > 1000
+    check_ablation_summary(tmp_path, kinds.split(","))
+
+
+def check_ablation_summary(folder, kinds):
+    """The merge of per-kind runs: one row per kind in the ablation's order; runs of unequal budget refused."""
+    summary = load_benchmark("eqr_ablation_summary").main([str(folder)])
+    assert list(summary["kinds"]) == kinds
+    rows = [line.split(" |")[0].lstrip("| ") for line in summary["table"].splitlines()[2:9]]
+    assert rows == kinds
+    assert "| eqr | " in summary["table"].split("selection rule")[1]  # a stochastic kind has selection rules
+    assert (folder / "ablation.png").stat().st_size > 1000
+    other = json.loads((folder / "all" / "eqr_sudoku.json").read_text())
+    other["args"]["steps"] = "8"
+    (folder / "other").mkdir()
+    (folder / "other" / "eqr_sudoku.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="differ in \\['steps'\\]"):
+        load_benchmark("eqr_ablation_summary").main([str(folder)])
 
 
 def test_halting_benchmark_quick_mode_runs(tmp_path):
