@@ -44,6 +44,19 @@ def test_eval_prints_the_loop_scaling_table_and_writes_json_and_plot(saved, tmp_
     assert "loop scaling of" in capsys.readouterr().out
 
 
+def test_eval_with_halting_reports_the_evaluations_per_puzzle(saved, tmp_path, capsys):
+    # threshold 1e-9: every puzzle halts after its first step; threshold 1: never (the full depth)
+    argv = ["eval", str(saved / "eqr"), "--loops", "2,4", "--num-examples", "6", "--output-dir", str(tmp_path)]
+    assert main([*argv, "--halt-threshold", "1e-9"]) == 0
+    assert "num_loops | accuracy | mean NFE" in capsys.readouterr().out
+    result = json.loads((tmp_path / "loop_scaling.json").read_text())
+    assert result["halt_threshold"] == 1e-9 and result["mean_nfe"] == {"2": 1.0, "4": 1.0}
+    assert main([*argv, "--halt-threshold", "1"]) == 0
+    assert json.loads((tmp_path / "loop_scaling.json").read_text())["mean_nfe"] == {"2": 2.0, "4": 4.0}
+    assert main([*argv]) == 0
+    assert "mean_nfe" not in json.loads((tmp_path / "loop_scaling.json").read_text())
+
+
 def test_generate_streams_and_honours_num_loops(saved, capsys):
     assert (
         main(["generate", str(saved / "ouro"), "--prompt", "12+3=", "--num-loops", "2", "--max-new-tokens", "4"]) == 0
@@ -99,6 +112,8 @@ def test_card_collects_the_folders_results(saved, capsys):
         (["eval", "{phdeq}", "--task", "sudoku"], "--task sudoku does not fit a phdeq model"),
         (["card", "{missing}"], "is not a folder written by save_pretrained"),
         (["eval", "{phdeq}", "--num-examples", "0"], "--num-examples must be >= 1, got 0"),
+        (["eval", "{phdeq}", "--halt-threshold", "0.9"], "--halt-threshold needs an EqR model"),
+        (["eval", "{eqr}", "--halt-threshold", "1.5"], "halt_threshold must be a probability in (0, 1]"),
         (["audit", "{phdeq}", "--num-examples", "-3"], "--num-examples must be >= 1, got -3"),
         (["generate", "{ouro}", "--prompt", ""], "has no tokens"),
         (
@@ -110,7 +125,8 @@ def test_card_collects_the_folders_results(saved, capsys):
     ],
 )
 def test_errors_are_one_line(saved, capsys, argv, message):
-    argv = [a.format(phdeq=saved / "phdeq", ouro=saved / "ouro", missing=saved / "missing") for a in argv]
+    names = {name: saved / name for name in ("phdeq", "ouro", "eqr", "missing")}
+    argv = [a.format(**names) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err

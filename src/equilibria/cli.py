@@ -71,6 +71,13 @@ def _add_audit_and_eval(sub) -> None:
                 "--loops", default="1,2,4,8,16", help="comma-separated loop counts (default 1,2,4,8,16)"
             )
             parser.add_argument("--digits", type=int, default=2, help="addition: operand digits")
+            parser.add_argument(
+                "--halt-threshold",
+                type=float,
+                default=None,
+                help="EqR: stop each puzzle once its halting head reaches this probability (adaptive computation); "
+                "--loops are then maximum depths and the table adds the mean evaluations per puzzle (NFE)",
+            )
             harness = parser.add_argument_group(
                 'lm-evaluation-harness (language models; pip install "equilibria[eval]")'
             )

@@ -127,6 +127,8 @@ def loop_scaling(
         from .tasks import evaluate_loop_scaling
 
         return evaluate_loop_scaling(model, _tokenizer(model_path), data, loops=loops, batch_size=batch_size)
+    if hasattr(model, "solve"):  # a puzzle solver: the whole board must be right
+        return solver_scaling(model, data, loops, batch_size)[0]
     rows = data.with_format("torch")
     result = {}
     for n in loops:
@@ -134,14 +136,34 @@ def loop_scaling(
         for start in range(0, len(rows), batch_size):
             batch = rows[start : start + batch_size]
             with torch.no_grad():
-                if hasattr(model, "solve"):  # a puzzle solver: the whole board must be right
-                    out = model.solve(batch["inputs"], depth=n, generator=torch.Generator().manual_seed(0))
-                    right += int(((out.answers == batch["labels"]) | (batch["labels"] == -100)).all(1).sum())
-                else:
-                    logits = model(batch["inputs"].float(), num_loops=n).logits
-                    right += int((logits.argmax(-1) == batch["labels"]).sum())
+                logits = model(batch["inputs"].float(), num_loops=n).logits
+            right += int((logits.argmax(-1) == batch["labels"]).sum())
         result[n] = right / len(rows)
     return result
+
+
+def solver_scaling(
+    model, data, loops: list[int], batch_size: int = 64, halt_threshold: float | None = None
+) -> tuple[dict[int, float], dict[int, float]]:
+    """A puzzle solver (EqR) at each depth of ``loops``: the share of puzzles solved exactly (every labelled cell
+    right) and the mean function evaluations per puzzle (applications of the weight-tied block). With
+    ``halt_threshold`` each puzzle stops once its halting head reaches that probability, so ``loops`` are the
+    maximum depths and the evaluations can be fewer (see :meth:`EqRForPuzzleSolving.solve`)."""
+    import torch
+
+    rows = data.with_format("torch")
+    accuracy, nfe = {}, {}
+    for n in loops:
+        right = evaluations = 0
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            generator = torch.Generator().manual_seed(0)
+            with torch.no_grad():
+                out = model.solve(batch["inputs"], depth=n, generator=generator, halt_threshold=halt_threshold)
+            right += int(((out.answers == batch["labels"]) | (batch["labels"] == -100)).all(1).sum())
+            evaluations += int(out.nfe.sum())
+        accuracy[n], nfe[n] = right / len(rows), evaluations / len(rows)
+    return accuracy, nfe
 
 
 def plot_loop_scaling(curves: dict[str, dict[int, float]], path: Path, title: str, mark: int | None = None) -> bool:
@@ -173,20 +195,30 @@ def plot_loop_scaling(curves: dict[str, dict[int, float]], path: Path, title: st
 
 
 def report_loop_scaling(
-    result: dict[int, float], model_type: str, output_dir: str | Path | None, data: dict | None = None
+    result: dict[int, float],
+    model_type: str,
+    output_dir: str | Path | None,
+    data: dict | None = None,
+    halting: tuple[float, dict[int, float]] | None = None,
 ) -> bool:
     """Print the loop-scaling table; with ``output_dir`` also write ``loop_scaling.json`` (``{"data": what it was
-    computed on, "accuracy": {loops: accuracy}}``) and ``.png`` there. Returns whether the plot was written."""
+    computed on, "accuracy": {loops: accuracy}}``) and ``.png`` there. ``halting``: (threshold, {max depth: mean
+    evaluations per puzzle}) of an adaptive-computation run, printed as a column and saved as ``halt_threshold``
+    and ``mean_nfe``. Returns whether the plot was written."""
     if data:
         print(f"  on {data['name']}: {data['note']}")
-    print("  num_loops | accuracy")
+    if halting:
+        print(f"  halting at probability {halting[0]}: num_loops is the maximum depth")
+    print("  num_loops | accuracy" + (" | mean NFE" if halting else ""))
     for n, acc in result.items():
-        print(f"  {n:>9} | {100 * acc:6.1f}%")
+        print(f"  {n:>9} | {100 * acc:6.1f}%" + (f" | {halting[1][n]:8.2f}" if halting else ""))
     if not output_dir:
         return False
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     payload = {"data": data, "accuracy": {str(k): v for k, v in result.items()}}
+    if halting:
+        payload.update(halt_threshold=halting[0], mean_nfe={str(k): v for k, v in halting[1].items()})
     (out / "loop_scaling.json").write_text(json.dumps(payload, indent=2) + "\n")
     plotted = plot_loop_scaling({model_type: result}, out / "loop_scaling.png", f"{model_type}: accuracy vs loops")
     print(f"wrote {out / 'loop_scaling.json'}" + (f" and {out / 'loop_scaling.png'}" if plotted else " (no plot)"))
@@ -198,13 +230,21 @@ def run_eval(args) -> dict:
     ``--lm-eval-tasks``, lm-evaluation-harness tasks at each loop count instead (:mod:`equilibria.harness`)."""
     loops = parse_loops(args.loops)
     model = load_saved_model(args.model_path, args.trust_remote_code)
+    threshold = getattr(args, "halt_threshold", None)
+    if threshold is not None and not hasattr(model, "solve"):
+        raise ValueError(f"--halt-threshold needs an EqR model (a halting head); this is a {model.config.model_type}")
     if getattr(args, "lm_eval_tasks", None):
         return _run_lm_eval(model, loops, args)
     data, record = evaluation_data(model, args, digits=args.digits)
     data = data.select(range(min(args.num_examples, len(data))))
-    result = loop_scaling(model, data, loops, args.model_path, args.batch_size)
+    halting = None
+    if threshold is None:
+        result = loop_scaling(model, data, loops, args.model_path, args.batch_size)
+    else:
+        result, nfe = solver_scaling(model, data, loops, args.batch_size, threshold)
+        halting = (threshold, nfe)
     print(f"loop scaling of {args.model_path} ({model.config.model_type}) on {len(data)} examples")
-    report_loop_scaling(result, model.config.model_type, args.output_dir, {**record, "units": len(data)})
+    report_loop_scaling(result, model.config.model_type, args.output_dir, {**record, "units": len(data)}, halting)
     return result
 
 
