@@ -51,6 +51,13 @@ def test_eval_with_halting_reports_the_evaluations_per_puzzle(saved, tmp_path, c
     assert "num_loops | accuracy | mean NFE" in capsys.readouterr().out
     result = json.loads((tmp_path / "loop_scaling.json").read_text())
     assert result["halt_threshold"] == 1e-9 and result["mean_nfe"] == {"2": 1.0, "4": 1.0}
+    from equilibria.hub_cards import build_model_card
+
+    model = EqRForPuzzleSolving.from_pretrained(saved / "eqr")
+    card = build_model_card(model, loop_scaling=json.loads((tmp_path / "loop_scaling.json").read_text()))
+    assert "| num_loops | accuracy | mean NFE |" in card.text and "| 4 | " in card.text and " | 1.00 |" in card.text
+    assert "halting head reaches p=1e-09" in card.text
+    assert [r.metric_config for r in card.data.eval_results] == [f"num_loops={n},halt_threshold=1e-09" for n in (2, 4)]
     assert main([*argv, "--halt-threshold", "1"]) == 0
     assert json.loads((tmp_path / "loop_scaling.json").read_text())["mean_nfe"] == {"2": 2.0, "4": 4.0}
     assert main([*argv]) == 0

@@ -162,7 +162,8 @@ def build_model_card(
     dataset_type = (evaluated or {}).get("dataset") or (datasets[0] if datasets else "custom")
     rows = _loop_rows(loop_scaling)
     metric = _metric(loop_scaling)
-    eval_results = _eval_results(head, task_name, rows, dataset_type, dataset_label, metric)
+    halting = _halting(loop_scaling)
+    eval_results = _eval_results(head, task_name, rows, dataset_type, dataset_label, metric, halting)
     eval_results += _lm_eval_results(head, lm_eval)
     base_model = base_model or _adapter_base(adapter)
     data = ModelCardData(
@@ -180,7 +181,7 @@ def build_model_card(
     sections = [
         _intro(model, info, title, base_model, adapter),
         _loading(head, repo_id or "path/to/this/folder", adapter),
-        _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name, metric),
+        _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name, metric, halting),
         _lm_eval_section(lm_eval, lm_eval_plot),
         _audit_section(audit_data),
         _training_section(training_record, training_history, trainer_state, training_args),
@@ -212,8 +213,18 @@ def _metric(loop_scaling) -> str:
     return metric
 
 
-def _eval_results(head, task_name, rows, dataset_type: str, dataset_label: str, metric: str) -> list[EvalResult]:
-    """One ``model-index`` result per loop count."""
+def _halting(loop_scaling) -> tuple[float, dict[int, float]] | None:
+    """(threshold, {maximum depth: mean evaluations per puzzle}) of an ``equilibria eval --halt-threshold`` run."""
+    if not isinstance(loop_scaling, dict) or loop_scaling.get("halt_threshold") is None:
+        return None
+    return float(loop_scaling["halt_threshold"]), {int(k): float(v) for k, v in loop_scaling["mean_nfe"].items()}
+
+
+def _eval_results(
+    head, task_name, rows, dataset_type: str, dataset_label: str, metric: str, halting=None
+) -> list[EvalResult]:
+    """One ``model-index`` result per loop count (per maximum depth, naming the threshold, when halting)."""
+    halt = f", halting at p={halting[0]}" if halting else ""
     return [
         EvalResult(
             task_type=head.pipeline_tag,
@@ -222,9 +233,9 @@ def _eval_results(head, task_name, rows, dataset_type: str, dataset_label: str, 
             dataset_name=dataset_label,
             dataset_split="test",
             metric_type=METRICS[metric][0],
-            metric_name=f"{metric.replace('_', ' ')} @ {loops} loops",
+            metric_name=f"{metric.replace('_', ' ')} @ {'up to ' if halting else ''}{loops} loops{halt}",
             metric_value=round(accuracy, 4),
-            metric_config=f"num_loops={loops}",
+            metric_config=f"num_loops={loops}" + (f",halt_threshold={halting[0]}" if halting else ""),
         )
         for loops, accuracy in rows
     ]
@@ -352,24 +363,38 @@ def _curves(loop_scaling, rows) -> dict[str, dict[int, float]]:
     return {"accuracy": dict(rows)}
 
 
-def _loop_scaling_section(loop_scaling, rows, plot, dataset_label: str, task_name, metric: str) -> list[str]:
+def _loop_scaling_section(
+    loop_scaling, rows, plot, dataset_label: str, task_name, metric: str, halting=None
+) -> list[str]:
     if not rows:
         return []
     curves = _curves(loop_scaling, rows)
+    if halting:  # one more column: the block applications the halting run spent per puzzle
+        curves = {**curves, "mean NFE": halting[1]}
     loops = sorted({n for curve in curves.values() for n in curve})
-    cell = lambda curve, n: f"{100 * curve[n]:.1f}%" if n in curve else "-"  # noqa: E731
+
+    def cell(name, n):
+        value = curves[name].get(n)
+        return "-" if value is None else f"{value:.2f}" if name == "mean NFE" else f"{100 * value:.1f}%"
+
+    per = (
+        f" per maximum loop count, each puzzle stopping once its halting head reaches p={halting[0]} (mean NFE: "
+        "applications of the weight-tied block per puzzle)"
+        if halting
+        else " per loop count"
+    )
     lines = [
         "## Loop scaling",
         "",
         f"{METRICS[metric][1]} on {dataset_label}"
         + (f" ({task_name})" if task_name else "")
-        + " per loop count"
-        + (" (the model-index entries are this model's curve)" if len(curves) > 1 else "")
+        + per
+        + (" (the model-index entries are this model's curve)" if len(curves) > 1 + bool(halting) else "")
         + ":",
         "",
         "| num_loops | " + " | ".join(curves) + " |",
         "| --- |" + " --- |" * len(curves),
-        *[f"| {n} | " + " | ".join(cell(curve, n) for curve in curves.values()) + " |" for n in loops],
+        *[f"| {n} | " + " | ".join(cell(name, n) for name in curves) + " |" for n in loops],
         "",
     ]
     return lines + ([f"![loop scaling]({plot})", ""] if plot else [])
