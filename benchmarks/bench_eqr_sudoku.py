@@ -8,6 +8,12 @@ trained with `EqRTrainer` on the same generated puzzles (``--size`` x ``--size``
 * weight-tied: the block iterated (``--segment-loops`` x ``--max-segments``), fixed (learned) start, no noise;
 * EqR: the same iteration, random start and noise ``--noise`` in training.
 
+The ablation (``--kinds``, one process per kind and ``eqr_ablation_summary.py`` to merge, see there) adds
+``untied`` (``--untied-depth`` blocks with their own weights, run once: the depth-matched feed-forward baseline),
+``ri_only`` (random start, no noise), ``ni_only`` (learned start, noise), ``eqr_offline`` (the paper's offline deep
+supervision, ``--steps / --max-segments`` optimizer steps so that it supervises as many segments as the online kinds)
+and ``eqr_offline_terminal`` (rolled out without gradient, the last segment supervised).
+
 Printed: exact-solve accuracy on held-out puzzles (no puzzle shared with training); for EqR, accuracy over
 depth x breadth with selection by lowest final residual, majority vote and halting head; and the correlation
 between a trajectory's final residual and whether its answer is right. The plot is saved as a PNG.
@@ -94,7 +100,17 @@ KINDS = {  # training switches per kind; "eqr" is random init (RI) + noise injec
     "ni_only": dict(random_init=False),
     "eqr": dict(random_init=True),
     "eqr_offline": dict(random_init=True, supervision="offline"),
+    "eqr_offline_terminal": dict(random_init=True, supervision="offline_terminal"),
 }
+
+
+def train_steps(args, kind: str) -> int:
+    """Optimizer steps: ``--steps``, except under "offline" supervision, whose step supervises all
+    ``--max-segments`` segments of a trajectory: ``--steps / --max-segments`` of them give it the same supervised
+    segments (block applications with gradient, puzzles x segments) as the online kinds."""
+    if KINDS[kind].get("supervision") == "offline":
+        return max(1, args.steps // args.max_segments)
+    return args.steps
 
 
 def segment_loops(args, kind: str) -> int:
@@ -155,16 +171,17 @@ def build(args, kind: str) -> EqRForPuzzleSolving:
 def train(args, kind: str, data) -> tuple[EqRForPuzzleSolving, float, list]:
     model = build(args, kind)
     spec = KINDS[kind]
+    steps = train_steps(args, kind)
     training_args = EqRTrainingArguments(
         output_dir=str(args.output_dir / kind),
-        max_steps=args.steps,
+        max_steps=steps,
         per_device_train_batch_size=args.batch_size,
         learning_rate=args.lr,
-        warmup_steps=max(1, args.steps // 20),
+        warmup_steps=max(1, steps // 20),
         lr_scheduler_type="cosine",
         weight_decay=0.1,
         max_grad_norm=1.0,
-        logging_steps=max(1, args.steps // 10),
+        logging_steps=max(1, steps // 10),
         save_strategy="no",
         report_to=[],
         use_cpu=True,
@@ -308,7 +325,7 @@ def main(argv=None) -> dict:
     for kind in args.kinds:
         model, seconds, log = train(args, kind, data)
         models[kind] = model
-        results[kind] = {"train_seconds": seconds, "log": log}
+        results[kind] = {"train_seconds": seconds, "train_steps": train_steps(args, kind), "log": log}
         print(f"  trained {kind} in {seconds:.0f} s (final logged loss {log[-1]['loss'] if log else float('nan'):.4f})")
     print("\nexact solve on held-out puzzles, one trajectory (mean final relative residual in brackets)")
     for kind, model in models.items():

@@ -58,7 +58,8 @@ def markdown(runs: dict[str, dict]) -> str:
     for kind, r in runs.items():
         acc, res = r["accuracy_by_depth"], r["residual_by_depth"]
         cells = [f"{100 * acc[str(d)]:.1f}% ({res[str(d)]:.2g})" if str(d) in acc else "" for d in depths]
-        lines.append(f"| {kind} | " + " | ".join(cells) + f" | {r['train_seconds']:.0f} s |")
+        steps = f"{r['train_steps']} steps, " if "train_steps" in r else ""
+        lines.append(f"| {kind} | " + " | ".join(cells) + f" | {steps}{r['train_seconds']:.0f} s |")
     picked = {k: r["selection"] for k, r in runs.items() if r.get("selection")}
     if picked:
         lines += ["", "| selection rule | lowest residual | vote | halting head | r(log residual, right) |"]

@@ -130,10 +130,34 @@ def test_the_noise_and_start_switches(tmp_path):
     torch.testing.assert_close(calls[0]["out_state"], again)
 
 
-def test_offline_supervision_rolls_fresh_puzzles_out_without_gradient(tmp_path):
+def test_offline_supervision_supervises_every_segment_of_a_fresh_trajectory_with_one_update(tmp_path):
     model = tiny(random_init=False, train_noise=0.0)
     calls = record_calls(model)
-    args = eqr_args(tmp_path, max_steps=3, max_segments=3, learning_rate=0.0, supervision="offline")
+    args = eqr_args(tmp_path, max_steps=2, max_segments=3, learning_rate=0.0, supervision="offline")
+    trainer = EqRTrainer(model=model, args=args, train_dataset=DATA["train"])
+    trainer.train()
+    assert len(calls) == 6 and trainer.state.global_step == 2  # three supervised segments per optimizer step
+    start = model.model.init_state.detach().expand(4, 16, -1)
+    labels = {tuple(r["inputs"]): r["labels"] for r in DATA["train"]}
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    for step, trajectory in enumerate((calls[:3], calls[3:])):
+        assert torch.equal(trajectory[0]["state"], start)  # fresh puzzles from the start ...
+        for before, after in zip(trajectory, trajectory[1:]):  # ... carried on, detached, on the same puzzles
+            assert torch.equal(after["state"], before["out_state"]) and torch.equal(after["inputs"], before["inputs"])
+        inputs = trajectory[0]["inputs"]
+        target = torch.tensor([labels[tuple(row.tolist())] for row in inputs])
+        with torch.no_grad():  # the logged loss is the mean of the three segments' losses
+            losses = [
+                model(inputs=inputs, labels=target, state=c["state"], num_loops=2, noise=0.0).loss for c in trajectory
+            ]
+        assert history[step]["loss"] == pytest.approx(float(torch.stack(losses).mean()), rel=1e-4)
+    assert not torch.equal(calls[0]["inputs"], calls[3]["inputs"])
+
+
+def test_offline_terminal_supervision_rolls_fresh_puzzles_out_without_gradient(tmp_path):
+    model = tiny(random_init=False, train_noise=0.0)
+    calls = record_calls(model)
+    args = eqr_args(tmp_path, max_steps=3, max_segments=3, learning_rate=0.0, supervision="offline_terminal")
     trainer = EqRTrainer(model=model, args=args, train_dataset=DATA["train"])
     trainer.train()
     assert len(calls) == 3  # one supervised segment per step ...
@@ -195,7 +219,7 @@ def test_evaluation_runs_a_fresh_trajectory_of_the_evaluation_depth(tmp_path):
         (dict(max_segments=0), "max_segments"),
         (dict(train_noise=-1.0), "train_noise"),
         (dict(ema_decay=1.0), "ema_decay"),
-        (dict(supervision="replay"), r"supervision must be one of \('online', 'offline'\)"),
+        (dict(supervision="replay"), r"supervision must be one of \('online', 'offline', 'offline_terminal'\)"),
     ],
 )
 def test_bad_arguments_fail_at_construction(tmp_path, overrides, message):
@@ -221,13 +245,14 @@ def test_two_process_run_keeps_replicas_identical(tmp_path):
 
 def test_sudoku_benchmark_quick_mode_runs(tmp_path):
     bench_eqr_sudoku = load_benchmark("bench_eqr_sudoku")
-    kinds = "feedforward,untied,weight_tied,ri_only,ni_only,eqr,eqr_offline"
+    kinds = "feedforward,untied,weight_tied,ri_only,ni_only,eqr,eqr_offline,eqr_offline_terminal"
     results = bench_eqr_sudoku.main(["--quick", "--kinds", kinds, "--output-dir", str(tmp_path / "all")])
     assert set(results) >= set(kinds.split(","))
     assert list(results["feedforward"]["accuracy_by_depth"]) == [1]
     assert list(results["untied"]["accuracy_by_depth"]) == [2]  # the quick untied depth
     assert results["weight_tied"]["selection"] is None and set(results["ni_only"]["selection"]) >= {"vote", "halt"}
     assert all(r > 0 for r in results["eqr_offline"]["residual_by_depth"].values())
+    assert results["eqr_offline"]["train_steps"] == 1 and results["eqr"]["train_steps"] == 4  # 4 segments a step
     assert set(results["eqr"]["grid"]) == {"2x1", "2x2", "4x1", "4x2"}
     assert all(set(v) == {"residual", "vote", "halt"} for v in results["eqr"]["grid"].values())
     assert (tmp_path / "all" / "eqr_sudoku.png").stat().st_size > 1000
@@ -238,7 +263,7 @@ def check_ablation_summary(folder, kinds):
     """The merge of per-kind runs: one row per kind in the ablation's order; runs of unequal budget refused."""
     summary = load_benchmark("eqr_ablation_summary").main([str(folder)])
     assert list(summary["kinds"]) == kinds
-    rows = [line.split(" |")[0].lstrip("| ") for line in summary["table"].splitlines()[2:9]]
+    rows = [line.split(" |")[0].lstrip("| ") for line in summary["table"].splitlines()[2 : 2 + len(kinds)]]
     assert rows == kinds
     assert "| eqr | " in summary["table"].split("selection rule")[1]  # a stochastic kind has selection rules
     assert (folder / "ablation.png").stat().st_size > 1000

@@ -33,7 +33,7 @@ EQR_LOG_KEYS = (
 )
 
 
-SUPERVISIONS = ("online", "offline")
+SUPERVISIONS = ("online", "offline", "offline_terminal")
 
 
 @dataclass
@@ -69,8 +69,10 @@ class EqRTrainingArguments(TrainingArguments):
         default="online",
         metadata={
             "help": "online: segmented online training (one supervised segment per step, the state carried on); "
-            "offline: every step rolls fresh puzzles (max_segments - 1) segments without gradient, then supervises "
-            "the last segment's end only (the ablation)."
+            "offline: the paper's offline deep supervision (every step runs fresh puzzles max_segments segments, "
+            "the state detached between them, and supervises every segment's end: one optimizer step per "
+            "trajectory); offline_terminal: the same rollout without gradient but the last segment, whose end "
+            "alone is supervised."
         },
     )
 
@@ -193,25 +195,42 @@ class EqRTrainer(LoopTrainer):
         state = start if carry.state is None else torch.where(carry.fresh[:, None, None], start, carry.state)
         extra = {"noise": args.train_noise} if args.train_noise is not None else {}
         run = dict(inputs=carry.batch["inputs"], attention_mask=carry.batch.get("attention_mask"), **extra)
-        if args.supervision == "offline" and args.max_segments > 1:  # every row is fresh: roll it out, no gradient
-            with torch.no_grad():
-                warm = model(**run, state=start, num_loops=self._segment_loops() * (args.max_segments - 1))
-            state = warm.state.detach()
-        outputs = model(**run, labels=carry.batch["labels"], state=state, num_loops=self._segment_loops())
+        if args.supervision == "online":
+            outputs = model(**run, labels=carry.batch["labels"], state=state, num_loops=self._segment_loops())
+            segment_loss = outputs.loss
+        else:  # every row is fresh: a whole trajectory per step
+            segment_loss, outputs = self._offline_trajectory(model, run, carry.batch["labels"], start)
         _, _, reg_scale = loss_scales(self, None)  # per-micro-batch means: divide by the accumulation steps
-        loss = outputs.loss * reg_scale
+        loss = segment_loss * reg_scale
         with torch.no_grad():
             self._record(carry, outputs, loss.device)
         return (loss, outputs) if return_outputs else loss
 
+    def _offline_trajectory(self, model, run: dict, labels, start):
+        """``max_segments`` segments from ``start``, the state detached between them: under "offline" every
+        segment's end is supervised (the loss is their mean; one optimizer step for the whole trajectory, so later
+        segments start from states the pre-update weights produced); under "offline_terminal" only the last
+        segment runs with gradient and is supervised. Returns the loss and the last segment's outputs."""
+        args: EqRTrainingArguments = self.args
+        loops, state, losses = self._segment_loops(), start, []
+        if args.supervision == "offline_terminal" and args.max_segments > 1:
+            with torch.no_grad():
+                state = model(**run, state=start, num_loops=loops * (args.max_segments - 1)).state.detach()
+        segments = 1 if args.supervision == "offline_terminal" else args.max_segments
+        for _ in range(segments):
+            outputs = model(**run, labels=labels, state=state, num_loops=loops)
+            losses.append(outputs.loss)
+            state = outputs.state.detach()
+        return torch.stack(losses).mean(), outputs
+
     def _record(self, carry: _Carry, outputs, device) -> None:
-        """Log the segment's metrics and mark the rows to replace (every row under offline supervision)."""
+        """Log the (last) segment's metrics and mark the rows to replace (every row under offline supervision)."""
         args: EqRTrainingArguments = self.args
         labels = carry.batch["labels"]
         valid = labels != -100
         right = (outputs.logits.argmax(-1) == labels) & valid
         exact = (right | ~valid).all(dim=1)
-        carry.segments += args.max_segments if args.supervision == "offline" else 1
+        carry.segments += 1 if args.supervision == "online" else args.max_segments
         done = carry.segments >= args.max_segments
         if args.halt_on_head and outputs.halt_logits is not None:
             done |= outputs.halt_logits[:, -1] > 0
