@@ -70,7 +70,7 @@ def markdown(runs: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(runs: dict[str, dict], path: Path) -> None:
+def plot(runs: dict[str, dict], shared: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -88,6 +88,10 @@ def plot(runs: dict[str, dict], path: Path) -> None:
         ax.set_ylabel(ylabel)
     axes[1].set_yscale("log")
     axes[0].legend(fontsize=8)
+    size = shared.get("size", "?")
+    fig.suptitle(
+        f"{shared.get('task', 'sudoku')} {size}x{size}: the ablation at equal budget ({shared.get('steps')} steps)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -102,7 +106,7 @@ def main(argv=None) -> dict:
     summary = {"args": shared, "kinds": runs, "table": table}
     (args.folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     try:
-        plot(runs, args.folder / "ablation.png")
+        plot(runs, shared, args.folder / "ablation.png")
         print(f"wrote {args.folder / 'ablation.png'}")
     except ImportError:
         print("matplotlib is not installed: no plot")
