@@ -90,7 +90,7 @@ def plot(runs: dict[str, dict], shared: dict, path: Path) -> None:
     axes[0].legend(fontsize=8)
     size = shared.get("size", "?")
     fig.suptitle(
-        f"{shared.get('task', 'sudoku')} {size}x{size}: the ablation at equal budget ({shared.get('steps')} steps)"
+        f"{shared.get('task', 'sudoku')} {size}x{size}: the ablation, {shared.get('steps')} supervised segment batches each"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
