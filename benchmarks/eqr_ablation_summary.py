@@ -80,9 +80,11 @@ def plot(runs: dict[str, dict], shared: dict, path: Path) -> None:
     for kind, r in runs.items():
         depths = sorted(int(d) for d in r["accuracy_by_depth"])
         style = "-o" if len(depths) > 1 else "D"
-        axes[0].plot(depths, [100 * r["accuracy_by_depth"][str(d)] for d in depths], style, label=kind)
-        axes[1].plot(depths, [r["residual_by_depth"][str(d)] for d in depths], style, label=kind)
-    for ax, ylabel in zip(axes, ("exact solve, one trajectory (%)", "mean final relative residual")):
+        (line,) = axes[0].plot(depths, [100 * r["accuracy_by_depth"][str(d)] for d in depths], style, label=kind)
+        if kind != "feedforward" and not KINDS[kind].get("untied"):  # no shared map, no fixed-point residual
+            axes[1].plot(depths, [r["residual_by_depth"][str(d)] for d in depths], style, color=line.get_color())
+    labels = ("exact solve, one trajectory (%)", "mean final relative residual (weight-tied kinds)")
+    for ax, ylabel in zip(axes, labels):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("depth (block applications)")
         ax.set_ylabel(ylabel)
