@@ -118,6 +118,11 @@ def segment_loops(args, kind: str) -> int:
     return args.untied_depth if spec.get("untied") else spec.get("segment_loops", args.segment_loops)
 
 
+def looped(kind: str) -> bool:
+    """Whether the kind applies one shared block repeatedly (so it has a fixed point and a residual to select by)."""
+    return kind != "feedforward" and not KINDS[kind].get("untied")
+
+
 def stochastic(args, kind: str) -> bool:
     """Whether restarts differ: a random start, or noise at test time (kinds trained with noise get it)."""
     spec = KINDS[kind]
@@ -286,7 +291,7 @@ def depth_sweep(args, kind: str, model, data) -> tuple[dict, dict]:
 
 def selection_rules(args, kind: str, model, data) -> dict | None:
     """Each selection rule at the deepest depth and widest breadth (None for kinds whose restarts are identical)."""
-    if kind == "feedforward" or KINDS[kind].get("untied") or not stochastic(args, kind):
+    if not looped(kind) or not stochastic(args, kind):
         return None
     ev = evaluate(model, data, args.depths[-1], args.breadths[-1], args.seed)
     return {**ev["accuracy"], "residual_correctness_r": correlation(ev["residuals"], ev["correct"])}

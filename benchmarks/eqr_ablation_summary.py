@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_eqr_sudoku import KINDS  # noqa: E402
+from bench_eqr_sudoku import KINDS, looped  # noqa: E402
 
 PER_RUN = {"kinds", "only", "output_dir"}  # the options allowed to differ between the merged runs
 
@@ -81,7 +81,7 @@ def plot(runs: dict[str, dict], shared: dict, path: Path) -> None:
         depths = sorted(int(d) for d in r["accuracy_by_depth"])
         style = "-o" if len(depths) > 1 else "D"
         (line,) = axes[0].plot(depths, [100 * r["accuracy_by_depth"][str(d)] for d in depths], style, label=kind)
-        if kind != "feedforward" and not KINDS[kind].get("untied"):  # no shared map, no fixed-point residual
+        if looped(kind):  # an untied stack has no shared map, so no fixed-point residual
             axes[1].plot(depths, [r["residual_by_depth"][str(d)] for d in depths], style, color=line.get_color())
     labels = ("exact solve, one trajectory (%)", "mean final relative residual (weight-tied kinds)")
     for ax, ylabel in zip(axes, labels):
