@@ -119,7 +119,7 @@ def test_card_collects_the_folders_results(saved, capsys):
         (["eval", "{phdeq}", "--task", "sudoku"], "--task sudoku does not fit a phdeq model"),
         (["card", "{missing}"], "is not a folder written by save_pretrained"),
         (["eval", "{phdeq}", "--num-examples", "0"], "--num-examples must be >= 1, got 0"),
-        (["eval", "{phdeq}", "--halt-threshold", "0.9"], "--halt-threshold needs an EqR model"),
+        (["eval", "{phdeq}", "--halt-threshold", "0.9"], "--halt-threshold and --breadth need an EqR model"),
         (["eval", "{eqr}", "--halt-threshold", "1.5"], "halt_threshold must be a probability in (0, 1]"),
         (["audit", "{phdeq}", "--num-examples", "-3"], "--num-examples must be >= 1, got -3"),
         (["generate", "{ouro}", "--prompt", ""], "has no tokens"),
@@ -211,15 +211,15 @@ def test_train_writes_a_hub_ready_folder(tmp_path, capsys):
     assert "no training question is among them" in card.text
 
     # eval and audit on the folder never use a training problem: 1-digit addition has 100 problems, 64 trained on
-    from types import SimpleNamespace
 
-    from equilibria.commands import evaluation_data, load_saved_model
+    from equilibria.commands import load_saved_model
+    from equilibria.evaluation import evaluation_data
     from equilibria.tasks import build_addition_dataset, eval_split
 
     trained = set(build_addition_dataset(1, 64, 8, seed=42)["train"]["prompt"])  # TrainingArguments seed 42
     model = load_saved_model(str(out))
-    args = SimpleNamespace(model_path=str(out), dataset=None, task=None, num_examples=30, seed=0)
-    rows, record = evaluation_data(model, args, digits=1)
+    data = evaluation_data(model, str(out), num_examples=30, seed=0, digits=1)
+    rows, record = data.rows, data.record
     assert len(rows) == 30 and not trained & set(rows["prompt"])
     assert record["held_out"] and "64 generated 1-digit addition problems" in record["note"]
     assert trained & set(eval_split(model.config, "addition", 30, 0, digits=1)["prompt"])  # without the record

@@ -12,7 +12,14 @@ from safetensors.torch import load_file
 
 from equilibria.cli import main
 from equilibria.tasks import addition_tokenizer, char_tokenizer
-from equilibria.tasks.text_data import DEFAULT_CHAT_TEMPLATE, RowEncoder, build_text_data, encode_rows, load_rows
+from equilibria.tasks.text_data import (
+    DEFAULT_CHAT_TEMPLATE,
+    RowEncoder,
+    build_text_data,
+    encode_prompt_completion,
+    encode_rows,
+    load_rows,
+)
 
 PRINTABLE = char_tokenizer(string.printable)
 CONVERSATION = [
@@ -91,11 +98,11 @@ def write_jsonl(path, rows):
     [
         ([{"prompt": "1+1=", "answer": "2"}], "has a `prompt` column but no `completion` column"),
         ([{"question": "1+1="}], "rows need `prompt` and `completion`, or `messages`, or a text column `text`"),
-        ([{"prompt": "1+1=", "completion": "2"}, {"prompt": "", "completion": "3"}], "row 2: `prompt` is missing"),
-        ([{"prompt": "1+1=", "completion": "2"}, {"prompt": "2+x=", "completion": "3"}], "row 2: `prompt` contains"),
-        ([{"prompt": "1+1=", "completion": 2}], "row 1: `completion` must be a string, got int"),
-        ([{"messages": [{"role": "user", "content": "1+1="}]}], "row 1: `messages` has no assistant turn"),
-        ([{"messages": [{"role": "bot", "content": "2"}]}], "row 1: `messages` turn 1 must have a `role`"),
+        ([{"prompt": "1+1=", "completion": "2"}, {"prompt": "", "completion": "3"}], "line 2: `prompt` is missing"),
+        ([{"prompt": "1+1=", "completion": "2"}, {"prompt": "2+x=", "completion": "3"}], "line 2: `prompt` contains"),
+        ([{"prompt": "1+1=", "completion": 2}], "line 1: `completion` must be a string, got int"),
+        ([{"messages": [{"role": "user", "content": "1+1="}]}], "line 1: `messages` has no assistant turn"),
+        ([{"messages": [{"role": "bot", "content": "2"}]}], "line 1: `messages` turn 1 must have a `role`"),
     ],
 )
 def test_bad_rows_are_one_line_errors_naming_file_row_and_column(tmp_path, rows, message):
@@ -103,6 +110,49 @@ def test_bad_rows_are_one_line_errors_naming_file_row_and_column(tmp_path, rows,
     with pytest.raises(ValueError, match="mine.jsonl") as err:
         build_text_data(path, addition_tokenizer(), 32, test_size=0)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_bad_row_is_named_by_its_line_in_the_file_not_its_place_after_the_shuffle(tmp_path):
+    """The training rows are shuffled before they are encoded; the error still names the file's line (JSON Lines:
+    its line; CSV: its line, the header being line 1), and the characters it lists are that row's."""
+    rows = [{"prompt": f"{i % 97}+{i // 97}=", "completion": str(i % 97 + i // 97)} for i in range(300)]
+    rows[49]["prompt"] = "ab+cd="  # line 50 of the JSON Lines file
+    path = write_jsonl(tmp_path / "mine.jsonl", rows)
+    with pytest.raises(ValueError, match=r"mine.jsonl, line 50: `prompt` contains \['a', 'b', 'c', 'd'\],") as err:
+        build_text_data(path, addition_tokenizer(), 32)
+    assert "\n" not in str(err.value)
+    Dataset.from_list(rows).to_csv(tmp_path / "mine.csv", index=False)
+    with pytest.raises(ValueError, match=r"mine.csv, line 51: `prompt` contains \['a', 'b', 'c', 'd'\],"):
+        build_text_data(str(tmp_path / "mine.csv"), addition_tokenizer(), 32)
+
+
+def test_a_long_list_of_unknown_characters_says_it_is_cut():
+    text = "".join(chr(c) for c in range(ord("a"), ord("a") + 20))
+    with pytest.raises(ValueError) as err:
+        encode_prompt_completion(addition_tokenizer(), text + "=", "1")
+    shown = str(err.value)
+    assert "'a', 'b'" in shown and "'l', ...] (20 in all)" in shown and "'m'" not in shown
+
+
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("empty.jsonl", "", "empty.jsonl: the file holds no rows"),
+        ("blank.jsonl", "\n\n", "blank.jsonl: the file holds no rows"),
+        ("broken.jsonl", '{"text": "1+1=2"}\n{"text": 1+1}\n', "broken.jsonl, line 2: not valid JSON"),
+        ("list.jsonl", '{"text": "1"}\n["1"]\n', "list.jsonl, line 2: a row must be a JSON object"),
+        ("mixed.jsonl", '{"text": "1"}\n\n{"text": 2}\n', "mixed.jsonl, line 3: `text` is int, but str in the rows"),
+        ("wide.csv", "prompt,completion\n1+1=,2\n2+2=,4,9\n", "wide.csv, line 3: 3 values for the 2 columns"),
+        ("short.csv", "prompt,completion\n1+1=\n", "short.csv, line 2: no value for the column(s) ['completion']"),
+        ("empty.csv", "", "empty.csv: the file holds no rows"),
+        ("array.json", '[{"text": "1"}, 3]', "array.json, row 2: a row must be a JSON object"),
+    ],
+)
+def test_an_unreadable_file_is_a_one_line_error_naming_the_line(tmp_path, name, text, message):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError) as err:
+        load_rows(str(tmp_path / name))
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
 def test_bad_sources_are_one_line_errors(tmp_path):
@@ -159,9 +209,12 @@ def test_fine_tuning_a_checkpoint_on_your_rows_from_the_cli(base, tmp_path):
     assert model.config.hidden_size == 16 and len(tokenizer) == model.config.vocab_size
     scaling = json.loads((out / "loop_scaling.json").read_text())
     assert scaling["data"]["metric"] == "token_accuracy" and scaling["data"]["units"] == 8
-    assert scaling["data"]["name"] == "8 rows of sums.jsonl" and set(scaling["accuracy"]) == {"1", "2"}
+    assert scaling["data"]["name"] == "8 held-out rows of sums.jsonl" and set(scaling["accuracy"]) == {"1", "2"}
     card = ModelCard.load(out / "README.md")
-    assert "Next-token accuracy (teacher forcing, on the tokens the loss is on) on 8 rows of sums.jsonl" in card.text
+    assert (
+        "Next-token accuracy (teacher forcing, on the tokens the loss is on) on 8 held-out rows of sums.jsonl"
+        in card.text
+    )
     assert "Stage 2 of 2" in card.text and "37 prompt/completion rows of sums.jsonl" in card.text
     assert [r.metric_type for r in card.data.eval_results] == ["accuracy", "accuracy"]
 

@@ -72,6 +72,19 @@ def _add_audit_and_eval(sub) -> None:
             )
             parser.add_argument("--digits", type=int, default=2, help="addition: operand digits")
             parser.add_argument(
+                "--breadth",
+                type=int,
+                default=1,
+                help="EqR: random restarts per puzzle, one answer picked by --select (test-time breadth)",
+            )
+            parser.add_argument(
+                "--select",
+                choices=("residual", "vote", "halt"),
+                default="residual",
+                help="EqR with --breadth: the restart with the lowest residual, the most common answer, or the one "
+                "the halting head is surest of",
+            )
+            parser.add_argument(
                 "--halt-threshold",
                 type=float,
                 default=None,
@@ -95,25 +108,59 @@ def _add_audit_and_eval(sub) -> None:
 
 
 def _add_model_and_data(parser, num_examples: int, output: str) -> None:
-    """The options ``audit`` and ``eval`` share: the saved model, where its data come from, and where results go."""
+    """The options ``audit`` and ``eval`` share: the saved model, where its data come from (the data flags of
+    ``equilibria train``), and where results go."""
     parser.add_argument("model_path", help="a folder written by save_pretrained (any equilibria family)")
-    parser.add_argument(
+    data = parser.add_argument_group(
+        "the data (default: the held-out rows the folder's training_data.json names, for a model trained on rows of "
+        "its own; else fresh generated problems of the task it was trained on); rows asking a training question "
+        "are always left out"
+    )
+    data.add_argument(
+        "--dataset_name",
+        "--dataset-name",
+        "--dataset",
+        dest="dataset_name",
+        default=None,
+        help="your rows, read as `equilibria train --dataset_name` reads them: a .json/.jsonl/.csv/.parquet file, a "
+        "save_to_disk folder or a Hub dataset id (language models: prompt/completion (or prompt/answer), messages or "
+        "text rows; EqR / PH-DEQ: inputs/labels rows or a published puzzle CSV)",
+    )
+    data.add_argument("--dataset_config", "--dataset-config", default=None, help="the Hub dataset's configuration")
+    data.add_argument(
+        "--split",
+        "--dataset_test_split",
+        dest="split",
+        default=None,
+        help="the split of --dataset_name (default: test when it has one, else train)",
+    )
+    data.add_argument(
+        "--dataset_text_field", "--dataset-text-field", default=None, help="the column of plain-text rows (text)"
+    )
+    data.add_argument(
+        "--eval_metric",
+        "--eval-metric",
+        default=None,
+        help="language models on rows of text: token_accuracy or exact_match (default: what training used; for a "
+        "new file exact_match on prompt/completion rows, else token_accuracy)",
+    )
+    data.add_argument("--max_length", "--max-length", type=int, default=None, help="tokens per row (longer are cut)")
+    data.add_argument(
         "--task",
         choices=TASKS,
         default=None,
-        help="generate fresh evaluation data for this task (sizes read from the model's config), leaving out every "
-        "question of the folder's training_data.json; default: the task the model was trained on (saved by "
-        "`equilibria train`), else its family's first (phdeq: reachability, eqr: sudoku, language models: addition)",
+        help="fresh generated problems of this task (sizes read from the model's config) instead",
     )
-    parser.add_argument(
-        "--dataset",
+    data.add_argument(
+        "--num-examples",
+        "--num_examples",
+        dest="num_examples",
+        type=int,
         default=None,
-        help="a dataset saved with save_to_disk, instead of --task (rows repeating a training question are dropped)",
+        help=f"at most this many rows (generated problems: {num_examples})",
     )
-    parser.add_argument("--split", default="test", help="the split of --dataset to use (default: test)")
-    parser.add_argument("--num-examples", type=int, default=num_examples, help=f"units (default {num_examples})")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--output-dir", default=None, help=f"write {output} here")
+    parser.add_argument("--output-dir", default=None, help=f"write {output} here (usually the model's folder)")
     parser.add_argument("--seed", type=int, default=1234, help="seeds the generated data (and the audit)")
     parser.add_argument("--trust-remote-code", action="store_true", help="load a folder's own modeling code")
 
@@ -144,27 +191,32 @@ def _add_card(sub) -> None:
     card.add_argument("--dataset", action="append", default=[], help="a Hub dataset id (repeatable)")
     card.add_argument("--task-name", default=None)
     card.add_argument("--base-model", default=None, help="the Hub id it was fine-tuned from")
-    card.add_argument("--license", default="apache-2.0")
+    card.add_argument("--license", default=None, help="default: the card's, else apache-2.0")
     card.add_argument("--trust-remote-code", action="store_true")
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    debug = "--debug" in argv
-    if argv[:1] == ["train"] or (debug and argv[1:2] == ["train"]):
-        rest = [a for a in argv if a != "--debug"][1:]
-        try:
-            from .train import run_train
+TRAINING_DEBUG_VALUES = ("underflow_overflow", "tpu_metrics_debug")  # TrainingArguments' own --debug takes these
 
-            run_train(rest)
-            return 0
-        except (ValueError, OSError) as err:
-            if debug:
-                raise
-            print(f"equilibria train: error: {err}", file=sys.stderr)
-            return 2
+
+def _strip_debug(argv: list[str]) -> tuple[list[str], bool]:
+    """``argv`` without this command's ``--debug`` (anywhere, before or after the subcommand), and whether it was
+    there; ``--debug underflow_overflow`` (a ``TrainingArguments`` option) is left alone."""
+    kept, debug = [], False
+    for i, arg in enumerate(argv):
+        if arg == "--debug" and not (i + 1 < len(argv) and argv[i + 1] in TRAINING_DEBUG_VALUES):
+            debug = True
+        else:
+            kept.append(arg)
+    return kept, debug
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, debug = _strip_debug(sys.argv[1:] if argv is None else list(argv))
+    if argv[:1] == ["train"]:
+        return _train(argv[1:], debug)
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.debug = debug
     if args.command is None:  # no command: say what there is, and fail (a script that forgot it should notice)
         parser.print_help(sys.stderr)
         return 2
@@ -194,6 +246,22 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"equilibria {args.command}: error: {err}", file=sys.stderr)
         return 2
+
+
+def _train(argv: list[str], debug: bool) -> int:
+    from .train import interrupted_hint, run_train
+
+    try:
+        run_train(argv)
+        return 0
+    except (ValueError, OSError) as err:
+        if debug:
+            raise
+        print(f"equilibria train: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\nequilibria train: interrupted. {interrupted_hint(argv)}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -32,45 +32,19 @@ def load_saved_model(path: str, trust_remote_code: bool = False):
     return auto.from_pretrained(path, trust_remote_code=trust_remote_code).eval()
 
 
-def evaluation_data(model, args, digits: int = 2):
-    """``(rows, record)``: what ``equilibria eval`` / ``audit`` evaluate ``model`` on, and a record of it for the
-    results (``name``, ``dataset``: the ``--dataset`` given or ``None`` for generated rows, ``held_out``,
-    ``note``). Generated rows are fresh rows of ``--task`` (default: the one the model was trained on) that
-    exclude every question of the folder's ``training_data.json``; rows of a ``--dataset`` that repeat a
-    training question are dropped."""
-    from .families import family_of, model_task
-    from .tasks import TRAINING_RECORD, eval_split, fingerprints, load_training_record
-
-    if args.num_examples < 1:
-        raise ValueError(f"--num-examples must be >= 1, got {args.num_examples}")
-    if args.dataset is not None and args.task is not None:
-        raise ValueError("pass either --task or --dataset, not both")
-    training = load_training_record(args.model_path)
-    task = args.task or model_task(model)
-    exclude = set(training["fingerprints"]) if training and training["task"] == task else set()
-    if args.dataset is None:
-        family_of(model).head_for(task)  # the task must fit the family
-        rows = eval_split(model.config, task, args.num_examples, args.seed, digits=digits, exclude=exclude)
-        record = {"name": f"{len(rows)} generated {task} problems (seed {args.seed})", "dataset": None}
-    else:
-        rows = _load_dataset(args.dataset, args.split)
-        record = {"name": f"{args.dataset} ({args.split} split)", "dataset": args.dataset}
-        if exclude:
-            try:
-                keep = [i for i, key in enumerate(fingerprints(task, rows)) if key not in exclude]
-            except KeyError:  # the rows lack the task's question columns: cannot compare
-                exclude = set()
-            else:
-                record["dropped_training_rows"] = len(rows) - len(keep)
-                rows = rows.select(keep)
-    record["held_out"] = bool(exclude)
-    record["note"] = (
-        f"no question of the model's training data ({training['description']}; {len(exclude)} questions, from "
-        f"{TRAINING_RECORD}) is among them"
-        if exclude
-        else f"not checked against the training data (the folder has no usable {TRAINING_RECORD})"
+def data_options(args) -> dict:
+    """The keyword arguments of :func:`~equilibria.evaluation.evaluation_data` that ``eval`` / ``audit`` flags set."""
+    return dict(
+        task=args.task,
+        dataset_name=args.dataset_name,
+        dataset_config=args.dataset_config,
+        split=args.split,
+        text_field=args.dataset_text_field,
+        metric=args.eval_metric,
+        max_length=args.max_length,
+        num_examples=args.num_examples,
+        seed=args.seed,
     )
-    return rows, record
 
 
 def _tokenizer(model_path: str):
@@ -82,32 +56,23 @@ def _tokenizer(model_path: str):
 def run_audit(args) -> None:
     """``equilibria audit``: load the model, build or load the data, audit, print (and save)."""
     from .diagnostics import audit
+    from .evaluation import evaluation_data
+    from .provenance import weights_fingerprint
 
     model = load_saved_model(args.model_path, args.trust_remote_code)
-    data, record = evaluation_data(model, args)
-    if args.dataset is None and model.can_generate():
+    data = evaluation_data(model, args.model_path, **data_options(args), default_count=500)
+    rows = data.rows
+    if model.can_generate() and "input_ids" not in rows.column_names:  # prompt / answer rows
         from .tasks import tokenize_for_training
 
-        data = tokenize_for_training(data, _tokenizer(args.model_path))
-    report = audit(
-        model, data, num_loops=args.num_loops, batch_size=args.batch_size, max_units=args.num_examples, seed=args.seed
-    )
-    report.data = {**record, "units": report.num_units}
+        rows = tokenize_for_training(rows, _tokenizer(args.model_path))
+    report = audit(model, rows, num_loops=args.num_loops, batch_size=args.batch_size, seed=args.seed)
+    report.data = {**data.record, "units": report.num_units}
+    report.weights = weights_fingerprint(args.model_path)
     print(report)
     if args.output_dir:
         out = report.save(args.output_dir)
         print(f"wrote {out / 'audit.json'}" + (f" and {out / 'audit.png'}" if (out / "audit.png").exists() else ""))
-
-
-def _load_dataset(path: str, split: str):
-    from datasets import DatasetDict, load_from_disk
-
-    data = load_from_disk(path)
-    if isinstance(data, DatasetDict):
-        if split not in data:
-            raise ValueError(f"--split {split!r} is not in {path} (splits: {sorted(data)})")
-        data = data[split]
-    return data
 
 
 def loop_scaling(
@@ -143,12 +108,19 @@ def loop_scaling(
 
 
 def solver_scaling(
-    model, data, loops: list[int], batch_size: int = 64, halt_threshold: float | None = None
+    model,
+    data,
+    loops: list[int],
+    batch_size: int = 64,
+    halt_threshold: float | None = None,
+    breadth: int = 1,
+    select: str = "residual",
 ) -> tuple[dict[int, float], dict[int, float]]:
     """A puzzle solver (EqR) at each depth of ``loops``: the share of puzzles solved exactly (every labelled cell
-    right) and the mean function evaluations per puzzle (applications of the weight-tied block). With
-    ``halt_threshold`` each puzzle stops once its halting head reaches that probability, so ``loops`` are the
-    maximum depths and the evaluations can be fewer (see :meth:`EqRForPuzzleSolving.solve`)."""
+    right) and the mean function evaluations per puzzle (applications of the weight-tied block, over all its
+    restarts). ``breadth`` restarts per puzzle, one answer picked by ``select`` (``"residual"``, ``"vote"``,
+    ``"halt"``). With ``halt_threshold`` each restart stops once its halting head reaches that probability, so
+    ``loops`` are the maximum depths and the evaluations can be fewer (see :meth:`EqRForPuzzleSolving.solve`)."""
     import torch
 
     rows = data.with_format("torch")
@@ -159,7 +131,14 @@ def solver_scaling(
             batch = rows[start : start + batch_size]
             generator = torch.Generator().manual_seed(0)
             with torch.no_grad():
-                out = model.solve(batch["inputs"], depth=n, generator=generator, halt_threshold=halt_threshold)
+                out = model.solve(
+                    batch["inputs"],
+                    depth=n,
+                    breadth=breadth,
+                    select=select,
+                    generator=generator,
+                    halt_threshold=halt_threshold,
+                )
             right += int(((out.answers == batch["labels"]) | (batch["labels"] == -100)).all(1).sum())
             evaluations += int(out.nfe.sum())
         accuracy[n], nfe[n] = right / len(rows), evaluations / len(rows)
@@ -200,11 +179,15 @@ def report_loop_scaling(
     output_dir: str | Path | None,
     data: dict | None = None,
     halting: tuple[float, dict[int, float]] | None = None,
+    weights: str | None = None,
 ) -> bool:
-    """Print the loop-scaling table; with ``output_dir`` also write ``loop_scaling.json`` (``{"data": what it was
-    computed on, "accuracy": {loops: accuracy}}``) and ``.png`` there. ``halting``: (threshold, {max depth: mean
-    evaluations per puzzle}) of an adaptive-computation run, printed as a column and saved as ``halt_threshold``
-    and ``mean_nfe``. Returns whether the plot was written."""
+    """Print the loop-scaling table; with ``output_dir`` also write ``loop_scaling.json`` (``{"weights": the
+    fingerprint of the weights evaluated, "data": what it was computed on, "accuracy": {loops: accuracy}}``) and
+    ``.png`` there, saying so when that replaces a result of other data or weights. ``halting``: (threshold, {max
+    depth: mean evaluations per puzzle}) of an adaptive-computation run, printed as a column and saved as
+    ``halt_threshold`` and ``mean_nfe``. Returns whether the plot was written."""
+    from .provenance import replacement_note
+
     if data:
         print(f"  on {data['name']}: {data['note']}")
     if halting:
@@ -216,9 +199,12 @@ def report_loop_scaling(
         return False
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"data": data, "accuracy": {str(k): v for k, v in result.items()}}
+    payload = {"weights": weights, "data": data, "accuracy": {str(k): v for k, v in result.items()}}
     if halting:
         payload.update(halt_threshold=halting[0], mean_nfe={str(k): v for k, v in halting[1].items()})
+    note = replacement_note(out / "loop_scaling.json", payload)
+    if note:
+        print(note)
     (out / "loop_scaling.json").write_text(json.dumps(payload, indent=2) + "\n")
     plotted = plot_loop_scaling({model_type: result}, out / "loop_scaling.png", f"{model_type}: accuracy vs loops")
     print(f"wrote {out / 'loop_scaling.json'}" + (f" and {out / 'loop_scaling.png'}" if plotted else " (no plot)"))
@@ -228,23 +214,32 @@ def report_loop_scaling(
 def run_eval(args) -> dict:
     """``equilibria eval``: the loop-scaling curve of a saved model on its task, as a table (and JSON + PNG); with
     ``--lm-eval-tasks``, lm-evaluation-harness tasks at each loop count instead (:mod:`equilibria.harness`)."""
-    loops = parse_loops(args.loops)
+    from .evaluation import evaluation_data
+    from .families import family_of
+    from .provenance import weights_fingerprint
+
+    parse_loops(args.loops)
     model = load_saved_model(args.model_path, args.trust_remote_code)
-    threshold = getattr(args, "halt_threshold", None)
-    if threshold is not None and not hasattr(model, "solve"):
-        raise ValueError(f"--halt-threshold needs an EqR model (a halting head); this is a {model.config.model_type}")
+    loops = parse_loops(args.loops, "--loops", family_of(model).min_loops)
+    threshold, breadth = getattr(args, "halt_threshold", None), getattr(args, "breadth", 1)
+    if (threshold is not None or breadth != 1) and not hasattr(model, "solve"):
+        raise ValueError(
+            f"--halt-threshold and --breadth need an EqR model (a puzzle solver); this is a {model.config.model_type}"
+        )
     if getattr(args, "lm_eval_tasks", None):
         return _run_lm_eval(model, loops, args)
-    data, record = evaluation_data(model, args, digits=args.digits)
-    data = data.select(range(min(args.num_examples, len(data))))
+    data = evaluation_data(model, args.model_path, **data_options(args), digits=args.digits)
     halting = None
-    if threshold is None:
-        result = loop_scaling(model, data, loops, args.model_path, args.batch_size)
+    if hasattr(model, "solve"):
+        result, nfe = solver_scaling(model, data.rows, loops, args.batch_size, threshold, breadth, args.select)
+        halting = (threshold, nfe) if threshold is not None else None
+        if breadth > 1:
+            data.record.update(breadth=breadth, select=args.select)
     else:
-        result, nfe = solver_scaling(model, data, loops, args.batch_size, threshold)
-        halting = (threshold, nfe)
-    print(f"loop scaling of {args.model_path} ({model.config.model_type}) on {len(data)} examples")
-    report_loop_scaling(result, model.config.model_type, args.output_dir, {**record, "units": len(data)}, halting)
+        result = loop_scaling(model, data.rows, loops, args.model_path, args.batch_size, metric=data.metric)
+    print(f"loop scaling of {args.model_path} ({model.config.model_type}) on {len(data.rows)} examples")
+    weights = weights_fingerprint(args.model_path)
+    report_loop_scaling(result, model.config.model_type, args.output_dir, data.record, halting, weights=weights)
     return result
 
 
@@ -271,13 +266,15 @@ def _run_lm_eval(model, loops: list[int], args) -> dict:
     return result
 
 
-def parse_loops(text: str) -> list[int]:
+def parse_loops(text: str, flag: str = "--loops", minimum: int = 0) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``; ``ValueError`` naming ``flag`` unless every entry is an integer >= ``minimum``
+    (a model's :attr:`~equilibria.families.Family.min_loops`)."""
     try:
-        loops = [int(x) for x in text.split(",") if x.strip()]
+        loops = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--loops must be comma-separated integers such as 1,2,4,8, got {text!r}") from None
-    if not loops or any(n < 0 for n in loops):
-        raise ValueError(f"--loops must be comma-separated integers >= 0, got {text!r}")
+        raise ValueError(f"{flag} must be comma-separated integers such as 1,2,4,8, got {text!r}") from None
+    if not loops or any(n < minimum for n in loops):
+        raise ValueError(f"{flag} must be comma-separated integers >= {minimum}, got {text!r}")
     return loops
 
 
@@ -286,7 +283,7 @@ def encode_prompt(tokenizer, prompt: str, max_new_tokens: int, max_positions: in
     tokenizer does not know (they would silently become its unknown token), or too long for the model."""
     if max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
-    from .tasks.tokenization import unknown_characters
+    from .tasks.tokenization import describe_characters, unknown_characters
 
     enc = tokenizer(prompt, return_tensors="pt", return_offsets_mapping=True)
     ids, offsets = enc.pop("input_ids"), enc.pop("offset_mapping")
@@ -296,7 +293,7 @@ def encode_prompt(tokenizer, prompt: str, max_new_tokens: int, max_positions: in
     if unknown:
         known = "".join(sorted(t for t in tokenizer.get_vocab() if len(t) == 1))
         raise ValueError(
-            f"--prompt contains {unknown}, which the tokenizer does not know"
+            f"--prompt contains {describe_characters(unknown)}, which the tokenizer does not know"
             + (f" (it knows {known!r})" if known else "")
         )
     if ids.shape[1] + max_new_tokens > max_positions:
@@ -335,16 +332,23 @@ def run_generate(args) -> str:
 def run_card(args) -> Path:
     """``equilibria card``: write the model card (README.md) into a saved model's folder from what is there:
     ``loop_scaling.json`` / ``loop_scaling.png`` (from ``equilibria eval --output-dir``), ``audit.json`` (from
-    ``equilibria audit --output-dir``), ``training_data.json`` and ``training_history.json``, or the files given."""
+    ``equilibria audit --output-dir``), ``training_data.json`` and ``training_history.json``, or the files given
+    (refused when missing or computed on other weights); what the card there said and no flag changes (title, task
+    name, datasets, base model, license) is kept."""
     from .hub_cards.card import evaluation_record
     from .hub_cards.publish import write_model_card
+    from .provenance import folder_results
 
     folder = Path(args.model_path)
     model = load_saved_model(args.model_path, args.trust_remote_code)
-    scaling_file = Path(args.loop_scaling) if args.loop_scaling else folder / "loop_scaling.json"
-    audit_file = Path(args.audit) if args.audit else folder / "audit.json"
-    scaling = json.loads(scaling_file.read_text()) if scaling_file.is_file() else None
-    audit_data = json.loads(audit_file.read_text()) if audit_file.is_file() else None
+    given = {
+        key: _given_result(path, flag, folder)
+        for key, path, flag in (("loop_scaling", args.loop_scaling, "--loop-scaling"), ("audit", args.audit, "--audit"))
+        if path is not None
+    }
+    current, other = folder_results(folder)
+    scaling = given.get("loop_scaling") or current.get("loop_scaling.json")
+    audit_data = given.get("audit") or current.get("audit.json")
     if args.dataset and (scaling or audit_data) and evaluation_record(scaling, audit_data) is None:
         raise ValueError(
             f"--dataset {' '.join(args.dataset)}: the loop-scaling / audit results here do not record which data they "
@@ -359,9 +363,23 @@ def run_card(args) -> Path:
         base_model=args.base_model,
         datasets=args.dataset or None,
         task_name=args.task_name,
-        loop_scaling=scaling,
-        audit=audit_data,
+        keep_previous=True,
+        **given,
     )
+    for name in other:
+        print(f"left out {name}: computed on other weights than the ones in {folder}")
     found = [name for name, ok in (("loop scaling", scaling), ("audit", audit_data)) if ok]
     print(f"wrote {path}" + (f" (with {', '.join(found)})" if found else ""))
     return path
+
+
+def _given_result(path: str, flag: str, folder: Path) -> dict:
+    """The result file ``flag`` names, checked: it exists and was computed on the weights in ``folder``."""
+    from .provenance import describe_weights, read_result, weights_fingerprint
+
+    result = read_result(path)
+    if result is None:
+        raise ValueError(f"{flag} {path}: no such file")
+    if describe_weights(result, weights_fingerprint(folder)) == "other":
+        raise ValueError(f"{flag} {path}: computed on other weights than the ones in {folder}; evaluate this model")
+    return result

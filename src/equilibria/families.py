@@ -66,6 +66,7 @@ class Family:
     tags: tuple[str, ...]
     loop_meaning: str
     loops_key: str  # the config key holding the default loop count
+    min_loops: int  # the smallest loop count forward accepts (0: the backbone / initialiser alone)
     config_class: type
     base_class: type
     heads: tuple[Head, ...]
@@ -258,6 +259,7 @@ FAMILIES: dict[str, Family] = {
             tags=("looped-lm", "recurrent-depth"),
             loop_meaning="recurrence steps of the shared decoder stack",
             loops_key="total_ut_steps",
+            min_loops=1,
             config_class=OuroConfig,
             base_class=OuroModel,
             heads=(Head(OuroForCausalLM, "AutoModelForCausalLM", ("addition",), "text-generation", LM_USAGE),),
@@ -274,6 +276,7 @@ FAMILIES: dict[str, Family] = {
             tags=("deep-equilibrium", "looped-lm"),
             loop_meaning="the fixed-point solver's iteration budget (0 = backbone only)",
             loops_key="num_loops",
+            min_loops=0,
             config_class=AttractorConfig,
             base_class=AttractorModel,
             heads=(Head(AttractorForCausalLM, "AutoModelForCausalLM", ("addition",), "text-generation", LM_USAGE),),
@@ -291,6 +294,7 @@ FAMILIES: dict[str, Family] = {
             tags=("recurrent-reasoning", "deep-equilibrium"),
             loop_meaning="iterations of the weight-tied block (depth)",
             loops_key="num_loops",
+            min_loops=1,
             config_class=EqRConfig,
             base_class=EqRModel,
             heads=(
@@ -317,6 +321,7 @@ FAMILIES: dict[str, Family] = {
             tags=("deep-equilibrium",),
             loop_meaning="the Anderson solver's iteration cap",
             loops_key="num_loops",
+            min_loops=0,
             config_class=PHDEQConfig,
             base_class=PHDEQModel,
             heads=(

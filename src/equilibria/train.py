@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .commands import parse_loops
 from .families import FAMILIES
 
 
@@ -229,9 +230,71 @@ def parse_train_args(argv: list[str]):
                 action.required = False
         parser.set_defaults(**file_values)
         argv = argv[1:]
+    if _flag(argv, file_values, "output_dir") is None and not {"-h", "--help"} & set(argv):
+        raise ValueError("--output_dir is required: the folder the trained model, its results and card are written to")
     model_args, data_args, args = parser.parse_args_into_dataclasses(args=argv)
     model_args.family = family
+    check_train_args(model_args, data_args, args)
     return model_args, data_args, args
+
+
+def check_train_args(model_args: ModelArguments, data_args: DataArguments, args) -> None:
+    """Refuse, before any data or model is built, values that would train something other than what was asked
+    (``TrainingArguments`` turns a negative ``max_steps`` into epochs) or fail only after training; resolve
+    ``--resume_from_checkpoint last`` (or ``true``) to the newest checkpoint in ``--output_dir``."""
+    if args.max_steps == 0 or args.max_steps < -1:
+        raise ValueError(
+            f"--max_steps must be a number of optimizer steps >= 1 (or -1: train --num_train_epochs epochs), got "
+            f"{args.max_steps}"
+        )
+    for name, value in (("max_length", data_args.max_length), ("train_size", data_args.train_size)):
+        if value is not None and value < 1:
+            raise ValueError(f"--{name} must be >= 1, got {value}")
+    if data_args.test_size is not None and data_args.test_size < 0:
+        raise ValueError(f"--test_size must be >= 0 (0: no held-out evaluation), got {data_args.test_size}")
+    parse_loops(data_args.eval_loops, "--eval_loops", FAMILIES[model_args.family].min_loops)
+    checkpoint = model_args.model_name_or_path
+    if checkpoint and Path(checkpoint).exists() and Path(checkpoint).resolve() == Path(args.output_dir).resolve():
+        raise ValueError(
+            f"--output_dir {args.output_dir} is the checkpoint being fine-tuned (--model_name_or_path): it would be "
+            "overwritten; write the fine-tuned model to another folder"
+        )
+    args.resume_from_checkpoint = resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
+
+
+def interrupted_hint(argv: list[str]) -> str:
+    """What to do after Ctrl-C: resume from the newest checkpoint in ``--output_dir``, or how to get checkpoints."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    try:
+        output_dir = _flag(argv, _config_file(argv), "output_dir")
+    except ValueError:
+        output_dir = None
+    last = get_last_checkpoint(output_dir) if output_dir and Path(output_dir).is_dir() else None
+    if last is None:
+        return "No checkpoint was saved (--save_steps N saves one every N steps); rerun the command to start again."
+    return f"Resume from {last} with the same command and --resume_from_checkpoint last (or {last})."
+
+
+def resume_checkpoint(value: str | None, output_dir: str) -> str | None:
+    """The checkpoint folder ``--resume_from_checkpoint`` names: a ``checkpoint-N`` folder written by the Trainer,
+    or ``last`` / ``true`` for the newest one in ``output_dir``; ``None`` for no resume. ``ValueError`` when there
+    is no such checkpoint."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if value is None or str(value).lower() in ("", "none", "false"):
+        return None
+    if str(value).lower() in ("last", "true"):
+        found = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+        if found is None:
+            raise ValueError(f"--resume_from_checkpoint {value}: {output_dir} holds no checkpoint-N folder to resume")
+        return found
+    if not (Path(value) / "trainer_state.json").is_file():
+        raise ValueError(
+            f"--resume_from_checkpoint {value}: not a checkpoint written by the Trainer (a checkpoint-N folder with "
+            "trainer_state.json); `last` resumes the newest one in --output_dir"
+        )
+    return value
 
 
 def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
@@ -447,13 +510,15 @@ def train_and_evaluate(argv: list[str]):
     """:func:`run_train`, returning ``(trainer, loop_scaling)``."""
     from transformers import set_seed
 
-    from .commands import loop_scaling, parse_loops, report_loop_scaling
-    from .tasks import save_training_record
-
     model_args, data_args, args = parse_train_args(argv)
     loops = parse_loops(data_args.eval_loops)
     set_seed(args.seed)
     model, data, collator = build(model_args, data_args, args.seed)
+    if args.process_index == 0:
+        held = f"{len(data.test)} held out for the loop-scaling evaluation" if len(data.test) else "none held out"
+        print(
+            f"training on {data.description}; {held}" + (f" ({data.test_description})" if data.test_description else "")
+        )
     family = FAMILIES[model_args.family]
     trainer = family.trainer_class()(
         model=model,
@@ -463,49 +528,71 @@ def train_and_evaluate(argv: list[str]):
         processing_class=data.tokenizer,
         callbacks=family.make_callbacks(),
     )
-    trainer.train()
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model()
     result = {}
     if trainer.is_world_process_zero():
-        out = Path(args.output_dir)
-        save_training_record(out, data.name, data.train_fingerprints, data.description)
-        model = trainer.accelerator.unwrap_model(trainer.model).eval()
-        if model_args.use_peft:
-            from .hub_cards.publish import lora_settings
-
-            trainer.lora = {**lora_settings(model), "saved": model_args.lora_save}  # for the training history
-            model = save_lora(model, out, model_args.lora_save)
-            trainer.model = model  # a later save (push_to_hub) saves what the folder holds
-        name = data_args.dataset_name
-        hub_dataset = name if name and not Path(name).exists() else None  # a local file is no Hub dataset
-        record = _evaluation_record(data, name, hub_dataset)
-        if len(data.test):
-            result = loop_scaling(model, data.test, loops, model_path=str(out), metric=data.metric)
-            print(f"loop scaling on {len(data.test)} held-out examples")
-            report_loop_scaling(result, model.config.model_type, out, record)  # the JSON and the plot the card links
-            trainer.loop_scaling = {"data": record, "accuracy": {str(k): v for k, v in result.items()}}
-        else:
-            print("no held-out rows (--test_size 0): no loop-scaling evaluation")
-        trainer.create_model_card(dataset=hub_dataset)
-        print(f"wrote the model, its remote code, card and plot to {out}")
+        result = write_results(trainer, model_args, data_args, data, loops)
     if args.push_to_hub:
         trainer.push_to_hub()
     return trainer, result
 
 
+def write_results(trainer, model_args: ModelArguments, data_args: DataArguments, data, loops: list[int]) -> dict:
+    """After training (main process): the folder's final weights (LoRA merged or the adapter), its training record,
+    the loop scaling on the held-out rows and the card, all of them of these weights; results in the folder computed
+    on other weights (an earlier run into it) are removed. Returns ``{num_loops: accuracy}``."""
+    from .commands import loop_scaling, report_loop_scaling
+    from .provenance import remove_results_of_other_weights, weights_fingerprint
+    from .tasks import save_training_record
+
+    out = Path(trainer.args.output_dir)
+    model = trainer.accelerator.unwrap_model(trainer.model).eval()
+    if model_args.use_peft:
+        from .hub_cards.publish import lora_settings
+
+        trainer.lora = {**lora_settings(model), "saved": model_args.lora_save}  # for the training history
+        model = save_lora(model, out, model_args.lora_save)
+        trainer.model = model  # a later save (push_to_hub) saves what the folder holds
+    save_training_record(out, data.name, data.train_fingerprints, data.description, **data.record)
+    removed = remove_results_of_other_weights(out)
+    if removed:
+        print(f"removed {', '.join(removed)} from {out}: computed on other weights than the ones just trained")
+    name = data_args.dataset_name
+    hub_dataset = name if name and not Path(name).exists() else None  # a local file is no Hub dataset
+    result = {}
+    if len(data.test):
+        record = _evaluation_record(data, name, hub_dataset)
+        result = loop_scaling(model, data.test, loops, model_path=str(out), metric=data.metric)
+        print(f"loop scaling on {len(data.test)} held-out examples")
+        weights = weights_fingerprint(out)
+        report_loop_scaling(result, model.config.model_type, out, record, weights=weights)  # JSON + plot
+        trainer.loop_scaling = {"weights": weights, "data": record, "accuracy": {str(k): v for k, v in result.items()}}
+    else:
+        print("no held-out rows (--test_size 0): no loop-scaling evaluation")
+    trainer.create_model_card(dataset=hub_dataset)
+    print(f"wrote the model, its remote code, card and plot to {out}")
+    return result
+
+
 def _evaluation_record(data, dataset_name: str | None, hub_dataset: str | None) -> dict:
     """What the loop-scaling evaluation ran on, for ``loop_scaling.json`` and the card."""
+    from .provenance import data_fingerprint
+    from .tasks import fingerprints
+
     if dataset_name is None:
         return {
             "name": f"the {len(data.test)}-problem test split generated with the training data",
             "dataset": None,
+            "fingerprint": data_fingerprint(fingerprints(data.name, data.test)),
             "held_out": True,
             "note": "drawn without replacement together with the training split: no training question is among them",
             "units": len(data.test),
         }
     return {
-        "name": f"{len(data.test)} rows of {hub_dataset or Path(dataset_name).name}",
+        "name": f"{len(data.test)} held-out rows of {data.record['source']['label']}",
         "dataset": hub_dataset,
+        "fingerprint": data.record["held_out"]["fingerprint"],
         "held_out": True,
         "note": data.test_description,
         "units": len(data.test),

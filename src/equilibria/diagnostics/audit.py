@@ -88,6 +88,7 @@ class AuditReport:
     thresholds: dict = field(default_factory=dict)
     chance: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)  # what the units are (set by the caller, e.g. ``equilibria audit``)
+    weights: str | None = None  # the fingerprint of the weights audited (``equilibria.provenance``; set by the caller)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -182,9 +183,15 @@ class AuditReport:
         plt.close(fig)
 
     def save(self, directory: str | Path) -> Path:
-        """Write ``audit.json`` and ``audit.png`` (when matplotlib is installed) into ``directory``."""
+        """Write ``audit.json`` and ``audit.png`` (when matplotlib is installed) into ``directory``, saying so when
+        that replaces an audit of other data or weights."""
+        from ..provenance import replacement_note
+
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        note = replacement_note(directory / "audit.json", self.to_dict())
+        if note:
+            print(note)
         self.to_json(directory / "audit.json")
         try:
             self.plot(directory / "audit.png")

@@ -126,6 +126,7 @@ def build_model_card(
     adapter: dict | None = None,
     lm_eval: dict | None = None,
     lm_eval_plot: str | None = None,
+    omitted: list[str] | None = None,
 ) -> ModelCard:
     """A [`huggingface_hub.ModelCard`] for ``model`` (any family of equilibria).
 
@@ -147,6 +148,8 @@ def build_model_card(
         adapter: ``adapter_config.json`` of a folder that holds a LoRA adapter rather than weights.
         lm_eval, lm_eval_plot: ``lm_eval.json`` (``equilibria eval --lm-eval-tasks``) and its plot's file name: a
             table per loop count and ``model-index`` entries, one per task, metric and loop count.
+        omitted: Notes on results left out of the card (computed on other weights), listed under "Results not
+            shown".
     """
     info = family_info(model)
     head = info.head_of(model)
@@ -184,6 +187,7 @@ def build_model_card(
         _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name, metric, halting),
         _lm_eval_section(lm_eval, lm_eval_plot),
         _audit_section(audit_data),
+        _omitted_section(omitted),
         _training_section(training_record, training_history, trainer_state, training_args),
         _limitations(limitations),
         _citation(info),
@@ -413,6 +417,12 @@ def _audit_section(audit: dict | None) -> list[str]:
         *_audit_evidence(audit),
         "",
     ]
+
+
+def _omitted_section(omitted: list[str] | None) -> list[str]:
+    if not omitted:
+        return []
+    return ["## Results not shown", "", *[f"- {note}." for note in omitted], ""]
 
 
 def training_arguments_that_matter(args) -> dict:

@@ -22,15 +22,6 @@ from pathlib import Path
 
 from .card import build_model_card, card_metadata_round_trips, training_arguments_that_matter
 
-RESULT_FILES = (
-    "loop_scaling.json",
-    "loop_scaling.png",
-    "audit.json",
-    "training_data.json",
-    "training_history.json",
-    "lm_eval.json",
-    "lm_eval.png",
-)
 HISTORY_FILE = "training_history.json"
 
 
@@ -45,9 +36,21 @@ def _read_json(path: Path):
 
 
 def write_model_card(
-    model, folder, *, source=None, repo_id: str | None = None, tags: list[str] | None = None, **card_options
+    model,
+    folder,
+    *,
+    source=None,
+    repo_id: str | None = None,
+    tags: list[str] | None = None,
+    keep_previous: bool = False,
+    **card_options,
 ) -> Path:
     """Write the equilibria card (``README.md``) into ``folder`` and return its path.
+
+    Results in ``folder`` computed on other weights than the ones it holds (:mod:`equilibria.provenance`) are left
+    out of the card, which says so; ``source``'s results are copied in only when computed on these weights.
+    With ``keep_previous``, options not given keep the values of the card already in ``folder`` (title, task name,
+    datasets, base model, license), so rewriting a card keeps what it said.
 
     Args:
         source: where the model's results live when ``folder`` lacks them (default: the folder it was loaded from).
@@ -56,22 +59,26 @@ def write_model_card(
         card_options: passed to :func:`~equilibria.hub_cards.build_model_card` (``base_model``, ``datasets``,
             ``task_name``, ``license``, ``trainer_state``, ``training_args`` ...).
     """
+    from ..provenance import folder_results, other_weights_note
+
     folder = Path(folder)
     source = Path(source) if source is not None else model_source(model)
     if source is not None and source.resolve() != folder.resolve():
-        for name in RESULT_FILES:
-            if (source / name).is_file() and not (folder / name).exists():
-                shutil.copy(source / name, folder / name)
+        _copy_results(source, folder)
     card_options["base_model"] = card_options.get("base_model") or _hub_origin(model)
+    current, other = folder_results(folder)
     found = {  # what the folder holds, unless given
-        "loop_scaling": _read_json(folder / "loop_scaling.json"),
-        "loop_scaling_plot": "loop_scaling.png" if (folder / "loop_scaling.png").is_file() else None,
-        "audit": _read_json(folder / "audit.json"),
-        "training_record": _read_json(folder / "training_data.json"),
+        "loop_scaling": current.get("loop_scaling.json"),
+        "loop_scaling_plot": "loop_scaling.png" if "loop_scaling.json" in current else None,
+        "audit": current.get("audit.json"),
+        "training_record": current.get("training_data.json"),
         "training_history": _read_json(folder / HISTORY_FILE),
         "adapter": _read_json(folder / "adapter_config.json"),
-        "lm_eval": _read_json(folder / "lm_eval.json"),
-        "lm_eval_plot": "lm_eval.png" if (folder / "lm_eval.png").is_file() else None,
+        "lm_eval": current.get("lm_eval.json"),
+        "lm_eval_plot": "lm_eval.png" if "lm_eval.json" in current else None,
+        "omitted": [other_weights_note(name, result) for name, result in other.items()],
+        "license": "apache-2.0",
+        **(previous_card_options(folder, current) if keep_previous else {}),
     }
     options = {**found, **{k: v for k, v in card_options.items() if v is not None or k not in found}}
     card = build_model_card(model, repo_id=repo_id, extra_tags=tags, **options)
@@ -79,6 +86,50 @@ def write_model_card(
         raise ValueError("the card's metadata does not parse back to itself")
     card.save(folder / "README.md")
     return folder / "README.md"
+
+
+def _copy_results(source: Path, folder: Path) -> None:
+    """Copy into ``folder`` the results of ``source`` it lacks (with their plots), unless they were computed on other
+    weights than those ``folder`` holds, and the training history."""
+    from ..provenance import RESULTS, describe_weights, read_result, weights_fingerprint
+
+    weights = weights_fingerprint(folder)
+    for name, plots in RESULTS.items():
+        result = read_result(source / name)
+        if result is None or (folder / name).exists() or describe_weights(result, weights) == "other":
+            continue
+        for file in (name, *plots):
+            if (source / file).is_file():
+                shutil.copy(source / file, folder / file)
+    if (source / HISTORY_FILE).is_file() and not (folder / HISTORY_FILE).exists():
+        shutil.copy(source / HISTORY_FILE, folder / HISTORY_FILE)
+
+
+def previous_card_options(folder: Path, results: dict) -> dict:
+    """What the equilibria card already in ``folder`` says that the folder's files do not: its title, task name,
+    datasets (those the folder's ``results`` were computed on), base model, license and language (``{}`` without
+    a card)."""
+    from huggingface_hub import ModelCard
+
+    from .card import evaluation_record
+
+    path = folder / "README.md"
+    if not path.is_file():
+        return {}
+    data = ModelCard.load(path).data
+    if "equilibria" not in (data.tags or []):
+        return {}
+    evaluated = evaluation_record(results.get("loop_scaling.json"), results.get("audit.json")) or {}
+    entries = data.eval_results or []
+    options = {
+        "model_name": data.model_name,
+        "task_name": entries[0].task_name if entries else None,
+        "datasets": data.datasets if evaluated.get("dataset") in (data.datasets or []) else None,
+        "base_model": data.base_model,
+        "license": data.license,
+        "language": data.language,
+    }
+    return {k: v for k, v in options.items() if v}
 
 
 def _hub_origin(model) -> str | None:

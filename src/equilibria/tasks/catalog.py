@@ -13,11 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from datasets import Dataset
-from transformers import PreTrainedTokenizerBase
 
 from .addition import addition_tokenizer, build_addition_dataset, tokenize_for_training
 from .embedding import EMBEDDING_SIZE, SentenceEmbedder, embed_entailment
@@ -25,29 +23,12 @@ from .entailment import build_entailment_dataset
 from .maze import build_maze_dataset
 from .reachability import build_reachability_dataset, reachability_input_size
 from .sudoku import build_sudoku_dataset
+from .task_data import TaskData
 from .tokenization import tokenizer_fields
 
 TASKS = ("reachability", "entailment", "sudoku", "maze", "addition")
 TRAINING_RECORD = "training_data.json"
 PUZZLE_VOCAB = {"sudoku": 11, "maze": 6}  # the published encodings: digit + 1 / "# SGo" + 1, PAD = 0
-
-
-@dataclass
-class TaskData:
-    """A task's splits and what it fixes in a model config (``config_fields``; for text, also the tokenizer).
-    ``metric`` is how the loop-scaling evaluation scores ``test``: ``"task"`` (the task's own measure), or for
-    rows of your own (:func:`~equilibria.tasks.text_data.build_text_data`) ``"token_accuracy"`` or
-    ``"exact_match"``; ``test_description`` says what the test rows are."""
-
-    name: str
-    train: Dataset
-    test: Dataset
-    config_fields: dict = field(default_factory=dict)
-    tokenizer: PreTrainedTokenizerBase | None = None
-    train_fingerprints: list[str] = field(default_factory=list)
-    description: str = ""
-    metric: str = "task"
-    test_description: str = ""
 
 
 def question_key(task: str, row: dict) -> str:
@@ -65,11 +46,22 @@ def fingerprints(task: str, rows: Dataset) -> list[str]:
     return [hashlib.blake2b(question_key(task, row).encode(), digest_size=8).hexdigest() for row in rows]
 
 
-def save_training_record(folder: str | Path, task: str, fingerprints_: list[str], description: str) -> Path:
-    """Write ``training_data.json`` into a model folder: the task, what the training data was, and the
-    fingerprint of every training question (what :func:`eval_split` excludes)."""
+def save_training_record(folder: str | Path, task: str, fingerprints_: list[str], description: str, **extra) -> Path:
+    """Write ``training_data.json`` into a model folder (after its weights): the task, what the training data was,
+    its fingerprint, the fingerprint of the weights it produced, ``extra`` (for rows of your own: their ``source``
+    and ``held_out`` rows, :func:`~equilibria.tasks.text_data.build_text_data`), and the fingerprint of every
+    training question (what evaluation excludes)."""
+    from ..provenance import data_fingerprint, weights_fingerprint
+
     path = Path(folder) / TRAINING_RECORD
-    record = {"task": task, "description": description, "num_examples": len(fingerprints_)}
+    record = {
+        "task": task,
+        "description": description,
+        "num_examples": len(fingerprints_),
+        "fingerprint": data_fingerprint(fingerprints_),
+        "weights": weights_fingerprint(folder),
+        **extra,
+    }
     path.write_text(json.dumps({**record, "fingerprints": sorted(set(fingerprints_))}) + "\n")
     return path
 
@@ -118,6 +110,103 @@ def build_task(
     prints = fingerprints(task, data["train"])
     train = data["train"].select_columns(["inputs", "labels"])
     return TaskData(task, train, data["test"], dict(input_size=width, num_labels=2), None, prints, description)
+
+
+def load_task_rows(name: str, task: str, split: str | None = None) -> tuple[Dataset, str]:
+    """``(rows, split)``: rows of ``task`` from a file of your own, numbered (their position in the split as read):
+    a CSV in the published layout (Sudoku-Extreme, Maze-Hard; ``source,question,answer,rating``), or a
+    ``save_to_disk`` folder / data file with the task's ``inputs`` and ``labels`` columns (``split``, default
+    ``test`` when there is one, else ``train``). ``ValueError`` naming the file and what is missing."""
+    from .maze import load_maze_csv
+    from .row_files import load_rows
+    from .sudoku import load_sudoku_csv
+    from .text_data import numbered
+
+    check_task(task)
+    if Path(name).suffix == ".csv" and task in PUZZLE_VOCAB and Path(name).is_file():
+        rows = (load_sudoku_csv if task == "sudoku" else load_maze_csv)(name)
+        if split not in (None, "train"):
+            raise ValueError(f"{name} is one split (train); got --split {split!r}")
+        split = "train"
+    else:
+        splits = load_rows(name)
+        split = split or ("test" if "test" in splits else "train")
+        if split not in splits:
+            raise ValueError(f"split {split!r} is not in {name} (splits: {sorted(splits)})")
+        rows = splits[split]
+    missing = sorted({"inputs", "labels"} - set(rows.column_names))
+    if missing:
+        layout = " or a CSV in the published puzzle layout" if task in PUZZLE_VOCAB else ""
+        raise ValueError(f"{name}: {task} rows need `inputs` and `labels` columns{layout}; missing {missing}")
+    return numbered(rows), split
+
+
+def build_task_rows(
+    name: str, task: str, test_size: int | None = None, train_size: int | None = None, seed: int = 0
+) -> TaskData:
+    """Training and held-out splits of ``task`` from a file of yours (:func:`load_task_rows`): the rows shuffled
+    with ``seed``, ``test_size`` of them (default a tenth, 5 to 200) held out, training questions dropped from the
+    held-out rows; ``record`` names the held-out rows so that evaluation reads them again."""
+    from ..provenance import data_fingerprint
+    from .text_data import split_rows
+
+    rows, split = load_task_rows(name, task, "train")
+    train, test, _ = split_rows({split: rows}, split, "", test_size, seed)
+    if train_size is not None:
+        train = train.select(range(min(train_size, len(train))))
+    keys = fingerprints(task, train)
+    seen = set(keys)
+    test = test.select([i for i, key in enumerate(fingerprints(task, test)) if key not in seen])
+    label = Path(name).name if Path(name).exists() else name
+    held = f"{len(test)} {task} rows of {label} (held out of it before training), none a training question"
+    lengths = set(len(x) for x in rows["inputs"])
+    if len(lengths) != 1:
+        raise ValueError(f"{name}: every {task} row must have as many cells; found lengths {sorted(lengths)}")
+    fields = dict(vocab_size=PUZZLE_VOCAB[task], max_seq_len=lengths.pop()) if task in PUZZLE_VOCAB else {}
+    source = {
+        "name": name,
+        "label": label,
+        "path": str(Path(name).resolve()) if Path(name).exists() else None,
+        "format": f"task:{task}",
+        "task": task,
+    }
+    record = {
+        "source": source,
+        "held_out": {
+            "split": split,
+            "positions": list(test["__row__"]),
+            "fingerprint": data_fingerprint(fingerprints(task, test)),
+            "description": held,
+        },
+    }
+    return TaskData(
+        f"dataset:{name}",
+        train.select_columns(["inputs", "labels"]),
+        test,
+        fields,
+        None,
+        keys,
+        f"{len(train)} {task} rows of {label}",
+        "task",
+        held,
+        record,
+    )
+
+
+def task_held_out_rows(record: dict) -> Dataset:
+    """The held-out rows of a model trained on ``task`` rows of a file (:func:`build_task_rows`), read again;
+    ``ValueError`` when the file has changed since."""
+    from ..provenance import data_fingerprint
+
+    source, held = record["source"], record["held_out"]
+    location = source["path"] if source.get("path") and Path(source["path"]).exists() else source["name"]
+    rows, _ = load_task_rows(location, source["task"], held["split"])
+    if max(held["positions"], default=-1) >= len(rows):
+        raise ValueError(f"{location} has changed since training: it lacks the held-out rows")
+    rows = rows.select(held["positions"])
+    if data_fingerprint(fingerprints(source["task"], rows)) != held["fingerprint"]:
+        raise ValueError(f"{location} has changed since training: the held-out rows hold other puzzles")
+    return rows
 
 
 def eval_split(
@@ -188,6 +277,9 @@ def _fresh_rows(config, task: str, seed: int, digits: int):
 
 __all__ = [
     "PUZZLE_VOCAB",
+    "build_task_rows",
+    "load_task_rows",
+    "task_held_out_rows",
     "TASKS",
     "TRAINING_RECORD",
     "TaskData",

@@ -29,7 +29,7 @@ def read_puzzle_csv(path: str | Path, layout: str, check_row: Callable[[dict], d
             if limit is not None and len(rows) >= limit:
                 break
             try:
-                _check_width(record, reader.fieldnames)
+                check_csv_width(record, reader.fieldnames)
                 rating = record["rating"]
                 try:
                     rating = float(rating) if rating not in ("", None) else 0.0
@@ -41,7 +41,7 @@ def read_puzzle_csv(path: str | Path, layout: str, check_row: Callable[[dict], d
     return rows
 
 
-def _check_width(record: dict, header: list[str]) -> None:
+def check_csv_width(record: dict, header: list[str]) -> None:
     """A row must have one value per header column (``csv.DictReader`` fills a short row with ``None`` and puts
     the surplus of a long one under the key ``None``)."""
     if record.get(None):

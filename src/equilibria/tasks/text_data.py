@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 from datasets import Dataset, DatasetDict
 
-from .tokenization import unknown_characters
+from .row_files import DATA_FILES, LINE, load_rows
+from .tokenization import describe_characters, unknown_characters
 
-DATA_FILES = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 FORMATS = ("prompt_completion", "messages", "text")
 ROLES = ("system", "user", "assistant", "tool")
 # ChatML, the format of the published Ouro chat models, used when a tokenizer has no chat template of its own
@@ -39,41 +39,6 @@ DEFAULT_CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-
-
-def load_rows(name: str, config_name: str | None = None) -> DatasetDict:
-    """The splits of ``name``: a local data file (``DATA_FILES``; one split, ``train``), a ``save_to_disk`` folder,
-    or a Hub dataset id. ``ValueError`` naming ``name`` when none of these reads it."""
-    from datasets import load_dataset, load_from_disk
-
-    path = Path(name)
-    if path.suffix in DATA_FILES or path.is_file():
-        if path.suffix not in DATA_FILES:
-            raise ValueError(f"--dataset_name {name}: a data file must be one of {sorted(DATA_FILES)}")
-        if not path.is_file():
-            raise ValueError(f"--dataset_name {name}: no such file")
-        try:
-            return load_dataset(DATA_FILES[path.suffix], data_files={"train": str(path)})
-        except Exception as err:  # noqa: BLE001 (the readers raise many kinds; say which file and why)
-            raise ValueError(f"--dataset_name {name}: cannot read it as {path.suffix[1:]} ({_reason(err)})") from None
-    if path.is_dir():
-        try:
-            data = load_from_disk(str(path))
-        except FileNotFoundError:
-            raise ValueError(
-                f"--dataset_name {name}: a folder must be written by Dataset.save_to_disk (or give a data file)"
-            ) from None
-        return data if isinstance(data, DatasetDict) else DatasetDict(train=data)
-    try:
-        return load_dataset(name, config_name)
-    except Exception as err:  # noqa: BLE001
-        raise ValueError(
-            f"--dataset_name {name}: not a local file or folder, and not loadable from the Hub ({_reason(err)})"
-        ) from None
-
-
-def _reason(err: Exception) -> str:
-    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
 
 
 def row_format(columns: list[str], name: str, text_field: str = "text") -> str:
@@ -110,6 +75,17 @@ def row_key(fmt: str, row: dict, text_field: str = "text") -> str:
     return hashlib.blake2b(str(key).encode(), digest_size=8).hexdigest()
 
 
+POSITION = "__row__"  # a row's position (from 0) in its split as read, kept through shuffles and selections
+
+
+def where_is(row: dict, index: int, name: str) -> str:
+    """How an error names a row: the file's line (JSON Lines, CSV), else its position in the split as read, else
+    ``index`` (each counted from 1)."""
+    if row.get(LINE) is not None:
+        return f"{name}, line {row[LINE]}"
+    return f"{name}, row {(row[POSITION] if row.get(POSITION) is not None else index) + 1}"
+
+
 class RowEncoder:
     """Turns rows of one format into ``input_ids`` and ``labels`` (``-100`` where there is no loss), checking each
     row. ``name`` is what errors call the data (the file or Hub id). Rows are cut to ``max_length`` tokens, except
@@ -138,7 +114,7 @@ class RowEncoder:
         self.packing = packing
 
     def __call__(self, row: dict, index: int) -> dict:
-        where = f"{self.name}, row {index + 1}"
+        where = where_is(row, index, self.name)
         if self.fmt == "prompt_completion":
             prompt, completion = self._text(row, "prompt", where), self._text(row, "completion", where)
             try:
@@ -170,7 +146,9 @@ class RowEncoder:
         ids = self.tokenizer(text, add_special_tokens=special)["input_ids"]
         unknown = unknown_characters(self.tokenizer, text, ids)
         if unknown:
-            raise ValueError(f"{where}: `{column}` contains {unknown}, which the tokenizer does not know")
+            raise ValueError(
+                f"{where}: `{column}` contains {describe_characters(unknown)}, which the tokenizer does not know"
+            )
         return ids
 
     def _conversation(self, turns, where: str) -> tuple[list[int], list[int]]:
@@ -193,7 +171,8 @@ class RowEncoder:
         unknown = unknown_characters(self.tokenizer, text, ids, enc["offset_mapping"])
         if unknown:
             raise ValueError(
-                f"{where}: `messages` (with the chat template) contains {unknown}, which the tokenizer does not know"
+                f"{where}: `messages` (with the chat template) contains {describe_characters(unknown)}, which the "
+                "tokenizer does not know"
             )
         labels = [t if any(a <= lo < b for a, b in spans) else -100 for t, (lo, _) in zip(ids, enc["offset_mapping"])]
         if turns[-1]["role"] == "assistant":
@@ -223,7 +202,7 @@ def encode_prompt_completion(tokenizer, prompt: str, completion: str) -> tuple[l
     for text, ids, column in ((prompt, prompt_ids, "prompt"), (completion, answer[:-1], "completion")):
         unknown = unknown_characters(tokenizer, text, ids)
         if unknown:
-            raise ValueError(f"`{column}` contains {unknown}, which the tokenizer does not know")
+            raise ValueError(f"`{column}` contains {describe_characters(unknown)}, which the tokenizer does not know")
     return prompt_ids + answer, [-100] * len(prompt_ids) + answer
 
 
@@ -266,7 +245,7 @@ def build_text_data(
     config_name: str | None = None,
     train_split: str = "train",
     test_split: str = "test",
-    test_size: int = 200,
+    test_size: int | None = None,
     train_size: int | None = None,
     text_field: str = "text",
     packing: bool = False,
@@ -275,60 +254,156 @@ def build_text_data(
 ):
     """A :class:`~equilibria.tasks.TaskData` from your rows: ``train_split`` encoded for training (its first
     ``train_size`` rows after a seeded shuffle, all by default), and the held-out rows the loop-scaling evaluation
-    reads: ``test_split`` when the data has it, else ``test_size`` rows held out of the training split before
-    training; held-out rows that ask what a training row asks (:func:`row_key`) are dropped. ``metric``:
-    ``"token_accuracy"`` (next-token accuracy on the labelled tokens, every format) or ``"exact_match"`` (the
-    greedy completion equals the reference, prompt/completion rows)."""
-    from .catalog import TaskData
+    reads: ``test_split`` when the data has it (at most ``test_size``, default 200), else ``test_size`` rows
+    (default :func:`held_out_count`) held out of the training split before training; held-out rows that ask what a
+    training row asks (:func:`row_key`) are dropped. ``metric``: ``"token_accuracy"`` (next-token accuracy on the
+    labelled tokens, every format) or ``"exact_match"`` (the greedy completion equals the reference,
+    prompt/completion rows). ``record`` says where the rows come from and which are held out
+    (:func:`held_out_rows` reads them again)."""
+    from ..provenance import data_fingerprint
+    from .task_data import TaskData
 
     splits = load_rows(name, config_name)
-    label = Path(name).name if Path(name).exists() else name  # a local file by its name, not its path
     if train_split not in splits:
         raise ValueError(f"--dataset_train_split {train_split!r} is not in {name} (splits: {sorted(splits)})")
-    fmt = row_format(splits[train_split].column_names, name, text_field)
-    if metric not in METRICS or (metric == "exact_match" and fmt != "prompt_completion"):
-        raise ValueError(
-            f"--eval_metric must be one of {METRICS} (exact_match: prompt/completion rows), got {metric!r}"
-        )
-    train, test, where = _split(splits, train_split, test_split, test_size, seed)
+    source = text_source(
+        name,
+        config_name,
+        row_format(splits[train_split].column_names, name, text_field),
+        text_field,
+        max_length,
+        metric,
+    )
+    train, test, held_split = split_rows(splits, train_split, test_split, test_size, seed)
     if train_size is not None:
         train = train.select(range(min(train_size, len(train))))
-    keys = [row_key(fmt, row, text_field) for row in train]
-    seen = set(keys)
-    test = test.select([i for i, row in enumerate(test) if row_key(fmt, row, text_field) not in seen])
-    encoder = RowEncoder(tokenizer, fmt, name, text_field, max_length)
-    if metric == "exact_match":
-        test = test.rename_columns({"completion": "answer"}).select_columns(["prompt", "answer"])
-    elif len(test):
-        test = encode_rows(test, encoder)  # row by row, never packed
+    keys = row_keys(train, source)
+    test = without_questions(test, source, set(keys))
+    label, fmt = source["label"], source["format"]
+    where = (
+        f"({held_split} split)"
+        if held_split != train_split
+        else f"(held out of the {train_split} split before training)"
+    )
+    description = f"{len(test)} rows of {label} {where}, none asking what a training row asks"
+    held_out = {
+        "split": held_split,
+        "positions": list(test[POSITION]),
+        "fingerprint": data_fingerprint(row_keys(test, source)),
+        "description": description,
+    }
     return TaskData(
         f"dataset:{name}",
         encode_rows(train, RowEncoder(tokenizer, fmt, name, text_field, max_length, packing)),
-        test,
+        evaluation_rows(test, source, tokenizer),
         tokenizer=tokenizer,
         train_fingerprints=keys,
         description=f"{len(train)} {fmt.replace('_', '/')} rows of {label} ({train_split} split)",
         metric=metric,
-        test_description=f"{len(test)} rows of {label} {where}, none asking what a training row asks",
+        test_description=description,
+        record={"source": source, "held_out": held_out},
     )
 
 
 METRICS = ("token_accuracy", "exact_match")
 
 
-def _split(splits: DatasetDict, train_split: str, test_split: str, test_size: int, seed: int):
-    """``(train, test, where the test rows come from)``, the training rows shuffled with ``seed``."""
-    train = splits[train_split].shuffle(seed=seed)
+def text_source(
+    name: str, config_name: str | None, fmt: str, text_field: str, max_length: int | None, metric: str
+) -> dict:
+    """What the training record says of rows read from ``name``: where they are (a local path absolute, so that a
+    later ``equilibria eval`` from another folder finds them), their format, and how they were encoded and scored;
+    ``ValueError`` for a metric the format cannot be scored with."""
+    if metric not in METRICS or (metric == "exact_match" and fmt != "prompt_completion"):
+        raise ValueError(
+            f"--eval_metric must be one of {METRICS} (exact_match: prompt/completion rows), got {metric!r}"
+        )
+    local = Path(name).exists()
+    return {
+        "name": name,
+        "label": Path(name).name if local else name,  # a local file by its name, not its path
+        "path": str(Path(name).resolve()) if local else None,
+        "config": config_name,
+        "format": fmt,
+        "text_field": text_field,
+        "max_length": max_length,
+        "metric": metric,
+    }
+
+
+def row_keys(rows: Dataset, source: dict) -> list[str]:
+    return [row_key(source["format"], row, source["text_field"]) for row in rows]
+
+
+def without_questions(rows: Dataset, source: dict, exclude: set[str]) -> Dataset:
+    """``rows`` without those asking a question whose :func:`row_key` is in ``exclude``."""
+    if not exclude:
+        return rows
+    return rows.select([i for i, key in enumerate(row_keys(rows, source)) if key not in exclude])
+
+
+def evaluation_rows(rows: Dataset, source: dict, tokenizer) -> Dataset:
+    """``rows`` as the loop-scaling evaluation of ``source["metric"]`` reads them: ``prompt`` / ``answer`` for exact
+    match, else encoded row by row (never packed) for token accuracy."""
+    if source["metric"] == "exact_match":
+        return rows.rename_columns({"completion": "answer"}).select_columns(["prompt", "answer"])
+    if not len(rows):
+        return rows
+    return encode_rows(
+        rows, RowEncoder(tokenizer, source["format"], source["label"], source["text_field"], source["max_length"])
+    )
+
+
+def held_out_rows(record: dict) -> Dataset:
+    """The held-out rows a training record (``training_data.json`` of a model trained on rows of your own) names,
+    read again from their file or Hub dataset; ``ValueError`` when they cannot be found or have changed since."""
+    from ..provenance import data_fingerprint
+
+    source, held = record["source"], record["held_out"]
+    location = source["path"] if source.get("path") and Path(source["path"]).exists() else source["name"]
+    try:
+        splits = load_rows(location, source.get("config"))
+    except ValueError as err:
+        raise ValueError(
+            f"the model's held-out rows ({held['description']}) cannot be read again: {err}; pass --dataset_name"
+        ) from None
+    if held["split"] not in splits or max(held["positions"], default=-1) >= len(splits[held["split"]]):
+        raise ValueError(f"{location} has changed since training: its {held['split']!r} split lacks the held-out rows")
+    rows = numbered(splits[held["split"]]).select(held["positions"])
+    if data_fingerprint(row_keys(rows, source)) != held["fingerprint"]:
+        raise ValueError(
+            f"{location} has changed since training: the rows at the held-out positions ask other questions; pass "
+            "--dataset_name to evaluate it as a new file (training questions are still left out)"
+        )
+    return rows
+
+
+def numbered(rows: Dataset) -> Dataset:
+    """``rows`` with their position in the split (column :data:`POSITION`), kept through shuffles and selections."""
+    return rows if POSITION in rows.column_names else rows.add_column(POSITION, list(range(len(rows))))
+
+
+def held_out_count(rows: int) -> int:
+    """How many of a file's ``rows`` the evaluation holds out when it has no test split and ``--test_size`` is not
+    given: a tenth, at least 5 and at most 200."""
+    return min(200, max(5, rows // 10))
+
+
+def split_rows(splits: DatasetDict, train_split: str, test_split: str, test_size: int | None, seed: int):
+    """``(train, test, the split the test rows come from)``, numbered (:func:`numbered`), the training rows shuffled
+    with ``seed``; ``test_size`` ``None``: at most 200 rows of the test split, else :func:`held_out_count` rows of
+    the training split."""
+    train = numbered(splits[train_split]).shuffle(seed=seed)
     if test_split in splits and test_split != train_split:
-        test = splits[test_split]
-        return train, test.select(range(min(test_size, len(test)))), f"({test_split} split)"
+        test = numbered(splits[test_split])
+        return train, test.select(range(min(200 if test_size is None else test_size, len(test)))), test_split
+    test_size = held_out_count(len(train)) if test_size is None else test_size
     if test_size >= len(train):
         raise ValueError(
             f"--test_size {test_size} holds out every one of the {len(train)} training rows; make it smaller "
             f"(0 skips the evaluation) or give a {test_split!r} split"
         )
-    held = train.select(range(test_size))
-    return train.select(range(test_size, len(train))), held, f"(held out of the {train_split} split before training)"
+    return train.select(range(test_size, len(train))), train.select(range(test_size)), train_split
 
 
 def training_collator(tokenizer):

@@ -60,7 +60,7 @@ def unknown_characters(
     """The pieces of ``text`` the tokenizer could not represent: those it turned into its unknown token (or, in a
     vocabulary without one, into another special token such as padding). ``ids`` is the tokenised ``text``; with
     ``offsets`` (its offset mapping) it is not tokenised again. Empty when every piece is known (the common case,
-    decided from ``ids`` alone); at most 12 of them."""
+    decided from ``ids`` alone), sorted; :func:`describe_characters` quotes them."""
     suspects = {tokenizer.unk_token_id} if tokenizer.unk_token_id is not None else set(tokenizer.all_special_ids)
     if not suspects.intersection(ids):
         return []
@@ -69,7 +69,14 @@ def unknown_characters(
         ids, offsets = enc["input_ids"], enc["offset_mapping"]
     tokens = tokenizer.convert_ids_to_tokens(ids)
     found = {text[a:b] for i, t, (a, b) in zip(ids, tokens, offsets) if i in suspects and b > a and text[a:b] != t}
-    return sorted(found)[:12]
+    return sorted(found)
+
+
+def describe_characters(chars: list[str], shown: int = 12) -> str:
+    """``['é', 'ü']``, or the first ``shown`` and how many more: ``['a', ..., 'l', ...] (30 in all)``."""
+    if len(chars) <= shown:
+        return repr(list(chars))
+    return repr(list(chars[:shown]))[:-1] + f", ...] ({len(chars)} in all)"
 
 
 def load_tokenizer(name: str, reading: str, hint: str = "") -> PreTrainedTokenizerBase:

@@ -132,15 +132,25 @@ class ModelCardMixin:
         )
 
     def _write_results(self, folder: Path) -> None:
-        """``trainer.loop_scaling`` / ``trainer.audit_report`` as the folder's result files (the card reads them)."""
+        """``trainer.loop_scaling`` / ``trainer.audit_report`` as the folder's result files (the card reads them),
+        recorded as computed on the weights the folder holds unless they say which."""
+        from ..provenance import weights_fingerprint
+
+        results = {}
         if self.loop_scaling is not None:
             scaling = self.loop_scaling
             payload = scaling if isinstance(scaling, dict) and "accuracy" in scaling else {"accuracy": scaling}
-            accuracy = {str(k): v for k, v in dict(payload["accuracy"]).items()}
-            (folder / "loop_scaling.json").write_text(json.dumps({**payload, "accuracy": accuracy}, indent=2) + "\n")
+            results["loop_scaling.json"] = {
+                **payload,
+                "accuracy": {str(k): v for k, v in dict(payload["accuracy"]).items()},
+            }
         if self.audit_report is not None:
             audit = self.audit_report.to_dict() if hasattr(self.audit_report, "to_dict") else dict(self.audit_report)
-            (folder / "audit.json").write_text(json.dumps(audit, indent=2) + "\n")
+            results["audit.json"] = audit
+        weights = weights_fingerprint(folder) if results else None
+        for name, result in results.items():
+            result = {**result, "weights": result.get("weights") or weights}
+            (folder / name).write_text(json.dumps(result, indent=2) + "\n")
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         """transformers copies only the weights and the config of a checkpoint into the folder it pushes: copy the

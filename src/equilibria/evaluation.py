@@ -1,0 +1,228 @@
+"""What ``equilibria eval`` and ``equilibria audit`` evaluate a saved model on (:func:`evaluation_data`), and the
+record of it that their results carry (``"data"``: a name, the Hub dataset if any, the rows' fingerprint, whether
+they are held out from the training data and why).
+
+The rows, in order of precedence:
+
+1. ``dataset_name``: a file, ``save_to_disk`` folder or Hub dataset of yours, read as ``equilibria train`` reads
+   it (language models: prompt/completion, messages or text rows; EqR / PH-DEQ: the task's ``inputs`` / ``labels``
+   rows or a published puzzle CSV); rows asking a question the model was trained on are dropped (and counted);
+2. ``task``: fresh generated problems of that task;
+3. the held-out rows the folder's training record names, for a model trained on rows of its own: read again from
+   their file (refused if it has changed since), scored with the metric training used;
+4. fresh generated problems of the task the model was trained on.
+
+Generated problems leave out every question of the model's training record (``training_data.json``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from datasets import Dataset
+
+from .families import family_of, model_task
+from .provenance import data_fingerprint
+from .tasks import TRAINING_RECORD, eval_split, fingerprints, load_training_record
+from .tasks.text_data import (
+    FORMATS,
+    METRICS,
+    evaluation_rows,
+    held_out_rows,
+    numbered,
+    row_format,
+    row_keys,
+    text_source,
+    without_questions,
+)
+
+
+@dataclass
+class EvalData:
+    """Rows to evaluate and how: ``metric`` is ``"task"`` (the task's own measure), ``"token_accuracy"`` or
+    ``"exact_match"`` (language models on rows of text); ``record`` is the results' ``"data"``."""
+
+    rows: Dataset
+    record: dict
+    metric: str = "task"
+
+
+def evaluation_data(
+    model,
+    model_path: str,
+    *,
+    task: str | None = None,
+    dataset_name: str | None = None,
+    dataset_config: str | None = None,
+    split: str | None = None,
+    text_field: str | None = None,
+    metric: str | None = None,
+    max_length: int | None = None,
+    num_examples: int | None = None,
+    default_count: int = 200,
+    seed: int = 1234,
+    digits: int = 2,
+) -> EvalData:
+    """The rows a saved model (``model``, loaded from ``model_path``) is evaluated on (see the module's text for
+    which), at most ``num_examples`` of them (generated: ``num_examples`` or ``default_count``)."""
+    if num_examples is not None and num_examples < 1:
+        raise ValueError(f"--num-examples must be >= 1, got {num_examples}")
+    if metric is not None and metric not in METRICS:
+        raise ValueError(f"--eval_metric must be one of {METRICS}, got {metric!r}")
+    if dataset_name is not None and task is not None:
+        raise ValueError("pass either --task (generated problems) or --dataset_name (your rows), not both")
+    training = load_training_record(model_path) or {}
+    options = dict(metric=metric, text_field=text_field, max_length=max_length, limit=num_examples)
+    if dataset_name is not None:
+        data = _file_data(model, model_path, training, dataset_name, dataset_config, split, options)
+    elif task is None and training.get("held_out"):
+        data = _recorded_data(model, model_path, training, options)
+    else:
+        data = _generated_data(model, training, task, num_examples or default_count, seed, digits)
+    data.record["units"] = len(data.rows)
+    return data
+
+
+def _generated_data(model, training: dict, task: str | None, count: int, seed: int, digits: int) -> EvalData:
+    task = task or model_task(model)
+    family_of(model).head_for(task)  # the task must fit the family
+    exclude = set(training.get("fingerprints", []))
+    rows = eval_split(model.config, task, count, seed, digits=digits, exclude=exclude)
+    record = {
+        "name": f"{len(rows)} generated {task} problems (seed {seed})",
+        "dataset": None,
+        "fingerprint": data_fingerprint(fingerprints(task, rows)),
+        **_held_out_note(training, bool(exclude)),
+    }
+    return EvalData(rows, record)
+
+
+def _held_out_note(training: dict, checked: bool, dropped: int | None = None) -> dict:
+    if not checked:
+        return {
+            "held_out": False,
+            "note": f"not checked against the training data (the folder has no {TRAINING_RECORD})",
+        }
+    note = (
+        f"no question of the model's training data ({training['description']}; {len(training['fingerprints'])} "
+        f"questions, from {TRAINING_RECORD}) is among them"
+    )
+    if dropped:
+        note += f"; {dropped} rows asking a training question were dropped"
+    return {"held_out": True, "note": note, **({"dropped_training_rows": dropped} if dropped is not None else {})}
+
+
+def _recorded_data(model, model_path: str, training: dict, options: dict) -> EvalData:
+    """The held-out rows the training record names (rows of your own), scored as training scored them."""
+    from .tasks import task_held_out_rows
+
+    source = training["source"]
+    if source["format"] not in FORMATS:  # rows of a task (EqR, PH-DEQ)
+        rows = _first(task_held_out_rows(training), options["limit"])
+        record_fingerprint = data_fingerprint(fingerprints(source["task"], rows))
+        return EvalData(rows, _recorded(training, source, rows, record_fingerprint))
+    source = _with_options(source, options)
+    raw = _first(held_out_rows(training), options["limit"])
+    rows = evaluation_rows(raw, source, _tokenizer(model_path))
+    record = _recorded(training, source, rows, data_fingerprint(row_keys(raw, source)))
+    return EvalData(rows, {**record, "metric": source["metric"]}, source["metric"])
+
+
+def _recorded(training: dict, source: dict, rows, fingerprint: str) -> dict:
+    return {
+        "name": f"{len(rows)} held-out rows of {source['label']}",
+        "dataset": None if source.get("path") else source["name"],
+        "fingerprint": fingerprint,
+        "held_out": True,
+        "note": training["held_out"]["description"] + f" (named by {TRAINING_RECORD})",
+    }
+
+
+def _with_options(source: dict, options: dict) -> dict:
+    """``source`` with the evaluation options given (metric, text column, length) in place of its own."""
+    chosen = {k: options[k] for k in ("metric", "text_field", "max_length") if options[k] is not None}
+    if "text_field" in chosen and chosen["text_field"] != source["text_field"]:
+        raise ValueError("--dataset_text_field applies to --dataset_name; the held-out rows are read as in training")
+    source = {**source, **chosen}
+    return text_source(
+        source["name"],
+        source.get("config"),
+        source["format"],
+        source["text_field"],
+        source["max_length"],
+        source["metric"],
+    )
+
+
+def _file_data(
+    model, model_path: str, training: dict, name: str, config: str | None, split: str | None, options: dict
+) -> EvalData:
+    """Rows of a file / folder / Hub dataset of yours, without those asking a training question."""
+    exclude = set(training.get("fingerprints", []))
+    if not model.can_generate():
+        from .tasks import load_task_rows
+
+        task = model_task(model)
+        rows, split = load_task_rows(name, task, split)
+        keep = [i for i, key in enumerate(fingerprints(task, rows)) if key not in exclude]
+        dropped, rows = len(rows) - len(keep), _first(rows.select(keep), options["limit"])
+        record = {"fingerprint": data_fingerprint(fingerprints(task, rows))}
+        return EvalData(
+            rows, {**_file_record(name, split, rows), **record, **_held_out_note(training, bool(exclude), dropped)}
+        )
+    source, raw, split = _text_rows(model, training, name, config, split, options)
+    before = len(raw)
+    raw = _first(without_questions(raw, source, exclude), options["limit"])
+    rows = evaluation_rows(raw, source, _tokenizer(model_path))
+    record = {
+        **_file_record(name, split, rows),
+        "fingerprint": data_fingerprint(row_keys(raw, source)),
+        "metric": source["metric"],
+        **_held_out_note(training, bool(exclude), before - len(raw)),
+    }
+    return EvalData(rows, record, source["metric"])
+
+
+def _text_rows(model, training: dict, name: str, config: str | None, split: str | None, options: dict):
+    """``(source, rows, split)`` of a file of text rows; ``answer`` stands for ``completion`` (task rows)."""
+    from .tasks.row_files import load_rows
+
+    splits = load_rows(name, config)
+    split = split or ("test" if "test" in splits else "train")
+    if split not in splits:
+        raise ValueError(f"--split {split!r} is not in {name} (splits: {sorted(splits)})")
+    rows = numbered(splits[split])
+    if {"prompt", "answer"} <= set(rows.column_names) and "completion" not in rows.column_names:
+        rows = rows.rename_column("answer", "completion")
+    trained = training.get("source") or {}
+    text_field = options["text_field"] or trained.get("text_field") or "text"
+    fmt = row_format(rows.column_names, name, text_field)
+    metric = (
+        options["metric"]
+        or trained.get("metric")
+        or ("exact_match" if fmt == "prompt_completion" else "token_accuracy")
+    )
+    max_length = options["max_length"] or trained.get("max_length") or model.config.max_position_embeddings
+    return text_source(name, config, fmt, text_field, max_length, metric), rows, split
+
+
+def _file_record(name: str, split: str, rows) -> dict:
+    local = Path(name).exists()
+    return {
+        "name": f"{len(rows)} rows of {Path(name).name if local else name} ({split} split)",
+        "dataset": None if local else name,
+    }
+
+
+def _first(rows: Dataset, limit: int | None) -> Dataset:
+    return rows if limit is None or len(rows) <= limit else rows.select(range(limit))
+
+
+def _tokenizer(model_path: str):
+    from .tasks.tokenization import load_tokenizer
+
+    return load_tokenizer(model_path, "prompts")
+
+
+__all__ = ["EvalData", "evaluation_data"]
