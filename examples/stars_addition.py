@@ -28,8 +28,11 @@ from equilibria.trainers import StarsTrainer, StarsTrainingArguments, finish_dis
 @dataclass
 class TaskArguments:
     digits: int = field(default=2, metadata={"help": "operand digits"})
-    train_size: int = field(default=20000)
-    test_size: int = field(default=200)
+    train_size: int | None = field(
+        default=None,
+        metadata={"help": "training problems (default: every distinct problem not held out, at most 20000)"},
+    )
+    test_size: int = field(default=200, metadata={"help": "held-out problems of the loop-scaling table"})
     reverse_answer: bool = field(default=True, metadata={"help": "sums least-significant digit first"})
     hidden_size: int = field(default=128)
     num_hidden_layers: int = field(default=2)
@@ -45,8 +48,9 @@ class TaskArguments:
 
 def main():
     task, args = HfArgumentParser((TaskArguments, StarsTrainingArguments)).parse_args_into_dataclasses()
+    train_size = task.train_size or min(20000, 10 ** (2 * task.digits) - task.test_size)  # 2 digits: 9800
     data = build_addition_dataset(
-        task.digits, task.train_size, task.test_size, seed=args.seed, reverse_answer=task.reverse_answer
+        task.digits, train_size, task.test_size, seed=args.seed, reverse_answer=task.reverse_answer
     )
     tokenizer = addition_tokenizer()
     collate_tokenizer = copy.deepcopy(tokenizer)

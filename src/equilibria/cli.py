@@ -171,7 +171,14 @@ def _add_generate(sub) -> None:
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--num-loops", type=int, default=None, help="default: the saved generation config's")
     gen.add_argument("--max-new-tokens", type=int, default=32)
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy; > 0 samples")
+    gen.add_argument(
+        "--exit-threshold",
+        type=float,
+        default=None,
+        help="Ouro: early exit, a token stops looping once its exit gate's cumulative probability reaches this, in "
+        "(0, 1] (default: the config's; 1 = no early exit)",
+    )
     gen.add_argument("--stream", action="store_true", help="print tokens as they are generated")
     gen.add_argument("--trust-remote-code", action="store_true")
 

@@ -316,10 +316,18 @@ def run_generate(args) -> str:
     tokenizer = _tokenizer(args.model_path)
     enc = encode_prompt(tokenizer, args.prompt, args.max_new_tokens, model.config.max_position_embeddings)
     kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0)
+    if not args.temperature >= 0:
+        raise ValueError(f"--temperature must be >= 0 (0: greedy), got {args.temperature}")
     if args.temperature > 0:
         kwargs["temperature"] = args.temperature
     if args.num_loops is not None:
         kwargs["num_loops"] = args.num_loops
+    if args.exit_threshold is not None:
+        if model.config.model_type != "ouro":
+            raise ValueError(f"--exit-threshold applies to Ouro models (an exit gate), not {model.config.model_type}")
+        if not 0 < args.exit_threshold <= 1:
+            raise ValueError(f"--exit-threshold must be in (0, 1] (1: no early exit), got {args.exit_threshold}")
+        kwargs["exit_threshold"] = args.exit_threshold
     streamer = TextStreamer(tokenizer, skip_prompt=False, skip_special_tokens=True) if args.stream else None
     with torch.no_grad():
         out = model.generate(**enc, streamer=streamer, **kwargs)

@@ -312,6 +312,13 @@ def _intro(model, info, title: str, base_model: str | None, adapter: dict | None
             "model and applies them.",
             "",
         ]
+    if getattr(config, "exit_gate_trained", None) is False:
+        lines += [
+            "**Early exit: the exit gate was not trained with these weights** (they were trained with "
+            "`exit_loss='final'`, whose loss does not reach the gate): run fixed loop counts; with `exit_threshold "
+            "< 1` the exit steps are arbitrary and the answers can be wrong (the model warns).",
+            "",
+        ]
     return lines + [
         f"**Source.** {info.paper}.",
         "",

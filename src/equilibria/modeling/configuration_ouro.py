@@ -59,6 +59,10 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
             ``exit_entropy_weight`` times the entropy of the exit distribution; the expected logits are returned).
         exit_entropy_weight (`float`): The entropy bonus of ``exit_loss="expected"`` (>= 0; 0.05 by default, our
             choice: it keeps the exit distribution from collapsing onto one step early in training).
+        exit_gate_trained (`bool`, *optional*): Whether the exit gate was trained with these weights, set by
+            training: ``True`` once a loss that reaches the gate trained it, ``False`` when the weights were trained
+            with ``exit_loss="final"`` (the gate frozen) and it had not been; ``None``: not known (a published
+            checkpoint, or never trained here). Early exit and the weighted readout warn when it is ``False``.
     """
 
     model_type = "ouro"
@@ -100,6 +104,7 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
     exit_readout: str = "frozen"
     exit_loss: str = "expected_logits"
     exit_entropy_weight: float | int = 0.05
+    exit_gate_trained: bool | None = None
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None

@@ -8,6 +8,7 @@ transformers.
 from __future__ import annotations
 
 import inspect
+import numbers
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -381,8 +382,14 @@ class CausalLoopMixin:
                 raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}.")
             inputs_embeds = self.embed_tokens(input_ids)
         cache = (cache if cache is not None else self._cache_class()) if use_cache else None
+        past = cache.get_seq_length() if cache is not None else 0
+        limit = getattr(self.config, "max_position_embeddings", None)
+        if limit is not None and past + inputs_embeds.shape[1] > limit:
+            raise ValueError(
+                f"{name}: {past} cached and {inputs_embeds.shape[1]} new positions are more than the {limit} the model "
+                "handles (config.max_position_embeddings); shorten the input or generate fewer tokens"
+            )
         if position_ids is None:
-            past = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(past, past + inputs_embeds.shape[1], device=inputs_embeds.device)[None]
         hidden = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return LMInputs(inputs_embeds, cache, position_ids, bool(hidden), attentions)
@@ -455,10 +462,12 @@ def shared_fields(source, target_class) -> dict:
 
 
 def as_int(value, name: str, minimum: int, meaning: str) -> int:
-    """Return ``value`` as an int (a one-element integer tensor is accepted), or raise ``ValueError`` unless it is
-    an integer >= ``minimum``."""
+    """Return ``value`` as an int (a one-element integer tensor or a NumPy integer is accepted), or raise
+    ``ValueError`` unless it is an integer >= ``minimum``."""
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
         value = int(value.item())
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum} ({meaning}), got {value!r}.")
     return value

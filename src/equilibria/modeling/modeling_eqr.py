@@ -203,7 +203,7 @@ class EqRModel(EqRPreTrainedModel):
             raise ValueError(
                 "an untied model (config.untied_depth) applies a different block at each step: no loop map."
             )
-        inputs = _puzzle_inputs(inputs, input_ids, self.config.max_seq_len)
+        inputs = _puzzle_inputs(inputs, input_ids, self.config)
         embeds = self.embed_tokens(inputs)
         mask, position_embeddings = self._context(embeds, attention_mask)
         start = self.initial_state(*inputs.shape, generator=generator, dtype=embeds.dtype)
@@ -261,7 +261,7 @@ class EqRModel(EqRPreTrainedModel):
                 row. Default None: every row runs ``num_loops`` steps.
         """
         check_keywords(self, kwargs)
-        inputs = _puzzle_inputs(inputs, input_ids, self.config.max_seq_len)
+        inputs = _puzzle_inputs(inputs, input_ids, self.config)
         depth = check_depth(self.config.num_loops if num_loops is None else num_loops, "num_loops")
         if self.config.untied_depth is not None and depth != self.config.untied_depth:
             raise ValueError(
@@ -351,15 +351,23 @@ class EqRModel(EqRPreTrainedModel):
         )
 
 
-def _puzzle_inputs(inputs, input_ids, max_seq_len: int) -> torch.LongTensor:
-    """The puzzle tokens, given as ``inputs`` or ``input_ids`` (exactly one), checked."""
+def _puzzle_inputs(inputs, input_ids, config) -> torch.LongTensor:
+    """The puzzle tokens, given as ``inputs`` or ``input_ids`` (exactly one), checked: a 2-D integer tensor of at
+    most ``max_seq_len`` cells, every token in ``[0, vocab_size)``."""
     if (inputs is None) == (input_ids is None):
         raise ValueError("Pass the puzzle tokens as exactly one of inputs or input_ids.")
     inputs = inputs if inputs is not None else input_ids
     if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
         raise ValueError(f"inputs must be a (batch, seq_len) LongTensor, got {getattr(inputs, 'shape', inputs)!r}")
-    if inputs.shape[1] > max_seq_len:
-        raise ValueError(f"puzzles have at most max_seq_len={max_seq_len} cells, got {inputs.shape[1]}")
+    if inputs.is_floating_point() or inputs.is_complex() or inputs.dtype == torch.bool:
+        raise ValueError(f"inputs must hold integer token ids (a LongTensor), got dtype {inputs.dtype}")
+    if inputs.shape[1] > config.max_seq_len:
+        raise ValueError(f"puzzles have at most max_seq_len={config.max_seq_len} cells, got {inputs.shape[1]}")
+    if inputs.numel() and (int(inputs.min()) < 0 or int(inputs.max()) >= config.vocab_size):
+        raise ValueError(
+            f"inputs must be token ids in [0, {config.vocab_size - 1}] (vocab_size={config.vocab_size}), got values "
+            f"from {int(inputs.min())} to {int(inputs.max())}"
+        )
     return inputs
 
 
@@ -388,7 +396,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         r"""Iterate and read the answers; with ``labels`` (``(batch, seq_len)``, -100 to skip a cell) also the
         losses. The puzzles come as ``inputs`` or ``input_ids``; the loop's arguments (``state``, ``num_loops``,
         ``noise``, ``generator``, ``random_init``, ``output_states``) go to [`EqRModel.forward`]."""
-        inputs = _puzzle_inputs(inputs, input_ids, self.config.max_seq_len)
+        inputs = _puzzle_inputs(inputs, input_ids, self.config)
         outputs: EqRModelOutput = self.model(inputs, attention_mask=attention_mask, **kwargs)
         logits = self.lm_head(outputs.last_hidden_state)
         loss = lm_loss = halt_loss = None
@@ -476,10 +484,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
             raise ValueError(f"select must be one of {SELECTIONS}, got {select!r}")
         if select == "halt" and self.model.halt_head is None:
             raise ValueError("select='halt' needs a halting head (config.halting=True).")
-        if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
-            raise ValueError(
-                f"inputs must be a (num_puzzles, seq_len) LongTensor, got {getattr(inputs, 'shape', None)}"
-            )
+        _puzzle_inputs(inputs, None, self.config)
         return depth, breadth
 
 

@@ -22,6 +22,7 @@ This module travels to the Hub as remote code: it imports only torch, transforme
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -595,6 +596,7 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
         readout = check_exit_readout(self.config.exit_readout if exit_readout is None else exit_readout)
         if threshold is None or threshold >= 1.0 or (self.training and torch.is_grad_enabled()):
             return None, None
+        warn_if_gate_untrained(self, f"early exit (exit_threshold={threshold})")
         if readout == "reference":
             return None, float(threshold)
         batch_size, seq_len = hidden.shape[:2]
@@ -795,6 +797,10 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
         ``use_weighted_exit=True``, else each token's exit-step state. With ``labels`` the loss decides the logits
         returned, and those two keywords are refused (they would be ignored)."""
         exit_at_step, weighted = head_kwargs.get("exit_at_step"), bool(head_kwargs.get("use_weighted_exit"))
+        if labels is not None and self.training and torch.is_grad_enabled():
+            self._record_gate_training()
+        if weighted and labels is None:
+            warn_if_gate_untrained(self, "use_weighted_exit")
         if labels is not None and (exit_at_step is not None or weighted):
             raise ValueError(
                 "exit_at_step / use_weighted_exit choose the readout without labels; with labels the loss and its "
@@ -802,7 +808,7 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
             )
         states = outputs.hidden_states[1:] if outputs.hidden_states is not None else None
         if exit_at_step is not None:
-            if exit_at_step >= len(states):
+            if not 0 <= exit_at_step < len(states):
                 raise ValueError(f"exit_at_step must be in [0, {len(states) - 1}] for num_loops={len(states)}")
             return self.lm_logits_and_loss(states[exit_at_step], None, loss_kwargs, logits_to_keep)[0], None, {}
         mode = self.config.exit_loss if labels is not None else ("expected_logits" if weighted else "final")
@@ -819,6 +825,29 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
                 )
             return logits, loss, {}
         return logits, expected_exit_loss(step_logits, probs, labels, loss_kwargs, self.config.exit_entropy_weight), {}
+
+    def _record_gate_training(self) -> None:
+        """``config.exit_gate_trained`` after a training step: ``True`` when the loss trains the gate, ``False`` when
+        these weights are trained without it (``exit_loss="final"``) and it had not been trained before."""
+        learns = self.config.exit_loss != "final" and self.model.early_exit_gate.weight.requires_grad
+        if learns:
+            self.config.exit_gate_trained = True
+        elif self.config.exit_loss == "final" and self.config.exit_gate_trained is None:
+            self.config.exit_gate_trained = False
+
+
+def warn_if_gate_untrained(module: nn.Module, what: str) -> None:
+    """Warn (once per model) that ``what`` reads an exit gate that was not trained with these weights."""
+    if module.config.exit_gate_trained is False and not getattr(module, "_gate_warning_given", False):
+        module._gate_warning_given = True
+        warnings.warn(
+            f"{what} reads the exit gate, which was not trained with these weights (config.exit_gate_trained=False: "
+            "they were trained with exit_loss='final', whose loss does not reach the gate), so the exit steps it "
+            "picks are arbitrary and the answers can be wrong; run a fixed num_loops instead, or train the gate "
+            "(exit_loss='expected_logits').",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 __all__ = [
