@@ -90,8 +90,9 @@ class DataArguments:
     dataset_name: str | None = field(
         default=None,
         metadata={
-            "help": "language models: a Hub dataset id, a local .json/.jsonl/.csv/.parquet file or a save_to_disk "
-            "folder, with prompt/completion, messages or text rows (see equilibria.tasks.text_data)"
+            "help": "your rows: a Hub dataset id, a local .json/.jsonl/.csv/.parquet file or a save_to_disk folder; "
+            "language models: prompt/completion, messages or text rows (see equilibria.tasks.text_data); EqR / "
+            "PH-DEQ: inputs/labels rows of --task, or a published puzzle CSV (Sudoku-Extreme, Maze-Hard)"
         },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "the Hub dataset's configuration"})
@@ -112,14 +113,20 @@ class DataArguments:
     task: str | None = field(
         default=None,
         metadata={
-            "help": "without --dataset_name: addition, sudoku, maze, reachability or entailment (default: the "
-            "checkpoint's task, else the family's first)"
+            "help": "addition, sudoku, maze, reachability or entailment: generated problems of it, or (EqR, PH-DEQ) "
+            "what the rows of --dataset_name are (default: the checkpoint's task, else the family's first)"
         },
     )
     train_size: int | None = field(
         default=None, metadata={"help": "training examples (generated: 2000; --dataset_name: all rows)"}
     )
-    test_size: int = field(default=200, metadata={"help": "held-out examples of the loop-scaling evaluation"})
+    test_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "held-out examples of the loop-scaling evaluation (generated: 200; --dataset_name: at most 200 of "
+            "its test split, else a tenth of its rows, 5 to 200, held out before training)"
+        },
+    )
     digits: int = field(default=2, metadata={"help": "addition: operand digits"})
     size: int = field(default=4, metadata={"help": "sudoku / maze: board side (a checkpoint's own when given)"})
     nodes: int = field(default=16, metadata={"help": "reachability: graph nodes (a checkpoint's own when given)"})
@@ -302,7 +309,7 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
     or the task's generated splits with its tokenizer and training-question fingerprints) and the model: the
     checkpoint ``--model_name_or_path``, or a new one of the family with a small config sized by ``model_args``."""
     from .families import model_task
-    from .tasks import build_task, check_task, task_shape
+    from .tasks import check_task
     from .tasks.text_data import training_collator
 
     family = FAMILIES[model_args.family]
@@ -314,23 +321,15 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
     _overrides(model_args, family)
     if model_args.use_peft and checkpoint is None:
         raise ValueError("--use_peft adapts a trained checkpoint: give --model_name_or_path")
-    if data_args.dataset_name and data_args.task:
+    text = family.heads[0].auto_class == "AutoModelForCausalLM"
+    if data_args.dataset_name and data_args.task and text:
         raise ValueError("pass either --dataset_name (your rows) or --task (generated problems), not both")
-    if data_args.dataset_name:
+    if data_args.dataset_name and text:
         head, task, data = family.heads[0], None, _dataset(model_args, data_args, family, config, seed)
     else:
         task = check_task(data_args.task or (model_task(config) if config else family.default_task))
         head = family.head_for(task, f"--family {model_args.family}")
-        shape = task_shape(config, task) if config else {}
-        data = build_task(
-            task,
-            data_args.train_size or 2000,
-            data_args.test_size,
-            seed=seed + data_args.data_seed_offset,
-            digits=data_args.digits,
-            size=shape.get("size", data_args.size),
-            nodes=shape.get("nodes", data_args.nodes),
-        )
+        data = _task_data(task, data_args, config, seed + data_args.data_seed_offset)
         if config is not None and data.tokenizer is not None:
             _check_task_tokenizer(checkpoint, data.tokenizer, task)
     model = _model(model_args, family, head, data, config)
@@ -342,16 +341,38 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
     return model, data, collator
 
 
+def _task_data(task: str, data_args: DataArguments, config, seed: int):
+    """The :class:`~equilibria.tasks.TaskData` of ``task``: rows of ``--dataset_name`` (a published puzzle CSV, or
+    ``inputs`` / ``labels`` rows), or generated problems at the checkpoint's size (``config``) or the flags'."""
+    from .tasks import build_task, build_task_rows, task_shape
+
+    shape = task_shape(config, task) if config else {}
+    if data_args.dataset_name:
+        data = build_task_rows(data_args.dataset_name, task, data_args.test_size, data_args.train_size, seed)
+        cells = data.config_fields.get("max_seq_len")
+        if config is not None and cells is not None and cells > config.max_seq_len:
+            raise ValueError(
+                f"--dataset_name {data_args.dataset_name}: its puzzles have {cells} cells, more than the checkpoint's "
+                f"max_seq_len {config.max_seq_len}"
+            )
+        return data
+    return build_task(
+        task,
+        data_args.train_size or 2000,
+        200 if data_args.test_size is None else data_args.test_size,
+        seed=seed,
+        digits=data_args.digits,
+        size=shape.get("size", data_args.size),
+        nodes=shape.get("nodes", data_args.nodes),
+    )
+
+
 def _dataset(model_args: ModelArguments, data_args: DataArguments, family, config, seed: int):
     """The :class:`~equilibria.tasks.TaskData` of ``--dataset_name``, tokenised with the checkpoint's tokenizer
     (or ``--tokenizer_name_or_path``); a new model's config fields are the tokenizer's and ``--max_length``."""
     from .tasks import tokenizer_fields
     from .tasks.text_data import build_text_data
 
-    if family.heads[0].auto_class != "AutoModelForCausalLM":
-        raise ValueError(
-            f"--dataset_name trains the language-model families; {family.model_type} trains on its task's data (--task)"
-        )
     tokenizer = _text_tokenizer(model_args.tokenizer_name_or_path or model_args.model_name_or_path)
     positions = config.max_position_embeddings if config is not None else None
     max_length = data_args.max_length or min(1024, positions or 1024)
@@ -596,5 +617,5 @@ def _evaluation_record(data, dataset_name: str | None, hub_dataset: str | None) 
         "held_out": True,
         "note": data.test_description,
         "units": len(data.test),
-        "metric": data.metric,
+        **({"metric": data.metric} if data.metric != "task" else {}),
     }
