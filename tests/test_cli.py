@@ -293,9 +293,12 @@ def readme_train_command() -> list[str]:
     return argv[1:]
 
 
-def test_the_readme_train_example_learns_far_above_chance_in_300_steps(tmp_path, capsys):
-    """The README's example, cut to 300 of its 1500 steps: exact match at its trained 4 loops on the 200 held-out
-    problems beats the majority answer's share by at least 4 binomial standard errors (the full run: 92%)."""
+def test_the_readme_train_example_learns_far_above_chance_in_600_steps(tmp_path, capsys):
+    """The README's example, cut to 600 of its 1500 steps: exact match at its trained 4 loops on the 200 held-out
+    problems is at least 15% and beats the majority answer's share by at least 4 binomial standard errors (the
+    full run: 98.5%). 600 steps, not fewer: at 300 the curve is still at its foot (3.5-4.5% over three seeds with
+    one thread, 8% seen elsewhere), which a machine's kernels move either side of any line; at 600 it was 38.5 /
+    60 / 50% (seeds 42 / 0 / 1, one thread). A model that does not learn stays near 0%."""
     import math
 
     from equilibria.diagnostics import chance_baseline
@@ -303,7 +306,7 @@ def test_the_readme_train_example_learns_far_above_chance_in_300_steps(tmp_path,
 
     argv = readme_train_command()
     assert argv[argv.index("--max_steps") + 1] == "1500" and argv[argv.index("--max_loops") + 1] == "4"
-    argv[argv.index("--max_steps") + 1] = "300"
+    argv[argv.index("--max_steps") + 1] = "600"
     argv[argv.index("--output_dir") + 1] = str(tmp_path / "out")
     assert (
         main([*argv, "--eval_loops", "4", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true"])
@@ -314,4 +317,4 @@ def test_the_readme_train_example_learns_far_above_chance_in_300_steps(tmp_path,
     correct = torch.arange(200) < round(accuracy * 200)
     chance = chance_baseline(correct, answers, significance=4.0)
     assert chance["beats_chance"], (accuracy, chance)
-    assert accuracy >= 0.05 and accuracy > 2 * chance["majority"] and math.isfinite(chance["margin_se"])
+    assert accuracy >= 0.15 and accuracy > 2 * chance["majority"] and math.isfinite(chance["margin_se"])

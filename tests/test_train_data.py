@@ -284,10 +284,12 @@ def test_checkpoint_errors_are_one_line(base, tmp_path, capsys, extra, message):
     assert len(errors) == 1 and message in errors[0], errors
 
 
-def test_dataset_name_is_for_language_models(tmp_path, capsys):
-    argv = ["train", "--family", "eqr", "--dataset_name", "x.jsonl", "--output_dir", str(tmp_path)]
+def test_dataset_name_rows_must_fit_the_family(tmp_path, capsys):
+    text = write_jsonl(tmp_path / "x.jsonl", [{"prompt": "1+1=", "completion": "2"}] * 8)
+    argv = ["train", "--family", "eqr", "--dataset_name", text, "--output_dir", str(tmp_path / "out")]
     assert main(argv) == 2
-    assert "--dataset_name trains the language-model families; eqr trains on its task's data" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "sudoku rows need `inputs` and `labels` columns or a CSV in the published puzzle layout" in err
     assert main(["train", "--dataset_name", "x.jsonl", "--task", "addition", "--output_dir", str(tmp_path)]) == 2
     assert "pass either --dataset_name (your rows) or --task" in capsys.readouterr().err
 
