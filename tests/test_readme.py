@@ -37,9 +37,12 @@ SIZES = [
     ("--max_steps 1500", "--max_steps 2"),  # steps only: the commands' data defaults must work as written
     ("--max_steps 300", "--max_steps 2"),
     ("--max_steps 200 --use_cpu", "--max_steps 2 --use_cpu"),
+    ("--max_steps 2000 --learning_rate 1e-3", "--max_steps 2 --learning_rate 1e-3"),
+    ("--eval_loops 4,8,16,32,64", "--eval_loops 4,8"),
+    ("--loops 16,64 --breadth 16", "--loops 4 --breadth 2 --num-examples 8"),
     ("--num-examples 500", "--num-examples 20"),
     ("--loops 1,2,4,8,16", "--loops 1,4 --num-examples 8"),
-    ("--max_length 512 --max_steps 1000", "--max_length 64 --max_steps 2 --test_size 4"),
+    ("--max_length 512 --max_steps 1000", "--max_length 64 --max_steps 2"),
     ("equilibria audit out --output-dir out", "equilibria audit out --output-dir out --num-examples 16"),
 ]
 

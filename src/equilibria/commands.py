@@ -262,6 +262,15 @@ def _run_lm_eval(model, loops: list[int], args) -> dict:
         seed=args.seed,
     )
     print(f"lm-eval {', '.join(tasks)} on {args.model_path} ({model.config.model_type}) at loops {loops}")
+    from .provenance import weights_fingerprint
+
+    result["weights"] = weights_fingerprint(args.model_path)
+    result["data"] = {
+        "name": f"lm-eval tasks {', '.join(tasks)}",
+        "dataset": None,
+        "held_out": False,
+        "note": "the tasks' own documents, not checked against the training data",
+    }
     report_lm_eval(result, model.config.model_type, args.output_dir)
     return result
 

@@ -137,6 +137,7 @@ def _loop_scaling(run: _Run, models: dict) -> dict[str, dict[int, float]]:
 
 def _audits(run: _Run, models: dict) -> dict:
     from .diagnostics import audit
+    from .provenance import data_fingerprint
 
     print(
         "[5/6] the computation audit of both loops on the held-out problems (start: the state after the first loop "
@@ -146,8 +147,13 @@ def _audits(run: _Run, models: dict) -> dict:
     reports = {}
     for name, model in models.items():
         reports[name] = report = audit(model, data, progress=False, seed=run.seed)
-        report.data = {"name": f"{run.n_test} held-out {run.digits}-digit addition problems", "dataset": None}
-        report.data["note"] = "no training problem is among them"
+        report.data = {
+            "name": f"{run.n_test} held-out {run.digits}-digit addition problems",
+            "dataset": None,
+            "fingerprint": data_fingerprint(fingerprints("addition", run.data["test"])),
+            "held_out": True,
+            "note": "no training problem is among them",
+        }
         chance = report.chance
         print(
             f"  {name}: {report.verdict.upper()}, resting on: accuracy {100 * report.accuracy:.1f}% per sequence "
@@ -272,6 +278,7 @@ def _write_folder(run: _Run, stages: tuple, curves: dict, report) -> Path:
     training history (``stages``: the trainers of the pre-training and of the STARS continuation)."""
     from .commands import plot_loop_scaling
     from .hub_cards.publish import record_training_stage, write_model_card
+    from .provenance import weights_fingerprint
 
     stars = stages[-1]
     folder = run.output_dir / "model"
@@ -280,8 +287,10 @@ def _write_folder(run: _Run, stages: tuple, curves: dict, report) -> Path:
     description = f"{len(run.data['train'])} generated {run.digits}-digit addition problems (seed {run.seed})"
     save_training_record(folder, "addition", fingerprints("addition", run.data["train"]), description)
     plot_loop_scaling(curves, folder / "loop_scaling.png", "Ouro on addition: accuracy vs loops", mark=TRAINED_LOOPS)
+    report.weights = weights_fingerprint(folder)
     report.save(folder)
     scaling = {
+        "weights": report.weights,
         "data": report.data,
         "accuracy": _keys(curves["STARS"]),
         "compared": {k: _keys(v) for k, v in curves.items()},

@@ -135,7 +135,8 @@ def lm_eval_table(result: dict, plus: str = "±") -> tuple[list[str], list[list[
 
 def report_lm_eval(result: dict, model_type: str, output_dir: str | Path | None) -> None:
     """Print one row per loop count and a column per task metric; with ``output_dir`` also write
-    ``lm_eval.json`` and ``lm_eval.png`` there (the card reads them)."""
+    ``lm_eval.json`` and ``lm_eval.png`` there (the card reads them), saying so when that replaces a result of other
+    tasks or weights (``result["weights"]``, ``result["data"]``: :mod:`equilibria.provenance`)."""
     from .commands import plot_loop_scaling
 
     header, rows = lm_eval_table(result, plus="+/-")
@@ -144,8 +145,13 @@ def report_lm_eval(result: dict, model_type: str, output_dir: str | Path | None)
         print(f"  {n:>9} | " + " | ".join(cells))
     if not output_dir:
         return
+    from .provenance import replacement_note
+
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    note = replacement_note(out / RESULTS_FILE, result)
+    if note:
+        print(note)
     (out / RESULTS_FILE).write_text(json.dumps(result, indent=2) + "\n")
     curves = {
         f"{task} {metric}": {int(n): v for n, v in curve.items()}

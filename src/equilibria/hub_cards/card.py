@@ -408,7 +408,16 @@ def _loop_scaling_section(
         *[f"| {n} | " + " | ".join(cell(name, n) for name in curves) + " |" for n in loops],
         "",
     ]
-    return lines + ([f"![loop scaling]({plot})", ""] if plot else [])
+    return lines + _fingerprints(loop_scaling) + ([f"![loop scaling]({plot})", ""] if plot else [])
+
+
+def _fingerprints(result) -> list[str]:
+    """A line naming the weights and rows a result was computed on (their fingerprints, when it records them)."""
+    if not isinstance(result, dict):
+        return []
+    weights, rows = result.get("weights"), (result.get("data") or {}).get("fingerprint")
+    parts = [f"{what} `{value[:16]}`" for what, value in (("weights", weights), ("rows", rows)) if value]
+    return [f"Computed on {' and '.join(parts)} (fingerprints, `equilibria.provenance`).", ""] if parts else []
 
 
 def _audit_section(audit: dict | None) -> list[str]:
@@ -423,6 +432,7 @@ def _audit_section(audit: dict | None) -> list[str]:
         "",
         *_audit_evidence(audit),
         "",
+        *_fingerprints(audit),
     ]
 
 

@@ -382,17 +382,26 @@ class CausalLoopMixin:
                 raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}.")
             inputs_embeds = self.embed_tokens(input_ids)
         cache = (cache if cache is not None else self._cache_class()) if use_cache else None
-        past = cache.get_seq_length() if cache is not None else 0
-        limit = getattr(self.config, "max_position_embeddings", None)
-        if limit is not None and past + inputs_embeds.shape[1] > limit:
-            raise ValueError(
-                f"{name}: {past} cached and {inputs_embeds.shape[1]} new positions are more than the {limit} the model "
-                "handles (config.max_position_embeddings); shorten the input or generate fewer tokens"
-            )
         if position_ids is None:
+            past = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(past, past + inputs_embeds.shape[1], device=inputs_embeds.device)[None]
+            last = past + inputs_embeds.shape[1] - 1
+        else:  # packed rows restart their positions: the largest one counts (no check while compiling)
+            last = None if torch.compiler.is_compiling() or not position_ids.numel() else int(position_ids.max())
+        check_positions(self, last)
         hidden = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return LMInputs(inputs_embeds, cache, position_ids, bool(hidden), attentions)
+
+
+def check_positions(model, last: int | None) -> None:
+    """``ValueError`` when position ``last`` (counted from 0) is past the ``config.max_position_embeddings`` the
+    model handles (the positions it was built and trained for: beyond them its outputs are not to be trusted)."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and last is not None and last >= limit:
+        raise ValueError(
+            f"{type(model).__name__}: position {last} is past the {limit} positions the model handles "
+            "(config.max_position_embeddings); shorten the input or generate fewer tokens"
+        )
 
 
 # keywords transformers' models take through **kwargs (attention kernels, the Trainer, PEFT, generate)
