@@ -77,7 +77,8 @@ def test_resume_continues_the_run_exactly(base, rows, tuned, tmp_path, capsys):
 def test_the_whole_path_eval_audit_and_card_report_these_weights_on_the_held_out_rows(base, rows, tuned, capsys):
     from equilibria import OuroForCausalLM
     from equilibria.tasks import load_training_record
-    from equilibria.tasks.text_data import RowEncoder, encode_rows, load_rows, numbered, row_key, token_accuracy
+    from equilibria.tasks.held_out import numbered
+    from equilibria.tasks.text_data import RowEncoder, encode_rows, load_rows, row_key, token_accuracy
 
     weights = weights_fingerprint(tuned)
     record = load_training_record(tuned)
@@ -290,3 +291,20 @@ def test_rewriting_a_card_keeps_its_title_task_and_datasets(tmp_path):
     assert card.text.lstrip().startswith("# my adder") and card.data.datasets == ["someone/sums"]
     assert {r.task_name for r in card.data.eval_results} == {"2-digit addition"}
     assert {r.dataset_name for r in card.data.eval_results} == {"8 problems"}
+
+
+def test_eval_refuses_held_out_rows_whose_file_has_changed_since_training(base, tmp_path, capsys):
+    sums = [{"prompt": f"{a}+{b}=", "completion": str(a + b)} for a in range(6) for b in range(10)]
+    path = tmp_path / "mine.jsonl"
+    write_jsonl(path, sums)
+    out = tmp_path / "out"
+    assert fine_tune(base, str(path), out, "--max_steps", "1", "--save_strategy", "no") == 0
+    write_jsonl(path, [{**row, "prompt": row["prompt"].replace("+", "+1")} for row in sums])  # other questions
+    capsys.readouterr()
+    assert main(["eval", str(out), "--loops", "1"]) == 2
+    assert (
+        "has changed since training: the rows at the held-out positions ask other questions" in capsys.readouterr().err
+    )
+    write_jsonl(path, sums[:3])
+    assert main(["eval", str(out), "--loops", "1"]) == 2
+    assert "has changed since training: its 'train' split lacks the held-out rows" in capsys.readouterr().err

@@ -25,12 +25,12 @@ from datasets import Dataset
 from .families import family_of, model_task
 from .provenance import data_fingerprint
 from .tasks import TRAINING_RECORD, eval_split, fingerprints, load_training_record
+from .tasks.held_out import numbered
 from .tasks.text_data import (
     FORMATS,
     METRICS,
     evaluation_rows,
     held_out_rows,
-    numbered,
     row_format,
     row_keys,
     text_source,

@@ -20,6 +20,7 @@ from datasets import Dataset
 from .addition import addition_tokenizer, build_addition_dataset, tokenize_for_training
 from .embedding import EMBEDDING_SIZE, SentenceEmbedder, embed_entailment
 from .entailment import build_entailment_dataset
+from .held_out import held_out_record, numbered, read_held_out, split_rows
 from .maze import build_maze_dataset
 from .reachability import build_reachability_dataset, reachability_input_size
 from .sudoku import build_sudoku_dataset
@@ -120,7 +121,6 @@ def load_task_rows(name: str, task: str, split: str | None = None) -> tuple[Data
     from .maze import load_maze_csv
     from .row_files import load_rows
     from .sudoku import load_sudoku_csv
-    from .text_data import numbered
 
     check_task(task)
     if Path(name).suffix == ".csv" and task in PUZZLE_VOCAB and Path(name).is_file():
@@ -147,9 +147,6 @@ def build_task_rows(
     """Training and held-out splits of ``task`` from a file of yours (:func:`load_task_rows`): the rows shuffled
     with ``seed``, ``test_size`` of them (default a tenth, 5 to 200) held out, training questions dropped from the
     held-out rows; ``record`` names the held-out rows so that evaluation reads them again."""
-    from ..provenance import data_fingerprint
-    from .text_data import split_rows
-
     rows, split = load_task_rows(name, task, "train")
     train, test, _ = split_rows({split: rows}, split, "", test_size, seed)
     if train_size is not None:
@@ -170,15 +167,7 @@ def build_task_rows(
         "format": f"task:{task}",
         "task": task,
     }
-    record = {
-        "source": source,
-        "held_out": {
-            "split": split,
-            "positions": list(test["__row__"]),
-            "fingerprint": data_fingerprint(fingerprints(task, test)),
-            "description": held,
-        },
-    }
+    record = {"source": source, "held_out": held_out_record(split, test, fingerprints(task, test), held)}
     return TaskData(
         f"dataset:{name}",
         train.select_columns(["inputs", "labels"]),
@@ -196,17 +185,10 @@ def build_task_rows(
 def task_held_out_rows(record: dict) -> Dataset:
     """The held-out rows of a model trained on ``task`` rows of a file (:func:`build_task_rows`), read again;
     ``ValueError`` when the file has changed since."""
-    from ..provenance import data_fingerprint
-
-    source, held = record["source"], record["held_out"]
-    location = source["path"] if source.get("path") and Path(source["path"]).exists() else source["name"]
-    rows, _ = load_task_rows(location, source["task"], held["split"])
-    if max(held["positions"], default=-1) >= len(rows):
-        raise ValueError(f"{location} has changed since training: it lacks the held-out rows")
-    rows = rows.select(held["positions"])
-    if data_fingerprint(fingerprints(source["task"], rows)) != held["fingerprint"]:
-        raise ValueError(f"{location} has changed since training: the held-out rows hold other puzzles")
-    return rows
+    task = record["source"]["task"]
+    return read_held_out(
+        record, lambda location, split: load_task_rows(location, task, split)[0], lambda rows: fingerprints(task, rows)
+    )
 
 
 def eval_split(

@@ -25,8 +25,9 @@ import json
 from pathlib import Path
 
 import torch
-from datasets import Dataset, DatasetDict
+from datasets import Dataset
 
+from .held_out import POSITION, held_out_record, numbered, read_held_out, split_rows
 from .row_files import DATA_FILES, LINE, load_rows
 from .tokenization import describe_characters, unknown_characters
 
@@ -73,9 +74,6 @@ def row_key(fmt: str, row: dict, text_field: str = "text") -> str:
     else:
         key = row[text_field]
     return hashlib.blake2b(str(key).encode(), digest_size=8).hexdigest()
-
-
-POSITION = "__row__"  # a row's position (from 0) in its split as read, kept through shuffles and selections
 
 
 def where_is(row: dict, index: int, name: str) -> str:
@@ -260,7 +258,6 @@ def build_text_data(
     labelled tokens, every format) or ``"exact_match"`` (the greedy completion equals the reference,
     prompt/completion rows). ``record`` says where the rows come from and which are held out
     (:func:`held_out_rows` reads them again)."""
-    from ..provenance import data_fingerprint
     from .task_data import TaskData
 
     splits = load_rows(name, config_name)
@@ -286,12 +283,7 @@ def build_text_data(
         else f"(held out of the {train_split} split before training)"
     )
     description = f"{len(test)} rows of {label} {where}, none asking what a training row asks"
-    held_out = {
-        "split": held_split,
-        "positions": list(test[POSITION]),
-        "fingerprint": data_fingerprint(row_keys(test, source)),
-        "description": description,
-    }
+    held_out = held_out_record(held_split, test, row_keys(test, source), description)
     return TaskData(
         f"dataset:{name}",
         encode_rows(train, RowEncoder(tokenizer, fmt, name, text_field, max_length, packing)),
@@ -357,53 +349,15 @@ def evaluation_rows(rows: Dataset, source: dict, tokenizer) -> Dataset:
 def held_out_rows(record: dict) -> Dataset:
     """The held-out rows a training record (``training_data.json`` of a model trained on rows of your own) names,
     read again from their file or Hub dataset; ``ValueError`` when they cannot be found or have changed since."""
-    from ..provenance import data_fingerprint
+    source = record["source"]
 
-    source, held = record["source"], record["held_out"]
-    location = source["path"] if source.get("path") and Path(source["path"]).exists() else source["name"]
-    try:
+    def read(location: str, split: str) -> Dataset:
         splits = load_rows(location, source.get("config"))
-    except ValueError as err:
-        raise ValueError(
-            f"the model's held-out rows ({held['description']}) cannot be read again: {err}; pass --dataset_name"
-        ) from None
-    if held["split"] not in splits or max(held["positions"], default=-1) >= len(splits[held["split"]]):
-        raise ValueError(f"{location} has changed since training: its {held['split']!r} split lacks the held-out rows")
-    rows = numbered(splits[held["split"]]).select(held["positions"])
-    if data_fingerprint(row_keys(rows, source)) != held["fingerprint"]:
-        raise ValueError(
-            f"{location} has changed since training: the rows at the held-out positions ask other questions; pass "
-            "--dataset_name to evaluate it as a new file (training questions are still left out)"
-        )
-    return rows
+        if split not in splits:
+            raise ValueError(f"{location} has no {split!r} split")
+        return numbered(splits[split])
 
-
-def numbered(rows: Dataset) -> Dataset:
-    """``rows`` with their position in the split (column :data:`POSITION`), kept through shuffles and selections."""
-    return rows if POSITION in rows.column_names else rows.add_column(POSITION, list(range(len(rows))))
-
-
-def held_out_count(rows: int) -> int:
-    """How many of a file's ``rows`` the evaluation holds out when it has no test split and ``--test_size`` is not
-    given: a tenth, at least 5 and at most 200."""
-    return min(200, max(5, rows // 10))
-
-
-def split_rows(splits: DatasetDict, train_split: str, test_split: str, test_size: int | None, seed: int):
-    """``(train, test, the split the test rows come from)``, numbered (:func:`numbered`), the training rows shuffled
-    with ``seed``; ``test_size`` ``None``: at most 200 rows of the test split, else :func:`held_out_count` rows of
-    the training split."""
-    train = numbered(splits[train_split]).shuffle(seed=seed)
-    if test_split in splits and test_split != train_split:
-        test = numbered(splits[test_split])
-        return train, test.select(range(min(200 if test_size is None else test_size, len(test)))), test_split
-    test_size = held_out_count(len(train)) if test_size is None else test_size
-    if test_size >= len(train):
-        raise ValueError(
-            f"--test_size {test_size} holds out every one of the {len(train)} training rows; make it smaller "
-            f"(0 skips the evaluation) or give a {test_split!r} split"
-        )
-    return train.select(range(test_size, len(train))), train.select(range(test_size)), train_split
+    return read_held_out(record, read, lambda rows: row_keys(rows, source))
 
 
 def training_collator(tokenizer):
