@@ -146,13 +146,36 @@ def test_a_long_list_of_unknown_characters_says_it_is_cut():
         ("short.csv", "prompt,completion\n1+1=\n", "short.csv, line 2: no value for the column(s) ['completion']"),
         ("empty.csv", "", "empty.csv: the file holds no rows"),
         ("array.json", '[{"text": "1"}, 3]', "array.json, row 2: a row must be a JSON object"),
+        ("latin1.jsonl", b'{"text": "caf\xe9"}\n', "latin1.jsonl: not UTF-8 text (byte 13"),
     ],
 )
 def test_an_unreadable_file_is_a_one_line_error_naming_the_line(tmp_path, name, text, message):
-    (tmp_path / name).write_text(text)
+    (tmp_path / name).write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(ValueError) as err:
         load_rows(str(tmp_path / name))
     assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_json_files_read_as_their_writers_meant(tmp_path):
+    """JSON Lines whose strings hold U+2028 or a form feed (json.dumps(ensure_ascii=False) leaves them raw), a .json
+    of columns, a .json holding JSON Lines, and a CSV value spanning two lines (the next row's line is right)."""
+    texts = ["a\u2028b", "c\x0cd"]
+    (tmp_path / "raw.jsonl").write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts))
+    assert load_rows(str(tmp_path / "raw.jsonl"))["train"]["text"] == texts
+    (tmp_path / "columns.json").write_text(json.dumps({"prompt": ["1+1=", "2+2="], "completion": ["2", "4"]}))
+    assert load_rows(str(tmp_path / "columns.json"))["train"]["completion"] == ["2", "4"]
+    (tmp_path / "lines.json").write_text('{"text": "1"}\n{"text": "2"}\n')
+    assert load_rows(str(tmp_path / "lines.json"))["train"]["text"] == ["1", "2"]
+    (tmp_path / "multi.csv").write_text('prompt,completion\n"1+\n1=",2\n2+\u00e9=,4\n')
+    with pytest.raises(ValueError, match="multi.csv, line 4: `prompt` contains"):
+        build_text_data(str(tmp_path / "multi.csv"), PRINTABLE, 32, test_size=0)
+
+
+def test_a_file_too_small_to_hold_rows_out_says_how_to_go_on(tmp_path):
+    path = write_jsonl(tmp_path / "few.jsonl", [{"prompt": f"{i}+1=", "completion": str(i + 1)} for i in range(6)])
+    with pytest.raises(ValueError, match="has 6 rows, too few to hold some out .* or --test_size 0"):
+        build_text_data(path, addition_tokenizer(), 32)
+    assert len(build_text_data(path, addition_tokenizer(), 32, test_size=0).train) == 6
 
 
 def test_bad_sources_are_one_line_errors(tmp_path):

@@ -56,13 +56,17 @@ def tuned(base, rows, tmp_path_factory):
     return out
 
 
-def test_resume_continues_the_run_exactly(base, rows, tuned, tmp_path, capsys):
+def test_resume_continues_the_run_exactly(base, rows, tuned, tmp_path, capsys, monkeypatch):
+    from equilibria.trainers import StarsTrainer
+
+    steps = []
+    step = StarsTrainer.training_step
+    monkeypatch.setattr(StarsTrainer, "training_step", lambda self, *a, **k: steps.append(1) or step(self, *a, **k))
     resumed = tmp_path / "resumed"
     resumed.mkdir()
     shutil.copytree(tuned / "checkpoint-3", resumed / "checkpoint-3")
-    capsys.readouterr()
     assert fine_tune(base, rows, resumed, "--resume_from_checkpoint", "last") == 0
-    assert capsys.readouterr().out.count("{'loss'") == 3  # only steps 4-6 ran: the run was resumed, not restarted
+    assert len(steps) == 3  # only steps 4-6 ran: the run was resumed, not restarted (which ends the same way)
     full, again = logged_losses(tuned / "checkpoint-6"), logged_losses(resumed / "checkpoint-6")
     assert set(full) == {1, 2, 3, 4, 5, 6} and again == full  # steps 4-6 computed again, the same losses
     first, second = load_file(tuned / "model.safetensors"), load_file(resumed / "model.safetensors")
@@ -116,6 +120,26 @@ def test_the_whole_path_eval_audit_and_card_report_these_weights_on_the_held_out
     assert f"verdict: **{audited['verdict']}**, on 12 sequences of 12 held-out rows of rows.jsonl" in card.text
     assert "**Data.** 108 prompt/completion rows of rows.jsonl (train split)." in card.text
     assert "Results not shown" not in card.text
+
+
+def test_results_that_do_not_record_their_weights_are_not_inherited(base, rows, tmp_path, capsys):
+    """Results written before they recorded their weights: the base checkpoint's are not copied into a fine-tuned
+    folder, and a folder trained into keeps none."""
+    old = tmp_path / "old"
+    shutil.copytree(base, old)
+    for name in ("audit.json", "loop_scaling.json"):
+        result = json.loads((old / name).read_text())
+        (old / name).write_text(json.dumps({k: v for k, v in result.items() if k != "weights"}))
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(old / "audit.json", out / "audit.json")  # an earlier run's, in the folder trained into
+    assert fine_tune(old, rows, out, "--max_steps", "1", "--save_strategy", "no", "--test_size", "0") == 0
+    assert not (out / "audit.json").exists() and not (out / "loop_scaling.json").exists()
+    card = ModelCard.load(out / "README.md")
+    assert not card.data.eval_results and "## Computation audit" not in card.text
+    capsys.readouterr()
+    assert main(["eval", str(out), "--dataset_name", rows, "--loops", "1"]) == 2  # every row was trained on
+    assert "nothing to evaluate: 0 rows of rows.jsonl" in capsys.readouterr().err
 
 
 def test_results_of_other_weights_are_left_out_of_the_card_and_removed_by_train(base, rows, tuned, tmp_path, capsys):
@@ -225,7 +249,10 @@ def test_eqr_trains_on_a_published_format_csv_and_eval_reads_its_held_out_puzzle
     evaluated = json.loads((out / "loop_scaling.json").read_text())
     assert evaluated["accuracy"] == trained["accuracy"]
     assert evaluated["data"]["fingerprint"] == trained["data"]["fingerprint"]
-    assert main(["eval", str(out), "--loops", "2", "--breadth", "3", "--select", "vote"]) == 0
+    argv = ["eval", str(out), "--loops", "2", "--breadth", "3", "--select", "vote", "--output-dir", str(out)]
+    assert main(argv) == 0
+    wide = json.loads((out / "loop_scaling.json").read_text())["data"]
+    assert wide["breadth"] == 3 and wide["select"] == "vote" and wide["fingerprint"] == trained["data"]["fingerprint"]
     assert main(["eval", str(out), "--dataset_name", str(path), "--loops", "2"]) == 0
     assert "54 rows asking a training question were dropped" in capsys.readouterr().out
 
@@ -299,12 +326,31 @@ def test_eval_refuses_held_out_rows_whose_file_has_changed_since_training(base, 
     write_jsonl(path, sums)
     out = tmp_path / "out"
     assert fine_tune(base, str(path), out, "--max_steps", "1", "--save_strategy", "no") == 0
-    write_jsonl(path, [{**row, "prompt": row["prompt"].replace("+", "+1")} for row in sums])  # other questions
     capsys.readouterr()
-    assert main(["eval", str(out), "--loops", "1"]) == 2
-    assert (
-        "has changed since training: the rows at the held-out positions ask other questions" in capsys.readouterr().err
-    )
+    for changed in (
+        [{**row, "prompt": row["prompt"].replace("+", "+1")} for row in sums],  # other questions
+        [{**row, "completion": row["completion"] + "0"} for row in sums],  # the same questions, other answers
+    ):
+        write_jsonl(path, changed)
+        assert main(["eval", str(out), "--loops", "1"]) == 2
+        assert "has changed since training: the rows at the held-out positions differ" in capsys.readouterr().err
     write_jsonl(path, sums[:3])
     assert main(["eval", str(out), "--loops", "1"]) == 2
     assert "has changed since training: its 'train' split lacks the held-out rows" in capsys.readouterr().err
+
+
+def test_eval_claims_held_out_only_where_the_training_questions_can_be_compared(base, tmp_path, capsys):
+    """A model trained on plain-text rows: its record's fingerprints are of whole texts, which addition prompts can
+    never match, so generated addition problems are not called held out; a file of text rows is checked."""
+    texts = [{"text": f"{a}+{b}={a + b}"} for a in range(10) for b in range(6)]
+    path = write_jsonl(tmp_path / "texts.jsonl", texts)
+    out = tmp_path / "out"
+    assert fine_tune(base, path, out, "--max_steps", "1", "--save_strategy", "no") == 0
+    capsys.readouterr()
+    assert main(["eval", str(out), "--task", "addition", "--loops", "1", "--num-examples", "8", "--digits", "1"]) == 0
+    assert (
+        "not checked against the training data (54 text rows of texts.jsonl (train split): rows of another kind)"
+        in (capsys.readouterr().out)
+    )
+    assert main(["eval", str(out), "--dataset_name", path, "--loops", "1"]) == 0
+    assert "no question of the model's training data" in capsys.readouterr().out

@@ -218,7 +218,6 @@ def run_eval(args) -> dict:
     from .families import family_of
     from .provenance import weights_fingerprint
 
-    parse_loops(args.loops)
     model = load_saved_model(args.model_path, args.trust_remote_code)
     loops = parse_loops(args.loops, "--loops", family_of(model).min_loops)
     threshold, breadth = getattr(args, "halt_threshold", None), getattr(args, "breadth", 1)

@@ -25,17 +25,9 @@ from datasets import Dataset
 from .families import family_of, model_task
 from .provenance import data_fingerprint
 from .tasks import TRAINING_RECORD, eval_split, fingerprints, load_training_record
-from .tasks.held_out import numbered
-from .tasks.text_data import (
-    FORMATS,
-    METRICS,
-    evaluation_rows,
-    held_out_rows,
-    row_format,
-    row_keys,
-    text_source,
-    without_questions,
-)
+from .tasks.held_out import content_keys, numbered
+from .tasks.text_data import FORMATS, METRICS, evaluation_rows, held_out_rows, row_format, row_keys, text_source
+from .tasks.tokenization import load_tokenizer
 
 
 @dataclass
@@ -77,66 +69,86 @@ def evaluation_data(
     if dataset_name is not None:
         data = _file_data(model, model_path, training, dataset_name, dataset_config, split, options)
     elif task is None and training.get("held_out"):
-        data = _recorded_data(model, model_path, training, options)
+        data = _recorded_data(model_path, training, options)
     else:
         data = _generated_data(model, training, task, num_examples or default_count, seed, digits)
+    if not len(data.rows):
+        raise ValueError(f"nothing to evaluate: {data.record['name']} ({data.record['note']})")
     data.record["units"] = len(data.rows)
     return data
+
+
+def question_kind(fmt: str, text_field: str | None = None) -> str:
+    """What a row's question fingerprint is taken of, for rows of format ``fmt`` (a task's name, or a text format
+    of :data:`~equilibria.tasks.text_data.FORMATS`): fingerprints of two kinds of rows cannot be compared. Addition
+    problems and prompt/completion rows are both keyed by the prompt."""
+    fmt = fmt.removeprefix("task:")
+    if fmt in ("addition", "prompt_completion"):
+        return "prompt"
+    return f"text:{text_field or 'text'}" if fmt == "text" else fmt
+
+
+def _training_kind(training: dict) -> str | None:
+    """The kind of questions (:func:`question_kind`) the training record's fingerprints are of."""
+    if not training:
+        return None
+    source = training.get("source")
+    return question_kind(source["format"], source.get("text_field")) if source else question_kind(training["task"])
+
+
+def _exclusion(training: dict, kind: str) -> tuple[set[str], dict]:
+    """``(training questions to leave out, the held-out part of the record)`` for rows whose questions are of
+    ``kind``: the training record's, when they are comparable."""
+    if not training:
+        note = f"not checked against the training data (the folder has no {TRAINING_RECORD})"
+        return set(), {"held_out": False, "note": note}
+    if _training_kind(training) != kind:
+        note = f"not checked against the training data ({training['description']}: rows of another kind)"
+        return set(), {"held_out": False, "note": note}
+    note = (
+        f"no question of the model's training data ({training['description']}; {len(training['fingerprints'])} "
+        f"questions, from {TRAINING_RECORD}) is among them"
+    )
+    return set(training["fingerprints"]), {"held_out": True, "note": note}
 
 
 def _generated_data(model, training: dict, task: str | None, count: int, seed: int, digits: int) -> EvalData:
     task = task or model_task(model)
     family_of(model).head_for(task)  # the task must fit the family
-    exclude = set(training.get("fingerprints", []))
+    exclude, held = _exclusion(training, question_kind(task))
     rows = eval_split(model.config, task, count, seed, digits=digits, exclude=exclude)
     record = {
         "name": f"{len(rows)} generated {task} problems (seed {seed})",
         "dataset": None,
         "fingerprint": data_fingerprint(fingerprints(task, rows)),
-        **_held_out_note(training, bool(exclude)),
+        **held,
     }
     return EvalData(rows, record)
 
 
-def _held_out_note(training: dict, checked: bool, dropped: int | None = None) -> dict:
-    if not checked:
-        return {
-            "held_out": False,
-            "note": f"not checked against the training data (the folder has no {TRAINING_RECORD})",
-        }
-    note = (
-        f"no question of the model's training data ({training['description']}; {len(training['fingerprints'])} "
-        f"questions, from {TRAINING_RECORD}) is among them"
-    )
-    if dropped:
-        note += f"; {dropped} rows asking a training question were dropped"
-    return {"held_out": True, "note": note, **({"dropped_training_rows": dropped} if dropped is not None else {})}
-
-
-def _recorded_data(model, model_path: str, training: dict, options: dict) -> EvalData:
+def _recorded_data(model_path: str, training: dict, options: dict) -> EvalData:
     """The held-out rows the training record names (rows of your own), scored as training scored them."""
     from .tasks import task_held_out_rows
 
     source = training["source"]
-    if source["format"] not in FORMATS:  # rows of a task (EqR, PH-DEQ)
-        rows = _first(task_held_out_rows(training), options["limit"])
-        record_fingerprint = data_fingerprint(fingerprints(source["task"], rows))
-        return EvalData(rows, _recorded(training, source, rows, record_fingerprint))
-    source = _with_options(source, options)
-    raw = _first(held_out_rows(training), options["limit"])
-    rows = evaluation_rows(raw, source, _tokenizer(model_path))
-    record = _recorded(training, source, rows, data_fingerprint(row_keys(raw, source)))
-    return EvalData(rows, {**record, "metric": source["metric"]}, source["metric"])
-
-
-def _recorded(training: dict, source: dict, rows, fingerprint: str) -> dict:
-    return {
-        "name": f"{len(rows)} held-out rows of {source['label']}",
+    record = {
         "dataset": None if source.get("path") else source["name"],
-        "fingerprint": fingerprint,
         "held_out": True,
         "note": training["held_out"]["description"] + f" (named by {TRAINING_RECORD})",
     }
+    if source["format"] not in FORMATS:  # rows of a task (EqR, PH-DEQ)
+        rows = _first(task_held_out_rows(training, model_path), options["limit"])
+        return EvalData(rows, {**_named(rows, f"held-out rows of {source['label']}"), **record})
+    source = _with_options(source, options)
+    raw = _first(held_out_rows(training, model_path), options["limit"])
+    rows = evaluation_rows(raw, source, load_tokenizer(model_path, "prompts"))
+    record = {**_named(raw, f"held-out rows of {source['label']}"), **record, "metric": source["metric"]}
+    return EvalData(rows, record, source["metric"])
+
+
+def _named(rows: Dataset, what: str) -> dict:
+    """The name and the content fingerprint of a record of ``rows``."""
+    return {"name": f"{len(rows)} {what}", "fingerprint": data_fingerprint(content_keys(rows))}
 
 
 def _with_options(source: dict, options: dict) -> dict:
@@ -145,43 +157,37 @@ def _with_options(source: dict, options: dict) -> dict:
     if "text_field" in chosen and chosen["text_field"] != source["text_field"]:
         raise ValueError("--dataset_text_field applies to --dataset_name; the held-out rows are read as in training")
     source = {**source, **chosen}
-    return text_source(
-        source["name"],
-        source.get("config"),
-        source["format"],
-        source["text_field"],
-        source["max_length"],
-        source["metric"],
-    )
+    text_source(source["name"], None, source["format"], source["text_field"], source["max_length"], source["metric"])
+    return source  # (text_source checks that the metric fits the rows)
 
 
 def _file_data(
     model, model_path: str, training: dict, name: str, config: str | None, split: str | None, options: dict
 ) -> EvalData:
     """Rows of a file / folder / Hub dataset of yours, without those asking a training question."""
-    exclude = set(training.get("fingerprints", []))
     if not model.can_generate():
         from .tasks import load_task_rows
 
         task = model_task(model)
-        rows, split = load_task_rows(name, task, split)
+        rows, split = load_task_rows(name, task, split, config)
+        exclude, held = _exclusion(training, question_kind(task))
         keep = [i for i, key in enumerate(fingerprints(task, rows)) if key not in exclude]
-        dropped, rows = len(rows) - len(keep), _first(rows.select(keep), options["limit"])
-        record = {"fingerprint": data_fingerprint(fingerprints(task, rows))}
-        return EvalData(
-            rows, {**_file_record(name, split, rows), **record, **_held_out_note(training, bool(exclude), dropped)}
-        )
-    source, raw, split = _text_rows(model, training, name, config, split, options)
-    before = len(raw)
-    raw = _first(without_questions(raw, source, exclude), options["limit"])
-    rows = evaluation_rows(raw, source, _tokenizer(model_path))
-    record = {
-        **_file_record(name, split, rows),
-        "fingerprint": data_fingerprint(row_keys(raw, source)),
-        "metric": source["metric"],
-        **_held_out_note(training, bool(exclude), before - len(raw)),
-    }
-    return EvalData(rows, record, source["metric"])
+        metric = None
+    else:
+        source, rows, split = _text_rows(model, training, name, config, split, options)
+        exclude, held = _exclusion(training, question_kind(source["format"], source["text_field"]))
+        keep = [i for i, key in enumerate(row_keys(rows, source)) if key not in exclude]
+        metric = source["metric"]
+    dropped, raw = len(rows) - len(keep), _first(rows.select(keep), options["limit"])
+    if held["held_out"]:
+        held = {**held, "dropped_training_rows": dropped}
+        held["note"] += f"; {dropped} rows asking a training question were dropped" if dropped else ""
+    label = Path(name).name if Path(name).exists() else name
+    record = {**_named(raw, f"rows of {label} ({split} split)"), "dataset": None if Path(name).exists() else name}
+    if metric is None:
+        return EvalData(raw, {**record, **held})
+    rows = evaluation_rows(raw, source, load_tokenizer(model_path, "prompts"))
+    return EvalData(rows, {**record, "metric": metric, **held}, metric)
 
 
 def _text_rows(model, training: dict, name: str, config: str | None, split: str | None, options: dict):
@@ -207,22 +213,8 @@ def _text_rows(model, training: dict, name: str, config: str | None, split: str 
     return text_source(name, config, fmt, text_field, max_length, metric), rows, split
 
 
-def _file_record(name: str, split: str, rows) -> dict:
-    local = Path(name).exists()
-    return {
-        "name": f"{len(rows)} rows of {Path(name).name if local else name} ({split} split)",
-        "dataset": None if local else name,
-    }
-
-
 def _first(rows: Dataset, limit: int | None) -> Dataset:
     return rows if limit is None or len(rows) <= limit else rows.select(range(limit))
 
 
-def _tokenizer(model_path: str):
-    from .tasks.tokenization import load_tokenizer
-
-    return load_tokenizer(model_path, "prompts")
-
-
-__all__ = ["EvalData", "evaluation_data"]
+__all__ = ["EvalData", "evaluation_data", "question_kind"]

@@ -32,14 +32,26 @@ WEIGHT_FILES = ("model*.safetensors", "adapter_model.safetensors")
 def weights_fingerprint(folder: str | Path) -> str | None:
     """A 128-bit BLAKE2b fingerprint (hex) of the weights saved in ``folder`` (every tensor of its
     ``model*.safetensors`` or ``adapter_model.safetensors`` files, by name; an adapter's base model's name too), or
-    ``None`` when it holds none."""
-    import torch
-    from safetensors import safe_open
-
+    ``None`` when it holds none. Kept for files whose size and modification time have not changed."""
     folder = Path(folder)
     files = sorted({path for pattern in WEIGHT_FILES for path in folder.glob(pattern)})
     if not files:
         return None
+    adapter = folder / "adapter_config.json"
+    base = str(json.loads(adapter.read_text()).get("base_model_name_or_path")) if adapter.is_file() else ""
+    stamp = (tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files), base)
+    if stamp not in _FINGERPRINTS:
+        _FINGERPRINTS[stamp] = _tensors_digest(files, base)
+    return _FINGERPRINTS[stamp]
+
+
+_FINGERPRINTS: dict = {}
+
+
+def _tensors_digest(files: list[Path], base: str) -> str:
+    import torch
+    from safetensors import safe_open
+
     parts = {}  # tensor name -> the digest of its dtype, shape and bytes
     for path in files:
         with safe_open(str(path), framework="pt") as f:
@@ -48,11 +60,8 @@ def weights_fingerprint(folder: str | Path) -> str | None:
                 part = hashlib.blake2b(f"{tensor.dtype}|{tuple(tensor.shape)}|".encode(), digest_size=16)
                 part.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
                 parts[name] = part.hexdigest()
-    digest = hashlib.blake2b("\n".join(f"{k}={v}" for k, v in sorted(parts.items())).encode(), digest_size=16)
-    adapter = folder / "adapter_config.json"
-    if adapter.is_file():
-        digest.update(str(json.loads(adapter.read_text()).get("base_model_name_or_path")).encode())
-    return digest.hexdigest()
+    text = "\n".join(f"{k}={v}" for k, v in sorted(parts.items())) + base
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def data_fingerprint(keys: Iterable[str]) -> str:
@@ -77,7 +86,7 @@ def describe_weights(result: dict, weights: str | None) -> str:
 
 def folder_results(folder: str | Path) -> tuple[dict, dict]:
     """``(current, other)``: the folder's results (file name -> content) computed on its own weights (or not saying
-    which: written before they were recorded), and those computed on other weights."""
+    which: written before equilibria recorded it), and those computed on other weights."""
     folder = Path(folder)
     weights = weights_fingerprint(folder)
     current, other = {}, {}
@@ -89,14 +98,16 @@ def folder_results(folder: str | Path) -> tuple[dict, dict]:
 
 
 def remove_results_of_other_weights(folder: str | Path) -> list[str]:
-    """Delete the result files (and their plots) of ``folder`` that were computed on other weights than those it
-    now holds; return their names."""
+    """Delete the result files (and their plots) of ``folder`` that do not record the weights it now holds (computed
+    on other weights, or not saying which); return their names. For a folder that was just trained into."""
     folder = Path(folder)
-    _, other = folder_results(folder)
-    for name in other:
+    weights = weights_fingerprint(folder)
+    stale = [name for name in RESULTS if (folder / name).is_file()]
+    stale = [name for name in stale if describe_weights(read_result(folder / name), weights) != "current"]
+    for name in stale:
         for file in (name, *RESULTS[name]):
             (folder / file).unlink(missing_ok=True)
-    return sorted(other)
+    return stale
 
 
 def other_weights_note(name: str, result: dict) -> str:
@@ -106,16 +117,19 @@ def other_weights_note(name: str, result: dict) -> str:
 
 
 def replacement_note(path: str | Path, new: dict) -> str | None:
-    """What to say when writing ``new`` to ``path`` replaces a result computed on other data or other weights
-    (``None`` when there is nothing there, or it was computed on the same data and weights)."""
+    """What to say when writing ``new`` to ``path`` replaces a result computed on other data or other weights, or
+    one that does not say which (``None`` when there is nothing there, or it was computed on the same data and
+    weights)."""
     old = read_result(path)
     if old is None:
         return None
     old_data, new_data = old.get("data") or {}, new.get("data") or {}
     differs = []
     if old_data.get("fingerprint") != new_data.get("fingerprint") or old_data.get("name") != new_data.get("name"):
-        differs.append(f"other data ({old_data.get('name') or 'not recorded'})")
-    if old.get("weights") != new.get("weights"):
+        differs.append(f"other data ({old_data['name']})" if old_data.get("name") else "data it does not record")
+    if old.get("weights") is None:
+        differs.append("weights it does not record")
+    elif old["weights"] != new.get("weights"):
         differs.append("other weights")
     return f"replaced {path}, computed on {' and '.join(differs)}" if differs else None
 

@@ -164,12 +164,14 @@ def _config_file(argv: list[str]) -> dict:
 
 
 def _flag(argv: list[str], file_values: dict, name: str):
-    """The value of ``--name`` on the command line, else in the config file, else ``None``."""
+    """The value of ``--name`` (or ``--na-me``, which ``HfArgumentParser`` takes too) on the command line, else in
+    the config file, else ``None``."""
     value = file_values.get(name)
+    spellings = (f"--{name}", f"--{name.replace('_', '-')}")
     for i, arg in enumerate(argv):
-        if arg == f"--{name}" and i + 1 < len(argv):
+        if arg in spellings and i + 1 < len(argv):
             value = argv[i + 1]
-        elif arg.startswith(f"--{name}="):
+        elif arg.startswith(tuple(f"{flag}=" for flag in spellings)):
             value = arg.split("=", 1)[1]
     return value
 
@@ -348,7 +350,16 @@ def _task_data(task: str, data_args: DataArguments, config, seed: int):
 
     shape = task_shape(config, task) if config else {}
     if data_args.dataset_name:
-        data = build_task_rows(data_args.dataset_name, task, data_args.test_size, data_args.train_size, seed)
+        data = build_task_rows(
+            data_args.dataset_name,
+            task,
+            config_name=data_args.dataset_config,
+            train_split=data_args.dataset_train_split,
+            test_split=data_args.dataset_test_split,
+            test_size=data_args.test_size,
+            train_size=data_args.train_size,
+            seed=seed,
+        )
         cells = data.config_fields.get("max_seq_len")
         if config is not None and cells is not None and cells > config.max_seq_len:
             raise ValueError(

@@ -69,13 +69,13 @@ def write_model_card(
     current, other = folder_results(folder)
     found = {  # what the folder holds, unless given
         "loop_scaling": current.get("loop_scaling.json"),
-        "loop_scaling_plot": "loop_scaling.png" if "loop_scaling.json" in current else None,
+        "loop_scaling_plot": _plot(folder, "loop_scaling.png", "loop_scaling.json" in current),
         "audit": current.get("audit.json"),
         "training_record": current.get("training_data.json"),
         "training_history": _read_json(folder / HISTORY_FILE),
         "adapter": _read_json(folder / "adapter_config.json"),
         "lm_eval": current.get("lm_eval.json"),
-        "lm_eval_plot": "lm_eval.png" if "lm_eval.json" in current else None,
+        "lm_eval_plot": _plot(folder, "lm_eval.png", "lm_eval.json" in current),
         "omitted": [other_weights_note(name, result) for name, result in other.items()],
         "license": "apache-2.0",
         **(previous_card_options(folder, current) if keep_previous else {}),
@@ -88,19 +88,28 @@ def write_model_card(
     return folder / "README.md"
 
 
+def _plot(folder: Path, name: str, shown: bool) -> str | None:
+    """``name`` when its result is shown and the file is there (matplotlib is optional), else ``None``."""
+    return name if shown and (folder / name).is_file() else None
+
+
 def _copy_results(source: Path, folder: Path) -> None:
-    """Copy into ``folder`` the results of ``source`` it lacks (with their plots), unless they were computed on other
-    weights than those ``folder`` holds, and the training history."""
+    """Copy into ``folder`` the results of ``source`` it lacks (with their plots) that were computed on the weights
+    ``folder`` holds: those that record them, and those that do not say when ``source`` holds the same weights; and
+    the training history."""
     from ..provenance import RESULTS, describe_weights, read_result, weights_fingerprint
 
     weights = weights_fingerprint(folder)
+    same = weights is not None and weights_fingerprint(source) == weights
     for name, plots in RESULTS.items():
         result = read_result(source / name)
-        if result is None or (folder / name).exists() or describe_weights(result, weights) == "other":
+        if result is None or (folder / name).exists():
             continue
-        for file in (name, *plots):
-            if (source / file).is_file():
-                shutil.copy(source / file, folder / file)
+        status = describe_weights(result, weights)
+        if status == "current" or (status == "unrecorded" and same):
+            for file in (name, *plots):
+                if (source / file).is_file():
+                    shutil.copy(source / file, folder / file)
     if (source / HISTORY_FILE).is_file() and not (folder / HISTORY_FILE).exists():
         shutil.copy(source / HISTORY_FILE, folder / HISTORY_FILE)
 

@@ -60,9 +60,10 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
         exit_entropy_weight (`float`): The entropy bonus of ``exit_loss="expected"`` (>= 0; 0.05 by default, our
             choice: it keeps the exit distribution from collapsing onto one step early in training).
         exit_gate_trained (`bool`, *optional*): Whether the exit gate was trained with these weights, set by
-            training: ``True`` once a loss that reaches the gate trained it, ``False`` when the weights were trained
-            with ``exit_loss="final"`` (the gate frozen) and it had not been; ``None``: not known (a published
-            checkpoint, or never trained here). Early exit and the weighted readout warn when it is ``False``.
+            training: ``True`` after training with a loss that reaches the gate, ``False`` after training with
+            ``exit_loss="final"`` (the gate frozen while the weights it reads change); ``None``: not known (a
+            published checkpoint, or never trained here). Early exit and the weighted readout warn when it is
+            ``False``.
     """
 
     model_type = "ouro"

@@ -382,12 +382,12 @@ class CausalLoopMixin:
                 raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}.")
             inputs_embeds = self.embed_tokens(input_ids)
         cache = (cache if cache is not None else self._cache_class()) if use_cache else None
+        past = cache.get_seq_length() if cache is not None else 0
+        last = past + inputs_embeds.shape[1] - 1  # the last position, or a bound on it when positions are given
         if position_ids is None:
-            past = cache.get_seq_length() if cache is not None else 0
-            position_ids = torch.arange(past, past + inputs_embeds.shape[1], device=inputs_embeds.device)[None]
-            last = past + inputs_embeds.shape[1] - 1
-        else:  # packed rows restart their positions: the largest one counts (no check while compiling)
-            last = None if torch.compiler.is_compiling() or not position_ids.numel() else int(position_ids.max())
+            position_ids = torch.arange(past, last + 1, device=inputs_embeds.device)[None]
+        elif last >= getattr(self.config, "max_position_embeddings", last + 1) and not torch.compiler.is_compiling():
+            last = int(position_ids.max())  # packed rows restart their positions: read them (a sync, only here)
         check_positions(self, last)
         hidden = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return LMInputs(inputs_embeds, cache, position_ids, bool(hidden), attentions)

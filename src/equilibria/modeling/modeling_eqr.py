@@ -363,7 +363,7 @@ def _puzzle_inputs(inputs, input_ids, config) -> torch.LongTensor:
         raise ValueError(f"inputs must hold integer token ids (a LongTensor), got dtype {inputs.dtype}")
     if inputs.shape[1] > config.max_seq_len:
         raise ValueError(f"puzzles have at most max_seq_len={config.max_seq_len} cells, got {inputs.shape[1]}")
-    if inputs.numel() and (int(inputs.min()) < 0 or int(inputs.max()) >= config.vocab_size):
+    if ((inputs < 0) | (inputs >= config.vocab_size)).any():
         raise ValueError(
             f"inputs must be token ids in [0, {config.vocab_size - 1}] (vocab_size={config.vocab_size}), got values "
             f"from {int(inputs.min())} to {int(inputs.max())}"

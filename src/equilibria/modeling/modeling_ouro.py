@@ -828,12 +828,12 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
 
     def _record_gate_training(self) -> None:
         """``config.exit_gate_trained`` after a training step: ``True`` when the loss trains the gate, ``False`` when
-        these weights are trained without it (``exit_loss="final"``) and it had not been trained before."""
-        learns = self.config.exit_loss != "final" and self.model.early_exit_gate.weight.requires_grad
-        if learns:
-            self.config.exit_gate_trained = True
-        elif self.config.exit_loss == "final" and self.config.exit_gate_trained is None:
+        the weights are trained without it (``exit_loss="final"``: a gate trained before no longer matches them);
+        unchanged when the gate is frozen by other means (LoRA trains adapters only)."""
+        if self.config.exit_loss == "final":
             self.config.exit_gate_trained = False
+        elif self.model.early_exit_gate.weight.requires_grad:
+            self.config.exit_gate_trained = True
 
 
 def warn_if_gate_untrained(module: nn.Module, what: str) -> None:

@@ -13,14 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from pathlib import Path
 
-from datasets import Dataset
+from datasets import Dataset, DatasetDict
 
 from .addition import addition_tokenizer, build_addition_dataset, tokenize_for_training
 from .embedding import EMBEDDING_SIZE, SentenceEmbedder, embed_entailment
 from .entailment import build_entailment_dataset
-from .held_out import held_out_record, numbered, read_held_out, split_rows
+from .held_out import held_out_record, hold_out, numbered, read_held_out, source_of
 from .maze import build_maze_dataset
 from .reachability import build_reachability_dataset, reachability_input_size
 from .sudoku import build_sudoku_dataset
@@ -55,6 +56,9 @@ def save_training_record(folder: str | Path, task: str, fingerprints_: list[str]
     from ..provenance import data_fingerprint, weights_fingerprint
 
     path = Path(folder) / TRAINING_RECORD
+    source = extra.get("source")
+    if source and source.get("path") and Path(source["path"]).is_absolute():  # relative: the folder may move, or be
+        extra = {**extra, "source": {**source, "path": os.path.relpath(source["path"], folder)}}  # published
     record = {
         "task": task,
         "description": description,
@@ -113,82 +117,95 @@ def build_task(
     return TaskData(task, train, data["test"], dict(input_size=width, num_labels=2), None, prints, description)
 
 
-def load_task_rows(name: str, task: str, split: str | None = None) -> tuple[Dataset, str]:
-    """``(rows, split)``: rows of ``task`` from a file of your own, numbered (their position in the split as read):
-    a CSV in the published layout (Sudoku-Extreme, Maze-Hard; ``source,question,answer,rating``), or a
-    ``save_to_disk`` folder / data file with the task's ``inputs`` and ``labels`` columns (``split``, default
-    ``test`` when there is one, else ``train``). ``ValueError`` naming the file and what is missing."""
+def task_splits(name: str, task: str, config_name: str | None = None) -> DatasetDict:
+    """The splits of a file of yours holding rows of ``task``: a CSV in the published layout (Sudoku-Extreme,
+    Maze-Hard; ``source,question,answer,rating``; one split, ``train``), or a data file / ``save_to_disk`` folder /
+    Hub dataset whose rows have the task's ``inputs`` and ``labels`` columns. ``ValueError`` naming the file and what
+    is missing."""
     from .maze import load_maze_csv
     from .row_files import load_rows
     from .sudoku import load_sudoku_csv
 
     check_task(task)
     if Path(name).suffix == ".csv" and task in PUZZLE_VOCAB and Path(name).is_file():
-        rows = (load_sudoku_csv if task == "sudoku" else load_maze_csv)(name)
-        if split not in (None, "train"):
-            raise ValueError(f"{name} is one split (train); got --split {split!r}")
-        split = "train"
-    else:
-        splits = load_rows(name)
-        split = split or ("test" if "test" in splits else "train")
-        if split not in splits:
-            raise ValueError(f"split {split!r} is not in {name} (splits: {sorted(splits)})")
-        rows = splits[split]
-    missing = sorted({"inputs", "labels"} - set(rows.column_names))
-    if missing:
-        layout = " or a CSV in the published puzzle layout" if task in PUZZLE_VOCAB else ""
-        raise ValueError(f"{name}: {task} rows need `inputs` and `labels` columns{layout}; missing {missing}")
-    return numbered(rows), split
+        return DatasetDict(train=(load_sudoku_csv if task == "sudoku" else load_maze_csv)(name))
+    splits = load_rows(name, config_name)
+    for rows in splits.values():
+        missing = sorted({"inputs", "labels"} - set(rows.column_names))
+        if missing:
+            layout = " or a CSV in the published puzzle layout" if task in PUZZLE_VOCAB else ""
+            raise ValueError(f"{name}: {task} rows need `inputs` and `labels` columns{layout}; missing {missing}")
+    return splits
+
+
+def load_task_rows(name: str, task: str, split: str | None = None, config_name: str | None = None):
+    """``(rows, split)``: the numbered rows of one split of :func:`task_splits` (default ``test`` when there is
+    one, else ``train``)."""
+    splits = task_splits(name, task, config_name)
+    split = split or ("test" if "test" in splits else "train")
+    if split not in splits:
+        raise ValueError(f"split {split!r} is not in {name} (splits: {sorted(splits)})")
+    return numbered(splits[split]), split
 
 
 def build_task_rows(
-    name: str, task: str, test_size: int | None = None, train_size: int | None = None, seed: int = 0
+    name: str,
+    task: str,
+    *,
+    config_name: str | None = None,
+    train_split: str = "train",
+    test_split: str = "test",
+    test_size: int | None = None,
+    train_size: int | None = None,
+    seed: int = 0,
 ) -> TaskData:
-    """Training and held-out splits of ``task`` from a file of yours (:func:`load_task_rows`): the rows shuffled
-    with ``seed``, ``test_size`` of them (default a tenth, 5 to 200) held out, training questions dropped from the
-    held-out rows; ``record`` names the held-out rows so that evaluation reads them again."""
-    rows, split = load_task_rows(name, task, "train")
-    train, test, _ = split_rows({split: rows}, split, "", test_size, seed)
-    if train_size is not None:
-        train = train.select(range(min(train_size, len(train))))
-    keys = fingerprints(task, train)
-    seen = set(keys)
-    test = test.select([i for i, key in enumerate(fingerprints(task, test)) if key not in seen])
-    label = Path(name).name if Path(name).exists() else name
-    held = f"{len(test)} {task} rows of {label} (held out of it before training), none a training question"
-    lengths = set(len(x) for x in rows["inputs"])
-    if len(lengths) != 1:
-        raise ValueError(f"{name}: every {task} row must have as many cells; found lengths {sorted(lengths)}")
-    fields = dict(vocab_size=PUZZLE_VOCAB[task], max_seq_len=lengths.pop()) if task in PUZZLE_VOCAB else {}
-    source = {
-        "name": name,
-        "label": label,
-        "path": str(Path(name).resolve()) if Path(name).exists() else None,
-        "format": f"task:{task}",
-        "task": task,
-    }
-    record = {"source": source, "held_out": held_out_record(split, test, fingerprints(task, test), held)}
+    """Training and held-out splits of ``task`` from a file of yours (:func:`task_splits`), as
+    :func:`~equilibria.tasks.text_data.build_text_data` splits rows of text: ``test_split`` when there is one, else
+    ``test_size`` rows (default a tenth, 5 to 200) held out of the shuffled ``train_split``; held-out puzzles that
+    are training puzzles dropped; ``record`` names the held-out rows so that evaluation reads them again."""
+    splits = task_splits(name, task, config_name)
+    keys = lambda rows: fingerprints(task, rows)  # noqa: E731
+    train, test, held_split, trained = hold_out(splits, train_split, test_split, test_size, train_size, seed, keys)
+    source = {**source_of(name, config_name), "format": f"task:{task}", "task": task}
+    where = "its test split" if held_split != train_split else "held out of it before training"
+    held = f"{len(test)} {task} rows of {source['label']} ({where}), none a training question"
+    record = {"source": source, **({"held_out": held_out_record(held_split, test, held)} if len(test) else {})}
+    columns = ["inputs", "labels"]
     return TaskData(
         f"dataset:{name}",
-        train.select_columns(["inputs", "labels"]),
+        train.select_columns(columns),
         test,
-        fields,
+        _row_fields(task, train, name),
         None,
-        keys,
-        f"{len(train)} {task} rows of {label}",
+        trained,
+        f"{len(train)} {task} rows of {source['label']}",
         "task",
         held,
         record,
     )
 
 
-def task_held_out_rows(record: dict) -> Dataset:
-    """The held-out rows of a model trained on ``task`` rows of a file (:func:`build_task_rows`), read again;
-    ``ValueError`` when the file has changed since."""
-    task = record["source"]["task"]
-    return read_held_out(
-        record, lambda location, split: load_task_rows(location, task, split)[0], lambda rows: fingerprints(task, rows)
-    )
+def _row_fields(task: str, rows: Dataset, name: str) -> dict:
+    """What rows of ``task`` fix in a new model's config: the board's cells and vocabulary (puzzles), the input
+    width and the classes (reachability, entailment)."""
+    widths = {len(x) for x in rows["inputs"]}
+    if len(widths) != 1:
+        raise ValueError(f"{name}: every {task} row must have as many inputs; found lengths {sorted(widths)}")
+    width = widths.pop()
+    if task in PUZZLE_VOCAB:
+        return dict(vocab_size=PUZZLE_VOCAB[task], max_seq_len=width)
+    return dict(input_size=width, num_labels=max(2, max(rows["labels"]) + 1))
+
+
+def task_held_out_rows(record: dict, folder: str | Path | None = None) -> Dataset:
+    """The held-out rows of a model (in ``folder``) trained on ``task`` rows of a file (:func:`build_task_rows`),
+    read again; ``ValueError`` when the file has changed since."""
+    source = record["source"]
+
+    def read(location: str, split: str) -> Dataset:
+        return load_task_rows(location, source["task"], split, source.get("config"))[0]
+
+    return read_held_out(record, read, folder)
 
 
 def eval_split(
@@ -262,6 +279,7 @@ __all__ = [
     "build_task_rows",
     "load_task_rows",
     "task_held_out_rows",
+    "task_splits",
     "TASKS",
     "TRAINING_RECORD",
     "TaskData",

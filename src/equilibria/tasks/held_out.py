@@ -9,10 +9,14 @@ read, a fingerprint of what they ask, a description). :func:`held_out_record` wr
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict
+
+from .row_files import LINE
 
 POSITION = "__row__"  # a row's position (from 0) in its split as read, kept through shuffles and selections
 
@@ -36,6 +40,11 @@ def split_rows(splits: DatasetDict, train_split: str, test_split: str, test_size
     if test_split in splits and test_split != train_split:
         test = numbered(splits[test_split])
         return train, test.select(range(min(200 if test_size is None else test_size, len(test)))), test_split
+    if test_size is None and len(train) < 10:
+        raise ValueError(
+            f"the data has {len(train)} rows, too few to hold some out for the evaluation: give more rows, a "
+            f"{test_split!r} split, or --test_size 0 (no held-out evaluation)"
+        )
     test_size = held_out_count(len(train)) if test_size is None else test_size
     if test_size >= len(train):
         raise ValueError(
@@ -45,32 +54,87 @@ def split_rows(splits: DatasetDict, train_split: str, test_split: str, test_size
     return train.select(range(test_size, len(train))), train.select(range(test_size)), train_split
 
 
-def held_out_record(split: str, rows: Dataset, keys: list[str], description: str) -> dict:
-    """The training record's ``held_out`` entry for ``rows`` (numbered) of ``split``, whose questions' fingerprints
-    are ``keys``."""
+def hold_out(
+    splits: DatasetDict,
+    train_split: str,
+    test_split: str,
+    test_size: int | None,
+    train_size: int | None,
+    seed: int,
+    keys: Callable[[Dataset], list[str]],
+):
+    """``(train, test, the split the test rows come from, the training questions' keys)``: :func:`split_rows`,
+    the first ``train_size`` training rows, and the test rows without those asking a training question
+    (``keys(rows)``: what each row asks, e.g. :func:`~equilibria.tasks.text_data.row_key`)."""
+    if train_split not in splits:
+        raise ValueError(f"--dataset_train_split {train_split!r} is not in the data (splits: {sorted(splits)})")
+    train, test, held_split = split_rows(splits, train_split, test_split, test_size, seed)
+    if train_size is not None:
+        train = train.select(range(min(train_size, len(train))))
+    trained = keys(train)
+    seen = set(trained)
+    test = test.select([i for i, key in enumerate(keys(test)) if key not in seen])
+    return train, test, held_split, trained
+
+
+def content_keys(rows: Dataset) -> list[str]:
+    """A fingerprint of each row's whole content (every column but the position and line bookkeeping): what tells
+    a changed file from the one a model was trained on."""
+    skip = (POSITION, LINE)
+    return [
+        hashlib.blake2b(
+            json.dumps({k: v for k, v in row.items() if k not in skip}, sort_keys=True, default=str).encode(),
+            digest_size=8,
+        ).hexdigest()
+        for row in rows
+    ]
+
+
+def source_of(name: str, config_name: str | None = None) -> dict:
+    """Where rows come from, for a training record: the name given, a label (a local file by its name, not its
+    path), the absolute path of a local file (made relative to the model folder when the record is saved) and the
+    Hub configuration."""
+    local = Path(name).exists()
+    return {
+        "name": name,
+        "label": Path(name).name if local else name,
+        "path": str(Path(name).resolve()) if local else None,
+        "config": config_name,
+    }
+
+
+def held_out_record(split: str, rows: Dataset, description: str) -> dict:
+    """The training record's ``held_out`` entry for ``rows`` (numbered) of ``split``: their positions and the
+    fingerprint of their content."""
     from ..provenance import data_fingerprint
 
     return {
         "split": split,
         "positions": list(rows[POSITION]),
-        "fingerprint": data_fingerprint(keys),
+        "fingerprint": data_fingerprint(content_keys(rows)),
         "description": description,
     }
 
 
-def source_location(source: dict) -> str:
-    """Where to read a recorded source: its absolute path when it is still there, else the name it was given."""
-    return source["path"] if source.get("path") and Path(source["path"]).exists() else source["name"]
+def source_location(source: dict, folder: str | Path | None = None) -> str:
+    """Where to read a recorded source: its path (relative to the model ``folder``, or absolute) when the file is
+    still there, else the name it was given."""
+    path = source.get("path")
+    if path:
+        path = Path(folder) / path if folder is not None and not Path(path).is_absolute() else Path(path)
+        if path.exists():
+            return str(path)
+    return source["name"]
 
 
-def read_held_out(record: dict, read: Callable[[str, str], Dataset], keys: Callable[[Dataset], list[str]]) -> Dataset:
-    """The held-out rows ``record`` names, read again: ``read(location, split)`` gives the numbered rows of a split
-    (``ValueError`` when it cannot), ``keys(rows)`` their question fingerprints. ``ValueError`` when they cannot be
-    read or the file has changed since training."""
+def read_held_out(record: dict, read: Callable[[str, str], Dataset], folder: str | Path | None = None) -> Dataset:
+    """The held-out rows ``record`` (of the model in ``folder``) names, read again: ``read(location, split)`` gives
+    the numbered rows of a split (``ValueError`` when it cannot). ``ValueError`` when they cannot be read or the
+    file has changed since training (another row at a held-out position, or one of them edited)."""
     from ..provenance import data_fingerprint
 
     held = record["held_out"]
-    location = source_location(record["source"])
+    location = source_location(record["source"], folder)
     try:
         rows = read(location, held["split"])
     except ValueError as err:
@@ -80,16 +144,19 @@ def read_held_out(record: dict, read: Callable[[str, str], Dataset], keys: Calla
     if max(held["positions"], default=-1) >= len(rows):
         raise ValueError(f"{location} has changed since training: its {held['split']!r} split lacks the held-out rows")
     rows = rows.select(held["positions"])
-    if data_fingerprint(keys(rows)) != held["fingerprint"]:
+    if data_fingerprint(content_keys(rows)) != held["fingerprint"]:
         raise ValueError(
-            f"{location} has changed since training: the rows at the held-out positions ask other questions; pass "
-            "--dataset_name to evaluate it as a new file (training questions are still left out)"
+            f"{location} has changed since training: the rows at the held-out positions differ from the ones held "
+            "out; pass --dataset_name to evaluate it as a new file (training questions are still left out)"
         )
     return rows
 
 
 __all__ = [
     "POSITION",
+    "content_keys",
+    "hold_out",
+    "source_of",
     "held_out_count",
     "held_out_record",
     "numbered",

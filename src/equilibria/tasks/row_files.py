@@ -11,6 +11,7 @@ read by ``datasets``.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from datasets import Dataset, DatasetDict
 
 from .puzzle_csv import check_csv_width
 
-DATA_FILES = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+DATA_FILES = (".csv", ".json", ".jsonl", ".parquet")
 LINE = "__line__"  # the line of a JSON Lines / CSV file a row starts on
 
 
@@ -31,7 +32,7 @@ def load_rows(name: str, config_name: str | None = None) -> DatasetDict:
     path = Path(name)
     if path.suffix in DATA_FILES or path.is_file():
         if path.suffix not in DATA_FILES:
-            raise ValueError(f"--dataset_name {name}: a data file must be one of {sorted(DATA_FILES)}")
+            raise ValueError(f"--dataset_name {name}: a data file must be one of {list(DATA_FILES)}")
         if not path.is_file():
             raise ValueError(f"--dataset_name {name}: no such file")
         return DatasetDict(train=_read_file(path, name))
@@ -63,11 +64,19 @@ def _read_file(path: Path, name: str) -> Dataset:
             return load_dataset("parquet", data_files={"train": str(path)})["train"]
         except Exception as err:  # noqa: BLE001 (the reader raises many kinds; say which file and why)
             raise ValueError(f"--dataset_name {name}: cannot read it as parquet ({_reason(err)})") from None
-    text = path.read_text(encoding="utf-8-sig")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"--dataset_name {name}: not UTF-8 text (byte {err.start}: {err.reason})") from None
     if path.suffix == ".csv":
         rows = _csv_rows(text, name)
-    elif path.suffix == ".json" and text.lstrip().startswith("["):
-        rows = _json_array(text, name)
+    elif path.suffix == ".json":
+        try:
+            document = json.loads(text) if text.strip() else []
+        except json.JSONDecodeError:  # JSON Lines in a .json file (as datasets reads them)
+            rows = _jsonl_rows(text, name)
+        else:
+            rows = _document_rows(document, name)
     else:
         rows = _jsonl_rows(text, name)
     if not rows:
@@ -77,7 +86,7 @@ def _read_file(path: Path, name: str) -> Dataset:
 
 def _jsonl_rows(text: str, name: str) -> list[dict]:
     rows = []
-    for line, raw in enumerate(text.splitlines(), start=1):
+    for line, raw in enumerate(text.split("\n"), start=1):  # not splitlines: U+2028 and kin may sit inside a string
         if not raw.strip():
             continue
         try:
@@ -90,21 +99,24 @@ def _jsonl_rows(text: str, name: str) -> list[dict]:
     return rows
 
 
-def _json_array(text: str, name: str) -> list[dict]:
-    try:
-        rows = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{name}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
-    bad = next((i for i, row in enumerate(rows) if not isinstance(row, dict)), None)
+def _document_rows(data, name: str) -> list[dict]:
+    """The rows of a JSON document: a list of objects, an object of equally long columns, or one object (a row)."""
+    if isinstance(data, dict):
+        lengths = {len(v) if isinstance(v, list) else -1 for v in data.values()}
+        columns = len(lengths) == 1 and -1 not in lengths
+        data = [dict(zip(data, values)) for values in zip(*data.values())] if columns else [data]
+    if not isinstance(data, list):
+        raise ValueError(f"{name}: a JSON file holds a list of rows ({{...}} objects), got {type(data).__name__}")
+    bad = next((i for i, row in enumerate(data) if not isinstance(row, dict)), None)
     if bad is not None:
         raise ValueError(
-            f"{name}, row {bad + 1}: a row must be a JSON object ({{...}}), got {type(rows[bad]).__name__}"
+            f"{name}, row {bad + 1}: a row must be a JSON object ({{...}}), got {type(data[bad]).__name__}"
         )
-    return rows
+    return data
 
 
 def _csv_rows(text: str, name: str) -> list[dict]:
-    reader = csv.DictReader(text.splitlines(keepends=True))
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     if not reader.fieldnames:
         return []
     rows, start = [], reader.line_num + 1

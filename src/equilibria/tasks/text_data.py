@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 
-from .held_out import POSITION, held_out_record, numbered, read_held_out, split_rows
+from .held_out import POSITION, held_out_record, hold_out, numbered, read_held_out, source_of
 from .row_files import DATA_FILES, LINE, load_rows
 from .tokenization import describe_characters, unknown_characters
 
@@ -263,37 +263,29 @@ def build_text_data(
     splits = load_rows(name, config_name)
     if train_split not in splits:
         raise ValueError(f"--dataset_train_split {train_split!r} is not in {name} (splits: {sorted(splits)})")
-    source = text_source(
-        name,
-        config_name,
-        row_format(splits[train_split].column_names, name, text_field),
-        text_field,
-        max_length,
-        metric,
+    fmt = row_format(splits[train_split].column_names, name, text_field)
+    source = text_source(name, config_name, fmt, text_field, max_length, metric)
+    train, test, held_split, trained = hold_out(
+        splits, train_split, test_split, test_size, train_size, seed, lambda rows: row_keys(rows, source)
     )
-    train, test, held_split = split_rows(splits, train_split, test_split, test_size, seed)
-    if train_size is not None:
-        train = train.select(range(min(train_size, len(train))))
-    keys = row_keys(train, source)
-    test = without_questions(test, source, set(keys))
-    label, fmt = source["label"], source["format"]
+    label = source["label"]
     where = (
         f"({held_split} split)"
         if held_split != train_split
         else f"(held out of the {train_split} split before training)"
     )
     description = f"{len(test)} rows of {label} {where}, none asking what a training row asks"
-    held_out = held_out_record(held_split, test, row_keys(test, source), description)
+    record = {"source": source, **({"held_out": held_out_record(held_split, test, description)} if len(test) else {})}
     return TaskData(
         f"dataset:{name}",
         encode_rows(train, RowEncoder(tokenizer, fmt, name, text_field, max_length, packing)),
         evaluation_rows(test, source, tokenizer),
         tokenizer=tokenizer,
-        train_fingerprints=keys,
+        train_fingerprints=trained,
         description=f"{len(train)} {fmt.replace('_', '/')} rows of {label} ({train_split} split)",
         metric=metric,
         test_description=description,
-        record={"source": source, "held_out": held_out},
+        record=record,
     )
 
 
@@ -303,19 +295,15 @@ METRICS = ("token_accuracy", "exact_match")
 def text_source(
     name: str, config_name: str | None, fmt: str, text_field: str, max_length: int | None, metric: str
 ) -> dict:
-    """What the training record says of rows read from ``name``: where they are (a local path absolute, so that a
-    later ``equilibria eval`` from another folder finds them), their format, and how they were encoded and scored;
-    ``ValueError`` for a metric the format cannot be scored with."""
+    """What the training record says of rows read from ``name``: where they are (:func:`~equilibria.tasks.held_out.
+    source_of`), their format, and how they were encoded and scored; ``ValueError`` for a metric the format cannot
+    be scored with."""
     if metric not in METRICS or (metric == "exact_match" and fmt != "prompt_completion"):
         raise ValueError(
             f"--eval_metric must be one of {METRICS} (exact_match: prompt/completion rows), got {metric!r}"
         )
-    local = Path(name).exists()
     return {
-        "name": name,
-        "label": Path(name).name if local else name,  # a local file by its name, not its path
-        "path": str(Path(name).resolve()) if local else None,
-        "config": config_name,
+        **source_of(name, config_name),
         "format": fmt,
         "text_field": text_field,
         "max_length": max_length,
@@ -346,9 +334,10 @@ def evaluation_rows(rows: Dataset, source: dict, tokenizer) -> Dataset:
     )
 
 
-def held_out_rows(record: dict) -> Dataset:
-    """The held-out rows a training record (``training_data.json`` of a model trained on rows of your own) names,
-    read again from their file or Hub dataset; ``ValueError`` when they cannot be found or have changed since."""
+def held_out_rows(record: dict, folder: str | Path | None = None) -> Dataset:
+    """The held-out rows a training record (``training_data.json`` of a model trained on rows of your own, in
+    ``folder``) names, read again from their file or Hub dataset; ``ValueError`` when they cannot be found or have
+    changed since."""
     source = record["source"]
 
     def read(location: str, split: str) -> Dataset:
@@ -357,7 +346,7 @@ def held_out_rows(record: dict) -> Dataset:
             raise ValueError(f"{location} has no {split!r} split")
         return numbered(splits[split])
 
-    return read_held_out(record, read, lambda rows: row_keys(rows, source))
+    return read_held_out(record, read, folder)
 
 
 def training_collator(tokenizer):
