@@ -71,26 +71,7 @@ def _add_audit_and_eval(sub) -> None:
                 "--loops", default="1,2,4,8,16", help="comma-separated loop counts (default 1,2,4,8,16)"
             )
             parser.add_argument("--digits", type=int, default=2, help="addition: operand digits")
-            parser.add_argument(
-                "--breadth",
-                type=int,
-                default=1,
-                help="EqR: random restarts per puzzle, one answer picked by --select (test-time breadth)",
-            )
-            parser.add_argument(
-                "--select",
-                choices=("residual", "vote", "halt"),
-                default="residual",
-                help="EqR with --breadth: the restart with the lowest residual, the most common answer, or the one "
-                "the halting head is surest of",
-            )
-            parser.add_argument(
-                "--halt-threshold",
-                type=float,
-                default=None,
-                help="EqR: stop each puzzle once its halting head reaches this probability (adaptive computation); "
-                "--loops are then maximum depths and the table adds the mean evaluations per puzzle (NFE)",
-            )
+            _add_eqr_options(parser)
             harness = parser.add_argument_group(
                 'lm-evaluation-harness (language models; pip install "equilibria[eval]")'
             )
@@ -105,6 +86,31 @@ def _add_audit_and_eval(sub) -> None:
                 "--lm-eval-limit", type=float, default=None, help="documents per task (a fraction if < 1)"
             )
             harness.add_argument("--lm-eval-fewshot", type=int, default=None, help="few-shot examples per prompt")
+
+
+def _add_eqr_options(parser) -> None:
+    """``eval``'s test-time options of a puzzle solver (EqR): breadth, the selection rule, adaptive halting."""
+    eqr = parser.add_argument_group("EqR's test-time scaling")
+    eqr.add_argument(
+        "--breadth",
+        type=int,
+        default=1,
+        help="random restarts per puzzle, one answer picked by --select (test-time breadth)",
+    )
+    eqr.add_argument(
+        "--select",
+        choices=("residual", "vote", "halt"),
+        default="residual",
+        help="with --breadth: the restart with the lowest residual, the most common answer, or the one the halting "
+        "head is surest of",
+    )
+    eqr.add_argument(
+        "--halt-threshold",
+        type=float,
+        default=None,
+        help="stop each puzzle once its halting head reaches this probability (adaptive computation); --loops are "
+        "then maximum depths and the table adds the mean evaluations per puzzle (NFE)",
+    )
 
 
 def _add_model_and_data(parser, num_examples: int, output: str) -> None:
