@@ -58,7 +58,7 @@ def row_format(columns: list[str], name: str, text_field: str = "text") -> str:
         return "text"
     raise ValueError(
         f"{name}: rows need `prompt` and `completion`, or `messages`, or a text column `{text_field}` "
-        f"(--dataset_text_field); its columns are {sorted(columns)}"
+        f"(--dataset_text_field); its columns are {sorted(c for c in columns if not c.startswith('__'))}"
     )
 
 
