@@ -244,6 +244,7 @@ def run_eval(args) -> dict:
 
 def _run_lm_eval(model, loops: list[int], args) -> dict:
     from .harness import lm_eval_at_loops, report_lm_eval
+    from .provenance import weights_fingerprint
 
     tasks = [task.strip() for task in args.lm_eval_tasks.split(",") if task.strip()]
     limit = args.lm_eval_limit
@@ -261,8 +262,6 @@ def _run_lm_eval(model, loops: list[int], args) -> dict:
         seed=args.seed,
     )
     print(f"lm-eval {', '.join(tasks)} on {args.model_path} ({model.config.model_type}) at loops {loops}")
-    from .provenance import weights_fingerprint
-
     result["weights"] = weights_fingerprint(args.model_path)
     result["data"] = {
         "name": f"lm-eval tasks {', '.join(tasks)}",

@@ -14,6 +14,7 @@ the files' bytes, so the same weights saved again (another transformers release,
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable
@@ -39,18 +40,17 @@ def weights_fingerprint(folder: str | Path) -> str | None:
         return None
     adapter = folder / "adapter_config.json"
     base = str(json.loads(adapter.read_text()).get("base_model_name_or_path")) if adapter.is_file() else ""
-    stamp = (tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files), base)
-    if stamp not in _FINGERPRINTS:
-        _FINGERPRINTS[stamp] = _tensors_digest(files, base)
-    return _FINGERPRINTS[stamp]
+    stamps = tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    return _tensors_digest(stamps, base)
 
 
-_FINGERPRINTS: dict = {}
-
-
-def _tensors_digest(files: list[Path], base: str) -> str:
+@functools.lru_cache(maxsize=64)
+def _tensors_digest(stamps: tuple, base: str) -> str:
+    """The fingerprint of the files in ``stamps`` (path, size, modification time: the cache key)."""
     import torch
     from safetensors import safe_open
+
+    files = [Path(stamp[0]) for stamp in stamps]
 
     parts = {}  # tensor name -> the digest of its dtype, shape and bytes
     for path in files:

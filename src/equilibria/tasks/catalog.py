@@ -10,6 +10,7 @@ and drops every one whose fingerprint is in it, so evaluation data never repeats
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -164,7 +165,7 @@ def build_task_rows(
     ``test_size`` rows (default a tenth, 5 to 200) held out of the shuffled ``train_split``; held-out puzzles that
     are training puzzles dropped; ``record`` names the held-out rows so that evaluation reads them again."""
     splits = task_splits(name, task, config_name)
-    keys = lambda rows: fingerprints(task, rows)  # noqa: E731
+    keys = functools.partial(fingerprints, task)
     train, test, held_split, trained = hold_out(splits, train_split, test_split, test_size, train_size, seed, keys)
     source = {**source_of(name, config_name), "format": f"task:{task}", "task": task}
     where = "its test split" if held_split != train_split else "held out of it before training"
