@@ -220,7 +220,7 @@ def test_train_writes_a_hub_ready_folder(tmp_path, capsys):
 
     # eval and audit on the folder never use a training problem: 1-digit addition has 100 problems, 64 trained on
 
-    from equilibria.commands import load_saved_model
+    from equilibria.loading import load_saved_model
     from equilibria.evaluation import evaluation_data
     from equilibria.tasks import build_addition_dataset, eval_split
 

@@ -350,7 +350,7 @@ def test_lora_merged_changes_only_the_adapted_projections_and_loads_as_a_checkpo
 def test_lora_adapter_alone_loads_onto_its_base(base, sums, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from equilibria.commands import load_saved_model
+    from equilibria.loading import load_saved_model
 
     assert lora_run(base, sums, tmp_path / "adapter", "--lora_save", "adapter", "--lora_target_modules", "q_proj") == 0
     out = tmp_path / "adapter"

@@ -276,8 +276,8 @@ def _train_stars(run: _Run, model, stars_steps: int):
 def _write_folder(run: _Run, stages: tuple, curves: dict, report) -> Path:
     """The Hub-ready folder: weights, remote code, tokenizer, card, loop-scaling plot and JSON, audit, and the
     training history (``stages``: the trainers of the pre-training and of the STARS continuation)."""
-    from .commands import plot_loop_scaling
     from .hub_cards.publish import record_training_stage, write_model_card
+    from .plots import plot_loop_scaling
     from .provenance import weights_fingerprint
 
     stars = stages[-1]

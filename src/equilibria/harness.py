@@ -12,6 +12,10 @@ import contextlib
 import json
 from pathlib import Path
 
+from .families import family_of
+from .plots import plot_loop_scaling
+from .provenance import replacement_note
+
 RESULTS_FILE = "lm_eval.json"
 
 
@@ -29,8 +33,6 @@ def require_lm_eval():
 @contextlib.contextmanager
 def loop_count(model, num_loops: int):
     """Within the block, ``model`` runs ``num_loops`` loops by default, in ``forward`` and in ``generate``."""
-    from .families import family_of
-
     key = family_of(model).loops_key
     generation = getattr(model, "generation_config", None)
     saved = getattr(model.config, key), getattr(generation, "num_loops", None)
@@ -133,25 +135,13 @@ def lm_eval_table(result: dict, plus: str = "±") -> tuple[list[str], list[list[
     return header, [[str(n), *[cell(task, metric, n) for task, metric in columns]] for n in loops]
 
 
-def report_lm_eval(result: dict, model_type: str, output_dir: str | Path | None) -> None:
-    """Print one row per loop count and a column per task metric; with ``output_dir`` also write
-    ``lm_eval.json`` and ``lm_eval.png`` there (the card reads them), saying so when that replaces a result of other
-    tasks or weights (``result["weights"]``, ``result["data"]``: :mod:`equilibria.provenance`)."""
-    from .commands import plot_loop_scaling
-
-    header, rows = lm_eval_table(result, plus="+/-")
-    print("  " + " | ".join(header))
-    for n, *cells in rows:
-        print(f"  {n:>9} | " + " | ".join(cells))
-    if not output_dir:
-        return
-    from .provenance import replacement_note
-
+def save_lm_eval(result: dict, model_type: str, output_dir: str | Path) -> list[str]:
+    """Write ``lm_eval.json`` and ``lm_eval.png`` into ``output_dir`` (the card reads them). Returns what to tell the
+    user: that a result of other tasks or weights was replaced (``result["weights"]``, ``result["data"]``:
+    :mod:`equilibria.provenance`), and what was written."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     note = replacement_note(out / RESULTS_FILE, result)
-    if note:
-        print(note)
     (out / RESULTS_FILE).write_text(json.dumps(result, indent=2) + "\n")
     curves = {
         f"{task} {metric}": {int(n): v for n, v in curve.items()}
@@ -160,7 +150,8 @@ def report_lm_eval(result: dict, model_type: str, output_dir: str | Path | None)
         if all(0 <= v <= 1 for v in curve.values())
     }
     plotted = curves and plot_loop_scaling(curves, out / "lm_eval.png", f"{model_type}: lm-eval vs loops")
-    print(f"wrote {out / RESULTS_FILE}" + (f" and {out / 'lm_eval.png'}" if plotted else ""))
+    wrote = f"wrote {out / RESULTS_FILE}" + (f" and {out / 'lm_eval.png'}" if plotted else "")
+    return [note, wrote] if note else [wrote]
 
 
-__all__ = ["RESULTS_FILE", "lm_eval_at_loops", "lm_eval_table", "loop_count", "report_lm_eval"]
+__all__ = ["RESULTS_FILE", "lm_eval_at_loops", "lm_eval_table", "loop_count", "save_lm_eval"]

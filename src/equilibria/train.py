@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .commands import parse_loops
 from .families import FAMILIES
+from .scaling import loop_scaling, loop_scaling_table, parse_loops, save_loop_scaling
 
 
 @dataclass
@@ -574,7 +574,6 @@ def write_results(trainer, model_args: ModelArguments, data_args: DataArguments,
     """After training (main process): the folder's final weights (LoRA merged or the adapter), its training record,
     the loop scaling on the held-out rows and the card, all of them of these weights; results in the folder computed
     on other weights (an earlier run into it) are removed. Returns ``{num_loops: accuracy}``."""
-    from .commands import loop_scaling, report_loop_scaling
     from .provenance import remove_results_of_other_weights, weights_fingerprint
     from .tasks import save_training_record
 
@@ -598,7 +597,8 @@ def write_results(trainer, model_args: ModelArguments, data_args: DataArguments,
         result = loop_scaling(model, data.test, loops, model_path=str(out), metric=data.metric)
         print(f"loop scaling on {len(data.test)} held-out examples")
         weights = weights_fingerprint(out)
-        report_loop_scaling(result, model.config.model_type, out, record, weights=weights)  # JSON + plot
+        table = loop_scaling_table(result, record)
+        print("\n".join(table + save_loop_scaling(result, model.config.model_type, out, record, weights=weights)))
         trainer.loop_scaling = {"weights": weights, "data": record, "accuracy": {str(k): v for k, v in result.items()}}
     else:
         print("no held-out rows (--test_size 0): no loop-scaling evaluation")

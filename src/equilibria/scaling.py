@@ -1,0 +1,148 @@
+"""Loop scaling: a saved model's accuracy at each loop count on evaluation data
+(:func:`~equilibria.evaluation.evaluation_data`), the table and the files (``loop_scaling.json`` / ``.png``) that
+``equilibria eval`` and ``equilibria train`` write, which the model card reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from .plots import plot_loop_scaling
+from .provenance import replacement_note
+from .tasks.tokenization import load_tokenizer
+
+
+def parse_loops(text: str, flag: str = "--loops", minimum: int = 0) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``; ``ValueError`` naming ``flag`` unless every entry is an integer >= ``minimum``
+    (a model's :attr:`~equilibria.families.Family.min_loops`)."""
+    try:
+        loops = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated integers such as 1,2,4,8, got {text!r}") from None
+    if not loops or any(n < minimum for n in loops):
+        raise ValueError(f"{flag} must be comma-separated integers >= {minimum}, got {text!r}")
+    return loops
+
+
+def loop_scaling(
+    model, data, loops: list[int], model_path: str | None = None, batch_size: int = 64, metric: str = "task"
+) -> dict[int, float]:
+    """Accuracy at each loop count: exact match of greedy answers (language models), exact solves at that depth
+    (EqR), classification accuracy with that solver cap (PH-DEQ); ``metric="token_accuracy"``: next-token accuracy
+    on the labelled tokens of tokenised rows (:func:`~equilibria.tasks.text_data.token_accuracy`). ``model_path``:
+    the folder whose tokenizer a language model reads."""
+    if metric == "token_accuracy":
+        from .tasks.text_data import token_accuracy
+
+        tokenizer = load_tokenizer(model_path, "prompts")
+        return {n: token_accuracy(model, data, n, tokenizer, batch_size=batch_size) for n in loops}
+    if model.can_generate():  # a language model: exact match of greedy answers
+        from .tasks import evaluate_loop_scaling
+
+        tokenizer = load_tokenizer(model_path, "prompts")
+        return evaluate_loop_scaling(model, tokenizer, data, loops=loops, batch_size=batch_size)
+    if hasattr(model, "solve"):  # a puzzle solver: the whole board must be right
+        return solver_scaling(model, data, loops, batch_size)[0]
+    return classifier_scaling(model, data, loops, batch_size)
+
+
+def classifier_scaling(model, data, loops: list[int], batch_size: int = 64) -> dict[int, float]:
+    """A classifier of ``inputs`` rows (PH-DEQ) at each solver cap of ``loops``: the share of rows whose arg-max
+    class is the label."""
+    rows = data.with_format("torch")
+    result = {}
+    for n in loops:
+        right = 0
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            with torch.no_grad():
+                logits = model(batch["inputs"].float(), num_loops=n).logits
+            right += int((logits.argmax(-1) == batch["labels"]).sum())
+        result[n] = right / len(rows)
+    return result
+
+
+def solver_scaling(
+    model,
+    data,
+    loops: list[int],
+    batch_size: int = 64,
+    halt_threshold: float | None = None,
+    breadth: int = 1,
+    select: str = "residual",
+) -> tuple[dict[int, float], dict[int, float]]:
+    """A puzzle solver (EqR) at each depth of ``loops``: the share of puzzles solved exactly (every labelled cell
+    right) and the mean function evaluations per puzzle (applications of the weight-tied block, over all its
+    restarts). ``breadth`` restarts per puzzle, one answer picked by ``select`` (``"residual"``, ``"vote"``,
+    ``"halt"``). With ``halt_threshold`` each restart stops once its halting head reaches that probability, so
+    ``loops`` are the maximum depths and the evaluations can be fewer (see :meth:`EqRForPuzzleSolving.solve`)."""
+    rows = data.with_format("torch")
+    accuracy, nfe = {}, {}
+    for n in loops:
+        right = evaluations = 0
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            generator = torch.Generator().manual_seed(0)
+            with torch.no_grad():
+                out = model.solve(
+                    batch["inputs"],
+                    depth=n,
+                    breadth=breadth,
+                    select=select,
+                    generator=generator,
+                    halt_threshold=halt_threshold,
+                )
+            right += int(((out.answers == batch["labels"]) | (batch["labels"] == -100)).all(1).sum())
+            evaluations += int(out.nfe.sum())
+        accuracy[n], nfe[n] = right / len(rows), evaluations / len(rows)
+    return accuracy, nfe
+
+
+def loop_scaling_table(
+    result: dict[int, float], data: dict | None = None, halting: tuple[float, dict[int, float]] | None = None
+) -> list[str]:
+    """The lines of the loop-scaling table: what it was computed on, then ``num_loops | accuracy`` (and the mean
+    evaluations per puzzle with ``halting``)."""
+    lines = [f"  on {data['name']}: {data['note']}"] if data else []
+    if halting:
+        lines.append(f"  halting at probability {halting[0]}: num_loops is the maximum depth")
+    lines.append("  num_loops | accuracy" + (" | mean NFE" if halting else ""))
+    for n, acc in result.items():
+        lines.append(f"  {n:>9} | {100 * acc:6.1f}%" + (f" | {halting[1][n]:8.2f}" if halting else ""))
+    return lines
+
+
+def save_loop_scaling(
+    result: dict[int, float],
+    model_type: str,
+    output_dir: str | Path,
+    data: dict | None = None,
+    halting: tuple[float, dict[int, float]] | None = None,
+    weights: str | None = None,
+) -> list[str]:
+    """Write ``loop_scaling.json`` (``{"weights": the fingerprint of the weights evaluated, "data": what it was
+    computed on, "accuracy": {loops: accuracy}}``; with ``halting`` also ``halt_threshold`` and ``mean_nfe``) and
+    ``loop_scaling.png`` into ``output_dir``. Returns what to tell the user: that a result of other data or
+    weights was replaced, and what was written."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {"weights": weights, "data": data, "accuracy": {str(k): v for k, v in result.items()}}
+    if halting:
+        payload.update(halt_threshold=halting[0], mean_nfe={str(k): v for k, v in halting[1].items()})
+    note = replacement_note(out / "loop_scaling.json", payload)
+    (out / "loop_scaling.json").write_text(json.dumps(payload, indent=2) + "\n")
+    plotted = plot_loop_scaling({model_type: result}, out / "loop_scaling.png", f"{model_type}: accuracy vs loops")
+    wrote = f"wrote {out / 'loop_scaling.json'}" + (f" and {out / 'loop_scaling.png'}" if plotted else " (no plot)")
+    return [note, wrote] if note else [wrote]
+
+
+__all__ = [
+    "classifier_scaling",
+    "loop_scaling",
+    "loop_scaling_table",
+    "parse_loops",
+    "save_loop_scaling",
+    "solver_scaling",
+]

@@ -1,0 +1,121 @@
+"""The package's layout: no import cycles (counting the imports inside functions), and the command layer (the
+``equilibria`` CLI and what runs its subcommands) on top, imported by nothing below it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+COMMAND_LAYER = {"equilibria.cli", "equilibria.__main__", "equilibria.commands", "equilibria.train", "equilibria.demo"}
+
+
+def module_name(path: Path, root: Path = SRC) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str], root: Path = SRC) -> set[str]:
+    """The package's modules that ``path`` imports anywhere in it (top level or inside functions)."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            candidates = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        found.update(c for c in candidates if c in modules and c != name)
+    return found
+
+
+def import_graph(root: Path = SRC) -> dict[str, set[str]]:
+    files = {module_name(p, root): p for p in (root / "equilibria").rglob("*.py")}
+    return {name: imported_modules(path, set(files), root) for name, path in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_graph_sees_imports_inside_functions(tmp_path):
+    package = tmp_path / "equilibria"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "top.py").write_text("from .sub import low\n")
+    (package / "sub" / "low.py").write_text("def f():\n    from ..top import g\n")
+    graph = import_graph(tmp_path)
+    assert graph["equilibria.top"] == {"equilibria.sub", "equilibria.sub.low"}
+    assert graph["equilibria.sub.low"] == {"equilibria.top"}
+    assert cycles(graph) == [["equilibria.sub.low", "equilibria.top"]]
+
+
+def test_src_has_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_command_layer_is_imported_by_nothing_below_it():
+    graph = import_graph()
+    assert COMMAND_LAYER - {"equilibria.__main__"} <= set(graph), "a module of the command layer was renamed"
+    upward = {
+        (module, target)
+        for module, targets in graph.items()
+        if module not in COMMAND_LAYER
+        for target in targets & COMMAND_LAYER
+    }
+    assert upward == set()
+    assert {module for module, targets in graph.items() if "equilibria.cli" in targets} <= {"equilibria.__main__"}
+
+
+@pytest.mark.parametrize("module", ["equilibria.commands", "equilibria.train"])
+def test_the_subcommands_runners_import_no_cli_parser(module):
+    assert "equilibria.cli" not in import_graph()[module]
