@@ -119,3 +119,48 @@ def test_the_command_layer_is_imported_by_nothing_below_it():
 @pytest.mark.parametrize("module", ["equilibria.commands", "equilibria.train"])
 def test_the_subcommands_runners_import_no_cli_parser(module):
     assert "equilibria.cli" not in import_graph()[module]
+
+
+def test_every_task_a_family_names_has_a_record():
+    from equilibria.families import FAMILIES
+    from equilibria.tasks.records import TASK_RECORDS
+
+    named = {task for family in FAMILIES.values() for task in family.tasks}
+    assert named == set(TASK_RECORDS)
+
+
+def test_a_new_task_is_one_record(monkeypatch):
+    """A task added to the records alone is built, evaluated (held out of its training questions) and shaped for a
+    config by the catalog, with no other change."""
+    from datasets import Dataset, DatasetDict
+
+    from equilibria.tasks import build_task, catalog, eval_split, task_shape
+    from equilibria.tasks.records import TASK_RECORDS, Task
+
+    def generate(width, train, test, seed):
+        rows = [{"inputs": [(seed + i) % 7] * width, "labels": i % 2} for i in range(train + test)]
+        return DatasetDict(train=Dataset.from_list(rows[:train]), test=Dataset.from_list(rows[train:]))
+
+    toy = Task(
+        name="toy",
+        summary="a toy",
+        shape_option="nodes",
+        describe=lambda width: f"width-{width} toy",
+        generate=generate,
+        question=lambda row: str(row["inputs"]),
+        shape_of=lambda config: config.input_size,
+        metric="accuracy",
+    )
+    monkeypatch.setitem(TASK_RECORDS, "toy", toy)
+    data = build_task("toy", 5, 2, seed=0, nodes=3)
+    assert data.config_fields == {"input_size": 3, "num_labels": 2} and data.description.endswith(
+        "width-3 toy problems (seed 0)"
+    )
+    config = type("Config", (), {"input_size": 3})()
+    assert task_shape(config, "toy") == {"nodes": 3}
+    first_fresh = Dataset.from_list([{"inputs": [1, 1, 1], "labels": 1}])  # what eval_split would draw first
+    rows = eval_split(config, "toy", 3, seed=0, exclude=set(catalog.fingerprints("toy", first_fresh)))
+    assert len(rows) == 3 and [1, 1, 1] not in rows["inputs"]
+    assert [1, 1, 1] in eval_split(config, "toy", 3, seed=0)["inputs"]
+    with pytest.raises(ValueError, match="task must be one of"):
+        build_task("nonesuch", 5, 2, seed=0)

@@ -312,7 +312,7 @@ def test_dataset_name_rows_must_fit_the_family(tmp_path, capsys):
     argv = ["train", "--family", "eqr", "--dataset_name", text, "--output_dir", str(tmp_path / "out")]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "sudoku rows need `inputs` and `labels` columns or a CSV in the published puzzle layout" in err
+    assert "sudoku rows need `inputs` and `labels` columns or a Sudoku-Extreme CSV (source,question,answer,rating)" in err
     assert main(["train", "--dataset_name", "x.jsonl", "--task", "addition", "--output_dir", str(tmp_path)]) == 2
     assert "pass either --dataset_name (your rows) or --task" in capsys.readouterr().err
 

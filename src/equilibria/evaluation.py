@@ -26,6 +26,7 @@ from .families import family_of, model_task
 from .provenance import data_fingerprint
 from .tasks import TRAINING_RECORD, eval_split, fingerprints, load_training_record
 from .tasks.held_out import content_keys, numbered
+from .tasks.records import TASK_RECORDS
 from .tasks.text_data import FORMATS, METRICS, evaluation_rows, held_out_rows, row_format, row_keys, text_source
 from .tasks.tokenization import load_tokenizer
 
@@ -83,8 +84,10 @@ def question_kind(fmt: str, text_field: str | None = None) -> str:
     of :data:`~equilibria.tasks.text_data.FORMATS`): fingerprints of two kinds of rows cannot be compared. Addition
     problems and prompt/completion rows are both keyed by the prompt."""
     fmt = fmt.removeprefix("task:")
-    if fmt in ("addition", "prompt_completion"):
-        return "prompt"
+    if fmt in TASK_RECORDS:
+        return TASK_RECORDS[fmt].kind
+    if fmt == "prompt_completion":
+        return "prompt"  # the prompt: the question kind of the addition task's record too
     return f"text:{text_field or 'text'}" if fmt == "text" else fmt
 
 

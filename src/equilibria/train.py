@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .families import FAMILIES
 from .scaling import loop_scaling, loop_scaling_table, parse_loops, save_loop_scaling
+from .tasks.records import TASK_RECORDS, TASKS
 
 
 @dataclass
@@ -113,8 +114,10 @@ class DataArguments:
     task: str | None = field(
         default=None,
         metadata={
-            "help": "addition, sudoku, maze, reachability or entailment: generated problems of it, or (EqR, PH-DEQ) "
-            "what the rows of --dataset_name are (default: the checkpoint's task, else the family's first)"
+            "choices": TASKS,
+            "help": "generated problems of this task, or (EqR, PH-DEQ) what the rows of --dataset_name are "
+            "(default: the checkpoint's task, else the family's first): "
+            + "; ".join(f"{task.name}: {task.summary}, scored by {task.metric}" for task in TASK_RECORDS.values()),
         },
     )
     train_size: int | None = field(

@@ -13,35 +13,26 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import os
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict
 
-from .addition import addition_tokenizer, build_addition_dataset, tokenize_for_training
-from .embedding import EMBEDDING_SIZE, SentenceEmbedder, embed_entailment
-from .entailment import build_entailment_dataset
+from .addition import tokenize_for_training
 from .held_out import held_out_record, hold_out, numbered, read_held_out, source_of
-from .maze import build_maze_dataset
-from .reachability import build_reachability_dataset, reachability_input_size
-from .sudoku import build_sudoku_dataset
+from .records import TASK_RECORDS, TASKS, Task, task_record
+from .row_files import load_rows
 from .task_data import TaskData
 from .tokenization import tokenizer_fields
 
-TASKS = ("reachability", "entailment", "sudoku", "maze", "addition")
 TRAINING_RECORD = "training_data.json"
-PUZZLE_VOCAB = {"sudoku": 11, "maze": 6}  # the published encodings: digit + 1 / "# SGo" + 1, PAD = 0
 
 
 def question_key(task: str, row: dict) -> str:
-    """What makes a question the same question: the prompt (addition), the theory and question (entailment),
-    the encoded input (puzzles, reachability graphs with their query)."""
-    if task == "addition":
-        return row["prompt"]
-    if task == "entailment":
-        return json.dumps([row["theory"], row["question"]])
-    return json.dumps(row["inputs"])
+    """What makes a question the same question (the task record's :attr:`~equilibria.tasks.records.Task.question`):
+    the prompt (addition), the theory and question (entailment), the encoded input (puzzles, reachability graphs
+    with their query)."""
+    return TASK_RECORDS[task].question(row)
 
 
 def fingerprints(task: str, rows: Dataset) -> list[str]:
@@ -79,43 +70,29 @@ def load_training_record(folder: str | Path) -> dict | None:
 
 
 def check_task(task: str) -> str:
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-    return task
+    """``task``, when it is the name of a task (:data:`~equilibria.tasks.records.TASK_RECORDS`), else ``ValueError``
+    naming the tasks there are."""
+    return task_record(task).name
 
 
 def build_task(
     task: str, train_size: int, test_size: int, seed: int, digits: int = 2, size: int = 4, nodes: int = 16
 ) -> TaskData:
     """Fresh training and test splits of ``task``: ``digits`` (addition operands), ``size`` (sudoku / maze side),
-    ``nodes`` (reachability graphs). The training split is tokenised for text tasks; the test split is raw."""
-    check_task(task)
-    described = {"addition": f"{digits}-digit addition", "reachability": f"{nodes}-node reachability"}
-    what = described.get(task, f"{size}x{size} {task}" if task in PUZZLE_VOCAB else "entailment")
-    description = f"{train_size} generated {what} problems (seed {seed})"
-    if task == "addition":
-        raw = build_addition_dataset(digits, train_size, test_size, seed=seed)
-        tokenizer = addition_tokenizer()
+    ``nodes`` (reachability graphs): the one the task's record names as its ``shape_option``. The training split is
+    tokenised for text tasks; the test split is raw (puzzles and classification tasks: their ``inputs``)."""
+    record = task_record(task)
+    shape = {"digits": digits, "size": size, "nodes": nodes}.get(record.shape_option)
+    raw = record.generate(shape, train_size, test_size, seed)
+    prints = fingerprints(task, raw["train"])
+    description = f"{train_size} generated {record.describe(shape)} problems (seed {seed})"
+    if record.tokenizer is not None:
+        tokenizer = record.tokenizer()
         train = tokenize_for_training(raw["train"], tokenizer)
-        prints = fingerprints(task, raw["train"])
         return TaskData(task, train, raw["test"], tokenizer_fields(tokenizer), tokenizer, prints, description)
-    if task in PUZZLE_VOCAB:
-        build = build_sudoku_dataset if task == "sudoku" else build_maze_dataset
-        extra = {} if task == "sudoku" else {"min_path": size}
-        data = build(size, train_size, test_size, seed=seed, **extra)
-        fields = dict(vocab_size=PUZZLE_VOCAB[task], max_seq_len=size**2)
-        return TaskData(task, data["train"], data["test"], fields, None, fingerprints(task, data["train"]), description)
-    if task == "reachability":
-        data = build_reachability_dataset(train_size, test_size, num_nodes=nodes, seed=seed)
-        width = reachability_input_size(nodes)
-    else:
-        raw = build_entailment_dataset(train_size, test_size, seed=seed)
-        embedder = SentenceEmbedder()
-        data = {split: embed_entailment(raw[split], embedder) for split in ("train", "test")}
-        width = 2 * embedder.dim
-    prints = fingerprints(task, data["train"])
-    train = data["train"].select_columns(["inputs", "labels"])
-    return TaskData(task, train, data["test"], dict(input_size=width, num_labels=2), None, prints, description)
+    train, test = (record.prepare(raw[split]) if record.prepare else raw[split] for split in ("train", "test"))
+    fields = record.config_fields(train, f"generated {task}")
+    return TaskData(task, train.select_columns(["inputs", "labels"]), test, fields, None, prints, description)
 
 
 def task_splits(name: str, task: str, config_name: str | None = None) -> DatasetDict:
@@ -123,18 +100,14 @@ def task_splits(name: str, task: str, config_name: str | None = None) -> Dataset
     Maze-Hard; ``source,question,answer,rating``; one split, ``train``), or a data file / ``save_to_disk`` folder /
     Hub dataset whose rows have the task's ``inputs`` and ``labels`` columns. ``ValueError`` naming the file and what
     is missing."""
-    from .maze import load_maze_csv
-    from .row_files import load_rows
-    from .sudoku import load_sudoku_csv
-
-    check_task(task)
-    if Path(name).suffix == ".csv" and task in PUZZLE_VOCAB and Path(name).is_file():
-        return DatasetDict(train=(load_sudoku_csv if task == "sudoku" else load_maze_csv)(name))
+    record = task_record(task)
+    if Path(name).suffix == ".csv" and record.load_published and Path(name).is_file():
+        return DatasetDict(train=record.load_published(name))
     splits = load_rows(name, config_name)
     for rows in splits.values():
         missing = sorted({"inputs", "labels"} - set(rows.column_names))
         if missing:
-            layout = " or a CSV in the published puzzle layout" if task in PUZZLE_VOCAB else ""
+            layout = f" or a {record.published_format}" if record.load_published else ""
             raise ValueError(f"{name}: {task} rows need `inputs` and `labels` columns{layout}; missing {missing}")
     return splits
 
@@ -176,7 +149,7 @@ def build_task_rows(
         f"dataset:{name}",
         train.select_columns(columns),
         test,
-        _row_fields(task, train, name),
+        task_record(task).config_fields(train, name),
         None,
         trained,
         f"{len(train)} {task} rows of {source['label']}",
@@ -184,18 +157,6 @@ def build_task_rows(
         held,
         record,
     )
-
-
-def _row_fields(task: str, rows: Dataset, name: str) -> dict:
-    """What rows of ``task`` fix in a new model's config: the board's cells and vocabulary (puzzles), the input
-    width and the classes (reachability, entailment)."""
-    widths = {len(x) for x in rows["inputs"]}
-    if len(widths) != 1:
-        raise ValueError(f"{name}: every {task} row must have as many inputs; found lengths {sorted(widths)}")
-    width = widths.pop()
-    if task in PUZZLE_VOCAB:
-        return dict(vocab_size=PUZZLE_VOCAB[task], max_seq_len=width)
-    return dict(input_size=width, num_labels=max(2, max(rows["labels"]) + 1))
 
 
 def task_held_out_rows(record: dict, folder: str | Path | None = None) -> Dataset:
@@ -216,8 +177,13 @@ def eval_split(
     ``max_seq_len``, graph size from ``input_size``), none whose question fingerprint is in ``exclude`` (the
     model's training questions: :func:`load_training_record`). Fewer rows only when the task has no more
     distinct questions. ``ValueError`` when the config cannot read the task."""
-    check_task(task)
-    draw = _fresh_rows(config, task, seed, digits)
+    record = task_record(task)
+    shape = record.shape_of(config)
+    shape = {"digits": digits}.get(record.shape_option) if shape is None else shape
+
+    def draw(n: int) -> Dataset:
+        return record.generate(shape, 1, n, seed)["test"]
+
     rows, drawn, wanted = None, 0, num
     for _ in range(16):  # draw more until enough rows survive the exclusion (bisect down if the task runs out)
         try:
@@ -233,50 +199,21 @@ def eval_split(
             break
         wanted = 2 * wanted + len(exclude)
     rows = draw(num) if rows is None else rows
-    return embed_entailment(rows) if task == "entailment" else rows
+    return record.prepare(rows) if record.prepare else rows
 
 
 def task_shape(config, task: str) -> dict:
-    """What a model with this ``config`` reads of ``task``: ``{"size": side}`` (puzzles, from ``max_seq_len``),
-    ``{"nodes": n}`` (reachability, from ``input_size``), else ``{}``; ``ValueError`` when it cannot read it."""
-    if task in PUZZLE_VOCAB:
-        side = math.isqrt(config.max_seq_len)
-        vocab = PUZZLE_VOCAB[task]
-        if side * side != config.max_seq_len or config.vocab_size != vocab:
-            raise ValueError(
-                f"a {task} model reads square boards with vocab_size {vocab}; this one has max_seq_len "
-                f"{config.max_seq_len} and vocab_size {config.vocab_size}: pass the task it was trained on"
-            )
-        return {"size": side}
-    if task == "reachability":
-        nodes = (math.isqrt(9 + 4 * config.input_size) - 3) // 2  # input_size = n^2 + 3n
-        if reachability_input_size(nodes) != config.input_size:
-            raise ValueError(f"input_size {config.input_size} is not a reachability encoding (n^2 + 3n for n nodes)")
-        return {"nodes": nodes}
-    if task == "entailment" and config.input_size != 2 * EMBEDDING_SIZE:
-        raise ValueError(
-            f"an entailment model reads two MiniLM embeddings (input_size {2 * EMBEDDING_SIZE}); this one has "
-            f"input_size {config.input_size}: pass the task it was trained on"
-        )
-    return {}
-
-
-def _fresh_rows(config, task: str, seed: int, digits: int):
-    """``draw(n)``: ``n`` raw test rows of ``task`` for this config (checked here); entailment rows unembedded."""
-    shape = task_shape(config, task)
-    if task == "addition":
-        return lambda n: build_addition_dataset(digits, 1, n, seed=seed)["test"]
-    if task == "sudoku":
-        return lambda n: build_sudoku_dataset(shape["size"], 1, n, seed=seed)["test"]
-    if task == "maze":
-        return lambda n: build_maze_dataset(shape["size"], 1, n, seed=seed, min_path=shape["size"])["test"]
-    if task == "reachability":
-        return lambda n: build_reachability_dataset(1, n, num_nodes=shape["nodes"], seed=seed)["test"]
-    return lambda n: build_entailment_dataset(1, n, seed=seed)["test"]
+    """What a model with this ``config`` reads of ``task``, as the keyword of :func:`build_task` the task's record
+    names (``{"size": side}`` for puzzles, ``{"nodes": n}`` for reachability), else ``{}``; ``ValueError`` when the
+    config cannot read the task."""
+    record = task_record(task)
+    shape = record.shape_of(config)
+    return {} if shape is None else {record.shape_option: shape}
 
 
 __all__ = [
-    "PUZZLE_VOCAB",
+    "TASK_RECORDS",
+    "Task",
     "build_task_rows",
     "load_task_rows",
     "task_held_out_rows",
@@ -290,5 +227,6 @@ __all__ = [
     "fingerprints",
     "load_training_record",
     "save_training_record",
+    "task_record",
     "task_shape",
 ]

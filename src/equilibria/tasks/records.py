@@ -1,0 +1,200 @@
+"""The tasks of equilibria: one :class:`Task` record per task, the single place that knows which exist.
+
+Everything that varies by task reads its record: the CLI's ``--task`` choices, the catalog's training and
+evaluation splits (:mod:`equilibria.tasks.catalog`), the held-out check (what makes two rows the same question),
+the loader of the task's published file format, and what a task fixes in a model's config. The families name the
+tasks their heads are trained on (:mod:`equilibria.families`).
+
+Adding a task is its module here (a generator returning ``train`` / ``test`` splits; for a solver task, ``inputs``
+and ``labels`` columns) and one :class:`Task` in :data:`TASK_RECORDS`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from datasets import Dataset, DatasetDict
+
+from .addition import addition_tokenizer, build_addition_dataset
+from .embedding import EMBEDDING_SIZE, SentenceEmbedder, embed_entailment
+from .entailment import build_entailment_dataset
+from .maze import MAZE_VOCAB_SIZE, build_maze_dataset, load_maze_csv
+from .reachability import build_reachability_dataset, reachability_input_size
+from .sudoku import SUDOKU_VOCAB_SIZE, build_sudoku_dataset, load_sudoku_csv
+
+
+@dataclass(frozen=True)
+class Task:
+    """Everything about one task that code outside its module needs.
+
+    ``generate(shape, train_size, test_size, seed)`` draws fresh ``train`` / ``test`` splits that share no question
+    (``shape``: the value of the task's ``shape_option``, e.g. the operands' digits); ``question(row)`` is what makes
+    two rows the same question (their fingerprint, :func:`~equilibria.tasks.catalog.fingerprints`); rows of tasks
+    with the same ``question_kind`` compare (addition problems and prompt/completion rows are both keyed by the
+    prompt). ``shape_of(config)`` reads the shape a saved model's config was built for, or raises ``ValueError``
+    when the config cannot read the task (``None``: the caller's ``shape_option`` decides). A task with a
+    ``tokenizer`` is a text task (its rows are ``prompt`` / ``answer``); the others give ``inputs`` / ``labels``,
+    made from the raw rows by ``prepare`` when they need it (entailment: sentence embeddings).
+    ``canonical(row)``: the row's form under the task's symmetries, where the task has any (``None``: none
+    declared)."""
+
+    name: str
+    summary: str
+    shape_option: str | None
+    describe: Callable[[int | None], str]
+    generate: Callable[[int | None, int, int, int], DatasetDict]
+    question: Callable[[dict], str]
+    shape_of: Callable[[object], int | None]
+    metric: str
+    question_kind: str = ""
+    tokenizer: Callable[[], object] | None = None
+    prompt_format: str | None = None
+    prepare: Callable[[Dataset], Dataset] | None = None
+    vocab_size: int | None = None  # a puzzle task's token vocabulary (the published encoding)
+    load_published: Callable[[str], Dataset] | None = None
+    published_format: str = ""
+    canonical: Callable[[dict], dict] | None = None
+
+    @property
+    def kind(self) -> str:
+        """What the task's question fingerprints are taken of (:attr:`question_kind`, default the task's name)."""
+        return self.question_kind or self.name
+
+    def config_fields(self, rows: Dataset, name: str) -> dict:
+        """What ``inputs`` / ``labels`` rows of this task fix in a new model's config: the board's cells and the
+        vocabulary (puzzles), else the input width and the classes; ``ValueError`` naming ``name`` (where the rows
+        come from) when the rows' inputs differ in length."""
+        widths = {len(x) for x in rows["inputs"]}
+        if len(widths) != 1:
+            raise ValueError(f"{name}: every {self.name} row must have as many inputs; found lengths {sorted(widths)}")
+        width = widths.pop()
+        if self.vocab_size is not None:
+            return dict(vocab_size=self.vocab_size, max_seq_len=width)
+        return dict(input_size=width, num_labels=max(2, max(rows["labels"]) + 1))
+
+
+def _inputs_key(row: dict) -> str:
+    return json.dumps(row["inputs"])
+
+
+def _board_side(task: str, vocab: int) -> Callable[[object], int]:
+    """``shape_of`` of a puzzle of square boards in a vocabulary of ``vocab`` tokens: the side of the board."""
+
+    def side(config) -> int:
+        n = math.isqrt(config.max_seq_len)
+        if n * n != config.max_seq_len or config.vocab_size != vocab:
+            raise ValueError(
+                f"a {task} model reads square boards with vocab_size {vocab}; this one has max_seq_len "
+                f"{config.max_seq_len} and vocab_size {config.vocab_size}: pass the task it was trained on"
+            )
+        return n
+
+    return side
+
+
+def _graph_nodes(config) -> int:
+    nodes = (math.isqrt(9 + 4 * config.input_size) - 3) // 2  # input_size = n^2 + 3n
+    if reachability_input_size(nodes) != config.input_size:
+        raise ValueError(f"input_size {config.input_size} is not a reachability encoding (n^2 + 3n for n nodes)")
+    return nodes
+
+
+def _two_embeddings(config) -> None:
+    if config.input_size != 2 * EMBEDDING_SIZE:
+        raise ValueError(
+            f"an entailment model reads two MiniLM embeddings (input_size {2 * EMBEDDING_SIZE}); this one has "
+            f"input_size {config.input_size}: pass the task it was trained on"
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def _embedder() -> SentenceEmbedder:
+    return SentenceEmbedder()
+
+
+def _embed(rows: Dataset) -> Dataset:
+    return embed_entailment(rows, _embedder())
+
+
+TASK_RECORDS: dict[str, Task] = {
+    task.name: task
+    for task in (
+        Task(
+            name="reachability",
+            summary="is node t reachable from s within k hops (graph features; PH-DEQ)",
+            shape_option="nodes",
+            describe=lambda nodes: f"{nodes}-node reachability",
+            generate=lambda nodes, train, test, seed: build_reachability_dataset(
+                train, test, num_nodes=nodes, seed=seed
+            ),
+            question=_inputs_key,
+            shape_of=_graph_nodes,
+            metric="accuracy of the predicted class",
+        ),
+        Task(
+            name="entailment",
+            summary="does a theory of facts and rules entail a statement (sentence embeddings; PH-DEQ)",
+            shape_option=None,
+            describe=lambda _: "entailment",
+            generate=lambda _, train, test, seed: build_entailment_dataset(train, test, seed=seed),
+            question=lambda row: json.dumps([row["theory"], row["question"]]),
+            shape_of=_two_embeddings,
+            metric="accuracy of the predicted class",
+            prepare=_embed,
+        ),
+        Task(
+            name="sudoku",
+            summary="fill a Sudoku board (the published Sudoku-Extreme encoding; EqR)",
+            shape_option="size",
+            describe=lambda size: f"{size}x{size} sudoku",
+            generate=lambda size, train, test, seed: build_sudoku_dataset(size, train, test, seed=seed),
+            question=_inputs_key,
+            shape_of=_board_side("sudoku", SUDOKU_VOCAB_SIZE),
+            metric="share of boards solved exactly",
+            vocab_size=SUDOKU_VOCAB_SIZE,
+            load_published=load_sudoku_csv,
+            published_format="Sudoku-Extreme CSV (source,question,answer,rating)",
+        ),
+        Task(
+            name="maze",
+            summary="mark the shortest path through a maze (the published Maze-Hard encoding; EqR)",
+            shape_option="size",
+            describe=lambda size: f"{size}x{size} maze",
+            generate=lambda size, train, test, seed: build_maze_dataset(size, train, test, seed=seed, min_path=size),
+            question=_inputs_key,
+            shape_of=_board_side("maze", MAZE_VOCAB_SIZE),
+            metric="share of mazes solved exactly",
+            vocab_size=MAZE_VOCAB_SIZE,
+            load_published=load_maze_csv,
+            published_format="Maze-Hard CSV (source,question,answer,rating)",
+        ),
+        Task(
+            name="addition",
+            summary="a+b= with operands of up to --digits digits (character-level; Ouro, Attractor LM)",
+            shape_option="digits",
+            describe=lambda digits: f"{digits}-digit addition",
+            generate=lambda digits, train, test, seed: build_addition_dataset(digits, train, test, seed=seed),
+            question=lambda row: row["prompt"],
+            question_kind="prompt",
+            shape_of=lambda config: None,
+            metric="exact match of the greedy answer",
+            tokenizer=addition_tokenizer,
+            prompt_format="12+34=",
+        ),
+    )
+}
+TASKS = tuple(TASK_RECORDS)
+
+
+def task_record(name: str) -> Task:
+    """The record of the task ``name``; ``ValueError`` naming the tasks there are."""
+    if name not in TASK_RECORDS:
+        raise ValueError(f"task must be one of {TASKS}, got {name!r}")
+    return TASK_RECORDS[name]
+
+
+__all__ = ["TASKS", "TASK_RECORDS", "Task", "task_record"]
