@@ -4,14 +4,20 @@ and multi-process runs."""
 import functools
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import load_benchmark, run_two_processes
+from safetensors import safe_open
+from safetensors.torch import load_file
+from transformers import TrainerCallback
 
 from equilibria import EqRConfig, EqRForPuzzleSolving
 from equilibria.tasks import build_sudoku_dataset
 from equilibria.trainers import EqRTrainer, EqRTrainingArguments
+from equilibria.trainers.eqr import EMA_WEIGHTS_NAME
 
 DATA = build_sudoku_dataset(size=4, num_train=48, num_test=8, seed=0)
 
@@ -175,7 +181,6 @@ def test_offline_terminal_supervision_rolls_fresh_puzzles_out_without_gradient(t
 def test_ema_weights_follow_the_recursion_and_end_up_in_the_model(tmp_path):
     """shadow_1 = w_1 and shadow_k = d shadow_{k-1} + (1 - d) w_k over the weights w_k after each optimizer step;
     the model ends with the shadow."""
-    from transformers import TrainerCallback
 
     class Record(TrainerCallback):
         def __init__(self):
@@ -288,3 +293,102 @@ def test_halting_benchmark_quick_mode_runs(tmp_path):
         assert all(1.0 <= s["mean_nfe"] <= 4.0 and s["best_depth"] in fixed for s in halting.values())
     assert (tmp_path / "eqr_halting.png").stat().st_size > 1000
     assert (tmp_path / "model" / "config.json").exists()
+
+
+class StopAt(TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True  # the run is "killed" right after its checkpoint
+        return control
+
+
+def test_checkpoints_hold_the_ema_and_a_resumed_run_ends_with_the_ema_of_an_uninterrupted_one(tmp_path):
+    # the rows in flight are not checkpointed: resume where every row has run max_segments (3) segments
+    common = dict(max_steps=6, save_strategy="steps", save_steps=3, max_segments=3, ema_decay=0.7)
+    full = EqRTrainer(model=tiny(seed=5), args=eqr_args(tmp_path / "full", **common), train_dataset=DATA["train"])
+    full.train()
+    run = EqRTrainer(
+        model=tiny(seed=5),
+        args=eqr_args(tmp_path / "run", **common),
+        train_dataset=DATA["train"],
+        callbacks=[StopAt(3)],
+    )
+    run.train()
+    checkpoint = tmp_path / "run" / "out" / "checkpoint-3"
+    assert not checkpoint.with_name("checkpoint-6").exists()
+    saved = load_file(checkpoint / EMA_WEIGHTS_NAME)  # the EMA after 3 steps (the interrupted run ends with it)
+    with safe_open(checkpoint / EMA_WEIGHTS_NAME, framework="pt") as handle:
+        assert handle.metadata()["n_averaged"] == "3"
+    assert saved.keys() == run.ema_weights.keys() == dict(run.model.named_parameters()).keys()
+    raw = load_file(checkpoint / "model.safetensors")
+    assert any(not torch.equal(saved[n], raw[n]) for n in saved)  # the average, not the weights
+    for name, average in saved.items():
+        assert torch.equal(average, run.ema_weights[name]), name
+
+    resumed = EqRTrainer(model=tiny(seed=99), args=eqr_args(tmp_path / "run", **common), train_dataset=DATA["train"])
+    resumed.train(resume_from_checkpoint=str(checkpoint))  # other weights: all must come from the checkpoint
+    assert full.state.global_step == resumed.state.global_step == 6
+    final = dict(resumed.model.named_parameters())
+    for name, param in full.model.named_parameters():
+        torch.testing.assert_close(resumed.ema_weights[name], full.ema_weights[name], rtol=1e-6, atol=1e-7, msg=name)
+        torch.testing.assert_close(final[name], param, rtol=1e-6, atol=1e-7, msg=name)  # the EMA, copied in
+    last = load_file(tmp_path / "full" / "out" / "checkpoint-6" / EMA_WEIGHTS_NAME)
+    assert all(torch.equal(last[n], full.ema_weights[n]) for n in last)
+
+
+def test_resuming_a_checkpoint_without_the_ema_file_is_refused(tmp_path):
+    args = eqr_args(tmp_path, max_steps=2, save_strategy="steps", save_steps=2, ema_decay=0.7)
+    trainer = EqRTrainer(model=tiny(), args=args, train_dataset=DATA["train"])
+    trainer.train()
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    assert (checkpoint / EMA_WEIGHTS_NAME).is_file()
+    (checkpoint / EMA_WEIGHTS_NAME).unlink()
+    again = EqRTrainer(model=tiny(), args=eqr_args(tmp_path, max_steps=4, ema_decay=0.7), train_dataset=DATA["train"])
+    for resume in (str(checkpoint), True):  # True: the newest checkpoint in output_dir
+        with pytest.raises(ValueError, match=re.escape(f"checkpoint {checkpoint} has no ema.safetensors")):
+            again.train(resume_from_checkpoint=resume)
+    plain = EqRTrainer(model=tiny(), args=eqr_args(tmp_path, max_steps=4), train_dataset=DATA["train"])
+    plain.train(resume_from_checkpoint=str(checkpoint))  # without ema_decay the checkpoint resumes
+    assert plain.state.global_step == 4 and plain.ema_weights is None
+
+
+EMA_DDP_SCRIPT = """
+import sys
+from pathlib import Path
+
+sys.path.insert(0, {scripts!r})
+from ddp_common import save_rank_and_finish
+from eqr_ddp import model
+
+from equilibria.tasks import build_sudoku_dataset
+from equilibria.trainers import EqRTrainer, EqRTrainingArguments
+
+out = Path(sys.argv[1])
+args = EqRTrainingArguments(
+    output_dir=str(out), max_steps=4, per_device_train_batch_size=4, learning_rate=3e-3, report_to=[],
+    use_cpu=True, ddp_backend="gloo", save_strategy="steps", save_steps=4, logging_steps=2, max_segments=2,
+    seed=0, disable_tqdm=True, dataloader_drop_last=True, ema_decay=0.7,
+)
+data = build_sudoku_dataset(size=4, num_train=32, num_test=1, seed=0)["train"]
+trainer = EqRTrainer(model=model(), args=args, train_dataset=data)
+writes, save = [], trainer._ema.save
+trainer._ema.save = lambda folder: (writes.append(folder), save(folder))
+trainer.train()
+params = {{n: p.detach().clone() for n, p in trainer.model.named_parameters()}}
+save_rank_and_finish(out, {{"ema": dict(trainer.ema_weights), "params": params, "writes": writes}})
+"""
+
+
+def test_two_process_ema_stays_identical_and_only_the_main_process_writes_it(tmp_path):
+    script = tmp_path / "eqr_ema_ddp.py"  # run_two_processes takes an absolute path as well as a name
+    script.write_text(EMA_DDP_SCRIPT.format(scripts=str(Path(__file__).parent / "scripts")))
+    r0, r1 = run_two_processes(str(script), tmp_path)
+    assert r0["world"] == r1["world"] == 2
+    assert len(r0["writes"]) == 1 and r1["writes"] == []
+    saved = load_file(tmp_path / "checkpoint-4" / EMA_WEIGHTS_NAME)
+    for name, average in r0["ema"].items():
+        assert torch.equal(average, r1["ema"][name]) and torch.equal(average, saved[name]), name
+        assert torch.equal(r0["params"][name], average) and torch.equal(r1["params"][name], average), name

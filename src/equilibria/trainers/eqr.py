@@ -15,12 +15,22 @@ more segments than easy ones, and the batch stays full.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from transformers import TrainerCallback, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+from transformers.utils import logging
 
 from .common import LoopTrainer, loss_scales
+
+logger = logging.get_logger(__name__)
+
+EMA_WEIGHTS_NAME = "ema.safetensors"  # the EMA's file in each checkpoint-N folder (see _EMACallback)
 
 EQR_LOG_KEYS = (
     "lm_loss",
@@ -63,7 +73,10 @@ class EqRTrainingArguments(TrainingArguments):
     )
     ema_decay: float | None = field(
         default=None,
-        metadata={"help": "Keep an exponential moving average of the weights (e.g. 0.999); loaded at the end."},
+        metadata={
+            "help": "Keep an exponential moving average of the weights (e.g. 0.999); loaded at the end. Each checkpoint "
+            f"holds it ({EMA_WEIGHTS_NAME}) and resume_from_checkpoint restores it."
+        },
     )
     supervision: str = field(
         default="online",
@@ -124,24 +137,83 @@ class _Carry:
 
 
 class _EMACallback(TrainerCallback):
+    """An exponential moving average of the trained model's parameters, kept as a
+    :class:`torch.optim.swa_utils.AveragedModel` with ``get_ema_multi_avg_fn(decay)``: built from the unwrapped model
+    when training begins (after the Trainer has loaded a resumed checkpoint's weights), updated after every optimizer
+    step (the first update copies the weights: ``ema_1 = w_1``, then ``ema_k = decay ema_{k-1} + (1 - decay) w_k``)
+    and copied into the model's parameters when training ends. Buffers are not averaged.
+
+    Under DDP every replica averages its own unwrapped model, whose parameters are identical on every rank after each
+    step, so the averages stay identical too; only the process that saves (``args.should_save``) writes the file.
+
+    :meth:`save` writes ``ema.safetensors``: the averaged parameters keyed by their names in the unwrapped model
+    (``named_parameters``; the trainable ones, and any frozen one whose average differs from its value), with the
+    number of updates (``n_averaged``) and the decay in its metadata. A frozen parameter left out equals the
+    checkpoint's own weight. :meth:`load` puts such a file back into the average."""
+
     def __init__(self, trainer: EqRTrainer, decay: float):
-        self.trainer, self.decay, self.shadow = trainer, decay, None
+        self.trainer, self.decay = trainer, decay
+        self.averaged: AveragedModel | None = None
+        self.training = False  # between on_train_begin and on_train_end: the average is not in the model yet
+        self.resume_from: str | None = None  # the checkpoint folder whose average the next training starts from
+
+    def _model(self) -> torch.nn.Module:
+        return self.trainer.accelerator.unwrap_model(self.trainer.model)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        model = self._model()
+        self.averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(self.decay)).requires_grad_(False)
+        self.training = True
+        if self.resume_from is not None:  # kept until train() returns: auto_find_batch_size may begin again
+            self.load(self.resume_from, trainable={n for n, p in model.named_parameters() if p.requires_grad})
 
     def on_step_end(self, args, state, control, **kwargs):
-        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-        with torch.no_grad():
-            if self.shadow is None:
-                self.shadow = {n: p.detach().clone() for n, p in model.named_parameters()}
-            else:
-                for name, param in model.named_parameters():
-                    self.shadow[name].lerp_(param.detach(), 1.0 - self.decay)
+        self.averaged.update_parameters(self._model())
 
     def on_train_end(self, args, state, control, **kwargs):
-        if self.shadow is not None:
-            model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        self.training = False
+        if self.averaged is not None and self.averaged.n_averaged > 0:
             with torch.no_grad():
-                for name, param in model.named_parameters():
-                    param.copy_(self.shadow[name])
+                for param, average in zip(self._model().parameters(), self.averaged.module.parameters(), strict=True):
+                    param.copy_(average)
+
+    def weights(self) -> dict[str, torch.Tensor] | None:
+        """The averaged parameters by name (``None`` before the first optimizer step)."""
+        if self.averaged is None or self.averaged.n_averaged == 0:
+            return None
+        return {name: param.detach() for name, param in self.averaged.module.named_parameters()}
+
+    def save(self, folder: str) -> None:
+        """Write the average to ``folder/ema.safetensors`` (see the class)."""
+        model = dict(self._model().named_parameters())
+        tensors = {
+            name: average.detach().contiguous()
+            for name, average in self.averaged.module.named_parameters()
+            if model[name].requires_grad or not torch.equal(average, model[name])
+        }
+        metadata = {"n_averaged": str(int(self.averaged.n_averaged)), "decay": repr(self.decay)}
+        os.makedirs(folder, exist_ok=True)
+        save_file(tensors, os.path.join(folder, EMA_WEIGHTS_NAME), metadata=metadata)
+
+    def load(self, folder: str, trainable: set[str]) -> None:
+        """Put ``folder/ema.safetensors`` back into the average; ``ValueError`` if it names parameters the model
+        lacks or leaves out one that trains."""
+        path = os.path.join(folder, EMA_WEIGHTS_NAME)
+        averages = dict(self.averaged.module.named_parameters())
+        with safe_open(path, framework="pt") as handle:
+            names, metadata = set(handle.keys()), handle.metadata() or {}
+            unknown, missing = sorted(names - set(averages)), sorted(trainable - names)
+            if unknown or missing or "n_averaged" not in metadata:
+                raise ValueError(
+                    f"{path} is not this model's EMA: parameters it names that the model lacks: {unknown}; trainable "
+                    f"parameters it lacks: {missing}; n_averaged in its metadata: {'n_averaged' in metadata}"
+                )
+            with torch.no_grad():
+                for name in names:
+                    averages[name].copy_(handle.get_tensor(name))
+        self.averaged.n_averaged.fill_(int(metadata["n_averaged"]))
+        if metadata.get("decay") not in (None, repr(self.decay)):
+            logger.warning(f"{path} was averaged with decay {metadata['decay']}; it goes on with {self.decay}.")
 
 
 class EqRTrainer(LoopTrainer):
@@ -154,8 +226,14 @@ class EqRTrainer(LoopTrainer):
     segment's answers, ``residual`` (final relative residual of the segment), ``halted_rate`` (share of rows
     replaced after the step) and ``segments_at_halt`` (mean segments a replaced row had run).
 
-    With ``ema_decay``, an exponential moving average of the weights is kept and copied into the model when
-    training ends (the usual practice for these models); ``trainer.ema_weights`` holds it.
+    With ``ema_decay``, an exponential moving average of the weights is kept (a ``torch.optim.swa_utils``
+    ``AveragedModel``) and copied into the model when training ends (the usual practice for these models);
+    ``trainer.ema_weights`` holds it. Every ``save_model`` during training, so every ``checkpoint-N`` folder, gets
+    it as ``ema.safetensors`` beside the weights (parameter names as in the model, so
+    ``model.load_state_dict(load_file(".../ema.safetensors"), strict=False)`` puts a checkpoint's average into a
+    model loaded from that checkpoint); ``train(resume_from_checkpoint=...)`` restores it, so a resumed run ends
+    with the average of an uninterrupted one. Resuming a checkpoint without that file raises ``ValueError`` rather
+    than restarting the average.
     """
 
     arguments_class = EqRTrainingArguments
@@ -172,7 +250,38 @@ class EqRTrainer(LoopTrainer):
 
     @property
     def ema_weights(self) -> dict[str, torch.Tensor] | None:
-        return None if self._ema is None else self._ema.shadow
+        """The exponential moving average of the parameters by name (``None`` without ``ema_decay`` or before the
+        first optimizer step)."""
+        return None if self._ema is None else self._ema.weights()
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None):
+        """[`~transformers.Trainer.train`]; with ``ema_decay``, a resumed run also restores the checkpoint's
+        ``ema.safetensors``, and a checkpoint without one is refused (``ValueError``) before anything loads."""
+        if self._ema is not None and resume_from_checkpoint not in (None, False):
+            folder = resume_from_checkpoint
+            if folder is True:  # the newest checkpoint, as the Trainer finds it (it raises if there is none)
+                folder = get_last_checkpoint(self.args.output_dir) if os.path.isdir(self.args.output_dir) else None
+            if folder is not None and not os.path.isfile(os.path.join(folder, EMA_WEIGHTS_NAME)):
+                raise ValueError(
+                    f"EqRTrainer: ema_decay is set but the checkpoint {folder} has no {EMA_WEIGHTS_NAME} (it was "
+                    "saved without an EMA, or the file was removed); resuming would restart the average from its "
+                    "weights. Resume without ema_decay, or load the model from the checkpoint (from_pretrained) and "
+                    "start a new run to average from there."
+                )
+            self._ema.resume_from = folder
+        try:
+            return super().train(resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
+        finally:
+            if self._ema is not None:
+                self._ema.resume_from = None
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """[`~transformers.Trainer.save_model`]; during training with ``ema_decay`` (the Trainer calls it for
+        every ``checkpoint-N`` folder), the process that saves also writes the average there as ``ema.safetensors``,
+        before the Trainer pushes the checkpoint anywhere. After training the average is in the weights."""
+        if self._ema is not None and self._ema.training and self.args.should_save:
+            self._ema.save(output_dir if output_dir is not None else self.args.output_dir)
+        super().save_model(output_dir, _internal_call=_internal_call)
 
     def _segment_loops(self) -> int:
         return self.args.segment_loops or self.core.config.num_loops
