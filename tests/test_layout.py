@@ -164,3 +164,16 @@ def test_a_new_task_is_one_record(monkeypatch):
     assert [1, 1, 1] in eval_split(config, "toy", 3, seed=0)["inputs"]
     with pytest.raises(ValueError, match="task must be one of"):
         build_task("nonesuch", 5, 2, seed=0)
+
+
+def test_trainers_and_adapters_take_their_family_from_its_record():
+    from equilibria.families import FAMILIES, family_using
+    from equilibria.trainers import LoopTrainer, StarsTrainer
+
+    for family in FAMILIES.values():
+        assert family_using("adapter", family.adapter_class()) is family
+        if issubclass(family.trainer_class(), LoopTrainer):
+            assert family.trainer_class().family() is family
+    assert type("MyStars", (StarsTrainer,), {}).family() is FAMILIES["ouro"]  # a subclass keeps its family
+    with pytest.raises(ValueError, match="no family's record names Orphan"):
+        type("Orphan", (LoopTrainer,), {}).family()

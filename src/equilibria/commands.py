@@ -164,8 +164,11 @@ def run_generate(args) -> str:
     if args.num_loops is not None:
         kwargs["num_loops"] = args.num_loops
     if args.exit_threshold is not None:
-        if model.config.model_type != "ouro":
-            raise ValueError(f"--exit-threshold applies to Ouro models (an exit gate), not {model.config.model_type}")
+        if not family_of(model).has_config_key("early_exit_threshold"):
+            gated = ", ".join(f.model_type for f in FAMILIES.values() if f.has_config_key("early_exit_threshold"))
+            raise ValueError(
+                f"--exit-threshold applies to the families with an exit gate ({gated}), not {model.config.model_type}"
+            )
         if not 0 < args.exit_threshold <= 1:
             raise ValueError(f"--exit-threshold must be in (0, 1] (1: no early exit), got {args.exit_threshold}")
         kwargs["exit_threshold"] = args.exit_threshold

@@ -12,6 +12,7 @@ sizes.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,6 +93,10 @@ class Family:
     @property
     def default_task(self) -> str:
         return self.heads[0].tasks[0]
+
+    def has_config_key(self, key: str) -> bool:
+        """Whether the family's config has the field ``key`` (e.g. ``exit_loss``: the families with an exit gate)."""
+        return key in {f.name for f in dataclasses.fields(self.config_class)}
 
     def head_of(self, model) -> Head:
         """The head ``model`` is an instance of (by class name, so that remote-code classes match), else the
@@ -319,7 +324,7 @@ FAMILIES: dict[str, Family] = {
             "the model studied in *The Equilibrium Is the Initialization: Lazy Identity Collapse in Physics-Structured "
             "Deep Equilibrium Reasoning* (2026)",
             tags=("deep-equilibrium",),
-            loop_meaning="the Anderson solver's iteration cap",
+            loop_meaning="the fixed-point solver's iteration cap (Anderson or Picard: config.solver)",
             loops_key="num_loops",
             min_loops=0,
             config_class=PHDEQConfig,
@@ -354,6 +359,17 @@ def family_of(model_or_config, needed: str | None = None) -> Family:
             f"{prefix}model_type {model_type!r}: it is not an equilibria family; the families are {sorted(FAMILIES)}"
         )
     return FAMILIES[model_type]
+
+
+def family_using(role: str, cls: type) -> Family:
+    """The family whose record names ``cls``, or the nearest class it derives from, as its ``role`` (``"trainer"``
+    or ``"adapter"``): how a trainer or an audit adapter knows its family's ``model_type``. ``ValueError`` when no
+    record names it."""
+    for klass in cls.__mro__:
+        for family in FAMILIES.values():
+            if getattr(family, role) and _load(getattr(family, role)) is klass:
+                return family
+    raise ValueError(f"no family's record names {cls.__name__} (or a class it derives from) as its {role}")
 
 
 def model_task(model_or_config) -> str:

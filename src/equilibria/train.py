@@ -180,7 +180,7 @@ def _flag(argv: list[str], file_values: dict, name: str):
 
 
 def _family_of(argv: list[str], file_values: dict) -> str:
-    """``--family``, or the family of ``--model_name_or_path``'s config (they must agree), else ``"ouro"``."""
+    """``--family``, or the family of ``--model_name_or_path``'s config (they must agree), else the first family (Ouro)."""
     family = _flag(argv, file_values, "family")
     checkpoint = _flag(argv, file_values, "model_name_or_path")
     if checkpoint:
@@ -188,7 +188,7 @@ def _family_of(argv: list[str], file_values: dict) -> str:
         if family not in (None, found):
             raise ValueError(f"--family {family}, but {checkpoint} is a {found} model: drop --family")
         family = found
-    family = family or "ouro"
+    family = family or next(iter(FAMILIES))  # the first record: Ouro
     if family not in FAMILIES:
         raise ValueError(f"--family must be one of {tuple(FAMILIES)}, got {family!r}")
     return family
@@ -492,8 +492,11 @@ def _overrides(model_args: ModelArguments, family) -> dict:
 
     overrides = {} if model_args.num_loops is None else {family.loops_key: model_args.num_loops}
     if model_args.exit_loss is not None:
-        if family.model_type != "ouro":
-            raise ValueError(f"--exit_loss applies to Ouro models, not {family.model_type}")
+        if not family.has_config_key("exit_loss"):
+            gated = ", ".join(f.model_type for f in FAMILIES.values() if f.has_config_key("exit_loss"))
+            raise ValueError(
+                f"--exit_loss applies to the families with an exit gate ({gated}), not {family.model_type}"
+            )
         if model_args.exit_loss not in EXIT_LOSSES:
             raise ValueError(f"--exit_loss must be one of {EXIT_LOSSES}, got {model_args.exit_loss!r}")
         overrides["exit_loss"] = model_args.exit_loss

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from ..families import family_of, family_using
 from ..modeling.modeling_eqr import puzzle_solved
 from ..modeling.modeling_ouro import exit_distribution
 from ..modeling.solvers import fixed_point, residual, solver_options
@@ -38,7 +39,6 @@ class LoopAdapter:
     :meth:`run`, :meth:`decode` and :meth:`probe_examples`; ``max_iter`` is the loop's cap (for the share of solves
     that hit it)."""
 
-    family = "?"
     start_name = "z0"
     solved_name = "h*"
     #: whether T4 (restart the loop from a displaced start) means anything: a loop with an attractor returns to
@@ -57,9 +57,16 @@ class LoopAdapter:
         """The loop's budget: ``num_loops`` when given, else the config's default (the family's ``loops_key``)."""
         if self.num_loops is not None:
             return self.num_loops
-        from ..families import family_of
-
         return getattr(self.model.config, family_of(self.model).loops_key)
+
+    @property
+    def family(self) -> str:
+        """The ``model_type`` of the family whose record names this adapter (or the one it derives from); for an
+        adapter of your own that no record names, the audited model's."""
+        try:
+            return family_using("adapter", type(self)).model_type
+        except ValueError:
+            return getattr(self.model.config, "model_type", type(self.model).__name__)
 
     def describe(self) -> dict:
         """What the start state, solved state and decoder are for this family (goes into the report)."""
@@ -111,7 +118,6 @@ class PHDEQAdapter(LoopAdapter):
     (with the direct context path when the model has one). Dataset columns: ``inputs``, ``labels`` (and
     optionally ``attention_mask``, ``difficulty``)."""
 
-    family = "phdeq"
     start_name = "z0 = initialiser(context)"
     solved_name = "h* = z* (the solver's equilibrium)"
 
@@ -146,7 +152,6 @@ class EqRAdapter(LoopAdapter):
     is. "Iterations" are the steps until the residual first falls below ``tol`` (the depth when it never does).
     Dataset columns: ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
 
-    family = "eqr"
     unit_name = "puzzle"
     start_name = "z0 (random or learned start state)"
     solved_name = "h* = z_depth (state after the iterations)"
@@ -249,7 +254,6 @@ class AttractorAdapter(_CausalLMAdapter):
     """Attractor LM: ``z0`` is the backbone's proposal ``y0``, ``h*`` the attractor's fixed point (before the
     final norm), the decoder ``lm_head(norm(.))``."""
 
-    family = "attractor_lm"
     start_name = "y0 (the backbone's proposal)"
     solved_name = "y* (the attractor's fixed point)"
 
@@ -285,7 +289,6 @@ class OuroAdapter(_CausalLMAdapter):
     "Iterations" are the expected exit step under the exit gate, averaged over the labelled tokens. T4 does not
     apply (there is no fixed point to return to), and a one-step loop has no extra steps to test."""
 
-    family = "ouro"
     start_name = "h_1 (the state after the first loop step)"
     solved_name = "h_T (the state after the last loop step)"
     displacement_applies = False
@@ -334,8 +337,6 @@ class OuroAdapter(_CausalLMAdapter):
 def adapter_for(model, **options) -> LoopAdapter:
     """The audit adapter of ``model``'s family (its record in :mod:`equilibria.families`); ``options`` go to its
     constructor."""
-    from ..families import family_of
-
     try:
         family = family_of(model, "audit adapter")
     except ValueError as err:

@@ -109,7 +109,6 @@ class AttractorTrainer(LoopTrainer):
     """
 
     arguments_class = AttractorTrainingArguments
-    model_type = "attractor_lm"
     model_description = "an Attractor model (one containing an AttractorModel, such as AttractorForCausalLM)"
     log_keys = ATTRACTOR_LOG_KEYS
 

@@ -12,6 +12,8 @@ import torch
 from torch import nn
 from transformers import Trainer, TrainingArguments
 
+from ..families import Family, family_using
+
 
 def find_core(model: nn.Module | None, model_type: str) -> nn.Module | None:
     """The family's base model (the first module with ``loop_map`` whose config is of ``model_type``) inside
@@ -175,16 +177,21 @@ class LoopTrainer(ModelCardMixin, Trainer):
     loss. ``compute_loss`` scales every loss part for gradient accumulation (and data parallelism) itself."""
 
     arguments_class: type = TrainingArguments
-    model_type = ""  # the family whose base model the trainer drives
     model_description = ""  # what the error says the model must be
     log_keys: tuple[str, ...] = ()
     loss_is_scaled_for_ga = True
+
+    @classmethod
+    def family(cls) -> Family:
+        """The family whose base model the trainer drives: the one whose record names it (or the trainer it
+        derives from) as its ``trainer``."""
+        return family_using("trainer", cls)
 
     def __init__(self, model=None, args=None, **kwargs):
         name, wanted = type(self).__name__, self.arguments_class.__name__
         if not isinstance(args, self.arguments_class):
             raise ValueError(f"{name} needs {wanted} (args={wanted}(...)), got {type(args).__name__}.")
-        core = find_core(model, self.model_type)
+        core = find_core(model, self.family().model_type)
         if core is None:
             raise ValueError(f"{name} needs {self.model_description}; got {type(model).__name__}.")
         if args.label_smoothing_factor > 0 or kwargs.get("compute_loss_func") is not None:

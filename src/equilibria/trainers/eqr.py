@@ -237,7 +237,6 @@ class EqRTrainer(LoopTrainer):
     """
 
     arguments_class = EqRTrainingArguments
-    model_type = "eqr"
     model_description = "an Equilibrium Reasoner (a model containing EqRModel, such as EqRForPuzzleSolving)"
     log_keys = EQR_LOG_KEYS
 

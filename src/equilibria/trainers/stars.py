@@ -160,7 +160,7 @@ def row_probes(inputs: dict, width: int, seed: int, step: int) -> torch.Tensor:
 def find_looped_core(model: nn.Module) -> nn.Module | None:
     """The module that exposes ``loop_map`` (e.g. ``OuroModel``) inside ``model`` and any wrapper around it
     (PEFT, DDP), or ``None``."""
-    return find_core(model, "ouro")
+    return find_core(model, StarsTrainer.family().model_type)
 
 
 class StarsTrainer(LoopTrainer):
@@ -177,7 +177,6 @@ class StarsTrainer(LoopTrainer):
     """
 
     arguments_class = StarsTrainingArguments
-    model_type = "ouro"
     model_description = "a looped model (one containing an Ouro base model with `loop_map`, such as OuroForCausalLM)"
     log_keys = STARS_LOG_KEYS
 
