@@ -136,15 +136,86 @@ def test_configs_saved_with_the_old_damping_key_still_load(tmp_path, config_clas
     assert written[new] == value and old not in written
 
 
-def test_configs_are_validated_by_their_hooks_at_construction_and_before_saving(tmp_path):
-    with pytest.raises(ValueError, match="total_ut_steps"):
-        OuroConfig(total_ut_steps=0)
-    config = EqRConfig()
-    config.init_std = -1.0  # an edit by hand: caught by validate() and by save_pretrained
-    with pytest.raises(Exception, match="init_std must be a finite number > 0"):
+@pytest.mark.parametrize(
+    "config_class, key, value, message",
+    [
+        (OuroConfig, "total_ut_steps", 0, "OuroConfig: total_ut_steps must be greater or equal to 1, got 0"),
+        (
+            OuroConfig,
+            "exit_loss",
+            "mean",
+            r"OuroConfig: exit_loss must be one of \('expected_logits', 'final', 'expected'\), got 'mean'",
+        ),
+        (OuroConfig, "num_key_value_heads", 0, "OuroConfig: num_key_value_heads must be greater or equal to 1"),
+        (
+            AttractorConfig,
+            "solver_mixing",
+            1.5,
+            "AttractorConfig: solver_mixing must be greater than 0.0 and smaller or equal to 1.0, got 1.5",
+        ),
+        (AttractorConfig, "solver", "newton", r"AttractorConfig: solver must be one of \('anderson', 'picard'\)"),
+        (EqRConfig, "init_std", -1.0, "EqRConfig: init_std must be greater than 0.0 and smaller than inf, got -1.0"),
+        (EqRConfig, "num_loops", "8", "EqRConfig: num_loops must be of type int, got '8'"),
+        (PHDEQConfig, "step_size", 2.0, "PHDEQConfig: step_size must be greater than 0.0 and smaller than 2.0"),
+        (
+            PHDEQConfig,
+            "hidden_act",
+            "swish",
+            r"PHDEQConfig: hidden_act must be one of \('gelu', 'silu', 'relu', 'tanh'\)",
+        ),
+    ],
+)
+def test_a_value_out_of_its_keys_range_is_a_value_error_naming_the_key(tmp_path, config_class, key, value, message):
+    """A key's own range, choices and type are its field's (transformers' ``interval``, ``Literal``): checked at
+    construction, when loading and on assignment, each time as a ``ValueError`` naming the key and what it allows."""
+    import json
+
+    with pytest.raises(ValueError, match=message):
+        config_class(**{key: value})
+    saved = config_class().to_dict()
+    saved[key] = value
+    with pytest.raises(ValueError, match=message):
+        config_class.from_dict(saved)
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=message):
+        config_class.from_pretrained(tmp_path)
+    config = config_class()
+    with pytest.raises(ValueError, match=message):
+        setattr(config, key, value)  # an edit by hand is refused, and the config keeps its value
+    assert getattr(config, key) == getattr(config_class(), key)
+
+
+@pytest.mark.parametrize(
+    "config_class, edits, message",
+    [
+        (OuroConfig, dict(num_key_value_heads=3), r"num_key_value_heads \(3\) must divide num_attention_heads \(16\)"),
+        (AttractorConfig, dict(hidden_size=500), r"num_attention_heads \(8\) must divide hidden_size \(500\)"),
+        (EqRConfig, dict(pad_token_id=11), r"EqRConfig: pad_token_id must be in \[0, vocab_size\), got 11"),
+        (PHDEQConfig, dict(initializer="zero"), "initializer_loss_weight must be 0 with initializer='zero'"),
+    ],
+)
+def test_keys_that_do_not_fit_together_are_a_value_error_from_validate_and_save_pretrained(
+    tmp_path, config_class, edits, message
+):
+    """Checks relating several keys are the class's ``validate_*`` hooks: a ``ValueError`` (not huggingface_hub's
+    ``StrictDataclassClassValidationError``) at construction, on ``config.validate()`` and from ``save_pretrained``
+    after an edit by hand (each key alone is allowed)."""
+    with pytest.raises(ValueError, match=message):
+        config_class(**edits)
+    config = config_class()
+    for key, value in edits.items():
+        setattr(config, key, value)
+    with pytest.raises(ValueError, match=message):
         config.validate()
-    with pytest.raises(Exception, match="init_std must be a finite number > 0"):
+    with pytest.raises(ValueError, match=message):
         config.save_pretrained(tmp_path)
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_a_renamed_key_is_checked_under_its_new_name():
+    with pytest.warns(FutureWarning, match="'damping' was renamed to 'solver_mixing'"):
+        with pytest.raises(ValueError, match="AttractorConfig: solver_mixing must be greater than 0.0"):
+            AttractorConfig(damping=0.0)
 
 
 def test_the_registry_is_what_transformers_knows():

@@ -173,7 +173,7 @@ def test_an_untied_model_applies_its_own_block_at_each_step():
         core(PUZZLES, num_loops=4)
     with pytest.raises(ValueError, match="no loop map"):
         core.loop_map(PUZZLES)
-    with pytest.raises(ValueError, match="untied_depth must be an integer >= 1"):
+    with pytest.raises(ValueError, match="untied_depth must be greater or equal to 1, got 0"):
         EqRConfig(max_seq_len=16, hidden_size=32, num_attention_heads=4, untied_depth=0)
 
 
@@ -244,11 +244,11 @@ def test_bad_inputs_and_configs_are_clear_errors():
         tiny_eqr()(PUZZLES, labels=PUZZLES[:, :5])
     base = dict(max_seq_len=16, hidden_size=32, num_attention_heads=4)
     for overrides, message in [
-        (dict(inertia=1.0), r"inertia \(lambda\) must be a number in \[0, 1\)"),
-        (dict(train_noise=-0.1), "train_noise must be a finite number >= 0"),
+        (dict(inertia=1.0), "inertia must be greater or equal to 0.0 and smaller than 1.0, got 1.0"),
+        (dict(train_noise=-0.1), "train_noise must be greater or equal to 0.0 and smaller than inf"),
         (dict(block_type="conv"), r"block_type must be one of \('attention', 'mlp'\)"),
-        (dict(num_loops=0), "num_loops must be an integer >= 1"),
-        (dict(init_std=0), "init_std must be a finite number > 0"),
+        (dict(num_loops=0), "num_loops must be greater or equal to 1"),
+        (dict(init_std=0), "init_std must be greater than 0.0 and smaller than inf"),
     ]:
         with pytest.raises(ValueError, match=message):
             EqRConfig(**base, **overrides)

@@ -5,20 +5,15 @@ This module travels to the Hub as remote code: it imports only ``transformers`` 
 its dependencies).
 """
 
+import math
+from typing import Literal
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
+from transformers.utils.type_validators import interval
 
-from .config_checks import (
-    LoopConfigMixin,
-    check_choices,
-    check_finite,
-    check_int,
-    check_transformer,
-    fill_attention_defaults,
-    is_number,
-    raise_value_errors,
-)
+from .config_checks import LoopConfigMixin, check_attention_heads, fill_attention_defaults, or_none, raise_value_errors
 from .solvers import GRADIENT_MODES, SOLVERS
 
 INJECTIONS = ("add", "concat")
@@ -97,32 +92,32 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
         )
     }
 
-    vocab_size: int = 32000
-    hidden_size: int = 512
-    intermediate_size: int = 1408
-    num_backbone_layers: int = 6
-    num_attractor_layers: int = 2
-    num_attention_heads: int = 8
-    num_key_value_heads: int | None = None
-    head_dim: int | None = None
+    vocab_size: int = interval(min=1)(default=32000)
+    hidden_size: int = interval(min=1)(default=512)
+    intermediate_size: int = interval(min=1)(default=1408)
+    num_backbone_layers: int = interval(min=0)(default=6)
+    num_attractor_layers: int = interval(min=1)(default=2)
+    num_attention_heads: int = interval(min=1)(default=8)
+    num_key_value_heads: int | None = or_none(interval(min=1))(default=None)
+    head_dim: int | None = or_none(interval(min=1))(default=None)
     hidden_act: str = "silu"
-    max_position_embeddings: int = 2048
+    max_position_embeddings: int = interval(min=1)(default=2048)
     initializer_range: float | int = 0.02
-    rms_norm_eps: float = 1e-6
+    rms_norm_eps: float = interval(min=0.0, exclude_min=True)(default=1e-6)
     use_cache: bool = True
     tie_word_embeddings: bool = True
     rope_parameters: RopeParameters | dict | None = None
-    attention_dropout: float | int = 0.0
+    attention_dropout: float | int = interval(min=0.0, max=1.0, exclude_max=True)(default=0.0)
     attention_bias: bool = False
     mlp_bias: bool = False
-    injection: str = "add"
-    solver: str = "anderson"
-    solver_tol: float | int = 1e-4
-    num_loops: int = 16
-    anderson_memory: int = 5
-    solver_mixing: float | int = 1.0
-    gradient_mode: str = "one_step"
-    attractor_gate_init: float | int = 0.5
+    injection: Literal[INJECTIONS] = "add"
+    solver: Literal[SOLVERS] = "anderson"
+    solver_tol: float | int = interval(min=0.0, max=math.inf, exclude_min=True, exclude_max=True)(default=1e-4)
+    num_loops: int = interval(min=0)(default=16)
+    anderson_memory: int = interval(min=1)(default=5)
+    solver_mixing: float | int = interval(min=0.0, max=1.0, exclude_min=True)(default=1.0)
+    gradient_mode: Literal[GRADIENT_MODES] = "one_step"
+    attractor_gate_init: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=0.5)
     num_hidden_layers: int | None = None
     pad_token_id: int | None = None
     bos_token_id: int | None = None
@@ -132,8 +127,6 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         fill_attention_defaults(self)
-        check_int(self, 0, "num_backbone_layers")
-        check_int(self, 1, "num_attractor_layers")
         total = self.num_backbone_layers + self.num_attractor_layers
         if self.num_hidden_layers is None:
             self.num_hidden_layers = total
@@ -145,20 +138,10 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
         super().__post_init__(**kwargs)
 
     def validate_architecture(self) -> None:
-        """The backbone's and the attractor's sizes describe a working transformer (a ``@strict`` hook, see
-        [`LoopConfigMixin`])."""
+        """The attention shapes fit together (a ``@strict`` hook, see [`LoopConfigMixin`]; each key's own range
+        and the choices of ``injection``, ``solver`` and ``gradient_mode`` are checked by their fields)."""
         super().validate_architecture()
-        check_int(self, 1, "num_attractor_layers", "max_position_embeddings", "anderson_memory")
-        check_int(self, 0, "num_backbone_layers", "num_loops")
-        check_transformer(self)
-
-    def validate_attractor(self) -> None:
-        """``@strict`` hook: the attractor and its solver are set to allowed values."""
-        check_choices(self, injection=INJECTIONS, solver=SOLVERS, gradient_mode=GRADIENT_MODES)
-        check_finite(self.solver_tol, "AttractorConfig: solver_tol", 0.0, inclusive=False)
-        if not (is_number(self.solver_mixing) and 0.0 < self.solver_mixing <= 1.0):
-            raise ValueError(f"AttractorConfig: solver_mixing must be a number in (0, 1], got {self.solver_mixing!r}.")
-        check_finite(self.attractor_gate_init, "AttractorConfig: attractor_gate_init")
+        check_attention_heads(self)
 
 
 __all__ = ["AttractorConfig"]

@@ -4,17 +4,20 @@ Attractors Enables Scalable Reasoning").
 This module travels to the Hub as remote code: it imports only ``transformers`` (and ``huggingface_hub``).
 """
 
+import math
+from typing import Literal
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
+from transformers.utils.type_validators import interval
 
 from .config_checks import (
     LoopConfigMixin,
-    check_choices,
+    check_attention_heads,
     check_finite,
-    check_int,
-    check_transformer,
     fill_attention_defaults,
+    or_none,
     raise_value_errors,
 )
 
@@ -63,28 +66,28 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
     _auto_class = "AutoConfig"
     keys_to_ignore_at_inference = ["state", "residuals", "halt_logits", "states", "steps", "lm_loss", "halt_loss"]
 
-    vocab_size: int = 11
-    max_seq_len: int = 81
-    hidden_size: int = 128
-    intermediate_size: int = 512
-    num_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int | None = None
-    head_dim: int | None = None
+    vocab_size: int = interval(min=1)(default=11)
+    max_seq_len: int = interval(min=1)(default=81)
+    hidden_size: int = interval(min=1)(default=128)
+    intermediate_size: int = interval(min=1)(default=512)
+    num_layers: int = interval(min=1)(default=2)
+    num_attention_heads: int = interval(min=1)(default=4)
+    num_key_value_heads: int | None = or_none(interval(min=1))(default=None)
+    head_dim: int | None = or_none(interval(min=1))(default=None)
     hidden_act: str = "silu"
-    block_type: str = "attention"
-    token_mixing_size: int | None = None
-    inertia: float | int = 0.0
-    train_noise: float | int = 0.1
-    test_noise: float | int = 0.0
+    block_type: Literal[BLOCK_TYPES] = "attention"
+    token_mixing_size: int | None = or_none(interval(min=1))(default=None)
+    inertia: float | int = interval(min=0.0, max=1.0, exclude_max=True)(default=0.0)
+    train_noise: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=0.1)
+    test_noise: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=0.0)
     random_init: bool = True
-    init_std: float | int = 1.0
-    num_loops: int = 16
+    init_std: float | int = interval(min=0.0, max=math.inf, exclude_min=True, exclude_max=True)(default=1.0)
+    num_loops: int = interval(min=1)(default=16)
     halting: bool = True
-    untied_depth: int | None = None
-    rms_norm_eps: float = 1e-6
+    untied_depth: int | None = or_none(interval(min=1))(default=None)
+    rms_norm_eps: float = interval(min=0.0, exclude_min=True)(default=1e-6)
     rope_parameters: RopeParameters | dict | None = None
-    attention_dropout: float | int = 0.0
+    attention_dropout: float | int = interval(min=0.0, max=1.0, exclude_max=True)(default=0.0)
     attention_bias: bool = False
     mlp_bias: bool = False
     initializer_range: float | int = 0.02
@@ -96,7 +99,6 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         fill_attention_defaults(self)
-        check_int(self, 1, "max_seq_len")
         if self.token_mixing_size is None:
             self.token_mixing_size = 2 * self.max_seq_len
         if self.max_position_embeddings is None:
@@ -104,19 +106,12 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
         super().__post_init__(**kwargs)
 
     def validate_architecture(self) -> None:
-        """The block's sizes, the update's inertia and noise, and the start are allowed values (a ``@strict`` hook,
-        see [`LoopConfigMixin`])."""
+        """The attention block's shapes fit together and the padding token is in the vocabulary (a ``@strict`` hook,
+        see [`LoopConfigMixin`]; each key's own range, the update's inertia and noise and the start among them, is
+        checked by its field)."""
         super().validate_architecture()
-        check_int(self, 1, "max_seq_len", "num_layers", "token_mixing_size", "num_loops")
-        if self.untied_depth is not None:
-            check_int(self, 1, "untied_depth")
-        check_choices(self, block_type=BLOCK_TYPES)
-        check_transformer(self, attention=self.block_type == "attention")
-        if not check_finite(self.inertia, "EqRConfig: inertia (lambda)") < 1.0:
-            raise ValueError(f"EqRConfig: inertia (lambda) must be a number in [0, 1), got {self.inertia!r}.")
-        for name in ("train_noise", "test_noise"):
-            check_noise(getattr(self, name), f"EqRConfig: {name}")
-        check_finite(self.init_std, "EqRConfig: init_std", 0.0, inclusive=False)
+        if self.block_type == "attention":
+            check_attention_heads(self)
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"EqRConfig: pad_token_id must be in [0, vocab_size), got {self.pad_token_id!r}.")
 
@@ -127,7 +122,8 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
 
 
 def check_noise(value, name: str = "noise") -> float:
-    """Return ``value`` as a float, or raise ``ValueError`` unless it is a finite number >= 0."""
+    """Return ``value`` as a float, or raise ``ValueError`` unless it is a finite number >= 0: the check of a noise
+    scale given for one call (the config's ``train_noise`` and ``test_noise`` are checked by their fields)."""
     return check_finite(value, name, 0.0)
 
 

@@ -1,19 +1,28 @@
 """Configuration of the Ouro looped language model.
 
 The keys and their meaning follow the published Ouro-1.4B / Ouro-2.6B ``config.json`` files, so
-those load unchanged. The only Ouro-specific keys are ``total_ut_steps`` (how many times the shared
-decoder stack is applied) and ``early_exit_threshold`` (the cumulative exit probability at which a
-token stops looping).
+those load unchanged. Six keys are Ouro's own (a Llama or Qwen2 config has none of them): two from the
+published files, ``total_ut_steps`` (how many times the shared decoder stack is applied) and
+``early_exit_threshold`` (the cumulative exit probability at which a token stops looping), and four this
+implementation adds, which the published files lack and which then load with their defaults:
+``exit_readout``, ``exit_loss``, ``exit_entropy_weight`` and ``exit_gate_trained`` (see [`OuroConfig`]).
 
 This module travels to the Hub as remote code: it imports only ``transformers`` (and ``huggingface_hub``, one of
 its dependencies).
 """
 
+import math
+from typing import Literal
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.modeling_rope_utils import RopeParameters
+from transformers.utils.type_validators import interval
 
-from .config_checks import LoopConfigMixin, check_int, check_transformer, fill_attention_defaults, raise_value_errors
+from .config_checks import LoopConfigMixin, check_attention_heads, fill_attention_defaults, or_none, raise_value_errors
+
+EXIT_LOSSES = ("expected_logits", "final", "expected")
+EXIT_READOUTS = ("frozen", "reference")
 
 
 @raise_value_errors
@@ -81,17 +90,17 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
         "layers.*.mlp.down_proj": "rowwise",
     }
 
-    vocab_size: int = 49152
-    hidden_size: int = 2048
-    intermediate_size: int = 5632
-    num_hidden_layers: int = 24
-    num_attention_heads: int = 16
-    num_key_value_heads: int | None = None
-    head_dim: int | None = None
+    vocab_size: int = interval(min=1)(default=49152)
+    hidden_size: int = interval(min=1)(default=2048)
+    intermediate_size: int = interval(min=1)(default=5632)
+    num_hidden_layers: int = interval(min=1)(default=24)
+    num_attention_heads: int = interval(min=1)(default=16)
+    num_key_value_heads: int | None = or_none(interval(min=1))(default=None)
+    head_dim: int | None = or_none(interval(min=1))(default=None)
     hidden_act: str = "silu"
-    max_position_embeddings: int = 4096
+    max_position_embeddings: int = interval(min=1)(default=4096)
     initializer_range: float = 0.02
-    rms_norm_eps: float = 1e-6
+    rms_norm_eps: float = interval(min=0.0, exclude_min=True)(default=1e-6)
     use_cache: bool = True
     tie_word_embeddings: bool = False
     rope_parameters: RopeParameters | dict | None = None
@@ -99,12 +108,12 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
     sliding_window: int | None = None
     max_window_layers: int = 28
     layer_types: list[str] | None = None
-    attention_dropout: float | int = 0.0
-    total_ut_steps: int = 4
-    early_exit_threshold: float | int | None = 1.0
-    exit_readout: str = "frozen"
-    exit_loss: str = "expected_logits"
-    exit_entropy_weight: float | int = 0.05
+    attention_dropout: float | int = interval(min=0.0, max=1.0, exclude_max=True)(default=0.0)
+    total_ut_steps: int = interval(min=1)(default=4)
+    early_exit_threshold: float | int | None = or_none(interval(min=0.0, max=1.0, exclude_min=True))(default=1.0)
+    exit_readout: Literal[EXIT_READOUTS] = "frozen"
+    exit_loss: Literal[EXIT_LOSSES] = "expected_logits"
+    exit_entropy_weight: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=0.05)
     exit_gate_trained: bool | None = None
     pad_token_id: int | None = None
     bos_token_id: int | None = None
@@ -124,41 +133,27 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
         super().__post_init__(**kwargs)
 
     def validate_architecture(self) -> None:
-        """The sizes describe a working looped decoder and the loop options are allowed values (a ``@strict`` hook,
-        see [`LoopConfigMixin`])."""
+        """The attention shapes fit together and sliding-window attention has a window (a ``@strict`` hook, see
+        [`LoopConfigMixin`]; each key's own range is checked by its field)."""
         super().validate_architecture()
-        check_int(self, 1, "num_hidden_layers", "max_position_embeddings")
-        if not isinstance(self.total_ut_steps, int) or isinstance(self.total_ut_steps, bool) or self.total_ut_steps < 1:
-            raise ValueError(
-                f"OuroConfig: total_ut_steps (the number of loop steps) must be an integer >= 1, got {self.total_ut_steps!r}."
-            )
-        check_transformer(self)
-        check_exit_threshold(self.early_exit_threshold, "OuroConfig: early_exit_threshold")
-        check_exit_readout(self.exit_readout, "OuroConfig: exit_readout")
-        if self.exit_loss not in EXIT_LOSSES:
-            raise ValueError(f"OuroConfig: exit_loss must be one of {EXIT_LOSSES}, got {self.exit_loss!r}.")
-        weight = self.exit_entropy_weight
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < float("inf"):
-            raise ValueError(f"OuroConfig: exit_entropy_weight must be a finite number >= 0, got {weight!r}.")
+        check_attention_heads(self)
         if self.use_sliding_window and (self.sliding_window is None or self.sliding_window < 1):
             raise ValueError(
                 f"OuroConfig: use_sliding_window=True needs sliding_window >= 1, got {self.sliding_window!r}."
             )
 
 
-EXIT_LOSSES = ("expected_logits", "final", "expected")
-EXIT_READOUTS = ("frozen", "reference")
-
-
 def check_exit_readout(value, name: str = "exit_readout") -> str:
-    """Return ``value`` unless it is not one of ``EXIT_READOUTS`` (``ValueError``)."""
+    """Return ``value`` unless it is not one of ``EXIT_READOUTS`` (``ValueError``): the check of the ``exit_readout``
+    argument of ``forward``/``generate`` (the config key is checked by its field)."""
     if value not in EXIT_READOUTS:
         raise ValueError(f"{name} must be one of {EXIT_READOUTS}, got {value!r}.")
     return value
 
 
 def check_exit_threshold(value, name: str = "exit_threshold") -> None:
-    """Raise ``ValueError`` unless ``value`` is ``None`` or a number in ``(0, 1]``."""
+    """Raise ``ValueError`` unless ``value`` is ``None`` or a number in ``(0, 1]``: the check of the
+    ``exit_threshold`` argument of ``forward``/``generate`` (the config key is checked by its field)."""
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < float(value) <= 1.0:

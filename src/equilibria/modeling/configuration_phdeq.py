@@ -3,14 +3,19 @@
 This module travels to the Hub as remote code: it imports only ``transformers`` (and ``huggingface_hub``).
 """
 
+import math
+from typing import Literal
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
+from transformers.utils.type_validators import interval
 
-from .config_checks import LoopConfigMixin, check_choices, check_finite, check_int, is_number, raise_value_errors
+from .config_checks import LoopConfigMixin, check_int, raise_value_errors
 from .solvers import GRADIENT_MODES, SOLVERS
 
 INITIALIZERS = ("learned", "zero")
 ANCHOR_TARGETS = ("origin", "initializer")
+ACTIVATIONS = ("gelu", "silu", "relu", "tanh")
 
 
 def stiffness_bound(step_size: float, friction: float) -> float:
@@ -91,53 +96,39 @@ class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
         "initializer_loss",
     ]
 
-    input_size: int = 64
-    hidden_size: int = 64
-    intermediate_size: int = 128
-    step_size: float | int = 0.5
-    friction: float | int = 1.0
-    anchor: float | int = 1.0
-    anchor_target: str = "origin"
-    start_noise: float | int = 0.0
-    initializer: str = "learned"
-    initializer_loss_weight: float | int = 1.0
+    input_size: int = interval(min=1)(default=64)
+    hidden_size: int = interval(min=1)(default=64)
+    intermediate_size: int = interval(min=1)(default=128)
+    step_size: float | int = interval(min=0.0, max=2.0, exclude_min=True, exclude_max=True)(default=0.5)
+    friction: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=1.0)
+    anchor: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=1.0)
+    anchor_target: Literal[ANCHOR_TARGETS] = "origin"
+    start_noise: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=0.0)
+    initializer: Literal[INITIALIZERS] = "learned"
+    initializer_loss_weight: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=1.0)
     stop_initializer_gradient: bool = False
     direct_path: bool = True
-    solver: str = "anderson"
-    anderson_memory: int = 5
-    num_loops: int = 300
-    solver_tol: float | int = 1e-4
-    gradient_mode: str = "implicit"
-    hidden_act: str = "gelu"
-    potential_scale_init: float | int = 0.1
+    solver: Literal[SOLVERS] = "anderson"
+    anderson_memory: int = interval(min=1)(default=5)
+    num_loops: int = interval(min=0)(default=300)
+    solver_tol: float | int = interval(min=0.0, max=math.inf, exclude_min=True, exclude_max=True)(default=1e-4)
+    gradient_mode: Literal[GRADIENT_MODES] = "implicit"
+    hidden_act: Literal[ACTIVATIONS] = "gelu"
+    potential_scale_init: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=0.1)
     tie_word_embeddings: bool = False
 
     _renamed_keys = {"damping": "friction"}
 
     def validate_architecture(self) -> None:
-        """The sizes, the dynamics (step, friction, anchor), the solver and the initialiser are allowed values (a
-        ``@strict`` hook, see [`LoopConfigMixin`])."""
+        """The dynamics give a stable step and a zero initialiser is not trained (a ``@strict`` hook, see
+        [`LoopConfigMixin`]; each key's own range and choices are checked by its field)."""
         super().validate_architecture()
-        check_int(self, 1, "input_size", "hidden_size", "intermediate_size", "anderson_memory", "num_labels")
-        check_int(self, 0, "num_loops")
         name = type(self).__name__
-        activations = ("gelu", "silu", "relu", "tanh")
-        check_choices(
-            self,
-            solver=SOLVERS,
-            gradient_mode=GRADIENT_MODES,
-            initializer=INITIALIZERS,
-            hidden_act=activations,
-            anchor_target=ANCHOR_TARGETS,
-        )
-        if not is_number(self.step_size) or not 0.0 < self.step_size < 2.0:
-            raise ValueError(f"{name}: step_size must be a number in (0, 2), got {self.step_size!r}.")
-        check_finite(self.friction, f"{name}: friction")
+        check_int(self, 1, "num_labels")
         if self.friction * self.step_size >= 2.0:
             raise ValueError(
                 f"{name}: friction * step_size must be < 2 for a stable step, got {self.friction} * {self.step_size}."
             )
-        check_finite(self.anchor, f"{name}: anchor", 0.0)
         bound = stiffness_bound(float(self.step_size), float(self.friction))
         if self.anchor >= bound:
             raise ValueError(
@@ -145,10 +136,6 @@ class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
                 f"friction, i.e. anchor < {bound:.4g} for step_size={self.step_size} and friction={self.friction}, "
                 f"got anchor={self.anchor}."
             )
-        check_finite(self.start_noise, f"{name}: start_noise", 0.0)
-        check_finite(self.solver_tol, f"{name}: solver_tol", 0.0, inclusive=False)
-        check_finite(self.initializer_loss_weight, f"{name}: initializer_loss_weight")
-        check_finite(self.potential_scale_init, f"{name}: potential_scale_init")
         if self.initializer == "zero" and self.initializer_loss_weight > 0:
             raise ValueError(
                 f"{name}: initializer_loss_weight must be 0 with initializer='zero' (nothing to train), got "
