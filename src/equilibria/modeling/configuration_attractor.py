@@ -1,8 +1,8 @@
 """Configuration of the Attractor language model (Fein-Ashley and Rashidinejad, 2026, "Solve the Loop: Attractor
 Models for Language and Reasoning").
 
-This module travels to the Hub as remote code: it imports only ``transformers`` (and ``huggingface_hub``, one of
-its dependencies).
+This module travels to the Hub as remote code: it imports only ``transformers``, ``huggingface_hub`` (one of its
+dependencies) and its siblings ``config_checks`` and ``solvers``, which travel with it.
 """
 
 import math

@@ -1,7 +1,8 @@
 """Configuration of the Equilibrium Reasoner (Huang, Geng and Kolter, 2026, "Equilibrium Reasoners: Learning
 Attractors Enables Scalable Reasoning").
 
-This module travels to the Hub as remote code: it imports only ``transformers`` (and ``huggingface_hub``).
+This module travels to the Hub as remote code: it imports only ``transformers``, ``huggingface_hub`` (one of its
+dependencies) and its sibling ``config_checks``, which travels with it.
 """
 
 import math

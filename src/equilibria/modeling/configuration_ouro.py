@@ -7,8 +7,8 @@ published files, ``total_ut_steps`` (how many times the shared decoder stack is 
 implementation adds, which the published files lack and which then load with their defaults:
 ``exit_readout``, ``exit_loss``, ``exit_entropy_weight`` and ``exit_gate_trained`` (see [`OuroConfig`]).
 
-This module travels to the Hub as remote code: it imports only ``transformers`` (and ``huggingface_hub``, one of
-its dependencies).
+This module travels to the Hub as remote code: it imports only ``transformers``, ``huggingface_hub`` (one of its
+dependencies) and its sibling ``config_checks``, which travels with it.
 """
 
 import math

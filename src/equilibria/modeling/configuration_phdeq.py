@@ -1,6 +1,7 @@
 """Configuration of the port-Hamiltonian deep equilibrium model (PH-DEQ), the subject of the computation audit.
 
-This module travels to the Hub as remote code: it imports only ``transformers`` (and ``huggingface_hub``).
+This module travels to the Hub as remote code: it imports only ``transformers``, ``huggingface_hub`` (one of its
+dependencies) and its siblings ``config_checks`` and ``solvers``, which travel with it.
 """
 
 import math

@@ -44,19 +44,14 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
+from .argument_checks import as_int
+from .causal_lm import CausalLoopMixin, recorded_calls, recording_attentions
 from .configuration_attractor import AttractorConfig
-from .loop_utils import (
-    CausalLoopMixin,
-    LoopGenerationMixin,
-    LoopMap,
-    StrictLoadingMixin,
-    TelemetryCache,
-    as_int,
-    recorded_calls,
-    recording_attentions,
-)
+from .loop_generation import LoopGenerationMixin, TelemetryCache
+from .loop_map import LoopMap
 from .regularization import IterateSampler, hutchinson_frobenius
 from .solvers import GRADIENT_MODES, SolverStats, SolverTelemetry, check_tol, fixed_point, solver_options
+from .strict_loading import StrictLoadingMixin
 
 
 def check_budget(num_loops) -> int:

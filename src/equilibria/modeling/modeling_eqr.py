@@ -28,9 +28,11 @@ from transformers.modeling_utils import PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 from transformers.utils import can_return_tuple
 
+from .argument_checks import as_int, check_keywords, shared_fields
 from .configuration_eqr import SELECTIONS, EqRConfig, check_noise
-from .loop_utils import LoopMap, StrictLoadingMixin, as_int, check_keywords, shared_fields
+from .loop_map import LoopMap
 from .solvers import residual
+from .strict_loading import StrictLoadingMixin
 
 
 def check_depth(value, name: str = "depth") -> int:

@@ -16,8 +16,9 @@ code; on top of that this implementation gives
   transformers 5.x, including left-padded batches;
 * early exit that saves compute during decoding (see [`OuroModel.forward`] for the exact semantics).
 
-This module travels to the Hub as remote code: it imports only torch, transformers and its sibling
-``configuration_ouro``.
+This module travels to the Hub as remote code: it imports only torch, transformers and its siblings in
+``equilibria/modeling`` (``configuration_ouro``, the shared pieces ``argument_checks``, ``causal_lm``,
+``loop_generation``, ``loop_map``, ``strict_loading``, ``regularization`` and ``solvers``), which travel with it.
 """
 
 from __future__ import annotations
@@ -39,19 +40,14 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
+from .argument_checks import as_int
+from .causal_lm import CausalLoopMixin, LMInputs, recording_attentions
 from .configuration_ouro import OuroConfig, check_exit_readout, check_exit_threshold
-from .loop_utils import (
-    CausalLoopMixin,
-    LMInputs,
-    LoopGenerationMixin,
-    LoopMap,
-    StrictLoadingMixin,
-    TelemetryCache,
-    as_int,
-    recording_attentions,
-)
+from .loop_generation import LoopGenerationMixin, TelemetryCache
+from .loop_map import LoopMap
 from .regularization import check_estimator_fits, spectral_radius
 from .solvers import residual
+from .strict_loading import StrictLoadingMixin
 
 # --------------------------------------------------------------------------------------------------
 # Building blocks (standard Llama/Qwen2 pieces)
