@@ -70,9 +70,6 @@ def test_fixed_point_reports_the_implicit_backward_solve_once_backward_has_run()
 
 
 def test_a_diverging_solve_returns_its_lowest_residual_iterate_in_every_mode():
-    import equilibria.modeling.solvers as solvers
-
-    solvers._warned = True  # the warning itself is tested in test_solvers
     scale = torch.nn.Parameter(torch.tensor(3.0, dtype=torch.float64))
 
     def f(z):

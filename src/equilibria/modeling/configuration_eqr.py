@@ -105,6 +105,7 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
         if self.max_position_embeddings is None:
             self.max_position_embeddings = self.max_seq_len
         super().__post_init__(**kwargs)
+        self.num_labels = self.vocab_size  # the head classifies each cell into a token of the vocabulary
 
     def validate_architecture(self) -> None:
         """The attention block's shapes fit together and the padding token is in the vocabulary (a ``@strict`` hook,

@@ -382,6 +382,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
 
     def __init__(self, config: EqRConfig):
         super().__init__(config)
+        self.loss_type = "ForTokenClassification"  # transformers' loss of a token classifier (self.loss_function)
         self.model = EqRModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
@@ -405,9 +406,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         if labels is not None:
             if labels.shape != inputs.shape:
                 raise ValueError(f"labels must have the inputs' shape {tuple(inputs.shape)}, got {tuple(labels.shape)}")
-            lm_loss = nn.functional.cross_entropy(
-                logits.flatten(0, 1).float(), labels.flatten().long(), ignore_index=-100
-            )
+            lm_loss = self.loss_function(logits, labels.long(), self.config)  # cross-entropy, -100 skipped
             loss = lm_loss
             if outputs.halt_logits is not None:
                 solved = puzzle_solved(logits, labels).float()

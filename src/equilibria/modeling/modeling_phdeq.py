@@ -286,7 +286,7 @@ class PHDEQForSequenceClassification(PHDEQPreTrainedModel):
         if labels is not None:
             if labels.dim() != 1 or labels.shape[0] != logits.shape[0]:
                 raise ValueError(f"labels must have shape ({logits.shape[0]},), got {tuple(labels.shape)}")
-            task_loss = nn.functional.cross_entropy(logits.float(), labels.long())
+            task_loss = self.loss_function(labels=labels.long(), pooled_logits=logits.float(), config=self.config)
             loss = task_loss
             weight = float(self.config.initializer_loss_weight)
             if self.model.initializer is not None and weight > 0 and solved_state is None:

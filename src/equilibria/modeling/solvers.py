@@ -14,21 +14,23 @@ dispatch):
 With autograd disabled (inference) every mode is the solve plus that last application. Per-sample stopping: a
 sample stops iterating once its relative residual is below ``tol``. The solvers return, per sample, the iterate
 with the lowest residual they saw; samples whose residual became NaN/inf or grew far beyond where it started are
-flagged as diverged (and a warning is issued once), and ``fixed_point`` returns their lowest-residual iterate
+flagged as diverged (and transformers' logger warns once per process), and ``fixed_point`` returns their lowest-residual iterate
 rather than ``f`` of a blown-up state.
 
 The residual has one definition, :func:`residual`: ``||f(z) - z||`` and ``||f(z) - z|| / ||f(z)||``, per sample
 here and per token where a family needs that (Ouro's early exit). This module travels to the Hub as remote code:
-it imports only torch.
+it imports only torch and transformers' logging.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 Map = Callable[[torch.Tensor], torch.Tensor]  # a loop map: state -> state
 SOLVERS = ("anderson", "picard")
@@ -251,7 +253,10 @@ def anderson(
     return _iterate(f, z0, max_iter, tol, _AndersonMixer(z0, memory, mixing, ridge))
 
 
-_warned = False
+DIVERGED = (
+    "fixed-point solver diverged for some samples (residual NaN/inf or growing); returning their lowest-residual "
+    "iterates, flagged in stats.diverged (said once per process)"
+)
 
 
 def solve(
@@ -264,19 +269,13 @@ def solve(
         max_iter: iteration budget (0 returns ``z0`` with its residual).
         tol: relative-residual tolerance for per-sample stopping.
     """
-    global _warned
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
     with torch.no_grad():
         z, stats = (anderson if solver == "anderson" else picard)(f, z0, max_iter=max_iter, tol=tol, **kwargs)
-    if not traced() and bool(stats.diverged.any()) and not _warned:
-        _warned = True
-        warnings.warn(
-            f"fixed-point solver diverged for {int(stats.diverged.sum())} of {len(stats.diverged)} samples "
-            "(residual NaN/inf or growing); returning their lowest-residual iterates, flagged in stats.diverged",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+    if not traced() and bool(stats.diverged.any()):
+        logger.warning_once(DIVERGED)  # deduplicated by its text: the counts go to the debug log
+        logger.debug(f"fixed-point solver: {int(stats.diverged.sum())} of {len(stats.diverged)} samples diverged")
     return z, stats
 
 
