@@ -312,7 +312,9 @@ def test_dataset_name_rows_must_fit_the_family(tmp_path, capsys):
     argv = ["train", "--family", "eqr", "--dataset_name", text, "--output_dir", str(tmp_path / "out")]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "sudoku rows need `inputs` and `labels` columns or a Sudoku-Extreme CSV (source,question,answer,rating)" in err
+    assert (
+        "sudoku rows need `inputs` and `labels` columns or a Sudoku-Extreme CSV (source,question,answer,rating)" in err
+    )
     assert main(["train", "--dataset_name", "x.jsonl", "--task", "addition", "--output_dir", str(tmp_path)]) == 2
     assert "pass either --dataset_name (your rows) or --task" in capsys.readouterr().err
 
@@ -397,3 +399,34 @@ def test_lora_fine_tuning_with_stars_behind_torchrun_keeps_replicas_identical(ba
     for name, value in saved.items():
         assert torch.equal(r0["params"][name], value) and torch.equal(r1["params"][name], value), name
     assert (tmp_path / "model" / "README.md").exists() and (tmp_path / "model" / "loop_scaling.json").exists()
+
+
+def test_dtype_names_go_to_from_pretrained_and_others_are_refused(tmp_path, capsys):
+    import torch
+
+    from equilibria.train import build, parse_train_args
+
+    sizes = ["--family", "eqr", "--hidden_size", "32", "--num_attention_heads", "2", "--size", "4"]
+    small = ["--output_dir", str(tmp_path / "out"), "--train_size", "4", "--test_size", "2"]
+    build(*parse_train_args([*sizes, *small])[:2], seed=0)[0].save_pretrained(tmp_path / "base")
+    argv = ["--model_name_or_path", str(tmp_path / "base"), *small]
+    model_args, data_args, _ = parse_train_args([*argv, "--dtype", "bfloat16"])
+    assert {p.dtype for p in build(model_args, data_args, seed=0)[0].parameters()} == {torch.bfloat16}
+    with pytest.raises(SystemExit):
+        parse_train_args([*argv, "--dtype", "bf16"])
+    assert "invalid choice: 'bf16'" in capsys.readouterr().err
+    config = tmp_path / "run.yaml"
+    config.write_text("\n".join(f"{k.strip('-')}: {v}" for k, v in zip(argv[::2], argv[1::2])) + "\ndtype: bf16\n")
+    model_args, data_args, _ = parse_train_args([str(config)])  # a file's value is not checked by argparse
+    with pytest.raises(ValueError, match=r"--dtype must be one of \('float32', 'bfloat16', 'float16', 'auto'\)"):
+        build(model_args, data_args, seed=0)
+
+
+def test_a_yaml_number_is_read_as_the_flag_would_read_it(tmp_path):
+    """YAML 1.1 reads ``1e-4`` (no dot) as a string; the file's values go through the flags' own types."""
+    from equilibria.train import parse_train_args
+
+    config = tmp_path / "run.yaml"
+    config.write_text(f"family: eqr\noutput_dir: {tmp_path}\nlearning_rate: 1e-4\nmax_steps: '3'\n")
+    _, _, args = parse_train_args([str(config)])
+    assert (args.learning_rate, args.max_steps) == (1e-4, 3)

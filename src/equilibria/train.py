@@ -17,6 +17,8 @@ from .families import FAMILIES
 from .scaling import loop_scaling, loop_scaling_table, parse_loops, save_loop_scaling
 from .tasks.records import TASK_RECORDS, TASKS
 
+DTYPES = ("float32", "bfloat16", "float16", "auto")  # what from_pretrained(dtype=...) takes by name
+
 
 @dataclass
 class ModelArguments:
@@ -59,7 +61,7 @@ class ModelArguments:
     )
     dtype: str = field(
         default="float32",
-        metadata={"help": "the dtype a checkpoint's weights are loaded in (float32, bfloat16, float16 or auto)"},
+        metadata={"choices": DTYPES, "help": "the dtype a checkpoint's weights are loaded in (auto: the checkpoint's)"},
     )
     use_peft: bool = field(default=False, metadata={"help": "fine-tune the checkpoint with LoRA (peft)"})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
@@ -506,7 +508,6 @@ def _overrides(model_args: ModelArguments, family) -> dict:
 def _model(model_args: ModelArguments, family, head, data, config):
     """The checkpoint (``config`` is its config) loaded into ``head``'s class, or a new model of ``family``;
     ``--num_loops`` and ``--exit_loss`` set in either config."""
-    import torch
 
     overrides = _overrides(model_args, family)
     if config is None:
@@ -526,12 +527,9 @@ def _model(model_args: ModelArguments, family, head, data, config):
     config.validate_architecture()
     if model_args.model_name_or_path is None:
         return head.model_class(config)
-    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
-    if model_args.dtype not in dtypes:
-        raise ValueError(f"--dtype must be one of {tuple(dtypes)}, got {model_args.dtype!r}")
-    return head.model_class.from_pretrained(
-        model_args.model_name_or_path, config=config, dtype=dtypes[model_args.dtype]
-    )
+    if model_args.dtype not in DTYPES:  # a config file's value is not checked against the flag's choices
+        raise ValueError(f"--dtype must be one of {DTYPES}, got {model_args.dtype!r}")
+    return head.model_class.from_pretrained(model_args.model_name_or_path, config=config, dtype=model_args.dtype)
 
 
 def run_train(argv: list[str]) -> dict:
