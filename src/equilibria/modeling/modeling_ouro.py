@@ -765,8 +765,10 @@ def _check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
 
 class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin):
     """[`OuroModel`] with a language-modelling head (the forward is [`LoopGenerationMixin.forward`]): logits and,
-    with ``labels``, the shifted cross-entropy, read at each token's exit step (the last step without early exit).
-    ``forward`` and ``generate`` accept ``num_loops`` and ``exit_threshold`` (see [`OuroModel.forward`] for the
+    with ``labels``, the shifted cross-entropy of ``config.exit_loss``: of the gate-weighted mixture of every step's
+    logits (``"expected_logits"``, the default), the gate-weighted mean of every step's loss (``"expected"``), or the
+    last step's logits (``"final"``); see :meth:`head_output`. Without ``labels`` the logits are each token's
+    exit-step readout (the last step without early exit). ``forward`` and ``generate`` accept ``num_loops`` and ``exit_threshold`` (see [`OuroModel.forward`] for the
     early-exit semantics); ``generate`` falls back to ``generation_config.num_loops`` (when set, e.g. saved in
     ``generation_config.json``) and then to ``config.total_ut_steps``. Returns [`OuroCausalLMOutput`]."""
 
