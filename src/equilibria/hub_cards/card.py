@@ -169,17 +169,8 @@ def build_model_card(
     eval_results = _eval_results(head, task_name, rows, dataset_type, dataset_label, metric, halting)
     eval_results += _lm_eval_results(head, lm_eval)
     base_model = base_model or _adapter_base(adapter)
-    data = ModelCardData(
-        library_name="peft" if adapter else "transformers",
-        pipeline_tag=head.pipeline_tag,
-        license=license,
-        tags=list(dict.fromkeys(["equilibria", config.model_type, *info.tags, *(extra_tags or [])])),
-        datasets=datasets,
-        base_model=base_model,
-        language=language,
-        model_name=title if eval_results else None,
-        eval_results=eval_results or None,
-    )
+    tags = ["equilibria", config.model_type, *info.tags, *(extra_tags or [])]
+    data = _card_data(head, license, tags, datasets, base_model, language, title, eval_results, adapter)
     note = f" ({evaluated['note']})" if evaluated and evaluated.get("note") else ""
     sections = [
         _intro(model, info, title, base_model, adapter),
@@ -194,6 +185,22 @@ def build_model_card(
     ]
     body = "\n".join(line for section in sections for line in section)
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n" + body)
+
+
+def _card_data(head, license, tags, datasets, base_model, language, title, eval_results, adapter) -> ModelCardData:
+    """The card's metadata (its YAML header): library, pipeline, license, tags, datasets, base model, language and
+    ``model-index`` results (titled ``title``, only when there are results)."""
+    return ModelCardData(
+        library_name="peft" if adapter else "transformers",
+        pipeline_tag=head.pipeline_tag,
+        license=license,
+        tags=list(dict.fromkeys(tags)),
+        datasets=datasets,
+        base_model=base_model,
+        language=language,
+        model_name=title if eval_results else None,
+        eval_results=eval_results or None,
+    )
 
 
 def _adapter_base(adapter: dict | None) -> str | None:
