@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import TrainerCallback
 
 import equilibria  # noqa: F401  (registers the Auto classes)
 from equilibria import AttractorConfig, AttractorForCausalLM, OuroConfig, OuroForCausalLM
@@ -88,6 +89,24 @@ def tiny_attractor(seed: int = 0, strength: float = 10.0, **overrides) -> Attrac
     return model
 
 
+def ragged_lm_rows(n: int = 16, width: int = 12, seed: int = 0) -> dict[str, list]:
+    """``n`` causal-LM rows of different lengths (3 to ``width`` real tokens), right-padded to ``width`` with
+    ``attention_mask`` 0 and label -100 at the padding, and each row's first 1 to 3 tokens (a "prompt") also
+    labelled -100: rows and micro-batches thus hold different numbers of labelled tokens, so a loss averaged per
+    micro-batch differs from one averaged over the labelled tokens of the whole accumulated batch."""
+    g = torch.Generator().manual_seed(seed)
+    rows = {"input_ids": [], "attention_mask": [], "labels": []}
+    for _ in range(n):
+        length = int(torch.randint(3, width + 1, (), generator=g))
+        prompt = int(torch.randint(1, min(3, length - 1) + 1, (), generator=g))
+        ids = torch.randint(3, 40, (length,), generator=g).tolist()
+        pad = width - length
+        rows["input_ids"].append(ids + [0] * pad)
+        rows["attention_mask"].append([1] * length + [0] * pad)
+        rows["labels"].append([-100] * prompt + ids[prompt:] + [-100] * pad)
+    return rows
+
+
 def load_benchmark(name: str):
     """The module ``benchmarks/<name>.py`` (benchmarks are scripts, not a package)."""
     import importlib
@@ -98,6 +117,31 @@ def load_benchmark(name: str):
         return importlib.import_module(name)
     finally:
         sys.path.pop(0)
+
+
+def read_benchmark_json(path: Path, returned=None) -> dict:
+    """The JSON a benchmark wrote to ``path``, read back and checked: every number in it is finite (``json`` writes
+    and reads NaN and Infinity without complaint), and, given ``returned`` (what the benchmark's ``main`` returned),
+    it holds exactly that, as JSON writes it (string keys, ``str`` of paths)."""
+    import json
+    import math
+
+    saved = json.loads(Path(path).read_text())
+
+    def check(value, where: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                check(item, f"{where}.{key}")
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                check(item, f"{where}[{index}]")
+        elif isinstance(value, float):
+            assert math.isfinite(value), f"{Path(path).name}: {where} is {value}"
+
+    check(saved, "")
+    if returned is not None:
+        assert saved == json.loads(json.dumps(returned, default=str))
+    return saved
 
 
 def run_two_processes(script_name: str, out_dir: Path, timeout: float = 600, teardown_grace: float = 60) -> tuple:
@@ -171,3 +215,15 @@ def model() -> OuroForCausalLM:
 @pytest.fixture
 def tokenizer():
     return char_tokenizer()
+
+
+class StopAt(TrainerCallback):
+    """Stops training after optimizer step ``step``: a run "killed" right after its checkpoint, to resume."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+        return control

@@ -1,6 +1,5 @@
 """Claims about the Attractor LM: the solve, its telemetry, generation with the cache, and the gradients."""
 
-
 import logging
 
 import pytest

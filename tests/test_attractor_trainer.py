@@ -1,5 +1,6 @@
 """Claims about AttractorTrainer: what it logs, its two stabilisers, loss scaling, and multi-process runs."""
 
+import functools
 import math
 import os
 import subprocess
@@ -8,7 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import load_benchmark, run_two_processes, tiny_attractor, tiny_ouro
+from conftest import (
+    load_benchmark,
+    ragged_lm_rows,
+    read_benchmark_json,
+    run_two_processes,
+    tiny_attractor,
+    tiny_ouro,
+)
 from datasets import Dataset
 
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
@@ -104,21 +112,51 @@ def test_the_correction_loss_is_logged(tmp_path):
 
 
 def test_gradient_accumulation_updates_like_one_big_batch(tmp_path):
-    """LM plus correction loss, 2 micro-batches of 4 accumulated == 1 batch of 8 (token-count normalisation)."""
-    finals = []
+    """LM plus correction loss, 2 micro-batches of 4 accumulated == 1 batch of 8, on ragged rows (padded, part of
+    each row's labels -100) whose two micro-batches per step hold different numbers of labelled tokens: both losses
+    are averaged over the labelled tokens of the whole accumulated batch (the Trainer's ``num_items_in_batch``),
+    not per micro-batch. The logged losses are the big batch's too."""
+    data = Dataset.from_dict(ragged_lm_rows(n=16))
+    finals, logs, counts = [], [], []
     for batch, accumulation in ((8, 1), (4, 2)):
         model = small_model(solver="picard")
-        args = attractor_args(
+        original = model.forward
+
+        @functools.wraps(original)
+        def counting_forward(*args, _original=original, **kwargs):
+            counts.append(int((kwargs["labels"][:, 1:] != -100).sum()))
+            return _original(*args, **kwargs)
+
+        model.forward = counting_forward
+        args = attractor_args(  # SGD without clipping: Adam's normalisation and gradient-norm clipping (to 1 by
+            # default; these gradients are larger) would hide a wrongly scaled accumulated gradient
             tmp_path / str(batch),
             max_steps=2,
             per_device_train_batch_size=batch,
             gradient_accumulation_steps=accumulation,
             correction_weight=0.5,
+            optim="sgd",
+            learning_rate=1e-2,
+            lr_scheduler_type="constant",
+            max_grad_norm=0.0,
         )
-        AttractorTrainer(model=model, args=args, train_dataset=token_data()).train()
+        trainer = AttractorTrainer(model=model, args=args, train_dataset=data)
+        trainer.train()
         finals.append({n: p.detach().clone() for n, p in model.named_parameters()})
+        logs.append(logged(trainer))
+    big, accumulated = counts[:2], counts[2:]
+    assert len(accumulated) == 4 and accumulated[0] != accumulated[1] and accumulated[2] != accumulated[3], counts
+    assert big == [accumulated[0] + accumulated[1], accumulated[2] + accumulated[3]]  # the same rows per step
+    start = small_model().state_dict()
+    moved = [n for n, value in finals[0].items() if not torch.equal(value, start[n])]
+    assert "model.attractor.gate" in moved and "model.embed_tokens.weight" in moved, moved
     for name, value in finals[0].items():
         torch.testing.assert_close(finals[1][name], value, rtol=1e-4, atol=1e-6, msg=name)
+    assert len(logs[0]) == len(logs[1]) == 2
+    for one, two in zip(*logs):  # rounded to 4 (loss) and 6 digits
+        assert two["loss"] == pytest.approx(one["loss"], abs=1.5e-4)
+        assert two["lm_loss"] == pytest.approx(one["lm_loss"], abs=1e-5)
+        assert two["correction_loss"] == pytest.approx(one["correction_loss"], abs=1e-5)
 
 
 def test_evaluation_uses_the_evaluation_budget(tmp_path):
@@ -192,12 +230,21 @@ def test_two_process_run_keeps_replicas_identical(tmp_path):
 
 def test_internalization_benchmark_quick_mode_runs(tmp_path):
     result = load_benchmark("bench_attractor_internalization").main(["--quick", "--output-dir", str(tmp_path)])
-    assert [r["step"] for r in result["rows"]] == [0, 3, 6]
-    for row in result["rows"]:
-        assert row["iterations"] >= 1 and 0 <= row["converged"] <= 1 and row["displacement"] > 0
+    saved = read_benchmark_json(tmp_path / "internalization.json", result)
+    args = saved["args"]
+    assert args["quick"] is True and (args["steps"], args["budget"], args["test_size"]) == (6, 10, 16)
+    assert args["output_dir"] == str(tmp_path)
+    assert [r["step"] for r in saved["rows"]] == [0, 3, 6]  # step 0, then every --eval-every 3
+    fields = {"step", "loss_backbone", "loss_solved", "iterations", "converged", "displacement", "proposal_residual"}
+    for row in saved["rows"]:
+        assert set(row) == fields
+        assert 1 <= row["iterations"] <= args["budget"] and 0 <= row["converged"] <= 1
+        assert 0 < row["displacement"] < 1 and 0 < row["proposal_residual"] < 1  # relative distances
         assert row["loss_backbone"] > 0 and row["loss_solved"] > 0
-    assert result["rows"][-1]["loss_solved"] < result["rows"][0]["loss_solved"]
-    assert len(result["exact_match"]) == 2
+    assert saved["rows"][-1]["loss_solved"] < saved["rows"][0]["loss_solved"]
+    assert set(saved["exact_match"]) == {"backbone (num_loops=0)", "solved (num_loops=10)"}
+    assert all(0 <= a <= 1 and 16 * a == round(16 * a) for a in saved["exact_match"].values())  # shares of 16
+    assert saved["train_seconds"] > 0
     assert (tmp_path / "internalization.png").stat().st_size > 1000
 
 
@@ -205,8 +252,19 @@ def test_memory_benchmark_quick_mode_shows_constant_memory(tmp_path):
     bench = load_benchmark("bench_attractor_memory")
     # two child processes (each imports torch); the unrolled growth is tested in-process in test_attractor.py
     results = bench.main(["--quick", "--budgets", "2,16", "--modes", "one_step", "--output-dir", str(tmp_path)])
-    assert results[("one_step", 16)]["saved_bytes"] == results[("one_step", 2)]["saved_bytes"] > 0
-    assert results[("one_step", 16)]["saved_ratio"] == 1.0
+    saved = read_benchmark_json(tmp_path / "memory.json")
+    assert saved == {f"{mode}@{budget}": row for (mode, budget), row in results.items()}
+    assert set(saved) == {"one_step@2", "one_step@16"}
+    for row in saved.values():
+        assert set(row) == {"saved_bytes", "peak_increase_bytes", "device", "saved_ratio", "peak_ratio"}
+        assert row["device"] == "cpu" and row["saved_bytes"] > 0 and row["peak_increase_bytes"] >= 0
+    base = saved["one_step@2"]  # ratios are to the first budget of the same mode
+    assert base["saved_ratio"] == 1.0
+    # on CPU the peak increase is ru_maxrss after the step minus the larger of the RSS and ru_maxrss before it, so
+    # it reads 0 when the process peaked higher earlier (then the ratios divide by 1): not checked further here
+    assert base["peak_ratio"] == (1.0 if base["peak_increase_bytes"] > 0 else 0.0)
+    assert saved["one_step@16"]["saved_bytes"] == base["saved_bytes"]  # constant memory: what backward keeps
+    assert saved["one_step@16"]["saved_ratio"] == 1.0
     assert (tmp_path / "memory.png").stat().st_size > 1000
     with pytest.raises(SystemExit, match="unknown gradient modes"):
         bench.main(["--quick", "--modes", "bptt"])

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from conftest import load_benchmark
+from conftest import load_benchmark, read_benchmark_json
 from datasets import Dataset
 
 from equilibria import PHDEQConfig, PHDEQForSequenceClassification
@@ -447,6 +447,33 @@ def test_cli_audits_a_saved_model_and_writes_the_report(tmp_path, capsys):
 def test_reachability_audit_benchmark_quick_mode_runs(tmp_path):
     bench_audit_reachability = load_benchmark("bench_audit_reachability")
     results = bench_audit_reachability.main(["--quick", "--output-dir", str(tmp_path)])
+    saved = read_benchmark_json(tmp_path / "audit_reachability.json", results)
+    args = saved["args"]
+    assert args["quick"] == "True" and (args["steps"], args["test_size"], args["num_loops"]) == ("8", "64", "50")
+    assert [run["seed"] for run in saved["runs"]] == [0] * 6
+    for run in saved["runs"]:  # accuracies are shares of the 64 held-out questions
+        assert 0 <= run["accuracy"] <= 1 and 64 * run["accuracy"] == round(64 * run["accuracy"])
+        assert run["train_seconds"] > 0
+        if run["model"] == "mlp":  # not a DEQ: no audit
+            assert set(run) == {"seed", "model", "train_seconds", "accuracy"}
+            assert not (tmp_path / "mlp-seed0" / "audit.json").exists()
+            continue
+        for share in ("cap", "t4_returned", "t4_stayed"):
+            assert 0 <= run[share] <= 1, share
+        assert 1 <= run["steps"] <= 50 and run["disp_median"] >= 0 and run["reasons"]
+        report = json.loads((tmp_path / f"{run['model']}-seed0" / "audit.json").read_text())
+        assert report["verdict"] == run["verdict"] and report["accuracy"] == run["accuracy"]
+        history = run["gradient_history"]  # one row per step; first and last tenth of 8 steps: one row each
+        assert [row["step"] for row in history] == list(range(1, 9))
+        for path, norms in run["gradients"].items():
+            assert norms == {"first": history[0][path], "last": history[-1][path]}
+            assert all(row[path] >= 0 for row in history)
+    ph_deq = [run for run in saved["runs"] if run["model"] != "mlp"]
+    assert set(saved["findings"]) == {run["model"] for run in ph_deq}
+    for run in ph_deq:  # one seed: each finding is its run's
+        found = saved["findings"][run["model"]]
+        assert found["runs"] == 1 and found["verdicts"] == [run["verdict"]] and found["pearson"] == [run["pearson"]]
+        assert found["cap_share"] == run["cap"] and found["exploded_runs"] == int(run["disp_median"] > 100)
     runs = {run["model"]: run for run in results["runs"]}
     assert set(runs) == {"studied", "no_anchor", "noisy_start", "amortised", "control", "mlp"}
     assert all(runs[kind]["verdict"] in VERDICTS for kind in runs if kind != "mlp")

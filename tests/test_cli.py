@@ -220,8 +220,8 @@ def test_train_writes_a_hub_ready_folder(tmp_path, capsys):
 
     # eval and audit on the folder never use a training problem: 1-digit addition has 100 problems, 64 trained on
 
-    from equilibria.loading import load_saved_model
     from equilibria.evaluation import evaluation_data
+    from equilibria.loading import load_saved_model
     from equilibria.tasks import build_addition_dataset, eval_split
 
     trained = set(build_addition_dataset(1, 64, 8, seed=42)["train"]["prompt"])  # TrainingArguments seed 42

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import load_benchmark, run_two_processes
+from conftest import StopAt, load_benchmark, run_two_processes
 from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import TrainerCallback
@@ -293,16 +293,6 @@ def test_halting_benchmark_quick_mode_runs(tmp_path):
         assert all(1.0 <= s["mean_nfe"] <= 4.0 and s["best_depth"] in fixed for s in halting.values())
     assert (tmp_path / "eqr_halting.png").stat().st_size > 1000
     assert (tmp_path / "model" / "config.json").exists()
-
-
-class StopAt(TrainerCallback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            control.should_training_stop = True  # the run is "killed" right after its checkpoint
-        return control
 
 
 def test_checkpoints_hold_the_ema_and_a_resumed_run_ends_with_the_ema_of_an_uninterrupted_one(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import load_benchmark
+from conftest import load_benchmark, read_benchmark_json
 from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
@@ -80,10 +80,32 @@ def test_training_labels_mask_the_prompt():
 def test_decode_benchmark_quick_mode_runs(tmp_path):
     bench_ouro_decode = load_benchmark("bench_ouro_decode")
     results = bench_ouro_decode.main(["--quick", "--output-dir", str(tmp_path)])
-    assert (tmp_path / "ouro_decode.json").exists()
-    assert results["loop_overhead"]["ratio"] > 0
-    assert 1 <= results["early_exit"]["mean_exit_steps"] <= results["early_exit"]["loops"]
-    assert results["cache"]["speedup"] > 0
+    saved = read_benchmark_json(tmp_path / "ouro_decode.json", results)
+    args = saved["args"]
+    assert args["quick"] == "True" and (args["width"], args["new_tokens"], args["repeats"]) == ("64", "8", "1")
+    assert set(saved) == {"args", "loop_overhead", "early_exit", "cache"}
+
+    overhead = saved["loop_overhead"]  # Ouro 2 layers x 4 loops against Llama with 8 layers of the same width
+    assert overhead["ouro_s"] > 0 and overhead["llama_s"] > 0
+    assert overhead["ratio_range"][0] <= overhead["ratio"] <= overhead["ratio_range"][1]
+    assert overhead["ratio"] == pytest.approx(overhead["ouro_s"] / overhead["llama_s"])  # one repeat: one pair
+    assert 0 < overhead["ouro_params"] < overhead["llama_params"]  # the loop shares its layers
+
+    early = saved["early_exit"]  # the threshold calibrated so that decoded tokens exit after about half the steps
+    assert early["loops"] == 8 and len(early["calibration"]) == 3  # --calibration-steps in --quick
+    tried = sorted((float(t), steps) for t, steps in early["calibration"].items())
+    assert all(0.5 <= t <= 0.999 and 1 <= steps <= early["loops"] for t, steps in tried)
+    assert [steps for _, steps in tried] == sorted(steps for _, steps in tried)  # a higher threshold exits later
+    assert str(early["threshold"]) in early["calibration"]
+    assert early["threshold"] == min(tried, key=lambda point: abs(point[1] - early["loops"] / 2))[0]
+    assert early["mean_exit_steps"] == early["calibration"][str(early["threshold"])]  # measured again: the same
+    assert early["exit_s"] > 0 and early["full_s"] > 0
+    assert early["ratio_range"][0] <= early["ratio"] <= early["ratio_range"][1]
+
+    cache = saved["cache"]
+    assert cache["new_tokens"] == 16 and cache["cache_s"] > 0 and cache["no_cache_s"] > 0
+    assert cache["speedup"] == pytest.approx(cache["no_cache_s"] / cache["cache_s"])
+    assert cache["speedup_range"][0] <= cache["speedup"] <= cache["speedup_range"][1]
 
 
 def test_demo_quick_mode_writes_and_reloads_a_hub_folder(tmp_path):
@@ -171,27 +193,51 @@ def test_exact_match_scores_right_and_wrong_answers():
 def test_stars_benchmark_quick_mode_runs(tmp_path):
     bench_stars_addition = load_benchmark("bench_stars_addition")
     results = bench_stars_addition.main(["--quick", "--output-dir", str(tmp_path)])
-    assert set(results) == {"plain", "sampling", "jsrr", "stars"}
     assert (tmp_path / "stars_addition.png").stat().st_size > 1000
-    for res in results.values():
-        assert set(res["accuracy"]) == {1, 2, 4}
-        assert len(res["dynamics"]["relative_step"]) == 3
+    saved = read_benchmark_json(tmp_path / "results.json")
+    assert saved["command"] == f"python benchmarks/bench_stars_addition.py --quick --output-dir {tmp_path}"
+    assert saved["args"]["quick"] == "True" and (saved["args"]["steps"], saved["args"]["test_size"]) == ("4", "16")
+    assert saved["results"] == json.loads(json.dumps(results, default=str))  # the file holds what main returned
+    assert set(results) == {"plain", "sampling", "jsrr", "stars"}
+    for res in saved["results"].values():
+        assert set(res["accuracy"]) == {"1", "2", "4"}
+        assert all(16 * a == round(16 * a) and 0 <= a <= 1 for a in res["accuracy"].values())  # shares of 16
+        assert len(res["dynamics"]["relative_step"]) == 3 and all(r > 0 for r in res["dynamics"]["relative_step"])
+        assert set(res["dynamics"]["spectral_radius"]) == {"1", "2", "4"}
+        assert all(r > 0 for r in res["dynamics"]["spectral_radius"].values())
+        assert res["train_seconds"] > 0 and [h["step"] for h in res["log"]] == [1, 2, 3, 4]
     logged = {kind: [h for h in res["log"] if "num_loops" in h] for kind, res in results.items() if kind != "plain"}
     assert all("spectral_radius" in h for h in logged["stars"] + logged["jsrr"])
     assert not any("spectral_radius" in h for h in logged["sampling"])  # sampling only: no penalty
     assert {h["num_loops"] for h in logged["jsrr"]} == {2.0}  # the fixed count (--train-loops in --quick)
+    assert [h["num_loops"] for h in logged["sampling"]] == [h["num_loops"] for h in logged["stars"]]  # same draws
+    assert len({h["num_loops"] for h in logged["stars"]}) > 1
+    # the same weights, data and order for every kind: with the penalty's warm-up step (--quick), a kind's first step
+    # is its penalty-free twin's (plain = jsrr at the fixed count, sampling = stars), and so is the next LM loss
+    log = {kind: res["log"] for kind, res in results.items()}
+    for twin, kind in (("plain", "jsrr"), ("sampling", "stars")):
+        assert log[kind][0]["jsrr_penalty"] == 0.0 and log[kind][0]["loss"] == pytest.approx(log[twin][0]["loss"])
+        assert log[kind][1]["lm_loss"] == pytest.approx(log[twin][1]["loss"], abs=1e-5)
 
 
 def test_exit_gate_benchmark_quick_mode_runs(tmp_path):
     results = load_benchmark("bench_exit_gate").main(["--quick", "--output-dir", str(tmp_path)])
-    assert set(results["losses"]) == {"expected_logits", "expected", "final"}
-    assert (tmp_path / "exit_gate.png").stat().st_size > 1000 and (tmp_path / "exit_gate.json").is_file()
-    for kinds in results["losses"].values():
+    assert (tmp_path / "exit_gate.png").stat().st_size > 1000
+    saved = read_benchmark_json(tmp_path / "exit_gate.json", results)
+    assert saved["command"] == "python benchmarks/bench_exit_gate.py --quick"
+    assert set(saved["losses"]) == {"expected_logits", "expected", "final"}
+    for kinds in saved["losses"].values():
+        assert set(kinds) == {"fixed", "frozen", "reference", "train_seconds"} and kinds["train_seconds"] > 0
+        assert set(kinds["fixed"]) == {"1", "2", "3", "4"}
         for loops, point in kinds["fixed"].items():  # a fixed loop count runs exactly that many steps
-            assert point["mean_steps"] == float(loops) and 0 <= point["accuracy"] <= 1
+            assert point["mean_steps"] == float(loops)
         for readout in ("frozen", "reference"):
+            assert set(kinds[readout]) == {"0.5", "0.9"}  # the thresholds of --quick
             assert all(1 <= point["mean_steps"] <= 4 for point in kinds[readout].values())
-    # a lower threshold exits earlier
+            # a lower threshold exits earlier
+            assert kinds[readout]["0.5"]["mean_steps"] <= kinds[readout]["0.9"]["mean_steps"]
+        points = [point for kind in ("fixed", "frozen", "reference") for point in kinds[kind].values()]
+        assert all(0 <= p["accuracy"] <= 1 and 16 * p["accuracy"] == round(16 * p["accuracy"]) for p in points)
     assert (
         results["losses"]["expected"]["frozen"]["0.5"]["mean_steps"]
         < results["losses"]["expected"]["frozen"]["0.9"]["mean_steps"]

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 import torch
-from conftest import load_benchmark
+from conftest import load_benchmark, read_benchmark_json
 
 from equilibria.modeling import solvers
 from equilibria.modeling.solvers import implicit_gradient, one_step_gradient, solve
@@ -125,7 +125,22 @@ def test_implicit_gradient_matches_finite_differences():
 def test_solver_benchmark_quick_mode_runs(tmp_path):
     bench_solvers = load_benchmark("bench_solvers")
     payload = bench_solvers.main(["--quick", "--output-dir", str(tmp_path)])
-    assert (tmp_path / "solvers.json").exists()
+    saved = read_benchmark_json(tmp_path / "solvers.json", payload)
+    assert saved["args"]["quick"] == "True" and (saved["args"]["dim"], saved["args"]["max_iter"]) == ("32", "500")
+    fields = {"map", "solver", "iterations", "rel_residual", "seconds"}
+    for key, row in saved["results"].items():  # every row complete, named by its map and solver
+        assert key == f"{row['map']} | {row['solver']}" and set(row) == fields
+        assert isinstance(row["iterations"], int) and 1 <= row["iterations"] <= 500
+        assert row["rel_residual"] >= 0 and row["seconds"] > 0
+    solvers_per_map = {}
+    for row in saved["results"].values():
+        solvers_per_map.setdefault(row["map"], set()).add(row["solver"])
+    (solvers,) = {frozenset(names) for names in solvers_per_map.values()}  # every solver ran on every map
+    assert {"equilibria anderson (m=5)", "equilibria picard"} <= solvers
+    torchdeq = {name for name in solvers if name.startswith("torchdeq")}
+    assert not torchdeq or len(torchdeq) == 5  # its default lam and the 4 of --torchdeq-lams
+    for label, best in saved["best_torchdeq"].items():  # the best setting is one of the rows, within 10 x tol
+        assert saved["results"][f"{label} | {best['solver']}"] == best and best["rel_residual"] <= 1e-4
     results = {(row["map"], row["solver"]): row for row in payload["results"].values()}
     ours = {k: v for k, v in results.items() if k[1].startswith("equilibria")}
     assert all(v["rel_residual"] <= 1e-5 for v in ours.values())

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 import torch
-from conftest import load_benchmark, run_two_processes, tiny_ouro
+from conftest import StopAt, load_benchmark, ragged_lm_rows, read_benchmark_json, run_two_processes, tiny_ouro
 from datasets import Dataset
 from transformers import TrainerCallback
 
@@ -283,39 +283,48 @@ def test_jsrr_gradient_is_nonzero_and_lowers_the_radius(tmp_path):
 
 @pytest.mark.parametrize("jsrr_weight,estimator", [(0.0, "vjp"), (0.3, "vjp"), (0.3, "jvp")])
 def test_gradient_accumulation_updates_like_one_big_batch(tmp_path, jsrr_weight, estimator):
-    """2 micro-batches of 4 update like 1 batch of 8, with the penalty on too: each sequence's power-iteration
-    probe comes from its own tokens, not from its place in the batch."""
+    """2 micro-batches of 4 update like 1 batch of 8, with the penalty on too. The rows are ragged (padded, and
+    part of each row's labels -100), so the two micro-batches of a step hold different numbers of labelled tokens:
+    the LM loss must be averaged over the labelled tokens of the whole accumulated batch (the Trainer's
+    ``num_items_in_batch``), as in the big batch, not per micro-batch; and each sequence's power-iteration probe
+    comes from its own tokens, not from its place in the batch. The logged losses are the big batch's too."""
     a, b = tiny_ouro(seed=4), tiny_ouro(seed=4)
-    data = token_data(n=16)
+    data = Dataset.from_dict(ragged_lm_rows(n=16))
+    counts = []  # the labelled (predicted) tokens of each training micro-batch of the accumulating run
+    original = b.forward
+
+    @functools.wraps(original)
+    def counting_forward(*args, **kwargs):
+        counts.append(int((kwargs["labels"][:, 1:] != -100).sum()))
+        return original(*args, **kwargs)
+
+    b.forward = counting_forward
     common = dict(  # SGD: Adam's first step is about sign(grad), which turns float noise in near-zero entries
-        # into lr-sized differences, and its normalisation would hide a wrongly scaled accumulated gradient
+        # into lr-sized differences, and its normalisation would hide a wrongly scaled accumulated gradient; so
+        # would clipping the gradient norm (to 1 by default; these gradients are larger), hence max_grad_norm=0
         max_steps=2,
         jsrr_weight=jsrr_weight,
         jsrr_estimator=estimator,
         learning_rate=1e-2,
         lr_scheduler_type="constant",
         optim="sgd",
+        max_grad_norm=0.0,
     )
-    StarsTrainer(
-        model=a, args=stars_args(tmp_path / "a", per_device_train_batch_size=8, **common), train_dataset=data
-    ).train()
-    StarsTrainer(
-        model=b,
-        args=stars_args(tmp_path / "b", per_device_train_batch_size=4, gradient_accumulation_steps=2, **common),
-        train_dataset=data,
-    ).train()
+    logs = []
+    for model, batch, accumulation in ((a, 8, 1), (b, 4, 2)):
+        args = stars_args(
+            tmp_path / str(batch), per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation, **common
+        )
+        trainer = StarsTrainer(model=model, args=args, train_dataset=data)
+        trainer.train()
+        logs.append([h for h in trainer.state.log_history if "loss" in h])
+    assert len(counts) == 4 and counts[0] != counts[1] and counts[2] != counts[3], counts
     for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
         torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-5, msg=name)  # float summation order: ~1e-6
-
-
-class StopAt(TrainerCallback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            control.should_training_stop = True  # the run is "killed" right after its checkpoint
-        return control
+    assert len(logs[0]) == len(logs[1]) == 2
+    for big, accumulated in zip(*logs):  # the per-token mean over the whole batch (rounded to 4 and 6 digits)
+        assert accumulated["loss"] == pytest.approx(big["loss"], abs=1.5e-4)
+        assert accumulated["lm_loss"] == pytest.approx(big["lm_loss"], abs=3e-6)
 
 
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
@@ -392,7 +401,13 @@ def test_two_process_run_keeps_replicas_identical(tmp_path):
     assert logged and all(h["spectral_radius"] > 0 for h in logged)
 
     # the loss is scaled right across processes, the penalty's too: 2 processes x batch 4 update like 1 process
-    # accumulating 2 x 4 (each sequence's probe comes from its tokens, not from its process)
+    # accumulating 2 x 4 (each sequence's probe comes from its tokens, not from its process). The rows are ragged
+    # and the processes' halves of a batch hold different numbers of labelled tokens, so the LM loss must be averaged
+    # over the whole batch's tokens (gathered across processes), not per process; SGD without clipping, so that a
+    # wrongly scaled gradient shows
+    for run in ("jsrr", "lm_only"):
+        counts = r0[run]["counts"], r1[run]["counts"]
+        assert len(counts[0]) == 4 and all(c0 != c1 for c0, c1 in zip(*counts)), counts
     sys.path.insert(0, str(script.parent))
     try:
         import stars_ddp
@@ -423,9 +438,33 @@ def test_unsupported_loss_options_are_refused(tmp_path):
         )
 
 
-def test_ddp_is_left_to_transformers_defaults(tmp_path):
-    """No parameter is left without a gradient (the two-process test runs plain DDP), so nothing is forced."""
-    assert stars_args(tmp_path).ddp_find_unused_parameters is None
+class ParametersWithoutGradient(TrainerCallback):
+    """Before each optimizer step, the names of the trainable parameters that got no gradient in that step (the
+    Trainer sets the gradients to None after each step)."""
+
+    def __init__(self):
+        self.per_step = []
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        self.per_step.append([n for n, p in model.named_parameters() if p.requires_grad and p.grad is None])
+
+
+@pytest.mark.parametrize("exit_loss", ["final", "expected_logits", "expected"])
+@pytest.mark.parametrize("jsrr_weight", [0.0, 0.3])
+def test_every_step_gives_every_trainable_parameter_a_gradient(tmp_path, exit_loss, jsrr_weight):
+    """So plain DDP (``find_unused_parameters=False``: what the two-process test sets, and what transformers picks
+    under gradient checkpointing) works at every sampled loop count, 1 included, and StarsTrainingArguments leaves
+    ``ddp_find_unused_parameters`` unset (transformers' default) instead of forcing the slower search."""
+    sampler = dict(min_loops=1, max_loops=3, loop_log_mean=math.log(2), loop_log_std=0.4)
+    args = stars_args(tmp_path, max_steps=3, jsrr_weight=jsrr_weight, **sampler)
+    assert args.ddp_find_unused_parameters is None
+    callback = ParametersWithoutGradient()
+    trainer = StarsTrainer(
+        model=tiny_ouro(exit_loss=exit_loss), args=args, train_dataset=token_data(), callbacks=[callback]
+    )
+    trainer.train()
+    assert [h["num_loops"] for h in trainer.state.log_history if "loss" in h] == [3, 1, 2]  # one loop included
+    assert callback.per_step == [[], [], []]
 
 
 def test_the_penalty_starts_after_its_warmup(tmp_path):
@@ -440,19 +479,38 @@ def test_the_penalty_starts_after_its_warmup(tmp_path):
 def test_estimator_benchmark_quick_mode_writes_its_table(tmp_path):
     bench_jsrr_estimator = load_benchmark("bench_jsrr_estimator")
     results = bench_jsrr_estimator.main(["--quick", "--output-dir", str(tmp_path)])
-    assert (tmp_path / "jsrr_estimator.json").exists()
-    for result in results["maps"].values():
-        assert set(result["errors"]) == {f"{e}@{k}" for e in ("vjp", "jvp") for k in (1, 2, 4, 8)}
-        assert all(r > 0 for r in result["exact_radius"]) and result["cost"]["vjp@1"] == 1.0
+    saved = read_benchmark_json(tmp_path / "jsrr_estimator.json", results)
+    assert saved["args"]["quick"] == "True" and saved["torch"] == torch.__version__
+    assert (saved["args"]["width"], saved["args"]["inputs"], saved["args"]["starts"]) == ("16", "1", "2")
+    contenders = {f"{e}@{k}" for e in ("vjp", "jvp") for k in (1, 2, 4, 8)}
+    assert set(saved["maps"]) == {"initialisation", "output projections x4"}
+    for result in saved["maps"].values():
+        assert len(result["exact_radius"]) == 1 and all(r > 0 for r in result["exact_radius"])
+        assert set(result["errors"]) == set(result["cost"]) == contenders
+        for row in result["errors"].values():
+            # an estimate is a norm (>= 0), so its relative error is >= -1; the mean of |x| bounds |mean x|
+            assert -1 <= row["mean_rel_error"] and abs(row["mean_rel_error"]) <= row["mean_abs_rel_error"] + 1e-12
+            assert row["overestimates"] in (0.0, 0.5, 1.0)  # a share of 1 input x 2 start vectors
+        for estimator in ("vjp", "jvp"):  # more power iterations come closer to the exact radius
+            errors = result["errors"]
+            assert errors[f"{estimator}@8"]["mean_abs_rel_error"] < errors[f"{estimator}@1"]["mean_abs_rel_error"]
+        assert result["cost"]["vjp@1"] == 1.0 and all(c > 0 for c in result["cost"].values())
 
 
 def test_cost_benchmark_quick_mode_writes_its_table(tmp_path):
     bench_stars_cost = load_benchmark("bench_stars_cost")
     results = bench_stars_cost.main(["--quick", "--output-dir", str(tmp_path)])
-    row = results["by_loops"]["2"]
-    assert {f"{e}@{k}" for e in ("vjp", "jvp") for k in (1, 2, 4)} <= set(row)
-    assert row["plain_seconds"] > 0 and row["breakdown"]["penalty_backward"] > 0
-    assert (tmp_path / "stars_cost.json").exists()
+    saved = read_benchmark_json(tmp_path / "stars_cost.json", results)
+    assert saved["args"]["quick"] == "True" and (saved["args"]["width"], saved["args"]["loops"]) == ("32", "2")
+    assert set(saved["by_loops"]) == {"2"}
+    row = saved["by_loops"]["2"]
+    ratios = {f"{e}@{k}" for e in ("vjp", "jvp") for k in (1, 2, 4)}  # each STARS step's time / the plain step's
+    assert set(row) == ratios | {"plain_seconds", "breakdown"}
+    assert row["plain_seconds"] > 0 and all(row[name] > 0 for name in ratios)
+    parts = row["breakdown"]
+    assert set(parts) == {"lm_forward_backward", "penalty_total", "penalty_forward_and_product", "penalty_backward"}
+    assert all(value > 0 for value in parts.values())
+    assert parts["penalty_total"] == pytest.approx(parts["penalty_forward_and_product"] + parts["penalty_backward"])
 
 
 def test_stars_with_a_loss_that_trains_the_gate_warns_that_deep_steps_go_untrained(tmp_path, caplog):

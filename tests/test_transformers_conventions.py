@@ -3,6 +3,9 @@ that ``../shared/peer-tests`` cannot, because they compare cache sizes with ``nu
 weights, assisted and prompt-lookup decoding, loading a base-model checkpoint into the head class, the
 tensor-parallel plan, and training in which every trainable parameter gets a gradient."""
 
+import logging
+import re
+
 import pytest
 import torch
 from conftest import tiny_attractor, tiny_ouro
@@ -105,11 +108,30 @@ def test_prompt_lookup_decoding_equals_greedy_search(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_a_base_model_checkpoint_loads_into_the_head_class_with_the_head_reported(family, tmp_path, caplog):
-    model = FAMILIES[family]()
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_base_model_checkpoint_loads_into_the_head_class_with_the_head_reported(family, tied, tmp_path, caplog):
+    """transformers reports weights missing from a checkpoint in a load report, logged as a warning by
+    ``transformers.modeling_utils`` (the ``transformers`` logger does not propagate to the root logger, where caplog
+    listens, unless CI is set: hence the monkeypatch). An untied head is reported missing (newly initialised); a
+    tied head is the embeddings, so nothing is missing and nothing is reported."""
+    model = FAMILIES[family](tie_word_embeddings=tied)
     model.model.save_pretrained(tmp_path)
-    loaded, info = type(model).from_pretrained(tmp_path, output_loading_info=True)
-    assert info["missing_keys"] == {"lm_head.weight"} or (model.config.tie_word_embeddings and not info["missing_keys"])
+    library = logging.getLogger("transformers")
+    with pytest.MonkeyPatch.context() as patch, caplog.at_level(logging.WARNING, logger="transformers.modeling_utils"):
+        patch.setattr(library, "propagate", True)
+        loaded, info = type(model).from_pretrained(tmp_path, output_loading_info=True)
+    # pytest 9 also attaches caplog's handler to non-propagating loggers: one record may arrive twice
+    records = {id(r): r for r in caplog.records if r.name == "transformers.modeling_utils"}.values()
+    reports = [r.getMessage() for r in records if r.levelno == logging.WARNING and "LOAD REPORT" in r.getMessage()]
+    if tied:
+        assert info["missing_keys"] == set() and reports == []
+        assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
+    else:
+        assert info["missing_keys"] == {"lm_head.weight"}
+        assert len(reports) == 1 and f"{type(model).__name__} LOAD REPORT" in reports[0]
+        assert re.search(r"lm_head\.weight\s*\|\s*MISSING", reports[0]), reports[0]
+        assert not re.search(r"model\.\S+\s*\|\s*MISSING", reports[0])  # the body is all there
+    assert info["unexpected_keys"] == set() and info["mismatched_keys"] == set()
     for name, weight in model.model.state_dict().items():
         torch.testing.assert_close(loaded.model.state_dict()[name], weight)
     plain = type(model).from_pretrained(tmp_path)  # without output_loading_info: loads too
@@ -133,14 +155,34 @@ def test_a_checkpoint_missing_body_weights_is_still_refused(family, tmp_path):
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("tied", [True, False])
 def test_the_tensor_parallel_plan_shards_a_tied_head_with_its_embeddings(family, tied):
+    """The head is column-parallel with its output gathered, the embeddings vocabulary-parallel: both shard the
+    vocabulary (dim 0 of the (vocab, hidden) weight), so a tied weight is sharded one way for both; every linear
+    layer of the loop's stack is sharded Megatron-style (q, k, v, gate, up column-wise; o, down row-wise)."""
+    from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES, ColwiseParallel, EmbeddingParallel
+
     model = FAMILIES[family](tie_word_embeddings=tied)
     plan = model.tp_plan
-    assert ("lm_head" in plan) == ("model.embed_tokens" in plan)
-    if tied:
-        assert model.lm_head.weight is model.model.embed_tokens.weight
-    layer_modules = {name for name, module in model.named_modules() if isinstance(module, nn.Linear)}
-    sharded_layers = [name for name in layer_modules if any(_matches(name, pattern) for pattern in plan)]
-    assert any("attractor.layers" in name or ".layers." in name for name in sharded_layers)
+    assert plan.get("lm_head") == "colwise_gather_output" and plan.get("model.embed_tokens") == "embedding_rowwise"
+    head, embeddings = ALL_PARALLEL_STYLES[plan["lm_head"]], ALL_PARALLEL_STYLES[plan["model.embed_tokens"]]
+    assert isinstance(head, ColwiseParallel) and isinstance(embeddings, EmbeddingParallel)
+    assert embeddings.shard_dim == 0  # the vocabulary; colwise shards a Linear weight's dim 0 (its outputs)
+    assert model.lm_head.weight.shape == model.model.embed_tokens.weight.shape
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+    styles = {"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise"}
+    styles.update(gate_proj="colwise", up_proj="colwise", down_proj="rowwise")
+    stack = [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and (".layers." in name or ".backbone." in name)
+    ]
+    assert len(stack) == 7 * (
+        model.config.num_hidden_layers
+        if family == "ouro"
+        else model.config.num_backbone_layers + model.config.num_attractor_layers
+    )
+    for name, _ in stack:
+        matched = [style for pattern, style in plan.items() if _matches(name, pattern)]
+        assert matched == [styles[name.rsplit(".", 1)[-1]]], (name, matched)
 
 
 def _matches(name: str, pattern: str) -> bool:

@@ -1,23 +1,23 @@
 """Run under `torchrun --nproc_per_node 2`: a few StarsTrainer steps with the JSRR penalty on a tiny Ouro model.
 Each rank writes its final parameters to OUT/rank{R}.pt, for the test to compare."""
 
+import functools
 import sys
 from pathlib import Path
 
-import torch
 from datasets import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import tiny_ouro  # noqa: E402
+from conftest import ragged_lm_rows, tiny_ouro  # noqa: E402
 from ddp_common import save_rank_and_finish
 
 from equilibria.trainers import StarsTrainer, StarsTrainingArguments  # noqa: E402
 
 
 def data() -> Dataset:
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, 40, (32, 10), generator=g)
-    return Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    """Ragged rows (padded, part of the labels -100): the two processes' halves of a batch hold different numbers of
+    labelled tokens, so averaging the loss per process instead of over the whole batch's tokens shows."""
+    return Dataset.from_dict(ragged_lm_rows(n=32))
 
 
 def arguments(out: Path, **overrides) -> StarsTrainingArguments:
@@ -26,6 +26,8 @@ def arguments(out: Path, **overrides) -> StarsTrainingArguments:
         max_steps=4,
         per_device_train_batch_size=4,
         learning_rate=3e-3,
+        optim="sgd",  # neither Adam's normalisation nor gradient clipping hides a wrongly scaled gradient
+        max_grad_norm=0.0,
         report_to=[],
         use_cpu=True,
         ddp_backend="gloo",
@@ -45,10 +47,19 @@ def arguments(out: Path, **overrides) -> StarsTrainingArguments:
 def main(out: Path) -> None:
     results = {}
     for name, overrides in {"jsrr": {}, "lm_only": {"jsrr_weight": 0.0}}.items():
-        trainer = StarsTrainer(model=tiny_ouro(seed=0), args=arguments(out / name, **overrides), train_dataset=data())
+        model, counts = tiny_ouro(seed=0), []  # the labelled (predicted) tokens of this rank's micro-batches
+        original = model.forward
+
+        @functools.wraps(original)
+        def counting_forward(*args, _original=original, _counts=counts, **kwargs):
+            _counts.append(int((kwargs["labels"][:, 1:] != -100).sum()))
+            return _original(*args, **kwargs)
+
+        model.forward = counting_forward
+        trainer = StarsTrainer(model=model, args=arguments(out / name, **overrides), train_dataset=data())
         trainer.train()
         params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-        results[name] = {"params": params, "log": trainer.state.log_history}
+        results[name] = {"params": params, "log": trainer.state.log_history, "counts": counts}
     save_rank_and_finish(out, {**results})
 
 

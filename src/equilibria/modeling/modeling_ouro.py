@@ -554,6 +554,11 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
                 hidden, num_loops, masks, position_embeddings, cache, early, keep_states, **kwargs
             )
         exit_probs, final = exit_distribution(gate_logits, hidden), hidden
+        gate = self.early_exit_gate
+        if not gate_logits and gate.weight.requires_grad and self.training and torch.is_grad_enabled():
+            # one step: every token exits there and the gate has no say; its weights join the graph with weight 0 so
+            # that every trainable parameter gets a gradient on every step (DDP without find_unused_parameters)
+            exit_probs = exit_probs + 0.0 * (gate.weight.sum() + gate.bias.sum())
         if reference is None:
             exit_steps = (
                 early.exit_steps if early is not None else torch.full_like(residual, num_loops, dtype=torch.long)
