@@ -271,3 +271,21 @@ def test_a_saved_model_is_evaluated_on_the_task_it_was_trained_on(tmp_path, caps
         warnings.simplefilter("ignore")
         assert main(["eval", str(tmp_path / "maze"), "--loops", "1", "--num-examples", "2"]) == 0
     assert "loop scaling of" in capsys.readouterr().out
+
+
+def test_a_config_subclass_can_be_strict_again():
+    """``raise_value_errors`` replaces ``@strict``'s ``validate`` and leaves huggingface_hub's mark of its own on it,
+    so a subclass of a family's config can be decorated with ``@strict`` again (as transformers' configs are); its
+    hooks still run (raised through huggingface_hub's wrapper, the subclass not being wrapped by us)."""
+    from huggingface_hub.dataclasses import strict
+    from huggingface_hub.errors import StrictDataclassClassValidationError
+
+    from equilibria import PHDEQConfig
+
+    @strict(accept_kwargs=True)
+    class Mine(PHDEQConfig):
+        pass
+
+    assert Mine(input_size=4).friction == PHDEQConfig(input_size=4).friction
+    with pytest.raises(StrictDataclassClassValidationError, match="friction \\* step_size must be < 2"):
+        Mine(input_size=4, friction=4.0, step_size=1.0)

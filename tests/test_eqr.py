@@ -295,3 +295,15 @@ def test_remote_code_loads_without_the_package(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "REMOTE_OK (3, 16)" in result.stdout
+
+
+def test_the_answer_loss_is_the_cross_entropy_of_the_cells_for_any_vocabulary():
+    """Through transformers' ``loss_function``: per-cell cross-entropy over the vocabulary, -100 skipped, also after
+    the vocabulary changes (the loss reads its width from the config's vocab_size, not from num_labels)."""
+    labels = PUZZLES.clone()
+    labels[:, ::3] = -100
+    for model in (tiny_eqr(halting=False), tiny_eqr(halting=False, vocab_size=13)):
+        with torch.no_grad():
+            out = model(PUZZLES, labels=labels)
+        expected = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten())
+        torch.testing.assert_close(out.lm_loss, expected)

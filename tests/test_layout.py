@@ -116,6 +116,55 @@ def test_the_command_layer_is_imported_by_nothing_below_it():
     assert {module for module, targets in graph.items() if "equilibria.cli" in targets} <= {"equilibria.__main__"}
 
 
+# the package's modules and subpackages from the top floor down (the README's Layout lists them in this order):
+# a module imports only from its own entry or the ones below it
+LAYERS = (
+    "cli",
+    "commands",
+    "train",
+    "demo",
+    "evaluation",
+    "scaling",
+    "loading",
+    "trainers",
+    "diagnostics",
+    "hub_cards",
+    "harness",
+    "plots",
+    "families",
+    "tasks",
+    "provenance",
+    "modeling",
+)
+
+
+def layer_of(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def test_imports_walk_down_the_layers():
+    graph = import_graph()
+    assert {layer_of(m) for m in graph} - {""} - {"__main__"} == set(LAYERS), "a module is missing from LAYERS"
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    upward = sorted(
+        (module, target)
+        for module, targets in graph.items()
+        if layer_of(module) in rank
+        for target in targets
+        if layer_of(target) in rank and rank[layer_of(target)] < rank[layer_of(module)]
+    )
+    assert upward == []
+
+
+def test_the_readme_lists_the_layers_in_their_order():
+    readme = (SRC.parent / "README.md").read_text()
+    layout = readme[readme.index("## Layout") :]
+    block = layout[layout.index("```") + 3 : layout.index("```", layout.index("```") + 3)]
+    entries = [line.split()[0] for line in block.splitlines() if line.startswith("  ") and line[2:3].isalpha()]
+    listed = [entry.removesuffix(".py").removesuffix("/") for entry in entries]
+    assert [name for name in listed if name in LAYERS] == list(LAYERS)
+
+
 @pytest.mark.parametrize("module", ["equilibria.commands", "equilibria.train"])
 def test_the_subcommands_runners_import_no_cli_parser(module):
     assert "equilibria.cli" not in import_graph()[module]

@@ -336,3 +336,18 @@ def test_two_process_training_keeps_replicas_identical(tmp_path):
     start = PHDEQForSequenceClassification(config).state_dict()
     changed = [n for n, p in r0["params"].items() if not torch.equal(p, start[n])]
     assert "model.initializer.0.weight" in changed and "classifier.2.weight" in changed  # both losses trained
+
+
+@pytest.mark.parametrize("num_labels", [1, 2, 3])
+def test_the_task_loss_is_the_cross_entropy_of_the_classes_and_leaves_the_config_alone(num_labels):
+    """The loss goes through transformers' ``loss_function`` (sequence classification) as single-label
+    cross-entropy for every allowed ``num_labels`` (1 included: not the regression transformers infers for it)."""
+    model = tiny_phdeq(num_labels=num_labels, initializer_loss_weight=0.0)
+    labels = Y % num_labels
+    before = model.config.to_dict()
+    with torch.no_grad():
+        out = model(X, labels=labels)
+    torch.testing.assert_close(out.task_loss, torch.nn.functional.cross_entropy(out.logits.float(), labels))
+    assert model.config.to_dict() == before
+    with pytest.raises(ValueError, match="problem_type must be 'single_label_classification'"):
+        PHDEQConfig(input_size=6, num_labels=2, problem_type="regression")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .tasks.records import TASK_RECORDS, TASKS
+from .tasks.records import TASKS, tasks_help
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,8 +155,7 @@ def _add_model_and_data(parser, num_examples: int, output: str) -> None:
         "--task",
         choices=TASKS,
         default=None,
-        help="fresh generated problems of this task (sizes read from the model's config) instead: "
-        + "; ".join(f"{task.name}: {task.summary}, scored by {task.metric}" for task in TASK_RECORDS.values()),
+        help="fresh generated problems of this task (sizes read from the model's config) instead: " + tasks_help(),
     )
     data.add_argument(
         "--num-examples",

@@ -10,14 +10,15 @@ from transformers import TextStreamer
 
 from .diagnostics import audit
 from .evaluation import evaluation_data
-from .families import FAMILIES, family_of
+from .families import FAMILIES, family_of, model_task
 from .harness import lm_eval_at_loops, lm_eval_table, save_lm_eval
 from .hub_cards.card import evaluation_record
 from .hub_cards.publish import write_model_card
 from .loading import load_saved_model
 from .provenance import describe_weights, folder_results, read_result, weights_fingerprint
-from .scaling import loop_scaling, loop_scaling_table, parse_loops, save_loop_scaling, solver_scaling
+from .scaling import loop_scaling, loop_scaling_report, parse_loops, solver_scaling
 from .tasks import tokenize_for_training
+from .tasks.records import task_record
 from .tasks.tokenization import describe_characters, load_tokenizer, unknown_characters
 
 
@@ -56,14 +57,6 @@ def run_audit(args) -> None:
         print(f"wrote {out / 'audit.json'}" + (f" and {out / 'audit.png'}" if (out / "audit.png").exists() else ""))
 
 
-def _print_loop_scaling(result, model_type, output_dir, data=None, halting=None, weights=None) -> None:
-    for line in loop_scaling_table(result, data, halting):
-        print(line)
-    if output_dir:
-        for line in save_loop_scaling(result, model_type, output_dir, data, halting, weights):
-            print(line)
-
-
 def run_eval(args) -> dict:
     """``equilibria eval``: the loop-scaling curve of a saved model on its task, as a table (and JSON + PNG); with
     ``--lm-eval-tasks``, lm-evaluation-harness tasks at each loop count instead (:mod:`equilibria.harness`)."""
@@ -85,9 +78,14 @@ def run_eval(args) -> dict:
             data.record.update(breadth=breadth, select=args.select)
     else:
         result = loop_scaling(model, data.rows, loops, args.model_path, args.batch_size, metric=data.metric)
-    print(f"loop scaling of {args.model_path} ({model.config.model_type}) on {len(data.rows)} examples")
+    scored = (
+        task_record(args.task or model_task(model)).metric if data.metric == "task" else data.metric.replace("_", " ")
+    )
+    print(f"loop scaling of {args.model_path} ({model.config.model_type}) on {len(data.rows)} examples, {scored}")
     weights = weights_fingerprint(args.model_path)
-    _print_loop_scaling(result, model.config.model_type, args.output_dir, data.record, halting, weights)
+    print(
+        "\n".join(loop_scaling_report(result, model.config.model_type, args.output_dir, data.record, halting, weights))
+    )
     return result
 
 
@@ -164,11 +162,7 @@ def run_generate(args) -> str:
     if args.num_loops is not None:
         kwargs["num_loops"] = args.num_loops
     if args.exit_threshold is not None:
-        if not family_of(model).has_config_key("early_exit_threshold"):
-            gated = ", ".join(f.model_type for f in FAMILIES.values() if f.has_config_key("early_exit_threshold"))
-            raise ValueError(
-                f"--exit-threshold applies to the families with an exit gate ({gated}), not {model.config.model_type}"
-            )
+        family_of(model).require_config_key("early_exit_threshold", "--exit-threshold")
         if not 0 < args.exit_threshold <= 1:
             raise ValueError(f"--exit-threshold must be in (0, 1] (1: no early exit), got {args.exit_threshold}")
         kwargs["exit_threshold"] = args.exit_threshold

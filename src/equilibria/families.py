@@ -39,7 +39,7 @@ LM_USAGE = (
     "from transformers import AutoTokenizer",
     "",
     'tokenizer = AutoTokenizer.from_pretrained("{where}")',
-    'inputs = tokenizer("12+34=", return_tensors="pt")',
+    'inputs = tokenizer("{prompt}", return_tensors="pt")',
     "out = model.generate(**inputs, num_loops=8, max_new_tokens=8)",
 )
 
@@ -48,7 +48,7 @@ LM_USAGE = (
 class Head:
     """A task head of a family: its class, the transformers Auto class it is registered with, the tasks it is
     trained and evaluated on (the first is its default), the Hub ``pipeline_tag`` and a usage snippet for its card
-    (``{where}`` stands for the repo id or folder)."""
+    (``{where}`` stands for the repo id or folder, ``{prompt}`` for an input in its task's format)."""
 
     model_class: type
     auto_class: str
@@ -97,6 +97,13 @@ class Family:
     def has_config_key(self, key: str) -> bool:
         """Whether the family's config has the field ``key`` (e.g. ``exit_loss``: the families with an exit gate)."""
         return key in {f.name for f in dataclasses.fields(self.config_class)}
+
+    def require_config_key(self, key: str, flag: str) -> None:
+        """``ValueError`` unless the family's config has ``key``: ``flag`` applies only to the families whose config
+        has it (named in the message)."""
+        if not self.has_config_key(key):
+            having = ", ".join(f.model_type for f in FAMILIES.values() if f.has_config_key(key))
+            raise ValueError(f"{flag} applies to the families whose config has {key} ({having}), not {self.model_type}")
 
     def head_of(self, model) -> Head:
         """The head ``model`` is an instance of (by class name, so that remote-code classes match), else the

@@ -138,7 +138,24 @@ def save_loop_scaling(
     return [note, wrote] if note else [wrote]
 
 
+def loop_scaling_report(
+    result: dict[int, float],
+    model_type: str,
+    output_dir: str | Path | None,
+    data: dict | None = None,
+    halting: tuple[float, dict[int, float]] | None = None,
+    weights: str | None = None,
+) -> list[str]:
+    """The table (:func:`loop_scaling_table`) and, with ``output_dir``, the files written there
+    (:func:`save_loop_scaling`): the lines ``equilibria eval`` and ``equilibria train`` print."""
+    lines = loop_scaling_table(result, data, halting)
+    if output_dir:
+        lines += save_loop_scaling(result, model_type, output_dir, data, halting, weights)
+    return lines
+
+
 __all__ = [
+    "loop_scaling_report",
     "classifier_scaling",
     "loop_scaling",
     "loop_scaling_table",

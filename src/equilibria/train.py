@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .families import FAMILIES
-from .scaling import loop_scaling, loop_scaling_table, parse_loops, save_loop_scaling
-from .tasks.records import TASK_RECORDS, TASKS
+from .scaling import loop_scaling, loop_scaling_report, parse_loops
+from .tasks.records import TASKS, tasks_help
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")  # what from_pretrained(dtype=...) takes by name
 
@@ -118,8 +118,7 @@ class DataArguments:
         metadata={
             "choices": TASKS,
             "help": "generated problems of this task, or (EqR, PH-DEQ) what the rows of --dataset_name are "
-            "(default: the checkpoint's task, else the family's first): "
-            + "; ".join(f"{task.name}: {task.summary}, scored by {task.metric}" for task in TASK_RECORDS.values()),
+            "(default: the checkpoint's task, else the family's first): " + tasks_help(),
         },
     )
     train_size: int | None = field(
@@ -494,11 +493,7 @@ def _overrides(model_args: ModelArguments, family) -> dict:
 
     overrides = {} if model_args.num_loops is None else {family.loops_key: model_args.num_loops}
     if model_args.exit_loss is not None:
-        if not family.has_config_key("exit_loss"):
-            gated = ", ".join(f.model_type for f in FAMILIES.values() if f.has_config_key("exit_loss"))
-            raise ValueError(
-                f"--exit_loss applies to the families with an exit gate ({gated}), not {family.model_type}"
-            )
+        family.require_config_key("exit_loss", "--exit_loss")
         if model_args.exit_loss not in EXIT_LOSSES:
             raise ValueError(f"--exit_loss must be one of {EXIT_LOSSES}, got {model_args.exit_loss!r}")
         overrides["exit_loss"] = model_args.exit_loss
@@ -601,8 +596,7 @@ def write_results(trainer, model_args: ModelArguments, data_args: DataArguments,
         result = loop_scaling(model, data.test, loops, model_path=str(out), metric=data.metric)
         print(f"loop scaling on {len(data.test)} held-out examples")
         weights = weights_fingerprint(out)
-        table = loop_scaling_table(result, record)
-        print("\n".join(table + save_loop_scaling(result, model.config.model_type, out, record, weights=weights)))
+        print("\n".join(loop_scaling_report(result, model.config.model_type, out, record, weights=weights)))
         trainer.loop_scaling = {"weights": weights, "data": record, "accuracy": {str(k): v for k, v in result.items()}}
     else:
         print("no held-out rows (--test_size 0): no loop-scaling evaluation")

@@ -15,7 +15,8 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import TrainingArguments
 
-from ..families import Family, family_of
+from ..families import Family, family_of, model_task
+from ..tasks.records import task_record
 
 OPTIMISER_KEYS = (
     "learning_rate",
@@ -174,7 +175,7 @@ def build_model_card(
     note = f" ({evaluated['note']})" if evaluated and evaluated.get("note") else ""
     sections = [
         _intro(model, info, title, base_model, adapter),
-        _loading(head, repo_id or "path/to/this/folder", adapter),
+        _loading(head, repo_id or "path/to/this/folder", adapter, task_record(model_task(model)).prompt_format),
         _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name, metric, halting),
         _lm_eval_section(lm_eval, lm_eval_plot),
         _audit_section(audit_data),
@@ -335,7 +336,9 @@ def _intro(model, info, title: str, base_model: str | None, adapter: dict | None
     ]
 
 
-def _loading(head, where: str, adapter: dict | None = None) -> list[str]:
+def _loading(head, where: str, adapter: dict | None = None, prompt: str | None = None) -> list[str]:
+    """How to load the model, with and without the package, and the head's usage snippet (``{where}``: the repo id or
+    folder; ``{prompt}``: an input in the format of the model's task, from its record)."""
     remote = (
         ["Without it, load the base model with `trust_remote_code=True` and apply the adapter with `peft`."]
         if adapter
@@ -366,7 +369,7 @@ def _loading(head, where: str, adapter: dict | None = None) -> list[str]:
         "## How to use it",
         "",
         "```python",
-        *[line.format(where=where) for line in head.usage],
+        *[line.format(where=where, prompt=prompt or "") for line in head.usage],
         "```",
         "",
     ]

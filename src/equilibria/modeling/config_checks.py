@@ -79,7 +79,8 @@ def raise_value_errors(cls):
             raise ValueError(f"{type(self).__name__}: {err.__cause__}") from err.__cause__
 
     # @strict runs ``cls.validate`` after __init__ and would refuse to decorate a subclass whose ``validate`` it
-    # did not write
+    # did not write: the marker it leaves on its own (huggingface_hub's, undocumented; an attribute that older
+    # releases ignore); tests/test_core.py decorates a subclass to pin it
     validate.__is_defined_by_strict_decorator__ = True
     cls.__setattr__, cls.validate = __setattr__, validate
     return cls

@@ -105,7 +105,6 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
         if self.max_position_embeddings is None:
             self.max_position_embeddings = self.max_seq_len
         super().__post_init__(**kwargs)
-        self.num_labels = self.vocab_size  # the head classifies each cell into a token of the vocabulary
 
     def validate_architecture(self) -> None:
         """The attention block's shapes fit together and the padding token is in the vocabulary (a ``@strict`` hook,
@@ -114,6 +113,10 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
         super().validate_architecture()
         if self.block_type == "attention":
             check_attention_heads(self)
+        if self.token_mixing_size is None:  # filled in at construction; None set afterwards would break the block
+            raise ValueError(
+                "EqRConfig: token_mixing_size must be an integer >= 1 (default 2 * max_seq_len), got None."
+            )
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"EqRConfig: pad_token_id must be in [0, vocab_size), got {self.pad_token_id!r}.")
 

@@ -120,12 +120,22 @@ class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
 
     _renamed_keys = {"damping": "friction"}
 
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        if self.problem_type is None:  # the head's loss (self.loss_function): cross-entropy over num_labels classes
+            self.problem_type = "single_label_classification"
+
     def validate_architecture(self) -> None:
         """The dynamics give a stable step and a zero initialiser is not trained (a ``@strict`` hook, see
         [`LoopConfigMixin`]; each key's own range and choices are checked by its field)."""
         super().validate_architecture()
         name = type(self).__name__
         check_int(self, 1, "num_labels")
+        if self.problem_type != "single_label_classification":
+            raise ValueError(
+                f"{name}: problem_type must be 'single_label_classification' (one class per example), got "
+                f"{self.problem_type!r}."
+            )
         if self.friction * self.step_size >= 2.0:
             raise ValueError(
                 f"{name}: friction * step_size must be < 2 for a stable step, got {self.friction} * {self.step_size}."

@@ -382,7 +382,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
 
     def __init__(self, config: EqRConfig):
         super().__init__(config)
-        self.loss_type = "ForTokenClassification"  # transformers' loss of a token classifier (self.loss_function)
+        self.loss_type = "ForMaskedLM"  # self.loss_function: per-cell cross-entropy over the vocabulary, -100 skipped
         self.model = EqRModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
@@ -406,7 +406,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         if labels is not None:
             if labels.shape != inputs.shape:
                 raise ValueError(f"labels must have the inputs' shape {tuple(inputs.shape)}, got {tuple(labels.shape)}")
-            lm_loss = self.loss_function(logits, labels.long(), self.config)  # cross-entropy, -100 skipped
+            lm_loss = self.loss_function(logits, labels.long(), vocab_size=self.config.vocab_size)
             loss = lm_loss
             if outputs.halt_logits is not None:
                 solved = puzzle_solved(logits, labels).float()

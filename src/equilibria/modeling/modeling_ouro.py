@@ -553,12 +553,7 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             hidden, states, gate_logits, residual = self._loop(
                 hidden, num_loops, masks, position_embeddings, cache, early, keep_states, **kwargs
             )
-        exit_probs, final = exit_distribution(gate_logits, hidden), hidden
-        gate = self.early_exit_gate
-        if not gate_logits and gate.weight.requires_grad and self.training and torch.is_grad_enabled():
-            # one step: every token exits there and the gate has no say; its weights join the graph with weight 0 so
-            # that every trainable parameter gets a gradient on every step (DDP without find_unused_parameters)
-            exit_probs = exit_probs + 0.0 * (gate.weight.sum() + gate.bias.sum())
+        exit_probs, final = self._exit_probs(gate_logits, hidden), hidden
         if reference is None:
             exit_steps = (
                 early.exit_steps if early is not None else torch.full_like(residual, num_loops, dtype=torch.long)
@@ -607,6 +602,16 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
         )
         return OuroEarlyExit(threshold, batch_size, seq_len, num_loops, hidden.device, drop_rows), None
+
+    def _exit_probs(self, gate_logits: list[torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
+        """:func:`exit_distribution`. At one loop step every token exits there and the gate has no say; when it
+        trains, its weights then join the graph with weight 0, so that every trainable parameter gets a gradient at
+        every sampled loop count (DDP without ``find_unused_parameters``)."""
+        probs = exit_distribution(gate_logits, hidden)
+        gate = self.early_exit_gate
+        if not gate_logits and gate.weight.requires_grad and self.training and torch.is_grad_enabled():
+            probs = probs + 0.0 * (gate.weight.sum() + gate.bias.sum())
+        return probs
 
     def _loop(self, hidden, num_loops: int, masks, position_embeddings, cache, early, keep_states: bool, **kwargs):
         """Run the loop steps: ``(final state, all states or None, exit-gate logits, per-token residual)``."""

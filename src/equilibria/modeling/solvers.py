@@ -275,7 +275,8 @@ def solve(
         z, stats = (anderson if solver == "anderson" else picard)(f, z0, max_iter=max_iter, tol=tol, **kwargs)
     if not traced() and bool(stats.diverged.any()):
         logger.warning_once(DIVERGED)  # deduplicated by its text: the counts go to the debug log
-        logger.debug(f"fixed-point solver: {int(stats.diverged.sum())} of {len(stats.diverged)} samples diverged")
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(f"fixed-point solver: {int(stats.diverged.sum())} of {len(stats.diverged)} samples diverged")
     return z, stats
 
 

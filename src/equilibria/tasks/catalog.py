@@ -32,7 +32,7 @@ def question_key(task: str, row: dict) -> str:
     """What makes a question the same question (the task record's :attr:`~equilibria.tasks.records.Task.question`):
     the prompt (addition), the theory and question (entailment), the encoded input (puzzles, reachability graphs
     with their query)."""
-    return TASK_RECORDS[task].question(row)
+    return task_record(task).question(row)
 
 
 def fingerprints(task: str, rows: Dataset) -> list[str]:
@@ -101,7 +101,7 @@ def task_splits(name: str, task: str, config_name: str | None = None) -> Dataset
     Hub dataset whose rows have the task's ``inputs`` and ``labels`` columns. ``ValueError`` naming the file and what
     is missing."""
     record = task_record(task)
-    if Path(name).suffix == ".csv" and record.load_published and Path(name).is_file():
+    if record.load_published and Path(name).suffix == record.published_suffix and Path(name).is_file():
         return DatasetDict(train=record.load_published(name))
     splits = load_rows(name, config_name)
     for rows in splits.values():

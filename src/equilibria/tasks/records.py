@@ -26,6 +26,8 @@ from .maze import MAZE_VOCAB_SIZE, build_maze_dataset, load_maze_csv
 from .reachability import build_reachability_dataset, reachability_input_size
 from .sudoku import SUDOKU_VOCAB_SIZE, build_sudoku_dataset, load_sudoku_csv
 
+SHAPE_OPTIONS = (None, "digits", "size", "nodes")  # the size knobs `equilibria train` has flags for
+
 
 @dataclass(frozen=True)
 class Task:
@@ -55,9 +57,16 @@ class Task:
     prompt_format: str | None = None
     prepare: Callable[[Dataset], Dataset] | None = None
     vocab_size: int | None = None  # a puzzle task's token vocabulary (the published encoding)
-    load_published: Callable[[str], Dataset] | None = None
+    load_published: Callable[[str], Dataset] | None = None  # reads a file of the published format (by its suffix)
     published_format: str = ""
+    published_suffix: str = ".csv"
     canonical: Callable[[dict], dict] | None = None
+
+    def __post_init__(self):
+        if self.shape_option not in SHAPE_OPTIONS:
+            raise ValueError(
+                f"Task {self.name!r}: shape_option must be one of {SHAPE_OPTIONS}, got {self.shape_option!r}"
+            )
 
     @property
     def kind(self) -> str:
@@ -190,6 +199,11 @@ TASK_RECORDS: dict[str, Task] = {
 TASKS = tuple(TASK_RECORDS)
 
 
+def tasks_help() -> str:
+    """One line per task for ``--task``'s help: what it is and how loop scaling scores it."""
+    return "; ".join(f"{task.name}: {task.summary}, scored by {task.metric}" for task in TASK_RECORDS.values())
+
+
 def task_record(name: str) -> Task:
     """The record of the task ``name``; ``ValueError`` naming the tasks there are."""
     if name not in TASK_RECORDS:
@@ -197,4 +211,4 @@ def task_record(name: str) -> Task:
     return TASK_RECORDS[name]
 
 
-__all__ = ["TASKS", "TASK_RECORDS", "Task", "task_record"]
+__all__ = ["SHAPE_OPTIONS", "TASKS", "TASK_RECORDS", "Task", "task_record", "tasks_help"]
