@@ -49,6 +49,8 @@ SIZES = [
 NOT_RUN = {
     "./run demo": "the full demo trains for about ten minutes; `equilibria demo --quick` is tested (test_package)",
     "./run test": "the test suite itself",
+    "./run compat": "installs transformers releases into throwaway environments (minutes; CI runs it after the suite); "
+    "its --quick mode is tested (test_compat)",
     "accelerate launch --num_processes 8 examples/stars_addition.py --output_dir out --max_steps 2000 --bf16": (
         "needs 8 GPUs"
     ),

@@ -11,12 +11,12 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.modeling_utils import slice_logits_to_keep
 from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .argument_checks import shared_fields
 from .causal_lm import pop_loss_kwargs
+from .compat import OUTPUT_CACHE_FIELD, keep_positions
 
 
 class LoopGenerationMixin:
@@ -48,15 +48,15 @@ class LoopGenerationMixin:
         if cache_class is None:
             return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         implementation = generation_config.cache_implementation
-        if model_kwargs.get("cache") is None and implementation not in (None, "dynamic"):
+        if model_kwargs.get(OUTPUT_CACHE_FIELD) is None and implementation not in (None, "dynamic"):
             raise ValueError(
                 f"{type(self).__name__} generates with its own {cache_class.__name__}; cache_implementation must be "
                 f"None or 'dynamic', got {implementation!r}."
             )
-        user_cache = model_kwargs.get("cache")
+        user_cache = model_kwargs.get(OUTPUT_CACHE_FIELD)
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        if user_cache is None and type(model_kwargs.get("cache")) is DynamicCache:
-            model_kwargs["cache"] = cache_class()
+        if user_cache is None and type(model_kwargs.get(OUTPUT_CACHE_FIELD)) is DynamicCache:
+            model_kwargs[OUTPUT_CACHE_FIELD] = cache_class()
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save as usual; a loop default set on the generation config (``generation_config.num_loops = 8``) is
@@ -72,7 +72,7 @@ class LoopGenerationMixin:
     def lm_logits_and_loss(self, hidden, labels, loss_kwargs: dict, logits_to_keep: int | torch.Tensor = 0):
         """``(logits, loss)`` of ``lm_head`` on ``hidden`` (the kept positions), the loss the shifted cross-entropy
         with ``labels`` (``None`` without them)."""
-        logits = self.lm_head(slice_logits_to_keep(hidden, logits_to_keep))
+        logits = self.lm_head(keep_positions(hidden, logits_to_keep))
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)

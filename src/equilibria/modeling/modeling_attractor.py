@@ -46,6 +46,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from .argument_checks import as_int
 from .causal_lm import CausalLoopMixin, recorded_calls, recording_attentions
+from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD, layer_cache_keyword
 from .configuration_attractor import AttractorConfig
 from .loop_generation import LoopGenerationMixin, TelemetryCache
 from .loop_map import LoopMap
@@ -140,7 +141,8 @@ class AttractorModule(nn.Module):
     ) -> torch.Tensor:
         x = y + y0 if self.in_proj is None else self.in_proj(torch.cat([y, y0], dim=-1))
         for layer in self.layers:
-            x = layer(x, attention_mask=attention_mask, position_embeddings=position_embeddings, cache=cache, **kwargs)
+            cached = {layer_cache_keyword(type(layer)): cache}
+            x = layer(x, attention_mask=attention_mask, position_embeddings=position_embeddings, **cached, **kwargs)
         return y0 + self.gate * _rms(y0, self.eps) * (x / _rms(x, self.eps))
 
 
@@ -300,7 +302,7 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
             cache.record_solve(stats, *y0.shape[:2], device=y0.device)
         return AttractorModelOutput(
             last_hidden_state=self.norm(y_star),
-            cache=cache,
+            **{OUTPUT_CACHE_FIELD: cache},
             hidden_states=states + (y_star,) if inputs.output_hidden_states else None,
             attentions=tuple(attentions + final_attentions) if record else None,
             proposal=y0,
@@ -356,14 +358,15 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            cache=cache,
             position_ids=position_ids,
+            **{MASK_CACHE_KEYWORD: cache},
         )
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
         hidden = inputs_embeds
         states = (hidden,)
         for layer in self.backbone:
-            hidden = layer(hidden, attention_mask=mask, position_embeddings=position_embeddings, cache=cache, **kwargs)
+            cached = {layer_cache_keyword(type(layer)): cache}
+            hidden = layer(hidden, attention_mask=mask, position_embeddings=position_embeddings, **cached, **kwargs)
             states += (hidden,)
         return hidden, mask, position_embeddings, states
 

@@ -36,12 +36,13 @@ from transformers.masking_utils import create_causal_mask, create_sliding_window
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel, slice_logits_to_keep
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .argument_checks import as_int
 from .causal_lm import CausalLoopMixin, LMInputs, recording_attentions
+from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD, keep_positions
 from .configuration_ouro import OuroConfig, check_exit_readout, check_exit_threshold
 from .loop_generation import LoopGenerationMixin, TelemetryCache
 from .loop_map import LoopMap
@@ -486,8 +487,8 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            cache=cache,
             position_ids=position_ids,
+            **{MASK_CACHE_KEYWORD: cache},
         )
         masks = {"full_attention": create_causal_mask(**kwargs)}
         if "sliding_attention" in self.config.layer_types:
@@ -571,7 +572,7 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             )
         return OuroModelOutput(
             last_hidden_state=hidden,
-            cache=cache,
+            **{OUTPUT_CACHE_FIELD: cache},
             hidden_states=states,
             attentions=tuple(attentions) if attentions is not None else None,
             exit_steps=exit_steps,
@@ -822,7 +823,7 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
         mode = self.config.exit_loss if labels is not None else ("expected_logits" if weighted else "final")
         if mode == "final":
             return super().head_output(outputs, labels, loss_kwargs, logits_to_keep, head_kwargs)
-        probs = slice_logits_to_keep(outputs.exit_probs, logits_to_keep)
+        probs = keep_positions(outputs.exit_probs, logits_to_keep)
         step_logits = [self.lm_logits_and_loss(h, None, loss_kwargs, logits_to_keep)[0] for h in states]
         logits = sum(p[..., None].to(x.dtype) * x for p, x in zip(probs.unbind(-1), step_logits))
         if labels is None or mode == "expected_logits":

@@ -1,0 +1,106 @@
+"""Run a saved folder of each portable family as remote code and record its outputs: what the compatibility matrix
+(:mod:`compat_matrix`) compares across transformers releases.
+
+Standalone on purpose: it imports only the standard library, torch and transformers, so that it runs in a throwaway
+environment holding some release of transformers and no ``equilibria`` (the folders carry their own modeling code).
+
+    python benchmarks/compat_check.py FOLDERS_DIR OUT.pt    # FOLDERS_DIR/<family>/ as written by compat_matrix.py
+
+For a language model: the logits of a left-padded batch (without the cache, and at ``num_loops=2``), and greedy
+tokens with and without the cache, and at ``num_loops=2`` passed to ``generate``; for a puzzle solver and a classifier: the logits of a fixed batch. A family that fails to load or run is
+recorded with the error's last line instead.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+
+NEW_TOKENS = 6
+HEADS = {
+    "ouro": "AutoModelForCausalLM",
+    "attractor_lm": "AutoModelForCausalLM",
+    "eqr": "AutoModelForTokenClassification",
+    "phdeq": "AutoModelForSequenceClassification",
+}
+
+
+def lm_batch(config) -> dict:
+    """Two prompts of 5 and 3 tokens, the shorter left-padded (ids 3.. of the vocabulary, seeded)."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, config.vocab_size, (2, 5), generator=g)
+    mask = torch.ones_like(ids)
+    ids[1, :2], mask[1, :2] = config.pad_token_id or 0, 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def lm_outputs(model) -> dict:
+    batch = lm_batch(model.config)
+    pad = model.config.pad_token_id or 0
+    out = {"logits": model(**batch, use_cache=False).logits, "logits_2_loops": model(**batch, num_loops=2).logits}
+    for cached, loops in ((True, None), (False, None), (True, 2)):
+        extra = {} if loops is None else {"num_loops": loops}
+        tokens = model.generate(
+            **batch, max_new_tokens=NEW_TOKENS, do_sample=False, use_cache=cached, pad_token_id=pad, **extra
+        )
+        out[f"greedy_cache_{cached}" + (f"_{loops}_loops" if loops else "")] = tokens[:, batch["input_ids"].shape[1] :]
+    return out
+
+
+def solver_outputs(model) -> dict:
+    g = torch.Generator().manual_seed(0)
+    puzzles = torch.randint(1, model.config.vocab_size, (2, model.config.max_seq_len), generator=g)
+    return {"logits": model(puzzles).logits}
+
+
+def classifier_outputs(model) -> dict:
+    g = torch.Generator().manual_seed(0)
+    return {"logits": model(torch.randn(3, model.config.input_size, generator=g)).logits}
+
+
+def outputs(folder: Path, model_type: str, remote: bool = True) -> dict:
+    """The outputs of the folder's model, loaded with ``trust_remote_code=True`` through its head's Auto class
+    (``remote``: it must be the folder's own code; else the development version, registered by the package)."""
+    import transformers
+
+    auto = getattr(transformers, HEADS[model_type])
+    model = auto.from_pretrained(folder, trust_remote_code=True).eval()
+    if remote and not type(model).__module__.startswith("transformers_modules"):
+        raise RuntimeError(f"{folder} loaded {type(model).__module__}, not the folder's own remote code")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        if model_type == "eqr":
+            return solver_outputs(model)
+        if model_type == "phdeq":
+            return classifier_outputs(model)
+        return lm_outputs(model)
+
+
+def check_all(folders: Path, remote: bool = True) -> dict:
+    """``{model_type: outputs or {"error": last line}}`` for every ``folders/<model_type>``."""
+    results = {}
+    for model_type in HEADS:
+        if not (folders / model_type).is_dir():
+            continue
+        try:
+            results[model_type] = outputs(folders / model_type, model_type, remote)
+        except Exception as err:  # noqa: BLE001  (any failure is the result: it is recorded, not raised)
+            line = traceback.format_exception_only(type(err), err)[-1].strip()
+            results[model_type] = {"error": line[:400]}
+    return results
+
+
+def main(argv: list[str]) -> int:
+    sys.modules["equilibria"] = None  # the package is unavailable: only the folders' own remote code can load
+    import transformers
+
+    folders, out = Path(argv[0]), Path(argv[1])
+    torch.save({"transformers": transformers.__version__, "results": check_all(folders)}, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

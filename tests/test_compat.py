@@ -1,0 +1,49 @@
+"""The compatibility matrix's own check (benchmarks/compat_matrix.py --quick): every portable family's folder, run as
+remote code in a fresh interpreter where ``import equilibria`` fails, gives the development version's logits and
+greedy tokens (batched and left-padded, with and without the cache, at a loop count passed to generate)."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import load_benchmark
+
+
+def test_every_portable_folder_runs_as_remote_code_with_the_same_numbers(tmp_path):
+    compat_matrix = load_benchmark("compat_matrix")
+    payload = compat_matrix.main(
+        ["--quick", "--check", "--work", str(tmp_path / "work"), "--output-dir", str(tmp_path)]
+    )
+    assert json.loads((tmp_path / "compat_matrix.json").read_text()) == payload
+    row = payload["releases"]["current"]
+    assert set(row) == {"ouro", "attractor_lm", "eqr", "phdeq"} == set(payload["families"])
+    assert all(verdict["status"] == "ok" and verdict["max_logit_diff"] <= 1e-5 for verdict in row.values()), row
+
+
+def test_a_difference_or_an_error_is_reported_not_passed():
+    compat_matrix = load_benchmark("compat_matrix")
+    import torch
+
+    reference = {"logits": torch.zeros(2, 3), "greedy_cache_True": torch.tensor([[1, 2]])}
+    same = compat_matrix.compare(reference, {k: v.clone() for k, v in reference.items()}, atol=1e-5)
+    assert same["status"] == "ok"
+    other = {"logits": torch.zeros(2, 3) + 1e-3, "greedy_cache_True": torch.tensor([[1, 3]])}
+    verdict = compat_matrix.compare(reference, other, atol=1e-5)
+    assert verdict["status"] == "different" and verdict["greedy_differs"] == ["greedy_cache_True"]
+    assert compat_matrix.compare(reference, {"error": "ImportError: x"}, atol=1e-5)["status"] == "error"
+
+
+def test_the_docs_table_is_the_recorded_matrix():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    payload = json.loads((root / "docs" / "results" / "compat_matrix.json").read_text())
+    page = (root / "docs" / "compatibility.md").read_text()
+    table = page[page.index("<!-- compat-table -->") : page.index("<!-- /compat-table -->")]
+    families = ["ouro", "attractor_lm", "eqr", "phdeq"]
+    rows = [
+        f"| {release} | " + " | ".join(row[f]["status"] for f in families) + " |"
+        for release, row in payload["releases"].items()
+    ]
+    assert [line for line in table.splitlines() if line.startswith("| 5.")] == rows
+    assert payload["command"].split("--work")[0].strip() in page.replace("`", "")
