@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,20 @@ def test_trainers_and_adapters_take_their_family_from_its_record():
     assert type("MyStars", (StarsTrainer,), {}).family() is FAMILIES["ouro"]  # a subclass keeps its family
     with pytest.raises(ValueError, match="no family's record names Orphan"):
         type("Orphan", (LoopTrainer,), {}).family()
+
+
+def test_the_portable_files_import_no_other_model_and_nothing_of_the_package_above_them():
+    """Files under ``modeling/`` travel as remote code: they import the standard library, torch, transformers (not
+    another model's internals under ``transformers.models``), huggingface_hub, safetensors, and each other."""
+    allowed = {"torch", "transformers", "huggingface_hub", "safetensors"}
+    for path in sorted((SRC / "equilibria" / "modeling").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1, f"{path.name}: only single-dot relative imports travel with the folder"
+                continue
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                top = name.split(".")[0]
+                assert top in allowed or top in sys.stdlib_module_names, f"{path.name} imports {name}"
+                assert not name.startswith("transformers.models"), f"{path.name} imports {name}"

@@ -3,9 +3,8 @@
 Hub-portable: travels as remote code beside the modeling files (it imports only torch and transformers' public
 functions). Each shim names the releases it serves:
 
-* ``cache`` / ``past_key_values``: transformers 5.24 renamed the cache keyword of ``create_causal_mask``,
-  ``create_sliding_window_causal_mask`` and the decoder layers; :data:`MASK_CACHE_KEYWORD` and
-  :func:`layer_cache_keyword` are the name the installed release takes.
+* ``cache`` / ``past_key_values``: transformers 5.24 renamed the cache keyword of ``create_causal_mask`` and
+  ``create_sliding_window_causal_mask``; :data:`MASK_CACHE_KEYWORD` is the name the installed release takes.
 * the outputs' cache field (``BaseModelOutputWithPast.cache`` from 5.24 on, ``past_key_values`` before), which is
   also the key ``generate`` keeps the cache under in its model keywords: :data:`OUTPUT_CACHE_FIELD`.
 * ``slice_logits_to_keep`` (in ``transformers.modeling_utils`` from 5.24 on): :func:`keep_positions` does the same
@@ -15,7 +14,6 @@ functions). Each shim names the releases it serves:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 
 import torch
@@ -34,12 +32,6 @@ OUTPUT_CACHE_FIELD = (
 )
 
 
-@functools.cache
-def layer_cache_keyword(layer_class: type) -> str:
-    """The keyword a transformers decoder layer class (e.g. ``LlamaDecoderLayer``) takes the cache under."""
-    return _cache_keyword(layer_class.forward)
-
-
 def keep_positions(hidden: torch.Tensor, logits_to_keep: int | torch.Tensor) -> torch.Tensor:
     """The positions of ``hidden`` (``(batch, seq, width)``) whose logits are wanted: an int ``k`` keeps the last
     ``k`` (0: all); a 1-D tensor holds positions kept for every row; a 2-D integer tensor positions per row; a 2-D
@@ -53,4 +45,4 @@ def keep_positions(hidden: torch.Tensor, logits_to_keep: int | torch.Tensor) -> 
     return hidden[:, logits_to_keep, :]
 
 
-__all__ = ["MASK_CACHE_KEYWORD", "OUTPUT_CACHE_FIELD", "keep_positions", "layer_cache_keyword"]
+__all__ = ["MASK_CACHE_KEYWORD", "OUTPUT_CACHE_FIELD", "keep_positions"]

@@ -33,7 +33,7 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
         vocab_size, hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, head_dim,
         hidden_act, max_position_embeddings, initializer_range, rms_norm_eps, rope_parameters,
         attention_dropout, attention_bias, mlp_bias, use_cache, tie_word_embeddings: the usual Llama-style
-            transformer sizes and switches (both parts use Llama decoder layers).
+            transformer sizes and switches (both parts use pre-norm decoder layers, ``modeling/layers.py``).
         num_backbone_layers (`int`): Layers of the backbone (0: the proposal is the token embedding itself).
         num_attractor_layers (`int`): Layers of the weight-tied attractor module (>= 1).
         injection (`str`): How the proposal enters every attractor step: ``"add"`` (the module reads
@@ -76,7 +76,7 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
         "jacobian_penalty",
         "correction_loss",
     ]
-    # Megatron-style sharding of both parts' Llama layers; the embeddings (sharded on the vocabulary by
+    # Megatron-style sharding of both parts' decoder layers; the embeddings (sharded on the vocabulary by
     # transformers) and the tied LM head are sharded together
     base_model_tp_plan = {
         f"{part}.*.{module}": style

@@ -45,7 +45,7 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
             needs every input to have exactly this length, the attention block accepts up to it.
         hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, head_dim, hidden_act,
         rms_norm_eps, rope_parameters, attention_dropout, attention_bias, mlp_bias, initializer_range:
-            the usual transformer sizes (the attention block uses Llama layers, bidirectional).
+            the usual transformer sizes (the attention block uses pre-norm decoder layers, bidirectional).
         num_layers (`int`): Layers inside the weight-tied block.
         block_type (`str`): ``"attention"`` (bidirectional self-attention layers) or ``"mlp"`` (MLP-Mixer layers:
             a token-mixing MLP across the cells, then a channel MLP).

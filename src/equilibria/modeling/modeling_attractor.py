@@ -40,14 +40,14 @@ from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_utils import PreTrainedModel
-from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .argument_checks import as_int
 from .causal_lm import CausalLoopMixin, recorded_calls, recording_attentions
-from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD, layer_cache_keyword
+from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD
 from .configuration_attractor import AttractorConfig
+from .layers import DecoderLayer, RMSNorm, RotaryEmbedding
 from .loop_generation import LoopGenerationMixin, TelemetryCache
 from .loop_map import LoopMap
 from .regularization import IterateSampler, hutchinson_frobenius
@@ -127,7 +127,7 @@ class AttractorModule(nn.Module):
         hidden = config.hidden_size
         self.in_proj = nn.Linear(2 * hidden, hidden, bias=False) if config.injection == "concat" else None
         first = config.num_backbone_layers
-        self.layers = nn.ModuleList([LlamaDecoderLayer(config, first + i) for i in range(config.num_attractor_layers)])
+        self.layers = nn.ModuleList([DecoderLayer(config, first + i) for i in range(config.num_attractor_layers)])
         self.gate = nn.Parameter(torch.full((hidden,), float(config.attractor_gate_init)))
 
     def forward(
@@ -141,8 +141,7 @@ class AttractorModule(nn.Module):
     ) -> torch.Tensor:
         x = y + y0 if self.in_proj is None else self.in_proj(torch.cat([y, y0], dim=-1))
         for layer in self.layers:
-            cached = {layer_cache_keyword(type(layer)): cache}
-            x = layer(x, attention_mask=attention_mask, position_embeddings=position_embeddings, **cached, **kwargs)
+            x = layer(x, attention_mask=attention_mask, position_embeddings=position_embeddings, cache=cache, **kwargs)
         return y0 + self.gate * _rms(y0, self.eps) * (x / _rms(x, self.eps))
 
 
@@ -199,7 +198,7 @@ class AttractorPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     config_class = AttractorConfig
     config: AttractorConfig
     supports_gradient_checkpointing = True
-    _no_split_modules = ["LlamaDecoderLayer"]
+    _no_split_modules = ["DecoderLayer"]
     _supports_flash_attn = True
     _supports_sdpa = True
     _supports_attention_backend = True
@@ -239,10 +238,10 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         self.padding_idx = config.pad_token_id
         self.vocab_size = config.vocab_size
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
-        self.backbone = nn.ModuleList([LlamaDecoderLayer(config, i) for i in range(config.num_backbone_layers)])
+        self.backbone = nn.ModuleList([DecoderLayer(config, i) for i in range(config.num_backbone_layers)])
         self.attractor = AttractorModule(config)
-        self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.rotary_emb = LlamaRotaryEmbedding(config=config)
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(config=config)
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -365,8 +364,7 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         hidden = inputs_embeds
         states = (hidden,)
         for layer in self.backbone:
-            cached = {layer_cache_keyword(type(layer)): cache}
-            hidden = layer(hidden, attention_mask=mask, position_embeddings=position_embeddings, **cached, **kwargs)
+            hidden = layer(hidden, attention_mask=mask, position_embeddings=position_embeddings, cache=cache, **kwargs)
             states += (hidden,)
         return hidden, mask, position_embeddings, states
 

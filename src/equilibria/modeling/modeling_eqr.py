@@ -25,11 +25,11 @@ from transformers import initialization as init
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput, ModelOutput, TokenClassifierOutput
 from transformers.modeling_utils import PreTrainedModel
-from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 from transformers.utils import can_return_tuple
 
 from .argument_checks import as_int, check_keywords, shared_fields
 from .configuration_eqr import SELECTIONS, EqRConfig, check_noise
+from .layers import MLP, DecoderLayer, RMSNorm, RotaryEmbedding
 from .loop_map import LoopMap
 from .solvers import residual
 from .strict_loading import StrictLoadingMixin
@@ -45,11 +45,11 @@ class EqRMixerLayer(nn.Module):
     def __init__(self, config: EqRConfig):
         super().__init__()
         self.seq_len = config.max_seq_len
-        self.token_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.token_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.token_in = nn.Linear(config.max_seq_len, config.token_mixing_size, bias=config.mlp_bias)
         self.token_out = nn.Linear(config.token_mixing_size, config.max_seq_len, bias=config.mlp_bias)
-        self.channel_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.channel_mlp = LlamaMLP(config)
+        self.channel_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.channel_mlp = MLP(config)
 
     def forward(self, hidden: torch.Tensor, **kwargs) -> torch.Tensor:
         if hidden.shape[1] != self.seq_len:
@@ -136,7 +136,7 @@ class EqRPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     config_class = EqRConfig
     config: EqRConfig
     main_input_name = "inputs"
-    _no_split_modules = ["LlamaDecoderLayer", "EqRMixerLayer"]
+    _no_split_modules = ["DecoderLayer", "EqRMixerLayer"]
     _supports_sdpa = True
     _supports_attention_backend = True
     _remote_auto_map = {
@@ -160,14 +160,14 @@ class EqRModel(EqRPreTrainedModel):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
         if config.block_type == "attention":
-            self.rotary_emb = LlamaRotaryEmbedding(config=config)
-            self.layers = nn.ModuleList([LlamaDecoderLayer(config, i) for i in range(config.total_layers)])
+            self.rotary_emb = RotaryEmbedding(config=config)
+            self.layers = nn.ModuleList([DecoderLayer(config, i) for i in range(config.total_layers)])
             for layer in self.layers:
                 layer.self_attn.is_causal = False  # every cell sees every other
         else:
             self.rotary_emb = None
             self.layers = nn.ModuleList([EqRMixerLayer(config) for _ in range(config.total_layers)])
-        self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.init_state = nn.Parameter(torch.zeros(config.hidden_size))  # the learned start (random_init off)
         self.halt_head = nn.Linear(config.hidden_size, 1) if config.halting else None
         self.post_init()
