@@ -7,7 +7,8 @@ environment holding some release of transformers and no ``equilibria`` (the fold
     python benchmarks/compat_check.py FOLDERS_DIR OUT.pt    # FOLDERS_DIR/<family>/ as written by compat_matrix.py
 
 For a language model: the logits of a left-padded batch (without the cache, and at ``num_loops=2``), and greedy
-tokens with and without the cache, and at ``num_loops=2`` passed to ``generate``; for a puzzle solver and a classifier: the logits of a fixed batch. A family that fails to load or run is
+tokens with and without the cache, at ``num_loops=2`` passed to ``generate``, and with prompt-lookup decoding (which
+crops the cache); for a puzzle solver and a classifier: the logits of a fixed batch. A family that fails to load or run is
 recorded with the error's last line instead.
 """
 
@@ -47,6 +48,12 @@ def lm_outputs(model) -> dict:
             **batch, max_new_tokens=NEW_TOKENS, do_sample=False, use_cache=cached, pad_token_id=pad, **extra
         )
         out[f"greedy_cache_{cached}" + (f"_{loops}_loops" if loops else "")] = tokens[:, batch["input_ids"].shape[1] :]
+    repeated = batch["input_ids"][:1].repeat(1, 3)  # prompt-lookup decoding: drafts are accepted and rejected, so
+    tokens = model.generate(  # the cache is cropped back (transformers' assisted generation)
+        repeated, max_new_tokens=NEW_TOKENS, do_sample=False, prompt_lookup_num_tokens=3, pad_token_id=pad
+    )
+    # the first NEW_TOKENS: transformers 5.4-5.12 generate one token too many here, plain LlamaForCausalLM too
+    out["greedy_prompt_lookup"] = tokens[:, repeated.shape[1] : repeated.shape[1] + NEW_TOKENS]
     return out
 
 

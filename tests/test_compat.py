@@ -47,3 +47,17 @@ def test_the_docs_table_is_the_recorded_matrix():
     ]
     assert [line for line in table.splitlines() if line.startswith("| 5.")] == rows
     assert payload["command"].split("--work")[0].strip() in page.replace("`", "")
+
+
+def test_cropping_the_cache_keeps_its_telemetry_in_step():
+    """``crop(-n)`` (what assisted decoding calls after rejected drafts) cuts the per-position telemetry with the
+    keys and values (Ouro's exit steps, the Attractor's solver steps)."""
+    import torch
+    from conftest import tiny_attractor, tiny_ouro
+
+    for model, telemetry in ((tiny_ouro(), "exit_steps"), (tiny_attractor(), "solver_steps")):
+        ids = torch.randint(3, model.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            cache = model(ids, use_cache=True).cache
+        cache.crop(-2)
+        assert cache.get_seq_length() == 3 and getattr(cache, telemetry).shape == (2, 3), type(cache).__name__

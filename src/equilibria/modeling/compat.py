@@ -7,6 +7,8 @@ functions). Each shim names the releases it serves:
   ``create_sliding_window_causal_mask``; :data:`MASK_CACHE_KEYWORD` is the name the installed release takes.
 * the outputs' cache field (``BaseModelOutputWithPast.cache`` from 5.24 on, ``past_key_values`` before), which is
   also the key ``generate`` keeps the cache under in its model keywords: :data:`OUTPUT_CACHE_FIELD`.
+* ``Cache.crop``'s argument: the number of positions to remove when negative (every release), the length to keep
+  when positive (before 5.18): ``TelemetryCache.crop`` (in ``loop_generation``) follows both.
 * ``slice_logits_to_keep`` (in ``transformers.modeling_utils`` from 5.24 on): :func:`keep_positions` does the same
   slicing for every release.
 """

@@ -180,10 +180,15 @@ class TelemetryCache(DynamicCache):
         for name in self.telemetry_names:
             setattr(self, name, None)
 
-    def crop(self, tokens_to_remove: int) -> None:
-        super().crop(tokens_to_remove)
-        if tokens_to_remove < 0:
-            self._apply(lambda t: t[:, :tokens_to_remove])
+    def crop(self, length: int) -> None:
+        """[`DynamicCache.crop`], keeping the telemetry in step, in either meaning transformers gave the argument: a
+        negative value removes that many positions (every release); a positive one is the length to keep (before
+        5.18; from 5.18 on transformers refuses it)."""
+        before = self.get_seq_length()
+        super().crop(length)
+        keep = before + length if length < 0 else min(length, before)
+        if keep < before:
+            self._apply(lambda t: t[:, :keep])
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         super().reorder_cache(beam_idx)
