@@ -61,3 +61,24 @@ def test_cropping_the_cache_keeps_its_telemetry_in_step():
             cache = model(ids, use_cache=True).cache
         cache.crop(-2)
         assert cache.get_seq_length() == 3 and getattr(cache, telemetry).shape == (2, 3), type(cache).__name__
+
+
+def test_cropping_keeps_the_telemetry_in_step_under_the_old_meaning_of_crop(monkeypatch):
+    """Before transformers 5.18 ``crop(n)`` with ``n > 0`` kept the first ``n`` positions (assisted decoding called
+    it so); the telemetry follows that meaning too (simulated here on the installed release)."""
+    import torch
+    from conftest import tiny_ouro
+    from transformers import DynamicCache
+
+    current = DynamicCache.crop
+
+    def legacy_crop(self, max_length: int) -> None:
+        current(self, max_length - self.get_seq_length() if max_length >= 0 else max_length)
+
+    monkeypatch.setattr(DynamicCache, "crop", legacy_crop)
+    model = tiny_ouro()
+    ids = torch.randint(3, model.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).cache
+    cache.crop(4)
+    assert cache.get_seq_length() == 4 and cache.exit_steps.shape == (2, 4)
