@@ -5,7 +5,7 @@ families used before, so checkpoints saved then load unchanged (``tests/test_sav
 
 Hub-portable: travels as remote code beside the modeling files. It imports only transformers' public building
 blocks (activations, the attention-kernel registry, the RoPE initialisers, the gradient-checkpointing layer), not
-another model's internals, so a change inside ``transformers.models.llama`` cannot break a pushed folder.
+another model's modeling file, so a change inside Llama's cannot break a pushed folder.
 """
 
 from __future__ import annotations
@@ -152,14 +152,22 @@ class Attention(nn.Module):
         cache: Cache | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
+        query, key, value = self.project(hidden_states, position_embeddings)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)
+        return self.attend(query, key, value, attention_mask, **kwargs)
+
+    def project(self, hidden_states: torch.Tensor, position_embeddings) -> tuple[torch.Tensor, ...]:
+        """``(query, key, value)``, each ``(batch, heads, seq, head_dim)``, with the rotary positions applied."""
+        hidden_shape = (*hidden_states.shape[:-1], -1, self.head_dim)
         query = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         key = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
-        if cache is not None:
-            key, value = cache.update(key, value, self.layer_idx)
+        return query, key, value
+
+    def attend(self, query, key, value, attention_mask, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention with the configured kernel, then the output projection: ``(output, weights or None)``."""
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
@@ -167,7 +175,7 @@ class Attention(nn.Module):
         output, weights = attention(
             self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs
         )
-        return self.o_proj(output.reshape(*input_shape, -1).contiguous()), weights
+        return self.o_proj(output.reshape(*output.shape[:2], -1).contiguous()), weights
 
 
 class DecoderLayer(GradientCheckpointingLayer):

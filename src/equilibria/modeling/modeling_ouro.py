@@ -34,7 +34,7 @@ from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
@@ -42,7 +42,7 @@ from .argument_checks import as_int
 from .causal_lm import CausalLoopMixin, LMInputs, recording_attentions
 from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD, keep_positions
 from .configuration_ouro import OuroConfig, check_exit_readout, check_exit_threshold
-from .layers import MLP, RMSNorm, RotaryEmbedding, apply_rotary_pos_emb, eager_attention_forward
+from .layers import MLP, Attention, RMSNorm, RotaryEmbedding
 from .loop_generation import LoopGenerationMixin, TelemetryCache
 from .loop_map import LoopMap
 from .regularization import check_estimator_fits, spectral_radius
@@ -189,20 +189,12 @@ class OuroEarlyExit:
 # --------------------------------------------------------------------------------------------------
 
 
-class OuroAttention(nn.Module):
+class OuroAttention(Attention):
+    """[`Attention`] over Ouro's cache, one entry per (loop step, layer) (``cache_index``), with the early exit's
+    frozen keys/values merged in (``frozen``) and, on sliding-attention layers, the window."""
+
     def __init__(self, config: OuroConfig, layer_idx: int):
-        super().__init__()
-        self.config = config
-        self.layer_idx = layer_idx
-        self.head_dim = config.head_dim
-        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
-        self.scaling = self.head_dim**-0.5
-        self.attention_dropout = config.attention_dropout
-        self.is_causal = True
-        self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=False)
+        super().__init__(config, layer_idx)
         self.sliding_window = config.sliding_window if config.layer_types[layer_idx] == "sliding_attention" else None
 
     def forward(
@@ -215,37 +207,14 @@ class OuroAttention(nn.Module):
         frozen: OuroEarlyExit | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        cos, sin = position_embeddings
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-
+        query, key, value = self.project(hidden_states, position_embeddings)
         if frozen is not None:
-            key_states, value_states = frozen.merge(self.layer_idx, key_states, value_states)
+            key, value = frozen.merge(self.layer_idx, key, value)
         if cache is not None:
-            key_states, value_states = cache.update(key_states, value_states, cache_index)
+            key, value = cache.update(key, value, cache_index)
         if frozen is not None:
-            key_states, value_states = frozen.keys_for_attention(key_states, value_states)
-
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
-        attn_output, attn_weights = attention_interface(
-            self,
-            query_states,
-            key_states,
-            value_states,
-            attention_mask,
-            dropout=0.0 if not self.training else self.attention_dropout,
-            scaling=self.scaling,
-            sliding_window=self.sliding_window,
-            **kwargs,
-        )
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        return self.o_proj(attn_output), attn_weights
+            key, value = frozen.keys_for_attention(key, value)
+        return self.attend(query, key, value, attention_mask, sliding_window=self.sliding_window, **kwargs)
 
 
 class OuroDecoderLayer(GradientCheckpointingLayer):
