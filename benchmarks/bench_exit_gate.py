@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from equilibria import OuroCache
 from equilibria.tasks import addition_tokenizer, build_task
 from equilibria.train import train_and_evaluate
 
@@ -42,7 +43,7 @@ def generate_points(model, tokenizer, problems, **generate_kwargs) -> tuple[floa
     with torch.no_grad():
         out = model.generate(
             **enc, max_new_tokens=width, do_sample=False, return_dict_in_generate=True,
-            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **generate_kwargs,
+            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, cache=OuroCache(), **generate_kwargs,
         )  # fmt: skip
     prompt = enc["input_ids"].shape[1]
     texts = tokenizer.batch_decode(out.sequences[:, prompt:], skip_special_tokens=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from equilibria import OuroConfig, OuroForCausalLM
+from equilibria import OuroCache, OuroConfig, OuroForCausalLM
 
 
 def greedy(model, ids, new_tokens, **kwargs):
@@ -117,7 +117,7 @@ def bench_loop_overhead(args) -> dict:
 
 
 def mean_decode_exit_steps(model, ids, new_tokens, threshold) -> float:
-    out = greedy(model, ids, new_tokens, exit_threshold=threshold, return_dict_in_generate=True)
+    out = greedy(model, ids, new_tokens, exit_threshold=threshold, return_dict_in_generate=True, cache=OuroCache())
     steps = out.cache.exit_steps[:, ids.shape[1] :]
     return steps.float().mean().item()
 

@@ -1,18 +1,22 @@
 """The compatibility matrix: does a folder this package writes load as remote code, and give the same numbers, on
-other transformers releases?
+other transformers releases? And does the package itself install and work there?
 
 For every portable family it writes a small seeded model with ``save_pretrained`` (weights, remote code,
 ``auto_map``), records its outputs here, under the development environment (:mod:`compat_check`: logits of a
 left-padded batch, greedy tokens with and without the cache; a puzzle solver's and a classifier's logits), then for
 each release installs transformers into a throwaway environment beside one pinned torch (``pip install --target``
 on top of a venv holding ``torch==2.13.0``, the CPU wheel), runs the same check there without ``equilibria``
-importable, and compares: logits within ``--atol``, greedy tokens equal.
+importable, and compares: logits within ``--atol``, greedy tokens equal. Then it ``pip install``s the package's
+wheel (built from this checkout) with that release into a venv of its own, which fails for a release
+``pyproject.toml`` does not admit, and runs :mod:`compat_smoke` there (train one step, load, generate).
 
-    python benchmarks/compat_matrix.py --releases 5.12.0,5.18.0,5.24.0   # minutes: one install per release
-    python benchmarks/compat_matrix.py --quick     # no install: the current environment, the package hidden; a test
+    python benchmarks/compat_matrix.py --releases 5.4.0,5.12.0,5.24.0   # minutes: installs per release
+    python benchmarks/compat_matrix.py --quick     # no install: the current environment; a test runs it
 
-Results: ``docs/results/compat_matrix.json`` (``--output-dir`` to change), one row per release and family:
-``ok``, ``different`` (the largest logit difference, which greedy runs differ) or the error that stopped it.
+Results: ``docs/results/compat_matrix.json`` (``--output-dir`` to change; the default also rewrites the table in
+``docs/compatibility.md``), one row per release and family: ``status`` (``ok``, ``different`` with the largest
+logit difference and the greedy runs that differ, or the error that stopped it) and ``package`` (``ok`` or the
+error).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +37,9 @@ sys.path.insert(0, str(HERE))
 import compat_check  # noqa: E402  (standalone: also runs in the throwaway environments)
 
 TORCH = "torch==2.13.0"
-DEFAULT_RELEASES = ("5.12.0", "5.18.0", "5.24.0")
+DEFAULT_RELEASES = ("5.4.0", "5.12.0", "5.24.0")  # the floor, one in the middle, the newest
+RESULTS = HERE.parent / "docs" / "results"
+DOCS_PAGE = HERE.parent / "docs" / "compatibility.md"
 
 
 def write_folders(folders: Path) -> None:
@@ -53,18 +60,81 @@ def write_folders(folders: Path) -> None:
         model.save_pretrained(folders / model_type)
 
 
-def environment(work: Path, release: str) -> tuple[str, dict]:
-    """``(python, env)`` of a throwaway environment with ``transformers==release`` and the pinned torch (built on
-    first use, kept in ``work`` for the next run)."""
+def base_environment(work: Path) -> Path:
+    """A venv holding the pinned torch, built on first use and kept in ``work``: its ``python``."""
     base = work / "base"
     if not (base / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(base)], check=True)
         subprocess.run([str(base / "bin" / "python"), "-m", "pip", "install", "-q", TORCH], check=True)
+    return base / "bin" / "python"
+
+
+def environment(work: Path, release: str) -> tuple[str, dict]:
+    """``(python, env)`` of a throwaway environment with ``transformers==release`` and the pinned torch (built on
+    first use, kept in ``work`` for the next run)."""
+    python = base_environment(work)
     target = work / f"transformers-{release}"
     if not (target / "transformers").is_dir():
-        pip = [str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--target", str(target)]
+        pip = [str(python), "-m", "pip", "install", "-q", "--target", str(target)]
         subprocess.run([*pip, f"transformers=={release}"], check=True)
-    return str(base / "bin" / "python"), {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HOME": str(work)}
+    return str(python), {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HOME": str(work)}
+
+
+def build_wheel(work: Path) -> Path:
+    """The package's wheel, built from this checkout into ``work/wheel``."""
+    folder = work / "wheel"
+    shutil.rmtree(folder, ignore_errors=True)
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(HERE.parent)]
+    subprocess.run(pip, check=True, capture_output=True)
+    return next(folder.glob("equilibria-*.whl"))
+
+
+def package_environment(work: Path, release: str, wheel: Path) -> str:
+    """The ``python`` of a venv where ``pip`` installed the package's ``wheel`` with ``transformers==release`` and
+    the package's other dependencies, resolved for that release (torch is the base environment's, seen through a
+    ``.pth`` file). ``RuntimeError`` with pip's last line when pip cannot: the release is not admitted."""
+    venv = work / f"package-{release}"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        base_site = next((work / "base" / "lib").glob("python3*/site-packages"))
+        site = next((venv / "lib").glob("python3*/site-packages"))
+        (site / "base-torch.pth").write_text(f"{base_site}\n")
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    for extra in ([f"transformers=={release}", str(wheel)], ["--no-deps", "--force-reinstall", str(wheel)]):
+        done = subprocess.run([*pip, *extra], capture_output=True, text=True)
+        if done.returncode != 0:
+            errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")] or ["pip failed"]
+            raise RuntimeError(f"pip install transformers=={release} + the package: {errors[-1][:300]}")
+    return str(python)
+
+
+def run_smoke(python: str, work: Path, release: str) -> dict:
+    """Run :mod:`compat_smoke` with that ``python``: ``{family: "ok" or the error}``."""
+    folder = work / f"smoke-{release}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    out = folder / "smoke.json"
+    done = subprocess.run(
+        [python, str(HERE / "compat_smoke.py"), str(folder), str(out)],
+        env=env,
+        cwd=folder,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0 or not out.exists():
+        return {"*": (done.stderr.strip().splitlines() or ["no output"])[-1][:400]}
+    return json.loads(out.read_text())["families"]
+
+
+def package_check(work: Path, release: str, wheel: Path | None) -> dict:
+    """``{family: "ok" or the error}`` of the package's smoke test on ``release`` (``current``: this environment)."""
+    try:
+        python = sys.executable if wheel is None else package_environment(work, release, wheel)
+    except RuntimeError as err:
+        return {"*": str(err)}
+    return run_smoke(python, work, release)
 
 
 def run_check(python: str, env: dict, folders: Path, out: Path) -> dict:
@@ -93,6 +163,40 @@ def compare(reference: dict, other: dict, atol: float) -> dict:
     return {"status": status, "max_logit_diff": gap, "greedy_differs": greedy}
 
 
+def release_row(release: str, reference: dict, work: Path, wheel: Path | None, atol: float) -> dict:
+    """One release's verdicts, per family: the folder as remote code (``status``, see :func:`compare`) and the
+    package's smoke test (``package``: ``ok`` or the error). ``wheel=None``: the current environment."""
+    python, env = (sys.executable, dict(os.environ)) if wheel is None else environment(work, release)
+    got = run_check(python, env, work / "folders", work / f"outputs-{release}.pt")
+    errors = got["results"].get("*")
+    package = package_check(work, release, wheel)
+    return {
+        model_type: {
+            **({"status": "error", **errors} if errors else compare(ref, got["results"][model_type], atol)),
+            "package": package.get("*") or package.get(model_type, "not run"),
+        }
+        for model_type, ref in reference.items()
+    }
+
+
+def markdown_table(payload: dict) -> str:
+    """The docs' table of ``payload``: a row per release, a column per family, each cell *remote code / package*."""
+    families = [f for f in ("ouro", "attractor_lm", "eqr", "phdeq") if f in payload["families"]]
+    lines = [f"| transformers | {' | '.join(families)} |", "| --- |" + " --- |" * len(families)]
+    for release, row in payload["releases"].items():
+        cells = [f"{row[f]['status']} / {'ok' if row[f]['package'] == 'ok' else 'error'}" for f in families]
+        lines.append(f"| {release} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def write_docs_table(payload: dict, page: Path = DOCS_PAGE) -> None:
+    """Put :func:`markdown_table` between the ``compat-table`` markers of ``page``."""
+    text = page.read_text()
+    start, end = "<!-- compat-table -->\n", "<!-- /compat-table -->"
+    head, rest = text.split(start, 1)
+    page.write_text(head + start + markdown_table(payload) + "\n" + end + rest.split(end, 1)[1])
+
+
 def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--releases", default=",".join(DEFAULT_RELEASES), help="comma-separated transformers releases")
@@ -100,7 +204,7 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--atol", type=float, default=1e-5, help="the largest logit difference that counts as equal")
     parser.add_argument("--quick", action="store_true", help="the current environment only (no install)")
     parser.add_argument("--check", action="store_true", help="exit 1 unless every family is ok on every release")
-    parser.add_argument("--output-dir", default=str(HERE.parent / "docs" / "results"))
+    parser.add_argument("--output-dir", default=str(RESULTS), help="where the JSON goes (the default: the docs too)")
     return parser.parse_args(argv)
 
 
@@ -117,18 +221,11 @@ def main(argv: list[str] | None = None) -> dict:
         if "logits_2_loops" in ref and torch.allclose(ref["logits"], ref["logits_2_loops"]):
             raise SystemExit(f"{model_type}: num_loops=2 gives the default's logits; the check cannot see num_loops")
     releases = ["current"] if args.quick else [r.strip() for r in args.releases.split(",") if r.strip()]
+    wheel = None if args.quick else build_wheel(work)
     rows = {}
     for release in releases:
-        python, env = (sys.executable, dict(os.environ)) if release == "current" else environment(work, release)
-        got = run_check(python, env, folders, work / f"outputs-{release}.pt")
-        errors = got["results"].get("*")
-        rows[release] = {
-            model_type: (
-                {"status": "error", **errors} if errors else compare(ref, got["results"][model_type], args.atol)
-            )
-            for model_type, ref in reference.items()
-        }
-        print(release, {k: v["status"] for k, v in rows[release].items()})
+        rows[release] = release_row(release, reference, work, wheel, args.atol)
+        print(release, {k: (v["status"], v["package"]) for k, v in rows[release].items()})
     payload = {
         "command": "python benchmarks/compat_matrix.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "reference": {"transformers": transformers.__version__, "torch": torch.__version__},
@@ -139,8 +236,13 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compat_matrix.json").write_text(json.dumps(payload, indent=2) + "\n")
+    if out.resolve() == RESULTS.resolve():
+        write_docs_table(payload)
     failed = [
-        f"{r} {t}: {v.get('error') or v}" for r, row in rows.items() for t, v in row.items() if v["status"] != "ok"
+        f"{r} {t}: {v.get('error') or v}"
+        for r, row in rows.items()
+        for t, v in row.items()
+        if v["status"] != "ok" or v["package"] != "ok"
     ]
     if args.check and failed:
         raise SystemExit("compatibility matrix failed:\n  " + "\n  ".join(failed))

@@ -115,16 +115,17 @@ def test_a_diverging_solve_is_flagged_warned_and_not_returned_as_garbage(caplog)
 )
 def test_generation_with_cache_equals_generation_without(overrides):
     model = tiny_attractor(**overrides)
-    seq_cached, logits_cached, out = greedy(model, PROMPT, True)
     seq_plain, logits_plain, _ = greedy(model, PROMPT, False)
-    assert seq_cached.tolist() == seq_plain.tolist()
-    torch.testing.assert_close(logits_cached, logits_plain, rtol=0, atol=1e-4)
+    for cache in (None, AttractorCache()):  # generate's own cache, and one that records the solver's telemetry
+        seq_cached, logits_cached, out = greedy(model, PROMPT, True, cache=cache)
+        assert seq_cached.tolist() == seq_plain.tolist()
+        torch.testing.assert_close(logits_cached, logits_plain, rtol=0, atol=1e-4)
     assert out.cache.converged.all() and (out.cache.solver_steps > 2).all()
 
 
 def test_the_cache_keeps_past_positions_converged_states():
     model = tiny_attractor()
-    _, _, out = greedy(model, PROMPT, True, max_new_tokens=4)
+    _, _, out = greedy(model, PROMPT, True, max_new_tokens=4, cache=AttractorCache())
     cache = out.cache
     assert isinstance(cache, AttractorCache)
     assert len(cache.layers) == model.config.num_hidden_layers == 3
@@ -178,10 +179,10 @@ def test_beam_search_and_sampling_work_with_the_cache():
 
 def test_num_loops_and_solver_tol_reach_forward_from_generate():
     model = tiny_attractor(solver="picard")
-    _, _, few = greedy(model, PROMPT, True, max_new_tokens=3, num_loops=2)
+    _, _, few = greedy(model, PROMPT, True, max_new_tokens=3, num_loops=2, cache=AttractorCache())
     assert (few.cache.solver_steps == 2).all() and not few.cache.converged.any()
-    _, _, loose = greedy(model, PROMPT, True, max_new_tokens=3, solver_tol=1e-2)
-    _, _, tight = greedy(model, PROMPT, True, max_new_tokens=3)
+    _, _, loose = greedy(model, PROMPT, True, max_new_tokens=3, solver_tol=1e-2, cache=AttractorCache())
+    _, _, tight = greedy(model, PROMPT, True, max_new_tokens=3, cache=AttractorCache())
     assert (loose.cache.solver_steps < tight.cache.solver_steps).all()
     backbone, _, _ = greedy(model, PROMPT, True, num_loops=0)
     backbone_plain, _, _ = greedy(model, PROMPT, False, num_loops=0)
@@ -216,7 +217,7 @@ def test_invalid_tolerances_raise_value_error(bad):
 
 def test_static_cache_is_refused_with_a_clear_error():
     model = tiny_attractor()
-    with pytest.raises(ValueError, match="cache_implementation"):
+    with pytest.raises(ValueError, match="needs a DynamicCache.*StaticCache.*cache_implementation"):
         model.generate(PROMPT, max_new_tokens=2, cache_implementation="static", pad_token_id=0)
 
 

@@ -12,7 +12,7 @@ from conftest import tiny_attractor
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-from equilibria import AttractorConfig, AttractorForCausalLM, AttractorModel
+from equilibria import AttractorCache, AttractorConfig, AttractorForCausalLM, AttractorModel
 
 IDS = torch.tensor([[5, 9, 14, 3, 22, 7], [11, 4, 30, 17, 2, 9]])
 
@@ -184,13 +184,16 @@ def test_lora_trains_and_merges_to_the_same_logits(model):
     torch.testing.assert_close(merged, adapted, rtol=0, atol=1e-3)
 
 
-def test_generation_config_num_loops_is_a_saved_default(model, tmp_path):
+def test_a_budget_in_an_old_generation_config_moves_to_the_model_config(model, tmp_path):
     kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=0, eos_token_id=None, return_dict_in_generate=True)
-    model.generation_config.num_loops = 2
     model.save_pretrained(tmp_path)
-    loaded = AttractorForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
-    assert (loaded.generate(IDS[:1], **kwargs).cache.solver_steps <= 2).all()
-    assert (loaded.generate(IDS[:1], num_loops=40, **kwargs).cache.solver_steps > 2).any()
+    path = tmp_path / "generation_config.json"  # what equilibria 0.1 wrote for generation_config.num_loops = 2
+    path.write_text(json.dumps({**json.loads(path.read_text()), "num_loops": 2, "_from_model_config": False}))
+    with pytest.warns(UserWarning, match=r"num_loops=2 -> config\.num_loops"):
+        loaded = AttractorForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    assert loaded.config.num_loops == 2
+    assert (loaded.generate(IDS[:1], cache=AttractorCache(), **kwargs).cache.solver_steps <= 2).all()
+    assert (loaded.generate(IDS[:1], num_loops=40, cache=AttractorCache(), **kwargs).cache.solver_steps > 2).any()
 
 
 def test_text_generation_pipeline_passes_the_budget(model, tokenizer):

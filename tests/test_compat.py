@@ -1,6 +1,7 @@
 """The compatibility matrix's own check (benchmarks/compat_matrix.py --quick): every portable family's folder, run as
 remote code in a fresh interpreter where ``import equilibria`` fails, gives the development version's logits and
-greedy tokens (batched and left-padded, with and without the cache, at a loop count passed to generate)."""
+greedy tokens (batched and left-padded, with and without the cache, at a loop count passed to generate); and the
+package's smoke test (train one step from the CLI, load, generate) passes for every family."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def test_every_portable_folder_runs_as_remote_code_with_the_same_numbers(tmp_pat
     row = payload["releases"]["current"]
     assert set(row) == {"ouro", "attractor_lm", "eqr", "phdeq"} == set(payload["families"])
     assert all(verdict["status"] == "ok" and verdict["max_logit_diff"] <= 1e-5 for verdict in row.values()), row
+    assert {verdict["package"] for verdict in row.values()} == {"ok"}, row
 
 
 def test_a_difference_or_an_error_is_reported_not_passed():
@@ -33,20 +35,22 @@ def test_a_difference_or_an_error_is_reported_not_passed():
     assert compat_matrix.compare(reference, {"error": "ImportError: x"}, atol=1e-5)["status"] == "error"
 
 
-def test_the_docs_table_is_the_recorded_matrix():
+def test_the_docs_table_is_the_recorded_matrix_over_the_admitted_range():
+    """The page shows the recorded JSON (and its command); every family passes both checks on every recorded
+    release; and ``pyproject.toml`` admits exactly the recorded range (its minor releases)."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
+    compat_matrix = load_benchmark("compat_matrix")
     payload = json.loads((root / "docs" / "results" / "compat_matrix.json").read_text())
     page = (root / "docs" / "compatibility.md").read_text()
-    table = page[page.index("<!-- compat-table -->") : page.index("<!-- /compat-table -->")]
-    families = ["ouro", "attractor_lm", "eqr", "phdeq"]
-    rows = [
-        f"| {release} | " + " | ".join(row[f]["status"] for f in families) + " |"
-        for release, row in payload["releases"].items()
-    ]
-    assert [line for line in table.splitlines() if line.startswith("| 5.")] == rows
+    assert "<!-- compat-table -->\n" + compat_matrix.markdown_table(payload) + "\n<!-- /compat-table -->" in page
     assert payload["command"].split("--work")[0].strip() in page.replace("`", "")
+    cells = {(r, f): (v["status"], v["package"]) for r, row in payload["releases"].items() for f, v in row.items()}
+    assert set(cells.values()) == {("ok", "ok")} and len(cells) == 4 * len(payload["releases"])
+    minors = sorted(tuple(int(x) for x in release.split(".")[:2]) for release in payload["releases"])
+    (major, low), (_, high) = minors[0], minors[-1]
+    assert f'"transformers>={major}.{low},<{major}.{high + 1}"' in (root / "pyproject.toml").read_text()
 
 
 def test_cropping_the_cache_keeps_its_telemetry_in_step():

@@ -34,11 +34,17 @@ def test_generation_with_cache_equals_generation_without(model, num_loops):
 
 
 def test_cache_has_one_entry_per_loop_step_and_layer(model):
+    """``generate``'s own cache (one layer per decoder layer, from the config) grows a copy of its layers per further
+    loop step; an ``OuroCache`` passed in also records each position's exit step."""
     _, _, out = greedy(model, PROMPT, True, num_loops=5, max_new_tokens=4)
+    assert type(out.cache).__name__ == "DynamicCache"
+    assert len(out.cache.layers) == 5 * model.config.num_hidden_layers
+    assert out.cache.get_seq_length() == PROMPT.shape[1] + 3  # the last token is never fed back
+    _, _, out = greedy(model, PROMPT, True, num_loops=5, max_new_tokens=4, cache=OuroCache())
     cache = out.cache
     assert isinstance(cache, OuroCache)
     assert len(cache.layers) == 5 * model.config.num_hidden_layers
-    assert cache.get_seq_length() == PROMPT.shape[1] + 3  # the last token is never fed back
+    assert cache.get_seq_length() == PROMPT.shape[1] + 3
     assert cache.exit_steps.shape == (1, PROMPT.shape[1] + 3)
     assert (cache.exit_steps == 5).all()
 
@@ -90,7 +96,7 @@ def test_invalid_exit_threshold_raises_value_error(model, bad):
 
 
 def test_static_cache_is_refused_with_a_clear_error(model):
-    with pytest.raises(ValueError, match="cache_implementation"):
+    with pytest.raises(ValueError, match=r"one entry per \(loop step, layer\).*StaticCache"):
         model.generate(PROMPT, max_new_tokens=2, cache_implementation="static")
 
 
@@ -128,19 +134,22 @@ def test_early_exit_reports_per_token_exit_steps():
 
 def test_early_exit_generation_with_cache_equals_without():
     model = exit_model()
-    seq_c, logits_c, out_c = greedy(model, PROMPT, True, exit_threshold=0.5, max_new_tokens=12)
+    seq_c, logits_c, out_c = greedy(model, PROMPT, True, exit_threshold=0.5, max_new_tokens=12, cache=OuroCache())
     seq_p, logits_p, _ = greedy(model, PROMPT, False, exit_threshold=0.5, max_new_tokens=12)
     assert seq_c.tolist() == seq_p.tolist()
     torch.testing.assert_close(logits_c, logits_p, rtol=0, atol=1e-4)
     steps = out_c.cache.exit_steps[0]
     assert steps.min() < 6, "some generated or prompt tokens should exit early"
+    seq_d, logits_d, _ = greedy(model, PROMPT, True, exit_threshold=0.5, max_new_tokens=12)  # generate's own cache
+    assert seq_d.tolist() == seq_p.tolist()
+    torch.testing.assert_close(logits_d, logits_p, rtol=0, atol=1e-4)
 
 
 def test_exited_tokens_are_seen_through_their_exit_step_keys_and_values():
     """Documented semantics: at loop steps after a token's exit, its cache entries repeat the ones of its exit
     step (same layer), for prompt tokens and decoded tokens alike."""
     model = exit_model()
-    _, _, out = greedy(model, PROMPT, True, exit_threshold=0.5, max_new_tokens=8)
+    _, _, out = greedy(model, PROMPT, True, exit_threshold=0.5, max_new_tokens=8, cache=OuroCache())
     cache, num_layers = out.cache, model.config.num_hidden_layers
     steps = cache.exit_steps[0]
     checked = 0
@@ -160,7 +169,7 @@ def test_early_exit_skips_the_remaining_steps_while_decoding():
     calls = []
     hook = model.model.layers[0].register_forward_hook(lambda m, args, out: calls.append(out.shape[:2]))
     try:
-        _, _, out = greedy(model, PROMPT, True, exit_threshold=0.5, max_new_tokens=8)
+        _, _, out = greedy(model, PROMPT, True, exit_threshold=0.5, max_new_tokens=8, cache=OuroCache())
     finally:
         hook.remove()
     steps = out.cache.exit_steps[0].tolist()
@@ -180,12 +189,14 @@ def test_batched_early_exit_runs_only_the_rows_still_looping():
         lambda m, args, out: batch_sizes.append(out.shape[0]) if out.shape[1] == 1 else None
     )
     try:
-        seq, logits, out = greedy(model, ids, True, exit_threshold=0.5, max_new_tokens=8)
+        seq, logits, out = greedy(model, ids, True, exit_threshold=0.5, max_new_tokens=8, cache=OuroCache())
     finally:
         hook.remove()
     assert min(batch_sizes) < len(rows), "some decode steps should run on a subset of the rows"
     for i, r in enumerate(rows):
-        alone_seq, alone_logits, alone = greedy(model, torch.tensor([r]), True, exit_threshold=0.5, max_new_tokens=8)
+        alone_seq, alone_logits, alone = greedy(
+            model, torch.tensor([r]), True, exit_threshold=0.5, max_new_tokens=8, cache=OuroCache()
+        )
         assert seq[i].tolist() == alone_seq[0].tolist()
         torch.testing.assert_close(logits[i], alone_logits[0], rtol=0, atol=1e-4)
         assert out.cache.exit_steps[i].tolist() == alone.cache.exit_steps[0].tolist()

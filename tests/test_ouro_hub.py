@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
+from functools import partial
 
 import pytest
 import torch
@@ -14,7 +16,6 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
-    GenerationConfig,
     TextStreamer,
     pipeline,
 )
@@ -195,7 +196,18 @@ def test_text_generation_pipeline_and_streamer(model, tokenizer, capsys):
     assert capsys.readouterr().out.strip() == text
 
 
-def test_generation_config_num_loops_is_a_saved_default(model, tmp_path):
+def write_old_generation_default(folder, **loop_defaults) -> None:
+    """Make ``folder`` what equilibria 0.1 saved for ``model.generation_config.num_loops = N``: the loop default
+    in ``generation_config.json`` (kept there by marking the file as not derived from the model config)."""
+    path = folder / "generation_config.json"
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, **loop_defaults, "_from_model_config": False}))
+
+
+def test_a_loop_default_in_an_old_generation_config_moves_to_the_model_config(model, tmp_path):
+    """``generate(num_loops=...)`` reaches forward (a generation config holding ``num_loops`` would swallow it);
+    a folder whose ``generation_config.json`` sets it loads with the default moved to ``config.total_ut_steps``,
+    with a warning, through the package and as remote code; saving again writes it there."""
     ids = IDS[:1]
     kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True)
 
@@ -204,17 +216,23 @@ def test_generation_config_num_loops_is_a_saved_default(model, tmp_path):
 
     two, five, default = logits(model, num_loops=2), logits(model, num_loops=5), logits(model)  # default: 3
     assert not torch.allclose(two, five) and not torch.allclose(five, default)
-    model.generation_config.num_loops = 5
     model.save_pretrained(tmp_path)
-    assert json.loads((tmp_path / "generation_config.json").read_text())["num_loops"] == 5
-    loaded = OuroForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
-    assert loaded.generation_config.num_loops == 5
-    torch.testing.assert_close(logits(loaded), five, rtol=0, atol=1e-5)
-    # an explicit argument wins over the saved default, and so does a GenerationConfig passed in
-    torch.testing.assert_close(logits(loaded, num_loops=2), two, rtol=0, atol=1e-5)
-    config = GenerationConfig(max_new_tokens=8, do_sample=False, pad_token_id=0, num_loops=2)
-    out = loaded.generate(ids, generation_config=config, return_dict_in_generate=True, output_logits=True)
-    torch.testing.assert_close(torch.stack(out.logits, dim=1), two, rtol=0, atol=1e-5)
+    write_old_generation_default(tmp_path, num_loops=5)
+    for load in (
+        OuroForCausalLM.from_pretrained,
+        partial(AutoModelForCausalLM.from_pretrained, trust_remote_code=True),
+    ):
+        with pytest.warns(UserWarning, match=r"num_loops=5 -> config\.total_ut_steps"):
+            loaded = load(tmp_path, attn_implementation="eager").eval()
+        assert loaded.config.total_ut_steps == 5 and getattr(loaded.generation_config, "num_loops", None) is None
+        torch.testing.assert_close(logits(loaded), five, rtol=0, atol=1e-5)
+        torch.testing.assert_close(logits(loaded, num_loops=2), two, rtol=0, atol=1e-5)  # an explicit argument wins
+    loaded.save_pretrained(tmp_path / "again")
+    assert "num_loops" not in json.loads((tmp_path / "again" / "generation_config.json").read_text())
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["total_ut_steps"] == 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        OuroForCausalLM.from_pretrained(tmp_path / "again")
 
 
 def test_trainer_runs_a_training_step(model, tmp_path):

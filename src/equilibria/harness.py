@@ -1,9 +1,8 @@
 """lm-evaluation-harness at several loop counts (``equilibria eval MODEL --lm-eval-tasks TASKS --loops 1,2,4,8``).
 
-lm-eval's ``HFLM`` wraps the loaded model once per loop count. The count is set where every path the harness takes
-reads it: the config's default loop count (``forward`` for loglikelihood requests) and, when the saved generation
-config names one, ``generation_config.num_loops`` (``generate`` for generation requests); both are put back
-afterwards. lm-eval is an optional extra: ``pip install "equilibria[eval]"``.
+lm-eval's ``HFLM`` wraps the loaded model once per loop count. The count is set as the config's default loop count,
+which both paths the harness takes read (``forward`` for loglikelihood requests, ``generate`` for generation
+requests), and put back afterwards. lm-eval is an optional extra: ``pip install "equilibria[eval]"``.
 """
 
 from __future__ import annotations
@@ -32,19 +31,15 @@ def require_lm_eval():
 
 @contextlib.contextmanager
 def loop_count(model, num_loops: int):
-    """Within the block, ``model`` runs ``num_loops`` loops by default, in ``forward`` and in ``generate``."""
+    """Within the block, ``model`` runs ``num_loops`` loops by default (the config's loop count, which ``forward``
+    and ``generate`` both read); put back afterwards."""
     key = family_of(model).loops_key
-    generation = getattr(model, "generation_config", None)
-    saved = getattr(model.config, key), getattr(generation, "num_loops", None)
+    saved = getattr(model.config, key)
     setattr(model.config, key, num_loops)
-    if saved[1] is not None:
-        generation.num_loops = num_loops
     try:
         yield model
     finally:
-        setattr(model.config, key, saved[0])
-        if saved[1] is not None:
-            generation.num_loops = saved[1]
+        setattr(model.config, key, saved)
 
 
 def lm_eval_at_loops(

@@ -9,6 +9,8 @@ functions). Each shim names the releases it serves:
   also the key ``generate`` keeps the cache under in its model keywords: :data:`OUTPUT_CACHE_FIELD`.
 * ``Cache.crop``'s argument: the number of positions to remove when negative (every release), the length to keep
   when positive (before 5.18): ``TelemetryCache.crop`` (in ``loop_generation``) follows both.
+* the forward keyword ``past_key_values``: transformers before 5.24 passes the cache under that name (5.24 renamed it
+  ``cache`` and keeps the old one as a deprecated alias); :func:`cache_alias` takes both, without a warning.
 * ``slice_logits_to_keep`` (in ``transformers.modeling_utils`` from 5.24 on): :func:`keep_positions` does the same
   slicing for every release.
 """
@@ -16,7 +18,9 @@ functions). Each shim names the releases it serves:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
+from collections.abc import Callable
 
 import torch
 from transformers.masking_utils import create_causal_mask
@@ -47,4 +51,20 @@ def keep_positions(hidden: torch.Tensor, logits_to_keep: int | torch.Tensor) -> 
     return hidden[:, logits_to_keep, :]
 
 
-__all__ = ["MASK_CACHE_KEYWORD", "OUTPUT_CACHE_FIELD", "keep_positions"]
+def cache_alias(forward: Callable) -> Callable:
+    """``forward`` (which takes the cache as ``cache``) also taking it as ``past_key_values``, the name ``generate``
+    uses before transformers 5.24 (and callers written for those releases)."""
+
+    @functools.wraps(forward)
+    def wrapper(*args, **kwargs):
+        if "past_key_values" in kwargs:
+            old = kwargs.pop("past_key_values")
+            if kwargs.get("cache") is not None and old is not None:
+                raise ValueError("Pass the cache once: as cache= (or past_key_values=, its old name), not both.")
+            kwargs["cache"] = kwargs.get("cache") if old is None else old
+        return forward(*args, **kwargs)
+
+    return wrapper
+
+
+__all__ = ["MASK_CACHE_KEYWORD", "OUTPUT_CACHE_FIELD", "cache_alias", "keep_positions"]

@@ -41,11 +41,10 @@ from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
-from transformers.utils.deprecation import deprecate_kwarg
 
-from .argument_checks import as_int
-from .causal_lm import CausalLoopMixin, recorded_calls, recording_attentions
-from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD
+from .argument_checks import as_int, check_keywords
+from .causal_lm import CausalLoopMixin, pop_loss_kwargs, recorded_calls, recording_attentions
+from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD, cache_alias
 from .configuration_attractor import AttractorConfig
 from .layers import DecoderLayer, RMSNorm, RotaryEmbedding
 from .loop_generation import LoopGenerationMixin, TelemetryCache
@@ -79,8 +78,8 @@ class AttractorCache(TelemetryCache):
     * ``converged`` (``(batch, seq_len)`` BoolTensor): whether it reached the tolerance.
 
     A prefill solves all its positions together, so they share one value. After
-    ``generate(..., return_dict_in_generate=True)`` these are ``outputs.cache.solver_steps`` and
-    ``outputs.cache.converged``.
+    ``generate(..., cache=AttractorCache(), return_dict_in_generate=True)`` these are ``outputs.cache.solver_steps``
+    and ``outputs.cache.converged`` (``generate``'s own ``DynamicCache`` works too, without them).
     """
 
     telemetry_names = ("solver_steps", "converged")
@@ -245,7 +244,7 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @cache_alias
     @can_return_tuple
     def forward(
         self,
@@ -372,7 +371,8 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         if not isinstance(cache, DynamicCache):
             raise ValueError(
                 f"AttractorModel needs a DynamicCache (or AttractorCache), got {type(cache).__name__}: the solver "
-                "attends to the past keys/values while iterating and appends once at the solution."
+                "attends to the past keys/values while iterating and appends once at the solution (leave "
+                "generate's cache_implementation unset)."
             )
         past = cache.get_seq_length(0)
         first_attractor = self.config.num_backbone_layers
@@ -416,21 +416,69 @@ def _valid_positions(attention_mask, seq_len: int) -> torch.Tensor | None:
 
 
 class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, GenerationMixin):
-    """[`AttractorModel`] with a language-modelling head on the fixed point (the forward is
-    [`LoopGenerationMixin.forward`]). ``forward`` and ``generate`` accept ``num_loops`` (the solver budget, 0 =
-    backbone only) and ``solver_tol``, ``forward`` also ``gradient_mode``, ``jacobian_samples`` and
-    ``correction_states`` (see [`AttractorModel.forward`]); with ``labels`` and ``correction_states > 0`` the
-    output has ``correction_loss``, the mean of the LM loss on the logits read from ``T`` at intermediate
-    iterates. ``generate`` falls back to ``generation_config.num_loops`` (when set, e.g. saved in
-    ``generation_config.json``) and then to ``config.num_loops``. Returns [`AttractorCausalLMOutput`]."""
+    """[`AttractorModel`] with a language-modelling head on the fixed point. ``forward`` and ``generate`` take
+    ``num_loops`` (the solver budget, 0 = backbone only) and ``solver_tol``, ``forward`` also ``gradient_mode``,
+    ``jacobian_samples`` and ``correction_states`` (see [`AttractorModel.forward`]); their defaults are in the
+    config. With ``labels`` and ``correction_states > 0`` the output has ``correction_loss``, the mean of the LM loss
+    on the logits read from ``T`` at intermediate iterates. Returns [`AttractorCausalLMOutput`]."""
 
-    _base_model_class = AttractorModel
-    _output_class = AttractorCausalLMOutput
-    _generation_cache_class = AttractorCache
-    _loop_generate_kwargs = {"num_loops": check_budget, "solver_tol": partial(check_tol, name="solver_tol")}
+    _loop_defaults = {"num_loops": "num_loops", "solver_tol": "solver_tol", "gradient_mode": "gradient_mode"}
 
-    def extra_losses(self, outputs: AttractorModelOutput, labels, loss_kwargs: dict) -> dict:
-        """``correction_loss``: the mean LM loss of the logits read from ``T`` at the correction states."""
+    def __init__(self, config: AttractorConfig):
+        super().__init__(config)
+        self.model = AttractorModel(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    @cache_alias
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        output_hidden_states: bool | None = None,
+        num_loops: int | None = None,
+        solver_tol: float | None = None,
+        gradient_mode: str | None = None,
+        jacobian_samples: int = 0,
+        correction_states: int = 0,
+        **kwargs,
+    ) -> AttractorCausalLMOutput:
+        r"""The backbone and the solve ([`AttractorModel.forward`], whose are the loop arguments), then ``lm_head`` on
+        the kept positions and, with ``labels``, the shifted cross-entropy (and ``correction_loss``)."""
+        loss_kwargs = pop_loss_kwargs(kwargs)
+        check_keywords(self, kwargs)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+            num_loops=num_loops,
+            solver_tol=solver_tol,
+            gradient_mode=gradient_mode,
+            jacobian_samples=jacobian_samples,
+            correction_states=correction_states,
+            **kwargs,
+        )
+        logits, loss = self.lm_logits_and_loss(outputs.last_hidden_state, labels, loss_kwargs, logits_to_keep)
+        fields_ = self.passed_on(outputs, AttractorCausalLMOutput, False, output_hidden_states)
+        return AttractorCausalLMOutput(
+            loss=loss, logits=logits, **fields_, **self.correction_loss(outputs, labels, loss_kwargs)
+        )
+
+    def correction_loss(self, outputs: AttractorModelOutput, labels, loss_kwargs: dict) -> dict:
+        """``{"correction_loss": ...}``: the mean LM loss of the logits read from ``T`` at the correction states
+        (empty without ``labels`` or correction states)."""
         if labels is None or not outputs.correction_states:
             return {}
         states = outputs.correction_states

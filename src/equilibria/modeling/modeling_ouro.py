@@ -12,8 +12,9 @@ Weights, config keys and numbers match the published Ouro-1.4B / 2.6B checkpoint
 code; on top of that this implementation gives
 
 * ``num_loops`` in ``forward`` and ``generate`` (any value >= 1, deeper than trained included);
-* a KV cache ([`OuroCache`]) with one entry per (loop step, layer) that works with ``generate`` of
-  transformers 5.x, including left-padded batches;
+* a KV cache with one entry per (loop step, layer) that works with ``generate`` of transformers 5.x, including
+  left-padded batches (``generate``'s own cache grows a copy of its layers per loop step; [`OuroCache`] also
+  records each position's exit step);
 * early exit that saves compute during decoding (see [`OuroModel.forward`] for the exact semantics).
 
 This module travels to the Hub as remote code: it imports only torch, transformers and its siblings in
@@ -23,24 +24,24 @@ This module travels to the Hub as remote code: it imports only torch, transforme
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers.cache_utils import Cache
+from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
-from transformers.utils.deprecation import deprecate_kwarg
 
-from .argument_checks import as_int
-from .causal_lm import CausalLoopMixin, LMInputs, recording_attentions
-from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD, keep_positions
+from .argument_checks import as_int, check_keywords
+from .causal_lm import CausalLoopMixin, LMInputs, pop_loss_kwargs, recording_attentions
+from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD, cache_alias, keep_positions
 from .configuration_ouro import OuroConfig, check_exit_readout, check_exit_threshold
 from .layers import MLP, Attention, RMSNorm, RotaryEmbedding
 from .loop_generation import LoopGenerationMixin, TelemetryCache
@@ -62,8 +63,8 @@ class OuroCache(TelemetryCache):
     ``ValueError`` (its deeper entries would be missing for the past tokens).
 
     Besides keys and values it records telemetry for every cached position: ``exit_steps`` (a
-    ``(batch, seq_len)`` LongTensor, the number of loop steps each position ran). After
-    ``generate(..., return_dict_in_generate=True)`` it is ``outputs.cache.exit_steps``.
+    ``(batch, seq_len)`` LongTensor, the number of loop steps each position ran). Pass one to ``generate``
+    (``generate(..., cache=OuroCache(), return_dict_in_generate=True)``) and it is ``outputs.cache.exit_steps``.
     """
 
     telemetry_names = ("exit_steps",)
@@ -364,7 +365,7 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             masks["sliding_attention"] = create_sliding_window_causal_mask(**kwargs)
         return masks
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @cache_alias
     @can_return_tuple
     def forward(
         self,
@@ -627,14 +628,21 @@ def _relative_change(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
 
 
 def _check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
+    """Check that ``cache`` can hold (or holds) this loop count's entries. An empty ``DynamicCache`` with one layer
+    per decoder layer (what ``generate`` builds from the config) gets a copy of its layers for each further loop
+    step, as transformers' Dory does."""
     needed = num_loops * num_layers
     if isinstance(cache, OuroCache):
         cache.bind(num_loops)
         return
-    if getattr(cache, "layer_class_to_replicate", None) is None and len(cache.layers) < needed:
+    fixed = getattr(cache, "layer_class_to_replicate", None) is None
+    if fixed and isinstance(cache, DynamicCache) and len(cache.layers) == num_layers and cache.get_seq_length() == 0:
+        cache.layers += [copy.deepcopy(layer) for layer in cache.layers * (num_loops - 1)]
+    if fixed and len(cache.layers) < needed:
         raise ValueError(
             f"Ouro needs a cache with one entry per (loop step, layer) = {needed} entries for num_loops={num_loops}, "
-            f"but got a {type(cache).__name__} with {len(cache.layers)} layers. Pass an OuroCache() (or nothing)."
+            f"but got a {type(cache).__name__} with {len(cache.layers)} layers (cache_implementation='static' and other "
+            "fixed-size caches hold one per decoder layer). Use the default dynamic cache, or pass an OuroCache()."
         )
     if cache.get_seq_length() > 0 and len(cache.layers) != needed:
         raise ValueError(
@@ -644,37 +652,95 @@ def _check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
 
 
 class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin):
-    """[`OuroModel`] with a language-modelling head (the forward is [`LoopGenerationMixin.forward`]): logits and,
-    with ``labels``, the shifted cross-entropy of ``config.exit_loss``: of the gate-weighted mixture of every step's
-    logits (``"expected_logits"``, the default), the gate-weighted mean of every step's loss (``"expected"``), or the
-    last step's logits (``"final"``); see :meth:`head_output`. Without ``labels`` the logits are each token's
-    exit-step readout (the last step without early exit). ``forward`` and ``generate`` accept ``num_loops`` and ``exit_threshold`` (see [`OuroModel.forward`] for the
-    early-exit semantics); ``generate`` falls back to ``generation_config.num_loops`` (when set, e.g. saved in
-    ``generation_config.json``) and then to ``config.total_ut_steps``. Returns [`OuroCausalLMOutput`]."""
+    """[`OuroModel`] with a language-modelling head: logits and, with ``labels``, the shifted cross-entropy of
+    ``config.exit_loss``: of the gate-weighted mixture of every step's logits (``"expected_logits"``, the default),
+    the gate-weighted mean of every step's loss (``"expected"``), or the last step's logits (``"final"``); see
+    :meth:`head_output`. Without ``labels`` the logits are each token's exit-step readout (the last step without
+    early exit). ``forward`` and ``generate`` take the loop arguments (``num_loops``, ``exit_threshold`` ...; see
+    [`OuroModel.forward`] for the early-exit semantics); their defaults are in the config (``total_ut_steps``,
+    ``early_exit_threshold``, ``exit_readout``). Returns [`OuroCausalLMOutput`]."""
 
-    _base_model_class = OuroModel
-    _output_class = OuroCausalLMOutput
-    _generation_cache_class = OuroCache
-    _loop_generate_kwargs = {
-        "num_loops": lambda value: check_num_loops(value),
-        "exit_threshold": lambda value: check_exit_threshold(value) or value,
-        "exit_at_step": lambda value: as_int(value, "exit_at_step", 0, "the loop step to read out, 0-based"),
-        "use_weighted_exit": bool,
-        "exit_readout": check_exit_readout,
+    _loop_defaults = {
+        "num_loops": "total_ut_steps",
+        "exit_threshold": "early_exit_threshold",
+        "exit_readout": "exit_readout",
+        "exit_at_step": None,
+        "use_weighted_exit": None,
     }
-    _head_kwargs = ("exit_at_step", "use_weighted_exit")
 
-    def needs_step_states(self, labels, head_kwargs: dict) -> bool:
+    def __init__(self, config: OuroConfig):
+        super().__init__(config)
+        self.model = OuroModel(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    @cache_alias
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        output_hidden_states: bool | None = None,
+        num_loops: int | None = None,
+        exit_threshold: float | None = None,
+        exit_readout: str | None = None,
+        exit_at_step: int | None = None,
+        use_weighted_exit: bool = False,
+        spectral_radius_iters: int = 0,
+        spectral_radius_estimator: str = "vjp",
+        spectral_radius_start: torch.Tensor | None = None,
+        **kwargs,
+    ) -> OuroCausalLMOutput:
+        r"""The loop ([`OuroModel.forward`]: ``num_loops``, ``exit_threshold``, ``exit_readout`` and the
+        ``spectral_radius_*`` arguments are its), then the readout and the loss (:meth:`head_output`).
+
+        Args:
+            exit_at_step (`int`, *optional*): Without ``labels``, read the logits out of this loop step (0-based).
+            use_weighted_exit (`bool`): Without ``labels``, return the exit-gate-weighted mixture of every step's
+                logits.
+        """
+        loss_kwargs = pop_loss_kwargs(kwargs)
+        check_keywords(self, kwargs)
+        step_states = self.needs_step_states(labels, exit_at_step, bool(use_weighted_exit))
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            num_loops=num_loops,
+            exit_threshold=exit_threshold,
+            exit_readout=exit_readout,
+            output_hidden_states=True if step_states else output_hidden_states,
+            spectral_radius_iters=spectral_radius_iters,
+            spectral_radius_estimator=spectral_radius_estimator,
+            spectral_radius_start=spectral_radius_start,
+            **kwargs,
+        )
+        logits, loss = self.head_output(outputs, labels, loss_kwargs, logits_to_keep, exit_at_step, use_weighted_exit)
+        fields_ = self.passed_on(outputs, OuroCausalLMOutput, step_states, output_hidden_states)
+        return OuroCausalLMOutput(loss=loss, logits=logits, **fields_)
+
+    def needs_step_states(self, labels, exit_at_step: int | None, use_weighted_exit: bool) -> bool:
+        """Whether :meth:`head_output` reads the state of every loop step (``outputs.hidden_states``)."""
         if labels is not None:
             return self.config.exit_loss != "final"
-        return head_kwargs.get("exit_at_step") is not None or bool(head_kwargs.get("use_weighted_exit"))
+        return exit_at_step is not None or use_weighted_exit
 
-    def head_output(self, outputs, labels, loss_kwargs: dict, logits_to_keep, head_kwargs: dict):
-        """The readout and the loss of ``config.exit_loss`` (see [`OuroConfig`]). Without ``labels``: the state of
-        step ``exit_at_step`` (0-based, as in the published code), the expected logits with
-        ``use_weighted_exit=True``, else each token's exit-step state. With ``labels`` the loss decides the logits
-        returned, and those two keywords are refused (they would be ignored)."""
-        exit_at_step, weighted = head_kwargs.get("exit_at_step"), bool(head_kwargs.get("use_weighted_exit"))
+    def head_output(self, outputs, labels, loss_kwargs: dict, logits_to_keep, exit_at_step, use_weighted_exit):
+        """``(logits, loss)``: the readout and the loss of ``config.exit_loss`` (see [`OuroConfig`]). Without
+        ``labels``: the state of step ``exit_at_step`` (0-based, as in the published code), the expected logits
+        with ``use_weighted_exit=True``, else each token's exit-step state. With ``labels`` the loss decides the
+        logits returned, and those two keywords are refused (they would be ignored)."""
+        weighted = bool(use_weighted_exit)
         if labels is not None and self.training and torch.is_grad_enabled():
             self._record_gate_training()
         if weighted and labels is None:
@@ -686,12 +752,10 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
             )
         states = outputs.hidden_states[1:] if outputs.hidden_states is not None else None
         if exit_at_step is not None:
-            if not 0 <= exit_at_step < len(states):
-                raise ValueError(f"exit_at_step must be in [0, {len(states) - 1}] for num_loops={len(states)}")
-            return self.lm_logits_and_loss(states[exit_at_step], None, loss_kwargs, logits_to_keep)[0], None, {}
+            return self.lm_logits_and_loss(read_step(states, exit_at_step), None, loss_kwargs, logits_to_keep)[0], None
         mode = self.config.exit_loss if labels is not None else ("expected_logits" if weighted else "final")
         if mode == "final":
-            return super().head_output(outputs, labels, loss_kwargs, logits_to_keep, head_kwargs)
+            return self.lm_logits_and_loss(outputs.last_hidden_state, labels, loss_kwargs, logits_to_keep)
         probs = keep_positions(outputs.exit_probs, logits_to_keep)
         step_logits = [self.lm_logits_and_loss(h, None, loss_kwargs, logits_to_keep)[0] for h in states]
         logits = sum(p[..., None].to(x.dtype) * x for p, x in zip(probs.unbind(-1), step_logits))
@@ -701,8 +765,8 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
                 loss = self.loss_function(
                     logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs
                 )
-            return logits, loss, {}
-        return logits, expected_exit_loss(step_logits, probs, labels, loss_kwargs, self.config.exit_entropy_weight), {}
+            return logits, loss
+        return logits, expected_exit_loss(step_logits, probs, labels, loss_kwargs, self.config.exit_entropy_weight)
 
     def _record_gate_training(self) -> None:
         """``config.exit_gate_trained`` after a training step: ``True`` when the loss trains the gate, ``False`` when
@@ -712,6 +776,21 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
             self.config.exit_gate_trained = False
         elif self.model.early_exit_gate.weight.requires_grad:
             self.config.exit_gate_trained = True
+
+
+def read_step(states: tuple[torch.Tensor, ...], exit_at_step) -> torch.Tensor:
+    """``states[exit_at_step]``, or ``ValueError`` unless ``exit_at_step`` is an integer in ``[0, len(states) - 1]``."""
+    last = len(states) - 1
+    try:
+        step = as_int(exit_at_step, "exit_at_step", 0, "")
+    except ValueError:
+        step = -1
+    if not 0 <= step <= last:
+        raise ValueError(
+            f"exit_at_step must be in [0, {last}] for num_loops={last + 1} (the 0-based loop step read out), "
+            f"got {exit_at_step!r}."
+        )
+    return states[step]
 
 
 def warn_if_gate_untrained(module: nn.Module, what: str) -> None:
