@@ -16,6 +16,7 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
+    GenerationConfig,
     TextStreamer,
     pipeline,
 )
@@ -233,6 +234,29 @@ def test_a_loop_default_in_an_old_generation_config_moves_to_the_model_config(mo
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         OuroForCausalLM.from_pretrained(tmp_path / "again")
+
+
+def test_a_loop_argument_in_a_generation_config_is_not_swallowed(model):
+    """``num_loops`` set on ``model.generation_config`` (the 0.1 way) moves to the config with a warning; in a
+    ``GenerationConfig`` passed to ``generate`` it is that call's argument, and an explicit keyword wins."""
+    ids = IDS[:1]
+    kwargs = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True)
+
+    def logits(**extra):
+        return torch.stack(model.generate(ids, **kwargs, **extra).logits, dim=1)
+
+    two, five = logits(num_loops=2), logits(num_loops=5)
+    assert not torch.allclose(two, five)
+    config = GenerationConfig(**kwargs, num_loops=2)
+    out = model.generate(ids, generation_config=config)
+    torch.testing.assert_close(torch.stack(out.logits, dim=1), two, rtol=0, atol=1e-5)
+    assert config.num_loops == 2  # the caller's object is left alone
+    out = model.generate(ids, generation_config=config, num_loops=5)
+    torch.testing.assert_close(torch.stack(out.logits, dim=1), five, rtol=0, atol=1e-5)
+    model.generation_config.num_loops = 5
+    with pytest.warns(UserWarning, match=r"num_loops=5 -> config\.total_ut_steps"):
+        torch.testing.assert_close(logits(), five, rtol=0, atol=1e-5)
+    assert model.config.total_ut_steps == 5 and getattr(model.generation_config, "num_loops", None) is None
 
 
 def test_trainer_runs_a_training_step(model, tmp_path):

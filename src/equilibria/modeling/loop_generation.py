@@ -1,6 +1,7 @@
 """The parts the looped language models' causal-LM heads share (each head's ``forward`` is in its model file): the
-class attributes transformers reads, the language-model logits and loss, loop defaults that an older
-``generation_config.json`` carries moved into the model config on load, and a KV cache that also carries
+class attributes transformers reads, the language-model logits and loss, loop arguments kept out of generation
+configs (an older ``generation_config.json``'s loop default moves into the model config on load; one in a
+``GenerationConfig`` passed to ``generate`` becomes that call's argument), and a KV cache that also carries
 per-position loop telemetry (pass one to ``generate`` to get it).
 
 Hub-portable: travels as remote code beside the modeling files (it imports only torch and transformers).
@@ -8,9 +9,11 @@ Hub-portable: travels as remote code beside the modeling files (it imports only 
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import torch
+from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache
 
 from .argument_checks import shared_fields
@@ -36,6 +39,29 @@ class LoopGenerationMixin:
         loaded = super().from_pretrained(*args, **kwargs)
         move_loop_defaults(loaded[0] if isinstance(loaded, tuple) else loaded)
         return loaded
+
+    def generate(self, *args, **kwargs):
+        """[`GenerationMixin.generate`]. Loop arguments (``num_loops=8`` ...) are ``forward``'s and reach it. A loop
+        default set on ``model.generation_config`` is first moved to the model config (with a warning), and one in a
+        ``GenerationConfig`` passed in counts as that call's argument (an explicit keyword wins): left in a
+        generation config, ``generate`` would take it as a generation option and never pass it on."""
+        move_loop_defaults(self)
+        args = [self._loop_arguments_out_of(a, kwargs) if isinstance(a, GenerationConfig) else a for a in args]
+        if isinstance(kwargs.get("generation_config"), GenerationConfig):
+            kwargs["generation_config"] = self._loop_arguments_out_of(kwargs["generation_config"], kwargs)
+        return super().generate(*args, **kwargs)
+
+    def _loop_arguments_out_of(self, generation_config: GenerationConfig, kwargs: dict) -> GenerationConfig:
+        """A copy of ``generation_config`` without loop arguments, which go into ``kwargs`` unless given there."""
+        found = {key: getattr(generation_config, key, None) for key in self._loop_defaults}
+        found = {key: value for key, value in found.items() if value is not None}
+        if not found:
+            return generation_config
+        generation_config = copy.deepcopy(generation_config)
+        for key, value in found.items():
+            delattr(generation_config, key)
+            kwargs.setdefault(key, value)
+        return generation_config
 
     def lm_logits_and_loss(self, hidden, labels, loss_kwargs: dict, logits_to_keep: int | torch.Tensor = 0):
         """``(logits, loss)`` of ``lm_head`` on ``hidden`` (the kept positions), the loss the shifted cross-entropy
