@@ -105,7 +105,7 @@ def package_environment(work: Path, release: str, wheel: Path) -> str:
         done = subprocess.run([*pip, *extra], capture_output=True, text=True)
         if done.returncode != 0:
             errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")] or ["pip failed"]
-            raise RuntimeError(f"pip install transformers=={release} + the package: {errors[-1][:300]}")
+            raise RuntimeError(f"pip install transformers=={release} + the package: {errors[0][:300]}")
     return str(python)
 
 

@@ -244,3 +244,29 @@ def test_the_portable_files_import_no_other_model_and_nothing_of_the_package_abo
                 top = name.split(".")[0]
                 assert top in allowed or top in sys.stdlib_module_names, f"{path.name} imports {name}"
                 assert not name.startswith("transformers.models"), f"{path.name} imports {name}"
+
+
+def test_the_portable_classes_override_no_private_transformers_method():
+    """No class under ``modeling/`` (nor a mixin it inherits) defines a ``_name`` method that one of its
+    transformers base classes also has (such a method is free to change between releases), except
+    ``_init_weights``, the hook every transformers model defines. Seen to fail with the heads' old overrides of
+    ``GenerationMixin._prepare_generation_config`` and the like."""
+    import importlib
+    import inspect
+
+    allowed = {"_init_weights"}
+    found = set()
+    for path in sorted((SRC / "equilibria" / "modeling").glob("*.py")):
+        module = importlib.import_module(f"equilibria.modeling.{path.stem}")
+        for cls in vars(module).values():
+            if not inspect.isclass(cls) or cls.__module__ != module.__name__:
+                continue
+            ours = [b for b in cls.__mro__ if b.__module__.startswith("equilibria.")]
+            theirs = [b for b in cls.__mro__ if b.__module__.startswith("transformers.")]
+            for owner in ours:
+                for name, value in vars(owner).items():
+                    method = inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod))
+                    private = method and name.startswith("_") and not name.startswith("__")
+                    if private and name not in allowed and any(hasattr(b, name) for b in theirs):
+                        found.add(f"{owner.__name__}.{name}")
+    assert not found, f"private transformers methods overridden: {sorted(found)}"
