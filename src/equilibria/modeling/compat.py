@@ -11,8 +11,8 @@ functions). Each shim names the releases it serves:
   when positive (before 5.18): ``TelemetryCache.crop`` (in ``loop_generation``) follows both.
 * the forward keyword ``past_key_values``: transformers before 5.24 passes the cache under that name (5.24 renamed it
   ``cache`` and keeps the old one as a deprecated alias); :func:`cache_alias` takes both, without a warning.
-* ``slice_logits_to_keep`` (in ``transformers.modeling_utils`` from 5.24 on): :func:`keep_positions` does the same
-  slicing for every release.
+* ``slice_logits_to_keep`` (in ``transformers.modeling_utils`` of 5.23 and 5.24, not of 5.4, 5.12 or 5.18):
+  :func:`keep_positions` does the same slicing for every release.
 """
 
 from __future__ import annotations
