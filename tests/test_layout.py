@@ -117,7 +117,7 @@ def test_the_command_layer_is_imported_by_nothing_below_it():
     assert {module for module, targets in graph.items() if "equilibria.cli" in targets} <= {"equilibria.__main__"}
 
 
-# the package's modules and subpackages from the top floor down (the README's Layout lists them in this order):
+# the package's modules and subpackages from the top floor down (docs/development.md's Layout lists them in this order):
 # a module imports only from its own entry or the ones below it
 LAYERS = (
     "cli",
@@ -157,8 +157,8 @@ def test_imports_walk_down_the_layers():
     assert upward == []
 
 
-def test_the_readme_lists_the_layers_in_their_order():
-    readme = (SRC.parent / "README.md").read_text()
+def test_the_development_page_lists_the_layers_in_their_order():
+    readme = (SRC.parent / "docs" / "development.md").read_text()
     layout = readme[readme.index("## Layout") :]
     block = layout[layout.index("```") + 3 : layout.index("```", layout.index("```") + 3)]
     entries = [line.split()[0] for line in block.splitlines() if line.startswith("  ") and line[2:3].isalpha()]

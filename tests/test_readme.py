@@ -1,10 +1,11 @@
-"""Every Python block and shell command in README.md runs as written.
+"""Every Python block and shell command in README.md and the pages under docs/ runs as written.
 
 Each Python block runs on its own (a fresh namespace: no block may lean on a name another defines), each command in
-a shell, all in one scratch folder, in README order. They run at tiny sizes: ``SIZES`` lists every substitution
-(fewer steps, examples and tokens; a tiny random checkpoint where the README names a placeholder path), so the
-README shows the real sizes. ``NOT_RUN`` lists each command that is not run, with the reason (a GPU, more than a
-minute, or tested elsewhere); a command in neither list fails the test, so a new one must be classified.
+a shell, all in one scratch folder, page by page in ``PAGES`` order (a page may use what an earlier one made: the
+README trains ``out``, ``docs/cli.md`` evaluates it). They run at tiny sizes: ``SIZES`` lists every substitution
+(fewer steps, examples and tokens; a tiny random checkpoint where a page names a placeholder path), so the pages
+show the real sizes. ``NOT_RUN`` lists each command that is not run, with the reason (a GPU, more than a minute, or
+tested elsewhere); a command in neither list fails the test, so a new one must be classified.
 """
 
 from __future__ import annotations
@@ -19,7 +20,26 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
+# the pages whose blocks and commands run, in this order; every page under docs/ must be listed
+PAGES = [
+    "README.md",
+    "docs/demo.md",
+    "docs/cli.md",
+    "docs/ouro.md",
+    "docs/attractor.md",
+    "docs/eqr.md",
+    "docs/phdeq.md",
+    "docs/audit.md",
+    "docs/hub.md",
+    "docs/solvers.md",
+    "docs/compatibility.md",
+    "docs/development.md",
+    "docs/experiments.md",
+    "docs/benchmarks/README.md",
+    *sorted(
+        str(path.relative_to(ROOT)) for path in (ROOT / "docs" / "benchmarks").glob("*.md") if path.name != "README.md"
+    ),
+]
 pytestmark = pytest.mark.xdist_group("readme")  # one worker runs the blocks and commands in README order
 
 # (what the README says, what the test runs instead): sizes and placeholder paths, applied to blocks and commands
@@ -49,6 +69,8 @@ SIZES = [
 NOT_RUN = {
     "./run demo": "the full demo trains for about ten minutes; `equilibria demo --quick` is tested (test_package)",
     "./run test": "the test suite itself",
+    "pip install torch==2.13.0 && pip install -e .": "installs into the running environment; ./run test and CI install "
+    "the package the same way (compat_matrix's package check installs its wheel on other releases)",
     "./run compat": "installs transformers releases into throwaway environments (minutes; CI runs it after the suite); "
     "its --quick mode is tested (test_compat)",
     "accelerate launch --num_processes 8 examples/stars_addition.py --output_dir out --max_steps 2000 --bf16": (
@@ -69,25 +91,33 @@ NOT_RUN = {
 }
 
 
-def code_blocks(language: str) -> list[tuple[int, str]]:
-    """``(line, text)`` of every fenced block of ``language``."""
+def code_blocks(language: str) -> list[tuple[str, int, str]]:
+    """``(page, line, text)`` of every fenced block of ``language`` in ``PAGES``, in order."""
     found = []
-    for match in re.finditer(r"```(\w*)\n(.*?)```", README, re.S):
-        if match.group(1) == language:
-            found.append((README[: match.start()].count("\n") + 1, match.group(2)))
+    for page in PAGES:
+        text = (ROOT / page).read_text()
+        for match in re.finditer(r"```(\w*)\n(.*?)```", text, re.S):
+            if match.group(1) == language:
+                found.append((page, text[: match.start()].count("\n") + 1, match.group(2)))
     return found
 
 
-def shell_commands() -> list[tuple[int, str]]:
-    """The commands of the bash blocks: continuation lines joined, comments dropped."""
+def shell_commands() -> list[tuple[str, int, str]]:
+    """``(page, line, command)`` of the bash blocks: continuation lines joined, comments dropped."""
     commands = []
-    for line, block in code_blocks("bash"):
+    for page, line, block in code_blocks("bash"):
         text = block.replace("\\\n", " ")
         for offset, raw in enumerate(text.splitlines()):
             command = re.sub(r"\s+#.*$", "", raw).strip()
             if command and not command.startswith("#"):
-                commands.append((line + offset + 1, re.sub(r"\s+", " ", command)))
+                commands.append((page, line + offset + 1, re.sub(r"\s+", " ", command)))
     return commands
+
+
+def test_every_page_under_docs_is_run():
+    pages = {str(path.relative_to(ROOT)) for path in (ROOT / "docs").rglob("*.md")}
+    assert pages - set(PAGES) == set(), "add the new page to PAGES"
+    assert len(PAGES) == len(set(PAGES)) and all((ROOT / page).exists() for page in PAGES)
 
 
 def tiny(text: str) -> str:
@@ -146,13 +176,15 @@ def _lm_eval_tasks(folder: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("line, block", code_blocks("python"), ids=lambda v: str(v) if isinstance(v, int) else "")
-def test_the_readme_python_block_runs(workdir, monkeypatch, line, block):
+@pytest.mark.parametrize(
+    "page, line, block", code_blocks("python"), ids=[f"{page}:{line}" for page, line, _ in code_blocks("python")]
+)
+def test_the_python_blocks_run(workdir, monkeypatch, page, line, block):
     monkeypatch.chdir(workdir)
-    exec(compile(tiny(block), f"README.md, block at line {line}", "exec"), {"__name__": "__readme__"})
+    exec(compile(tiny(block), f"{page}, block at line {line}", "exec"), {"__name__": "__readme__"})
 
 
-def test_every_readme_command_is_run_or_listed_with_its_reason(workdir, monkeypatch):
+def test_every_command_is_run_or_listed_with_its_reason(workdir, monkeypatch):
     """``equilibria ...`` commands run in this process (``equilibria.cli.main``, what the console script calls),
     the others in a shell."""
     from equilibria.cli import main
@@ -160,15 +192,25 @@ def test_every_readme_command_is_run_or_listed_with_its_reason(workdir, monkeypa
     monkeypatch.chdir(workdir)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", HF_HUB_OFFLINE="1")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    for line, command in shell_commands():
+    for page, line, command in shell_commands():
         if command in NOT_RUN:
             continue
         runnable = tiny(command).replace(".venv/bin/python", shlex.quote(sys.executable))
         runnable = re.sub(r"\b(examples|benchmarks)/", f"{ROOT}/\\1/", runnable)
         if runnable.startswith("equilibria "):
-            assert main(shlex.split(runnable)[1:]) == 0, f"README line {line}: {command}"
+            assert main(shlex.split(runnable)[1:]) == 0, f"{page} line {line}: {command}"
             continue
         result = subprocess.run(runnable, shell=True, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, f"README line {line}: {command}\n{result.stderr[-3000:]}"
-    unused = set(NOT_RUN) - {command for _, command in shell_commands()}
-    assert not unused, f"NOT_RUN lists commands the README no longer has: {unused}"
+        assert result.returncode == 0, f"{page} line {line}: {command}\n{result.stderr[-3000:]}"
+    unused = set(NOT_RUN) - {command for _, _, command in shell_commands()}
+    assert not unused, f"NOT_RUN lists commands no page has any more: {unused}"
+
+
+def test_every_relative_link_and_image_of_the_pages_exists():
+    missing = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", (ROOT / page).read_text()):
+            path = target.split("#")[0]
+            if path and not re.match(r"[a-z]+://", path) and not (ROOT / page).parent.joinpath(path).exists():
+                missing.append(f"{page}: {target}")
+    assert not missing, missing
