@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 import time
 from pathlib import Path
 
+import doc_tables
 import torch
 from bench_stars_addition import common_training_args
 from transformers import DataCollatorForSeq2Seq, TrainerCallback, set_seed
@@ -206,7 +206,7 @@ def main(argv=None) -> dict:
         print(f"  {name:<24} {100 * value:6.1f}%")
     args.output_dir.mkdir(parents=True, exist_ok=True)
     result = {"rows": probe.rows, "exact_match": accuracy, "train_seconds": seconds, "args": vars(args)}
-    (args.output_dir / "internalization.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    doc_tables.save_results((args.output_dir / "internalization.json"), result, indent=2, default=str)
     try:
         plot(probe.rows, args.output_dir / "internalization.png")
         print(f"wrote {args.output_dir / 'internalization.png'} and internalization.json")

@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import doc_tables
+
 MODES = ("one_step", "implicit", "unrolled")
 
 
@@ -129,7 +131,7 @@ def main(argv=None) -> dict:
     print(f"(ratios: to the same gradient mode at budget {first})")
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "memory.json").write_text(json.dumps({f"{m}@{b}": v for (m, b), v in results.items()}, indent=2) + "\n")
+    doc_tables.save_results((out_dir / "memory.json"), {f"{m}@{b}": v for (m, b), v in results.items()}, indent=2)
     try:
         import matplotlib
 

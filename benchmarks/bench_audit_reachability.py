@@ -33,11 +33,11 @@ points in 18 of 19, r = 0.009, 99.9% of solves at the cap, zeroing from -44 poin
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
+import doc_tables
 import torch
 from torch import nn
 from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
@@ -352,7 +352,7 @@ def main(argv=None) -> dict:
     print_anchor_removal(results["runs"])
     results["findings"] = findings(results["runs"])
     print_findings(results["findings"])
-    (args.output_dir / args.summary_name).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    doc_tables.save_results((args.output_dir / args.summary_name), results, indent=2, default=str)
     print(f"\nwrote {args.output_dir / args.summary_name} and an audit.json/audit.png per PH-DEQ run")
     return results
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import bench_eqr_sudoku as sudoku
+import doc_tables
 import torch
 
 from equilibria import EqRForPuzzleSolving
@@ -188,7 +189,7 @@ def rematch(path: Path) -> None:
         fixed = {int(d): s for d, s in results[split]["fixed"].items()}
         for point in results[split]["halting"].values():
             point.update(match(point, fixed))
-    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    doc_tables.save_results(path, results, indent=2, default=str)
 
 
 def main(argv=None) -> dict:
@@ -214,7 +215,7 @@ def main(argv=None) -> dict:
         print(f"wrote {args.output_dir / 'eqr_halting.png'}")
     except ImportError:
         print("matplotlib is not installed: no plot")
-    (args.output_dir / "eqr_halting.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    doc_tables.save_results((args.output_dir / "eqr_halting.json"), results, indent=2, default=str)
     return results
 
 

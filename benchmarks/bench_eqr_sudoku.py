@@ -27,11 +27,11 @@ between a trajectory's final residual and whether its answer is right. The plot 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
+import doc_tables
 import torch
 from transformers import set_seed
 
@@ -347,7 +347,7 @@ def main(argv=None) -> dict:
             print(f"  {kind:<12} {picks}  (r of log residual with right: {rules['residual_correctness_r']:+.2f})")
     if "eqr" in models:
         eqr_grid(args, models["eqr"], data, results)
-    (args.output_dir / "eqr_sudoku.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    doc_tables.save_results((args.output_dir / "eqr_sudoku.json"), results, indent=2, default=str)
     return results
 
 

@@ -16,11 +16,11 @@ Results: ``docs/results/exit_gate.json`` and ``exit_gate.png`` (``--output-dir``
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
+import doc_tables
 import torch
 
 from equilibria import OuroCache
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
     print_table(results)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "exit_gate.json").write_text(json.dumps(results, indent=1) + "\n")
+    doc_tables.save_results((out / "exit_gate.json"), results, indent=1)
     plotted = plot(results, out / "exit_gate.png")
     print(f"wrote {out / 'exit_gate.json'}" + (f" and {out / 'exit_gate.png'}" if plotted else ""))
     return results

@@ -20,11 +20,11 @@ Results: ``docs/results/jsrr_estimator.json`` (``--output-dir`` to change).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
+import doc_tables
 import torch
 
 from equilibria import OuroConfig, OuroForCausalLM
@@ -137,7 +137,7 @@ def main(argv=None) -> dict:
         print_table(name, result)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     path = args.output_dir / "jsrr_estimator.json"
-    path.write_text(json.dumps(results, indent=1) + "\n")
+    doc_tables.save_results(path, results, indent=1)
     print(f"\nresults: {path}")
     return results
 

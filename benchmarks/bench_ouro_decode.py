@@ -19,12 +19,12 @@ Results: ``docs/results/ouro_decode.json`` (``--output-dir`` to change).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
+import doc_tables
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -250,7 +250,7 @@ def main(argv=None) -> dict:
     for row in [header] + rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    (args.output_dir / "ouro_decode.json").write_text(json.dumps(results, indent=2) + "\n")
+    doc_tables.save_results((args.output_dir / "ouro_decode.json"), results, indent=2)
     print(f"results: {args.output_dir / 'ouro_decode.json'}")
     return results
 

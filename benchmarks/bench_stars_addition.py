@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import math
 import sys
 import time
 from pathlib import Path
 
+import doc_tables
 import torch
 from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments, set_seed
 
@@ -279,12 +279,11 @@ def main(argv=None) -> dict:
     png = args.output_dir / "stars_addition.png"
     plot(results, args, png)
     command = "python benchmarks/bench_stars_addition.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    (args.output_dir / "results.json").write_text(
-        json.dumps(
-            {"command": command.strip(), "args": {k: str(v) for k, v in vars(args).items()}, "results": results},
-            indent=1,
-            default=str,
-        )
+    doc_tables.save_results(
+        args.output_dir / "results.json",
+        {"command": command.strip(), "args": {k: str(v) for k, v in vars(args).items()}, "results": results},
+        indent=1,
+        default=str,
     )
     print(f"\nplot: {png}\nresults: {args.output_dir / 'results.json'}")
     return results

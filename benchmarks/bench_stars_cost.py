@@ -15,12 +15,12 @@ Results: ``docs/results/stars_cost.json`` (``--output-dir`` to change).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+import doc_tables
 import torch
 
 from equilibria import OuroConfig, OuroForCausalLM
@@ -130,7 +130,7 @@ def main(argv=None) -> dict:
             f" s, penalty backward {b['penalty_backward']:.3f} s (LM forward + backward {b['lm_forward_backward']:.3f} s)"
         )
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    (args.output_dir / "stars_cost.json").write_text(json.dumps(results, indent=1) + "\n")
+    doc_tables.save_results((args.output_dir / "stars_cost.json"), results, indent=1)
     print(f"results: {args.output_dir / 'stars_cost.json'}")
     return results
 

@@ -14,7 +14,7 @@ wheel (built from this checkout) with that release into a venv of its own, which
     python benchmarks/compat_matrix.py --quick     # no install: the current environment; a test runs it
 
 Results: ``docs/results/compat_matrix.json`` (``--output-dir`` to change; the default also rewrites the table in
-``docs/compatibility.md``), one row per release and family: ``status`` (``ok``, ``different`` with the largest
+``docs/compatibility.md``, through ``doc_tables.save_results``), one row per release and family: ``status`` (``ok``, ``different`` with the largest
 logit difference and the greedy runs that differ, or the error that stopped it) and ``package`` (``ok`` or the
 error).
 """
@@ -35,11 +35,11 @@ import transformers
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import compat_check  # noqa: E402  (standalone: also runs in the throwaway environments)
+import doc_tables  # noqa: E402
 
 TORCH = "torch==2.13.0"
 DEFAULT_RELEASES = ("5.4.0", "5.12.0", "5.24.0")  # the floor, one in the middle, the newest
 RESULTS = HERE.parent / "docs" / "results"
-DOCS_PAGE = HERE.parent / "docs" / "compatibility.md"
 
 
 def write_folders(folders: Path) -> None:
@@ -179,24 +179,6 @@ def release_row(release: str, reference: dict, work: Path, wheel: Path | None, a
     }
 
 
-def markdown_table(payload: dict) -> str:
-    """The docs' table of ``payload``: a row per release, a column per family, each cell *remote code / package*."""
-    families = [f for f in ("ouro", "attractor_lm", "eqr", "phdeq") if f in payload["families"]]
-    lines = [f"| transformers | {' | '.join(families)} |", "| --- |" + " --- |" * len(families)]
-    for release, row in payload["releases"].items():
-        cells = [f"{row[f]['status']} / {'ok' if row[f]['package'] == 'ok' else 'error'}" for f in families]
-        lines.append(f"| {release} | {' | '.join(cells)} |")
-    return "\n".join(lines)
-
-
-def write_docs_table(payload: dict, page: Path = DOCS_PAGE) -> None:
-    """Put :func:`markdown_table` between the ``compat-table`` markers of ``page``."""
-    text = page.read_text()
-    start, end = "<!-- compat-table -->\n", "<!-- /compat-table -->"
-    head, rest = text.split(start, 1)
-    page.write_text(head + start + markdown_table(payload) + "\n" + end + rest.split(end, 1)[1])
-
-
 def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--releases", default=",".join(DEFAULT_RELEASES), help="comma-separated transformers releases")
@@ -235,9 +217,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compat_matrix.json").write_text(json.dumps(payload, indent=2) + "\n")
-    if out.resolve() == RESULTS.resolve():
-        write_docs_table(payload)
+    doc_tables.save_results((out / "compat_matrix.json"), payload, indent=2)
     failed = [
         f"{r} {t}: {v.get('error') or v}"
         for r, row in rows.items()

@@ -1,0 +1,426 @@
+"""The results tables of the docs, generated from their JSON under ``docs/results/``: the one place they are written.
+
+A page marks each generated table with ``<!-- table: NAME -->`` and ``<!-- /table -->``; ``TABLES[NAME]`` renders it
+from the JSON. Nothing else writes a results table, so a table cannot drift from its JSON: ``tests/test_doc_tables.py``
+checks that every committed page equals what this script makes of it.
+
+    python benchmarks/doc_tables.py           # rewrite the marked tables of README.md and docs/**/*.md
+    python benchmarks/doc_tables.py --check   # exit 1, naming the tables that differ from their JSON
+
+A benchmark that writes JSON into ``docs/results/`` calls :func:`write_pages` (``compat_matrix.py`` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmark scripts whose table functions are reused
+RESULTS = ROOT / "docs" / "results"
+MARKED = re.compile(r"(<!-- table: ([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
+
+
+def load(relative: str) -> dict:
+    return json.loads((RESULTS / relative).read_text())
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    def line(cells: list[str]) -> str:
+        return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
+
+    return "\n".join([line(header), "|" + " --- |" * len(header), *(line(row) for row in rows)])
+
+
+def pct(value: float, digits: int = 1) -> str:
+    return f"{100 * value:.{digits}f}%"
+
+
+def small(value: float) -> str:
+    """Two decimals from 0.1 up, else one significant digit and a short exponent (``1.5e-2``)."""
+    if value >= 0.1:
+        return f"{value:.2f}"
+    mantissa, exponent = f"{value:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+# ---- the demo --------------------------------------------------------------------------------------------------
+
+
+def demo_loop_scaling() -> str:
+    data = load("demo_results.json")
+    plain = f"plain, {data['steps']} + {data['continuation_steps']} steps"
+    rows = [
+        [n, pct(data["accuracy_by_loops"][n]), pct(data["stars_accuracy_by_loops"][n])]
+        for n in data["accuracy_by_loops"]
+    ]
+    return markdown(
+        [
+            f"loops (trained at {data['trained_loops']})",
+            plain,
+            f"STARS, {data['steps']} + {data['continuation_steps']} steps",
+        ],
+        rows,
+    )
+
+
+# ---- Ouro and STARS --------------------------------------------------------------------------------------------
+
+
+def ouro_decode() -> str:
+    data = load("ouro_decode.json")
+    a, over, early, cache = data["args"], data["loop_overhead"], data["early_exit"], data["cache"]
+    layers, loops = int(a["layers"]), int(a["loops"])
+    rows = [
+        [
+            "loop overhead",
+            f"Ouro {layers} layers x {loops} loops vs Llama {layers * loops} layers, width {a['width']}, "
+            f"{a['new_tokens']} new tokens",
+            "{:.3f} [{:.3f}, {:.3f}]".format(over["ratio"], *over["ratio_range"]),
+            "<= 1.10",
+        ],
+        [
+            "early exit",
+            f"{early['loops']} loops, threshold {early['threshold']:.3f} (mean exit {early['mean_exit_steps']:.2f} "
+            "steps), vs no early exit",
+            "{:.3f} [{:.3f}, {:.3f}]".format(early["ratio"], *early["ratio_range"]),
+            "<= 0.60",
+        ],
+        [
+            "KV cache",
+            f"{cache['new_tokens']} new tokens, width {a['cache_width']}, cache vs none",
+            "{:.2f}x faster [{:.2f}, {:.2f}]".format(cache["speedup"], *cache["speedup_range"]),
+            "> 1",
+        ],
+    ]
+    return markdown(["measure", "setting", "ratio [min, max]", "target"], rows)
+
+
+STARS_KINDS = {
+    "plain": "plain, trained at {train_loops}",
+    "sampling": "loop sampling only",
+    "jsrr": "JSRR only, at {train_loops}",
+    "stars": "STARS",
+}
+
+
+def stars_accuracy(relative: str) -> str:
+    data = load(relative)
+    results, args = data["results"], data["args"]
+    loops = list(next(iter(results.values()))["accuracy"])
+    rows = [
+        [label.format(**args)] + [pct(results[kind]["accuracy"][n]) for n in loops]
+        for kind, label in STARS_KINDS.items()
+        if kind in results
+    ]
+    return markdown(["loops at test time", *loops], rows)
+
+
+def stars_dynamics() -> str:
+    results = load("stars_addition/results.json")["results"]
+    rows = []
+    for kind, label in STARS_KINDS.items():
+        radius, step = results[kind]["dynamics"]["spectral_radius"], results[kind]["dynamics"]["relative_step"]
+        label = label.split(",")[0].replace("loop sampling", "sampling")
+        rows.append(
+            [
+                label,
+                " / ".join(f"{radius[t]:.2f}" for t in ("4", "16", "64")),
+                " / ".join(small(step[t - 1]) for t in (4, 16, 63)),
+            ]
+        )
+    return markdown(["kind", "radius at t = 4 / 16 / 64", "relative step at t = 4 / 16 / 63"], rows)
+
+
+def stars_cost() -> str:
+    by_loops = load("stars_cost.json")["by_loops"]
+    columns = ["vjp@1", "vjp@2", "vjp@4", "jvp@1", "jvp@2", "jvp@4"]
+    rows = [
+        [loops, f"{row['plain_seconds']:.2f} s", *(f"{row[c]:.2f}x" for c in columns)]
+        for loops, row in by_loops.items()
+    ]
+    return markdown(["loops", "plain step", "vjp, 1 iteration", "2", "4", "jvp, 1 iteration", "2", "4"], rows)
+
+
+def jsrr_estimator() -> str:
+    rows = []
+    for name, data in load("jsrr_estimator.json")["maps"].items():
+        rho = data["exact_radius"]
+        label = f"{'at ' if name == 'initialisation' else ''}{name} (rho {min(rho):.2f}-{max(rho):.2f})"
+        for estimator, shown in (("vjp", "vjp"), ("jvp", "jvp (paper)")):
+            iters = [1, 2, 4, 8]
+            errors = [f"{data['errors'][f'{estimator}@{k}']['mean_rel_error']:+.2f}" for k in iters]
+            cost = " / ".join(f"{data['cost'][f'{estimator}@{k}']:.1f}" for k in iters)
+            rows.append([label if estimator == "vjp" else "", shown, *errors, cost])
+    return markdown(["map", "estimator", "1 iteration", "2", "4", "8", "cost at 1 / 2 / 4 / 8"], rows)
+
+
+EXIT_LOSSES = {
+    "expected_logits": "`expected_logits` (published, default)",
+    "expected": "`expected` (paper, entropy 0.05)",
+    "final": "`final` (gate untrained)",
+}
+
+
+def exit_gate() -> str:
+    losses = load("exit_gate.json")["losses"]
+
+    def points(runs: dict, keys: tuple[str, ...]) -> str:
+        return " / ".join(f"{pct(runs[k]['accuracy'])} @ {runs[k]['mean_steps']:.2f}" for k in keys)
+
+    rows = []
+    for loss, label in EXIT_LOSSES.items():
+        runs = losses[loss]
+        fixed = " / ".join(f"{100 * runs['fixed'][k]['accuracy']:.1f}" for k in ("1", "2", "3", "4")) + "%"
+        rows.append(
+            [
+                label,
+                fixed,
+                points(runs["frozen"], ("0.5", "0.9", "0.95")),
+                points(runs["reference"], ("0.3", "0.5", "0.9")),
+            ]
+        )
+    header = [
+        "exit_loss",
+        "fixed 1 / 2 / 3 / 4 loops",
+        "frozen exit, threshold 0.5 / 0.9 / 0.95",
+        "reference readout, 0.3 / 0.5 / 0.9",
+    ]
+    return markdown(header, rows)
+
+
+# ---- EqR -------------------------------------------------------------------------------------------------------
+
+
+def eqr_depths(relative: str, **options) -> str:
+    from eqr_ablation_summary import depth_table
+
+    return depth_table(load(relative)["kinds"], **options)
+
+
+def eqr_selection(relative: str) -> str:
+    from eqr_ablation_summary import selection_table
+
+    return selection_table(load(relative)["kinds"])
+
+
+def eqr_halting(relative: str, board: str, depths: tuple[int, ...], thresholds: tuple[float, ...]) -> str:
+    """Exact solve and mean block applications (NFE) per puzzle: fixed depths against halting thresholds, on the
+    easy split and on all held-out puzzles (whole percents for 100 puzzles, one decimal for more)."""
+    data = load(relative)
+    header = [board, f"fixed depth {depths[0]}", *map(str, depths[1:]), f"halt p={thresholds[0]}"]
+    header += [f"p={p}" for p in thresholds[1:]]
+    rows = []
+    for split, label in (("easy", "easy"), ("all", "all")):
+        res = data[split]
+        digits = 0 if res["puzzles"] <= 100 else 1
+        fixed = [f"{pct(res['fixed'][str(d)]['accuracy'], digits)} / {d}" for d in depths]
+        halting = [res["halting"][str(p)] for p in thresholds]
+        rows.append(
+            [f"{label} ({res['puzzles']}): exact / mean NFE", *fixed]
+            + [f"{pct(h['accuracy'], digits)} / {h['mean_nfe']:.1f}" for h in halting]
+        )
+    return markdown(header, rows)
+
+
+# ---- the audit -------------------------------------------------------------------------------------------------
+
+AUDIT_ROWS = {  # the order of the table, and the summary file each model's runs are in
+    "studied": "audit_studied.json",
+    "no_anchor": "audit_no_anchor.json",
+    "noisy_start": "audit_studied.json",
+    "amortised": "audit_controls.json",
+    "control": "audit_controls.json",
+    "mlp": "audit_controls.json",
+}
+
+
+def per_seed(runs: list[dict], key: str, form: str | Callable) -> str:
+    """The seeds' values of ``key``, formatted, joined by `` / ``; one value when they agree."""
+    cells = [form(run[key]) if callable(form) else format(run[key], form) for run in runs]
+    return cells[0] if len(set(cells)) == 1 else " / ".join(cells)
+
+
+def two_digits(value: float) -> str:
+    """Two significant digits, keeping a trailing zero (``1.0``, ``0.023``, ``12``)."""
+    return format(value, "#.2g").rstrip(".")
+
+
+def iterations(value: float) -> str:
+    return f"{value:.0f}" if value >= 20 else f"{value:.1f}"
+
+
+def audit_reachability(folder: str = "audit_reachability") -> str:
+    """A row per model, each cell its three seeds (one value when they agree): the audit's numbers and verdict."""
+    rows = []
+    for model, summary in AUDIT_ROWS.items():
+        runs = sorted((r for r in load(f"{folder}/{summary}")["runs"] if r["model"] == model), key=lambda r: r["seed"])
+        seeds = " / ".join(str(r["seed"]) for r in runs)
+        accuracy = " / ".join(f"{100 * r['accuracy']:.1f}" for r in runs)
+        if "verdict" not in runs[0]:  # the MLP baseline: accuracy only
+            rows.append([seeds, model, accuracy] + [""] * 8)
+            continue
+        rel = sorted({two_digits(r["disp_rel"]) for r in runs}, key=float)
+        displacement = (
+            per_seed(runs, "disp_median", two_digits) + f" ({rel[0] if len(rel) == 1 else rel[0] + '-' + rel[-1]})"
+        )
+        probes = ", ".join(f"{100 * r['probe_h']:.1f}/{100 * r['probe_z0']:.1f}" for r in runs)
+        verdicts = [r["verdict"] for r in runs]
+        verdict = f"{verdicts[0]} (all three)" if len(set(verdicts)) == 1 else " / ".join(verdicts)
+        cap = per_seed(runs, "cap", lambda share: f"{100 * share:.2g}")
+        rows.append(
+            [seeds, model, accuracy, displacement, per_seed(runs, "t1", "+.1f"), per_seed(runs, "zero", "+.1f"), probes]
+            + [per_seed(runs, "pearson", "+.3f"), per_seed(runs, "steps", iterations), cap + "%", verdict]
+        )
+    header = ["seed", "model", "acc %", "median `||h*-z0||` (rel.)", "T1 pts", "zeroing pts", "probe h* / z0 %"]
+    header += ["r (Pearson)", "iterations", "at cap", "verdict"]
+    return markdown(header, rows)
+
+
+# ---- solvers and releases --------------------------------------------------------------------------------------
+
+
+def solvers() -> str:
+    data = load("solvers.json")
+    results, dim = data["results"], data["args"]["dim"]
+
+    def cell(run: dict, lam: bool = False) -> str:
+        seconds = f"{run['seconds']:.3f}" if run["map"].startswith("tanh") else f"{run['seconds']:.2f}"
+        extra = " (`{}`)".format(re.search(r"lam=([\d.e-]+)", run["solver"]).group(1)) if lam else ""
+        return f"{run['iterations']} it, {seconds} s{extra}"
+
+    rows = []
+    for name, best in data["best_torchdeq"].items():
+        label = (
+            f"tanh(Wz + x), dim {dim}, {name.split(', ')[1].replace('=', ' = ')}"
+            if name.startswith("tanh")
+            else ("Attractor LM map (width 256, 64 tokens, layers x10)")
+        )
+        runs = [
+            results[f"{name} | {s}"]
+            for s in ("equilibria anderson (m=5)", "equilibria picard", "torchdeq anderson (m=5, lam=0.0001)")
+        ]
+        rows.append([label, *(cell(r) for r in runs), cell(best, lam=True)])
+    header = [
+        "map",
+        "equilibria Anderson",
+        "equilibria Picard",
+        "torchdeq Anderson, default `lam=1e-4`",
+        "torchdeq Anderson, best `lam`",
+    ]
+    return markdown(header, rows)
+
+
+def compat_matrix() -> str:
+    """A row per release, a column per family, each cell *folder as remote code / package*."""
+    payload = load("compat_matrix.json")
+    families = [f for f in ("ouro", "attractor_lm", "eqr", "phdeq") if f in payload["families"]]
+    rows = [
+        [release, *(f"{row[f]['status']} / {'ok' if row[f]['package'] == 'ok' else 'error'}" for f in families)]
+        for release, row in payload["releases"].items()
+    ]
+    return markdown(["transformers", *families], rows)
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "demo-loop-scaling": demo_loop_scaling,
+    "ouro-decode": ouro_decode,
+    "stars-addition": lambda: stars_accuracy("stars_addition/results.json"),
+    "stars-addition-3digit": lambda: stars_accuracy("stars_addition_3digit/results.json"),
+    "stars-dynamics": stars_dynamics,
+    "stars-cost": stars_cost,
+    "jsrr-estimator": jsrr_estimator,
+    "exit-gate": exit_gate,
+    "solvers": solvers,
+    "eqr-ablation-6x6": lambda: eqr_depths("eqr_ablation_6x6/summary.json"),
+    "eqr-ablation-6x6-selection": lambda: eqr_selection("eqr_ablation_6x6/summary.json"),
+    "eqr-ablation-maze7": lambda: eqr_depths("eqr_ablation_maze7/summary.json"),
+    "eqr-ablation-maze7-selection": lambda: eqr_selection("eqr_ablation_maze7/summary.json"),
+    "eqr-ablation-maze7-seed1": lambda: eqr_depths(
+        "eqr_ablation_maze7_seed1/summary.json", title="seed 1: exact solve (mean final residual)", training=False
+    ),
+    "eqr-maze7-fullbackprop": lambda: eqr_depths(
+        "eqr_maze7_fullbackprop/summary.json", suffix=", 8-step backprop", training=False
+    ),
+    "eqr-halting-4x4": lambda: eqr_halting(
+        "eqr_halting_4x4/eqr_halting.json", "4x4", (4, 8, 16, 24, 32), (0.8, 0.9, 0.98, 0.995)
+    ),
+    "eqr-halting-6x6": lambda: eqr_halting(
+        "eqr_halting_6x6/eqr_halting.json", "6x6", (6, 8, 16, 32), (0.8, 0.9, 0.98, 0.995)
+    ),
+    "audit-reachability": audit_reachability,
+    "compat-matrix": compat_matrix,
+}
+
+
+# ---- the pages -------------------------------------------------------------------------------------------------
+
+
+def pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def render(text: str, where: str = "page") -> str:
+    """``text`` with every marked table rendered from its JSON; ``KeyError`` naming an unknown table."""
+
+    def fill(match: re.Match) -> str:
+        name = match.group(2)
+        if name not in TABLES:
+            raise KeyError(f"{where}: no table named {name!r}; known: {sorted(TABLES)}")
+        return match.group(1) + TABLES[name]() + "\n" + match.group(4)
+
+    return MARKED.sub(fill, text)
+
+
+def stale() -> list[str]:
+    """``page: table`` for every marked table whose committed text differs from its JSON's rendering."""
+    found = []
+    for page in pages():
+        text = page.read_text()
+        for match in MARKED.finditer(text):
+            if render(match.group(0), str(page)) != match.group(0):
+                found.append(f"{page.relative_to(ROOT)}: {match.group(2)}")
+    return found
+
+
+def write_pages() -> list[str]:
+    """Rewrite every page's marked tables; return the pages changed."""
+    changed = []
+    for page in pages():
+        text = page.read_text()
+        new = render(text, str(page))
+        if new != text:
+            page.write_text(new)
+            changed.append(str(page.relative_to(ROOT)))
+    return changed
+
+
+def save_results(path: Path, data, **dumps) -> None:
+    """Write a benchmark's results ``data`` as JSON to ``path``; when that is under ``docs/results/``, rewrite the
+    docs' tables too, so that a page never shows other numbers than its JSON."""
+    path = Path(path)
+    path.write_text(json.dumps(data, **dumps) + "\n")
+    if path.resolve().is_relative_to(RESULTS.resolve()):
+        write_pages()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a table differs from its JSON (write nothing)")
+    args = parser.parse_args(argv)
+    if args.check:
+        differing = stale()
+        for line in differing:
+            print(f"differs from its JSON: {line}")
+        return 1 if differing else 0
+    for page in write_pages():
+        print(f"rewrote {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
