@@ -1,6 +1,6 @@
 """The results tables of the docs, generated from their JSON under ``docs/results/``: the one place they are written.
 
-A page marks each generated table with ``<!-- table: NAME -->`` and ``<!-- /table -->``; ``TABLES[NAME]`` renders it
+A page marks each generated table (and the command line's list of subcommands, read from its parser) with ``<!-- table: NAME -->`` and ``<!-- /table -->``; ``TABLES[NAME]`` renders it
 from the JSON. Nothing else writes a results table, so a table cannot drift from its JSON: ``tests/test_doc_tables.py``
 checks that every committed page equals what this script makes of it.
 
@@ -326,7 +326,23 @@ def compat_matrix() -> str:
     return markdown(["transformers", *families], rows)
 
 
+# ---- the command line -----------------------------------------------------------------------------------------
+
+
+def cli_commands() -> str:
+    """The subcommands of ``equilibria`` with their one-line help, read from the parser itself (what ``equilibria
+    --help`` prints)."""
+    import argparse
+
+    from equilibria.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    rows = [[f"`equilibria {choice.dest}`", " ".join(choice.help.split())] for choice in sub._choices_actions]
+    return markdown(["command", "what it does (`equilibria COMMAND --help` for its options)"], rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "cli-commands": cli_commands,
     "demo-loop-scaling": demo_loop_scaling,
     "ouro-decode": ouro_decode,
     "stars-addition": lambda: stars_accuracy("stars_addition/results.json"),
