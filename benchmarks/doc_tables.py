@@ -159,6 +159,21 @@ def jsrr_estimator() -> str:
     return markdown(["map", "estimator", "1 iteration", "2", "4", "8", "cost at 1 / 2 / 4 / 8"], rows)
 
 
+def jsrr_spread() -> str:
+    """The spread the mean error hides: the mean absolute relative error, and the share of estimates above rho."""
+    rows = []
+    for name, data in load("jsrr_estimator.json")["maps"].items():
+        for estimator in ("vjp", "jvp"):
+            errors = [data["errors"][f"{estimator}@{k}"] for k in (1, 2, 4, 8)]
+            rows.append(
+                [name if estimator == "vjp" else "", estimator]
+                + [" / ".join(f"{e['mean_abs_rel_error']:.2f}" for e in errors)]
+                + [" / ".join(pct(e["overestimates"], 0) for e in errors)]
+            )
+    header = ["map", "estimator", "mean absolute error at 1 / 2 / 4 / 8", "estimates above rho at 1 / 2 / 4 / 8"]
+    return markdown(header, rows)
+
+
 EXIT_LOSSES = {
     "expected_logits": "`expected_logits` (published, default)",
     "expected": "`expected` (paper, entropy 0.05)",
@@ -350,6 +365,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "stars-dynamics": stars_dynamics,
     "stars-cost": stars_cost,
     "jsrr-estimator": jsrr_estimator,
+    "jsrr-spread": jsrr_spread,
     "exit-gate": exit_gate,
     "solvers": solvers,
     "eqr-ablation-6x6": lambda: eqr_depths("eqr_ablation_6x6/summary.json"),

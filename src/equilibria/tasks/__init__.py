@@ -20,6 +20,7 @@ from .reachability import (
     reachability_input_size,
 )
 from .sudoku import augment_sudoku, build_sudoku_dataset, generate_sudoku, load_sudoku_csv, solve_sudoku
+from .symmetry import maze_canonical, sudoku_canonical
 from .tokenization import char_tokenizer, tokenizer_fields
 
 __all__ = [
@@ -47,6 +48,8 @@ __all__ = [
     "load_proofwriter_jsonl",
     "load_sudoku_csv",
     "solve_maze",
+    "maze_canonical",
     "solve_sudoku",
+    "sudoku_canonical",
     "tokenize_for_training",
 ]

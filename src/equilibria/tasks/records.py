@@ -22,9 +22,10 @@ from datasets import Dataset, DatasetDict
 from .addition import addition_tokenizer, build_addition_dataset
 from .embedding import EMBEDDING_SIZE, SentenceEmbedder, embed_entailment
 from .entailment import build_entailment_dataset
-from .maze import MAZE_VOCAB_SIZE, build_maze_dataset, load_maze_csv
+from .maze import MAZE_VOCAB_SIZE, build_maze_dataset, decode_maze, load_maze_csv
 from .reachability import build_reachability_dataset, reachability_input_size
-from .sudoku import SUDOKU_VOCAB_SIZE, build_sudoku_dataset, load_sudoku_csv
+from .sudoku import SUDOKU_VOCAB_SIZE, build_sudoku_dataset, decode_board, load_sudoku_csv
+from .symmetry import maze_canonical, sudoku_canonical
 
 SHAPE_OPTIONS = (None, "digits", "size", "nodes")  # the size knobs `equilibria train` has flags for
 
@@ -41,8 +42,9 @@ class Task:
     when the config cannot read the task (``None``: the caller's ``shape_option`` decides). A task with a
     ``tokenizer`` is a text task (its rows are ``prompt`` / ``answer``); the others give ``inputs`` / ``labels``,
     made from the raw rows by ``prepare`` when they need it (entailment: sentence embeddings).
-    ``canonical(row)``: the row's form under the task's symmetries, where the task has any (``None``: none
-    declared)."""
+    ``canonical(row)``: the row's class under the task's symmetries (a string equal for two rows exactly when a
+    symmetry maps one puzzle onto the other; :mod:`~equilibria.tasks.symmetry`), where the task has any
+    (``None``: none declared)."""
 
     name: str
     summary: str
@@ -60,7 +62,7 @@ class Task:
     load_published: Callable[[str], Dataset] | None = None  # reads a file of the published format (by its suffix)
     published_format: str = ""
     published_suffix: str = ".csv"
-    canonical: Callable[[dict], dict] | None = None
+    canonical: Callable[[dict], str] | None = None
 
     def __post_init__(self):
         if self.shape_option not in SHAPE_OPTIONS:
@@ -167,6 +169,7 @@ TASK_RECORDS: dict[str, Task] = {
             vocab_size=SUDOKU_VOCAB_SIZE,
             load_published=load_sudoku_csv,
             published_format="Sudoku-Extreme CSV (source,question,answer,rating)",
+            canonical=lambda row: sudoku_canonical(decode_board(row["inputs"])),
         ),
         Task(
             name="maze",
@@ -180,6 +183,7 @@ TASK_RECORDS: dict[str, Task] = {
             vocab_size=MAZE_VOCAB_SIZE,
             load_published=load_maze_csv,
             published_format="Maze-Hard CSV (source,question,answer,rating)",
+            canonical=lambda row: maze_canonical(decode_maze(row["inputs"])),
         ),
         Task(
             name="addition",
