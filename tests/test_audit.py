@@ -383,7 +383,32 @@ def test_a_one_step_ouro_loop_has_nothing_to_audit():
     report = audit(model, lm_data(model, n=40), progress=False, batch_size=8)
     assert report.accuracy == 1.0 and report.chance["beats_chance"]
     assert report.verdict == "inconclusive", report
-    assert "no extra steps" in report.reasons[0]
+    assert "no recurrence to test" in report.reasons[0] and "no extra steps" in report.reasons[0]
+
+
+def test_a_one_iteration_solve_has_no_recurrence_to_audit():
+    """A PH-DEQ whose solve runs one iteration, labelled by its own answers (so it beats chance by far): not
+    `computing`, whatever T1 says, because there is no loop."""
+    model = linear_phdeq(initializer="zero", direct_path=False, num_loops=1)
+    report = audit(model, labelled_by(model, X), progress=False, probe=False)
+    assert report.accuracy == 1.0 and report.chance["beats_chance"]
+    assert report.verdict == "inconclusive" and "no recurrence to test" in report.reasons[0], report
+    loop = linear_phdeq(initializer="zero", direct_path=False)  # the same model with its loop: a verdict
+    assert audit(loop, labelled_by(loop, X), progress=False, probe=False).verdict == "computing"
+
+
+def test_an_eqr_of_one_step_or_of_untied_blocks_has_no_recurrence_to_audit():
+    from equilibria import EqRConfig, EqRForPuzzleSolving
+    from equilibria.diagnostics.adapters import EqRAdapter
+
+    sizes = dict(vocab_size=11, max_seq_len=16, hidden_size=16, intermediate_size=32, num_attention_heads=2)
+    one_step = EqRForPuzzleSolving(EqRConfig(**sizes, num_loops=1))
+    untied = EqRForPuzzleSolving(EqRConfig(**sizes, num_loops=4, untied_depth=4))
+    looped = EqRForPuzzleSolving(EqRConfig(**sizes, num_loops=4))
+    assert "no recurrence to test" in EqRAdapter(one_step).untestable()
+    assert "untied_depth=4" in EqRAdapter(untied).untestable()
+    assert EqRAdapter(looped).untestable() is None
+    assert "no recurrence" in EqRAdapter(looped, num_loops=1).untestable()
 
 
 def test_an_untrained_model_at_chance_gets_no_verdict():

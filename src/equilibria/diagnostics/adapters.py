@@ -82,7 +82,13 @@ class LoopAdapter:
         return None if value is None else value.double()
 
     def untestable(self) -> str | None:
-        """Why this loop has nothing the audit could test (``None`` when it has), e.g. a one-step loop."""
+        """Why this loop has nothing the audit could test (``None`` when it has): a loop of one step (or one
+        solver iteration) has no recurrence, whatever its accuracy."""
+        if self.max_iter < 2:
+            return (
+                f"the loop runs {self.max_iter} step: no recurrence to test (there are no extra steps whose "
+                "computation could be tested)"
+            )
         return None
 
     def answers(self, batch: dict) -> list[tuple]:
@@ -159,6 +165,15 @@ class EqRAdapter(LoopAdapter):
     def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
         super().__init__(model, num_loops, seed)
         self.tol = tol
+
+    def untestable(self):
+        untied = getattr(self.model.config, "untied_depth", None)
+        if untied:
+            return (
+                f"the model applies {untied} blocks with weights of their own (untied_depth={untied}), not one block "
+                "again and again: no recurrence to test"
+            )
+        return super().untestable()
 
     def difficulty(self, batch):
         value = batch.get("difficulty", batch.get("rating"))
@@ -296,11 +311,6 @@ class OuroAdapter(_CausalLMAdapter):
     def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
         super().__init__(model, num_loops, seed)
         self.tol = tol
-
-    def untestable(self):
-        if self.max_iter < 2:
-            return f"the loop runs {self.max_iter} step: there are no extra steps whose computation could be tested"
-        return None
 
     def run(self, batch, start=None):
         core = self.model.model
