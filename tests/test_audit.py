@@ -121,6 +121,46 @@ def test_verdict_solver_explosion_when_the_solves_diverge():
     assert any("diverged" in reason for reason in report.reasons)
 
 
+def test_a_converged_solve_from_a_small_start_is_not_an_explosion():
+    """The equilibrium 1000x the start's norm, every solve converged: the old rule (||h*|| / ||z0|| >= 100) called
+    it an explosion; the state's own scale and the residual say it is a healthy solve."""
+    model = linear_phdeq(initializer="learned", direct_path=False)
+    make_initializer_exact(model)
+    with torch.no_grad():  # the initialiser now proposes a thousandth of the equilibrium
+        model.model.initializer[2].weight.mul_(1e-3)
+        model.model.initializer[2].bias.mul_(1e-3)
+    report = audit(model, labelled_by(model, X), progress=False, probe=False)
+    assert report.displacement["solved_norm_median"] > 100 * report.displacement["start_norm_median"]
+    assert report.iterations["converged_share"] == 1.0 and report.iterations["exploded_share"] == 0.0
+    assert report.verdict != "solver explosion", report
+
+
+def test_an_unconverged_solve_far_beyond_the_states_scale_is_an_explosion():
+    from equilibria.diagnostics.audit import exploded_solves
+
+    cat = {
+        "conv": torch.tensor([True, True, False, False, False]),
+        "div": torch.tensor([False, False, False, False, True]),
+        "n0": torch.full((5,), 1e-3),
+        "n1": torch.tensor([1.0, 1.2, 500.0, 3.0, 1.0]),
+    }
+    assert exploded_solves(cat, 100.0).tolist() == [False, False, True, False, True]
+    cat["conv"][:] = True  # converged solves never explode by their norm, however small the start
+    cat["div"][:] = False
+    assert not exploded_solves(cat, 100.0).any()
+
+
+def test_the_report_says_which_rules_made_its_verdict(tmp_path):
+    model = linear_phdeq(initializer="zero", direct_path=False)
+    report = audit(model, labelled_by(model, X[:50]), progress=False, probe=False)
+    path = report.save(tmp_path)
+    saved = json.loads((path if path.is_file() else path / "audit.json").read_text())
+    assert report.schema == saved["schema"] == 2
+    del saved["schema"]
+    (tmp_path / "old.json").write_text(json.dumps(saved))
+    assert AuditReport.from_json(tmp_path / "old.json").schema == 1  # written before the rules changed
+
+
 def test_a_model_that_does_not_beat_the_majority_class_gets_no_verdict():
     model = linear_phdeq(initializer="zero", direct_path=False)
     data = labelled_by(model, X, state="start")  # z0 = 0 answers one class for everyone: a constant label

@@ -38,6 +38,7 @@ from tqdm.auto import tqdm  # a dependency of transformers and datasets
 
 from .adapters import LoopAdapter, adapter_for
 
+SCHEMA = 2  # audit.json's version: the verdict rules it was made with (see AuditReport.schema)
 VERDICTS = ("computing", "lazy identity collapse", "decoder bypass", "solver explosion", "at chance", "inconclusive")
 
 
@@ -49,9 +50,12 @@ class AuditThresholds:
         substitution_points: A T1 change smaller than this (in accuracy points) counts as "costs nothing".
         identity_displacement: A median relative displacement ``||h* - z0|| / max(||z0||, ||h*||)`` at or
             below this counts as "the solved state is its start".
-        explosion_share: A share of diverged (or non-finite) solves at or above this is an explosion.
-        explosion_growth: ``median ||h*|| / median ||z0||`` at or above this (with a non-zero start) is an
-            explosion.
+        explosion_share: A share of exploded solves at or above this is an explosion. A solve exploded when the
+            solver flagged it diverged (its residual non-finite or grown a thousandfold), its state is non-finite,
+            or it ended unconverged with ``||h*||`` at least ``explosion_growth`` times the states' scale.
+        explosion_growth: The norm, relative to the states' scale (the median ``||h*||`` of the converged solves;
+            of the starts when none converged), past which an unconverged solve counts as exploded. A converged
+            solve never does, however small its start.
         return_tolerance: T4 counts a displaced run as back at ``h*`` (or still at its start) when it ends within
             this fraction of ``|d|`` of it.
         significance: An accuracy change (T1, zeroing) counts only when it is also this many standard errors of
@@ -89,6 +93,7 @@ class AuditReport:
     chance: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)  # what the units are (set by the caller, e.g. ``equilibria audit``)
     weights: str | None = None  # the fingerprint of the weights audited (``equilibria.provenance``; set by the caller)
+    schema: int = 1  # the verdict rules it was made with: 2 = no verdict without recurrence, explosions by the state's scale; 1 = before (a file without it)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -344,12 +349,13 @@ class _Evidence:
             substitution=paired_change(cat["t1"], correct),
             zeroing={**paired_change(cat["zero"], correct), "confounded": True},
             probe=self._probe_result(),
-            iterations=_iteration_summary(cat, adapter.max_iter),
+            iterations=_iteration_summary(cat, adapter.max_iter, thresholds.explosion_growth),
             displaced=[{"scale": scale, **_rates(row, correct)} for scale, row in self.t4.items() if row["correct"]],
             verdict="",
             reasons=[],
             thresholds=asdict(thresholds),
             chance=chance_baseline(correct, self.answers, thresholds.significance),
+            schema=SCHEMA,
         )
         report.verdict, report.reasons = verdict(report, thresholds)
         return report
@@ -409,7 +415,19 @@ def _displacement_summary(cat: dict) -> dict:
     }
 
 
-def _iteration_summary(cat: dict, max_iter: int) -> dict:
+def exploded_solves(cat: dict, growth: float) -> torch.Tensor:
+    """Per unit: did the solve explode? Flagged diverged (or non-finite), or unconverged with ``||h*||`` at least
+    ``growth`` times the states' scale: the median solved norm of the converged units (of the starts when none
+    converged). The start's own norm does not enter, so a converged solve from a small start is not one."""
+    conv, n1 = cat["conv"], cat["n1"]
+    finite = torch.isfinite(n1)
+    scale_from = n1[conv & finite] if bool((conv & finite).any()) else cat["n0"][torch.isfinite(cat["n0"])]
+    scale = float(scale_from.median()) if len(scale_from) else 0.0
+    grown = ~conv & finite & (n1 >= growth * scale) if scale > 0 else torch.zeros_like(conv)
+    return cat["div"] | ~finite | grown
+
+
+def _iteration_summary(cat: dict, max_iter: int, growth: float = 100.0) -> dict:
     steps, difficulty = cat["steps"], cat["difficulty"]
     capped = (steps >= max_iter) & ~cat["conv"]
     iterations = {
@@ -417,6 +435,7 @@ def _iteration_summary(cat: dict, max_iter: int) -> dict:
         "cap_share": capped.float().mean().item(),
         "converged_share": cat["conv"].float().mean().item(),
         "diverged_share": cat["div"].float().mean().item(),
+        "exploded_share": exploded_solves(cat, growth).float().mean().item(),
         "pearson": None,
         "spearman": None,
         "note": "",
@@ -481,14 +500,15 @@ def verdict(report: AuditReport, thresholds: AuditThresholds | None = None) -> t
 
 def _explosion(report: AuditReport, th: AuditThresholds) -> list[str]:
     """Reasons to call the solves exploded (empty when they are not)."""
-    it, d = report.iterations, report.displacement
+    it = report.iterations
     out = []
     if it["diverged_share"] >= th.explosion_share:
         out.append(f"{100 * it['diverged_share']:.0f}% of solves diverged (>= {100 * th.explosion_share:.0f}%)")
-    if d["start_norm_median"] > 0:
-        growth = d["solved_norm_median"] / d["start_norm_median"]
-        if growth >= th.explosion_growth:
-            out.append(f"the solved state is {growth:.3g}x the start's norm (>= {th.explosion_growth:g}x)")
+    elif it.get("exploded_share", 0.0) >= th.explosion_share:
+        out.append(
+            f"{100 * it['exploded_share']:.0f}% of solves exploded (>= {100 * th.explosion_share:.0f}%): diverged, or "
+            f"unconverged with ||h*|| at least {th.explosion_growth:g}x the states' scale"
+        )
     return out
 
 
