@@ -239,13 +239,24 @@ class ToyLoop(LoopAdapter):
         z0 = x.clone()
         s = z0 if start is None else start
         flip = torch.where(batch["index"] % 5 == 0, -2.0, 2.0)[:, None]
-        solved = {"identity": s, "contract": 2 * x, "scatter": 2 * x + 2 * (s - x), "flip": flip * x}[self.kind]
+        if self.kind == "xor":  # z0 is x with coordinate 1 negated; the loop negates it back (from any start)
+            z0 = x * torch.tensor([1.0, -1.0, 1.0, 1.0])
+            s = z0 if start is None else start
+        solved = {
+            "identity": s,
+            "contract": 2 * x,
+            "scatter": 2 * x + 2 * (s - x),
+            "flip": flip * x,
+            "xor": s * torch.tensor([1.0, -1.0, 1.0, 1.0]),
+        }[self.kind]
         steps = batch["steps"].double()
         run = LoopRun(z0, solved, steps, steps < 10, torch.zeros(len(x), dtype=torch.bool), torch.zeros(0))
         run.correct = self.decode(batch, run, solved)
         return run
 
     def decode(self, batch, run, state):
+        if self.kind == "xor":  # the answer is the sign of x0 * x1: no linear probe reads it from any state
+            return (state[:, 0] * state[:, 1] > 0).long() == batch["xor"]
         return (state[:, 0] > 0).long() == batch["labels"]
 
     def probe_examples(self, batch, run, state):
@@ -266,6 +277,7 @@ def toy_data(n: int = 200) -> Dataset:
             "x": x.tolist(),
             "index": list(range(n)),
             "labels": (x[:, 0] > 0).long().tolist(),
+            "xor": (x[:, 0] * x[:, 1] > 0).long().tolist(),
             "steps": steps.tolist(),
             "difficulty": (steps * 2 + 1).tolist(),  # a monotone function of the iterations: r = 1
         }
@@ -277,6 +289,17 @@ def test_t4_says_where_displaced_starts_end(kind, where):
     report = audit(_Model(), toy_data(), adapter=ToyLoop(_Model(), kind), progress=False, probe=False)
     for row in report.displaced:
         assert row[where] == 1.0, (kind, row)
+
+
+def test_t1_alone_is_not_enough_for_computing():
+    """The decoder needs h* (z0 answers every unit wrong: T1 costs 100 points), but no independent sign agrees:
+    the linear probe reads the answer from neither state and displaced starts do not return to h*. Without the
+    second-sign rule this was `computing`."""
+    data = toy_data(400).map(lambda row: {"labels": row["xor"]})
+    report = audit(_Model(), data, adapter=ToyLoop(_Model(), "xor"), progress=False)
+    assert report.substitution["change_points"] == -100.0
+    assert report.verdict == "inconclusive", report
+    assert any("no second, independent sign" in reason for reason in report.reasons)
 
 
 def test_t3_correlation_and_cap_share():

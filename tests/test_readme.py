@@ -13,8 +13,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -200,10 +203,43 @@ def test_every_command_is_run_or_listed_with_its_reason(workdir, monkeypatch):
         if runnable.startswith("equilibria "):
             assert main(shlex.split(runnable)[1:]) == 0, f"{page} line {line}: {command}"
             continue
-        result = subprocess.run(runnable, shell=True, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, f"{page} line {line}: {command}\n{result.stderr[-3000:]}"
+        started = time.time()
+        code, output = run_in_own_session(runnable, workdir, env, timeout=300)
+        if code is None and torchrun_saved_before_hanging(runnable, workdir, started):
+            warnings.warn(f"{page} line {line}: saved its model, then hung at gloo's teardown; killed", stacklevel=1)
+            continue
+        assert code == 0, f"{page} line {line}: {command} ({'timed out' if code is None else code})\n{output[-3000:]}"
     unused = set(NOT_RUN) - {command for _, _, command in shell_commands()}
     assert not unused, f"NOT_RUN lists commands no page has any more: {unused}"
+
+
+def run_in_own_session(command: str, cwd: Path, env: dict, timeout: float) -> tuple[int | None, str]:
+    """Run a shell command in a session of its own: ``(exit code, output)``, or ``(None, output)`` when it timed out,
+    after killing the whole session (a torchrun agent and its workers too, so no orphan keeps running)."""
+    proc = subprocess.Popen(
+        command, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        output = proc.communicate(timeout=timeout)[0]
+        return proc.returncode, output
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return None, proc.communicate()[0]
+
+
+def torchrun_saved_before_hanging(command: str, cwd: Path, started: float) -> bool:
+    """A torchrun command whose ``--output_dir`` got its weights during this run: it finished its work and hung
+    at gloo's ``destroy_process_group`` (pytorch/pytorch#75097, seen now and then on CPU; the shared
+    ``run_two_processes`` tolerates it the same way)."""
+    match = re.search(r"--output_dir (\S+)", command)
+    weights = cwd / match.group(1) / "model.safetensors" if match else None
+    return (
+        command.startswith("torchrun")
+        and weights is not None
+        and weights.exists()
+        and weights.stat().st_mtime >= started
+    )
 
 
 def test_every_relative_link_and_image_of_the_pages_exists():

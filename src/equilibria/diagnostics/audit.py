@@ -19,6 +19,8 @@ Plus the displacement ``||h* - z0||`` and a verdict with its reasons: ``computin
 ``decoder bypass`` (the loop moves the state but the decoder ignores it), ``solver explosion``, ``at chance`` or
 ``inconclusive``.
 
+``computing`` needs T1 and a second, independent sign (the T2 probe, or T4's return to ``h*``), each beating its
+own standard error; a loop of one step, or without shared weights, gets ``inconclusive`` (no recurrence to test).
 Every verdict but ``at chance`` and ``inconclusive`` needs a model that does something: its accuracy (per unit:
 an example, a puzzle with every cell right, a sequence with every labelled token right) must beat the majority
 class (the share of units whose whole answer is the most common one) by ``significance`` binomial standard
@@ -93,7 +95,9 @@ class AuditReport:
     chance: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)  # what the units are (set by the caller, e.g. ``equilibria audit``)
     weights: str | None = None  # the fingerprint of the weights audited (``equilibria.provenance``; set by the caller)
-    schema: int = 1  # the verdict rules it was made with: 2 = no verdict without recurrence, explosions by the state's scale; 1 = before (a file without it)
+    # the verdict rules it was made with (SCHEMA): 2 = no verdict without recurrence, explosions by the states'
+    # scale, `computing` needs a second sign; 1 = the rules before (a file without the key)
+    schema: int = 1
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -483,7 +487,14 @@ def verdict(report: AuditReport, thresholds: AuditThresholds | None = None) -> t
             f"{-report.substitution['z']:.1f} standard errors): the decoder needs what the loop computed",
             f"median relative displacement ||h* - z0|| = {d['relative_median']:.2g}",
         ]
-        return "computing", reasons + support
+        second = second_sign(report, th)
+        if second:
+            return "computing", reasons + [f"and independently: {second}"] + support
+        return "inconclusive", reasons + [
+            "but no second, independent sign agrees (the probe does not read the answer better from h* than from "
+            f"z0 by {th.significance:g} standard errors, and displaced starts do not return to h*): T1 alone does not "
+            "decide"
+        ] + support
     if not t1_matters and not zero_matters:
         reasons = [
             f"the loop moves the state (median relative displacement {d['relative_median']:.2g}) but neither "
@@ -496,6 +507,23 @@ def verdict(report: AuditReport, thresholds: AuditThresholds | None = None) -> t
         f"median relative displacement {d['relative_median']:.2g}: no rule applies cleanly"
     ]
     return "inconclusive", reasons + support
+
+
+def second_sign(report: AuditReport, th: AuditThresholds) -> str | None:
+    """A sign that the loop computes, independent of T1, each beating its own standard error (``None`` when none
+    does): the linear probe reads the answer better from h* than from z0 by ``significance`` standard errors of the
+    paired difference; or (where T4 applies) at some scale more than half the displaced starts return to h*, by
+    ``significance`` binomial standard errors."""
+    p = report.probe
+    if p.get("se_points") and p["change_points"] > 0 and p["change_points"] >= th.significance * p["se_points"]:
+        return f"T2: the probe reads the answer from h* {p['change_points']:+.2f} points better than from z0"
+    if not report.family.get("t4_applies", True):
+        return None
+    half_se = 0.5 / math.sqrt(max(report.num_units, 1))
+    for row in report.displaced:
+        if row["returned"] - 0.5 >= th.significance * half_se:
+            return f"T4: {100 * row['returned']:.0f}% of the starts displaced by {row['scale']:g} x |z0| return to h*"
+    return None
 
 
 def _explosion(report: AuditReport, th: AuditThresholds) -> list[str]:
