@@ -296,6 +296,24 @@ def audit_reachability(folder: str = "audit_reachability") -> str:
     return markdown(header, rows)
 
 
+def audit_holm(folder: str = "audit_reachability", alpha: float = 0.05) -> str:
+    """Every audited run's T1 (its z and two-sided p) and whether T1 is still significant after Holm's correction
+    over all the runs of the benchmark, beside the verdict the run got."""
+    from equilibria.diagnostics.audit import holm, two_sided_p
+
+    runs = sorted((RESULTS / folder).glob("*-seed*/audit.json"))
+    reports = [(path.parent.name, json.loads(path.read_text())) for path in runs]
+    p_values = [two_sided_p(r["substitution"]["z"]) for _, r in reports]
+    survives = holm(p_values, alpha)
+    rows = [
+        [name, r["verdict"], f"{r['substitution']['change_points']:+.1f}", f"{r['substitution']['z']:+.2f}", f"{p:.2g}"]
+        + ["yes" if kept else "no"]
+        for (name, r), p, kept in zip(reports, p_values, survives)
+    ]
+    header = ["run", "verdict (recorded)", "T1 pts", "T1 z", "p (two-sided)", f"T1 significant after Holm ({alpha:g})"]
+    return markdown(header, rows)
+
+
 # ---- solvers and releases --------------------------------------------------------------------------------------
 
 
@@ -385,6 +403,7 @@ TABLES: dict[str, Callable[[], str]] = {
         "eqr_halting_6x6/eqr_halting.json", "6x6", (6, 8, 16, 32), (0.8, 0.9, 0.98, 0.995)
     ),
     "audit-reachability": audit_reachability,
+    "audit-reachability-holm": audit_holm,
     "compat-matrix": compat_matrix,
 }
 

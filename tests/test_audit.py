@@ -161,6 +161,14 @@ def test_the_report_says_which_rules_made_its_verdict(tmp_path):
     assert AuditReport.from_json(tmp_path / "old.json").schema == 1  # written before the rules changed
 
 
+def test_holm_keeps_only_what_survives_the_family_wise_correction():
+    from equilibria.diagnostics.audit import holm, two_sided_p
+
+    assert holm([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]  # 0.03 > 0.05 / 2 stops the steps
+    assert holm([0.04] * 15) == [False] * 15  # 15 runs each at p = 0.04: none survives
+    assert two_sided_p(-1.96) == pytest.approx(0.05, abs=1e-3)
+
+
 def test_a_model_that_does_not_beat_the_majority_class_gets_no_verdict():
     model = linear_phdeq(initializer="zero", direct_path=False)
     data = labelled_by(model, X, state="start")  # z0 = 0 answers one class for everyone: a constant label

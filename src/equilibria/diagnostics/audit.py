@@ -509,6 +509,24 @@ def verdict(report: AuditReport, thresholds: AuditThresholds | None = None) -> t
     return "inconclusive", reasons + support
 
 
+def two_sided_p(z: float) -> float:
+    """The two-sided p-value of a normal ``z`` (a paired change over its standard error)."""
+    return math.erfc(abs(z) / math.sqrt(2)) if math.isfinite(z) else 0.0
+
+
+def holm(p_values: list[float], alpha: float = 0.05) -> list[bool]:
+    """Holm's step-down correction over many tests (many audited runs): which are still significant at
+    family-wise error ``alpha``. A benchmark that audits many runs reports how many verdicts rest on a T1 that
+    survives it."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    kept = [False] * len(p_values)
+    for rank, i in enumerate(order):
+        if p_values[i] > alpha / (len(p_values) - rank):
+            break
+        kept[i] = True
+    return kept
+
+
 def second_sign(report: AuditReport, th: AuditThresholds) -> str | None:
     """A sign that the loop computes, independent of T1, each beating its own standard error (``None`` when none
     does): the linear probe reads the answer better from h* than from z0 by ``significance`` standard errors of the
