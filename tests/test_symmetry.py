@@ -77,3 +77,25 @@ def test_the_task_records_give_the_class_of_a_row():
     mazes = build_maze_dataset(7, 3, 0, seed=0)["train"]
     assert [task_record("maze").canonical(row) for row in mazes] == [maze_canonical(q) for q in mazes["question"]]
     assert format_board(parse_board(sudoku["question"][0])) == sudoku["question"][0]
+
+
+def test_maze_splits_share_no_maze_up_to_symmetry_and_say_so():
+    from equilibria.tasks.catalog import split_census
+
+    data = build_maze_dataset(9, 120, 30, seed=0, min_path=9)
+    census = split_census("maze", data["train"], data["test"])
+    assert census["held_out"] and census["test_rows_in_training_classes"] == 0
+    assert census["train_classes"] == 120 and census["test_classes"] == 30
+    with pytest.raises(ValueError, match=r"could not draw 400 distinct 7x7 mazes up to rotation, reflection"):
+        build_maze_dataset(7, 300, 100, seed=0, min_path=7)  # the generator has about 151 classes at 7x7
+
+
+def test_a_4x4_sudoku_split_is_reported_as_not_held_out():
+    """4x4 Sudoku has few classes (36 seen in 5000 draws): its test puzzles are symmetric variants of training
+    ones, and the census says so (its results are a memorisation check)."""
+    from equilibria.tasks.catalog import split_census
+
+    data = build_sudoku_dataset(4, 300, 40, seed=0)
+    census = split_census("sudoku", data["train"], data["test"])
+    assert not census["held_out"] and census["test_rows_in_training_classes"] > 0
+    assert census["train_classes"] <= 36 and census["up_to"] == "the task's symmetries"

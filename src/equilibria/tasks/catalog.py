@@ -40,6 +40,33 @@ def fingerprints(task: str, rows: Dataset) -> list[str]:
     return [hashlib.blake2b(question_key(task, row).encode(), digest_size=8).hexdigest() for row in rows]
 
 
+def split_census(task: str, train: Dataset, test: Dataset) -> dict:
+    """How far ``test`` is held out from ``train`` up to the task's symmetries (its record's ``canonical``; the
+    exact question for a task without symmetries, or a size whose symmetries are not enumerated): the classes in
+    each split and how many test rows fall in a training class. ``held_out`` is False when any does: results on
+    such a split are a memorisation check, not evidence of generalisation."""
+    record = task_record(task)
+    key, up_to = record.question, "the exact question"
+    if record.canonical is not None and len(train):
+        try:
+            record.canonical(train[0])
+            key, up_to = record.canonical, "the task's symmetries"
+        except ValueError as err:  # e.g. 9x9 Sudoku: the symmetry group is not enumerated
+            up_to = f"the exact question ({err})"
+    train_keys = {key(row) for row in train}
+    test_keys = [key(row) for row in test]
+    shared = sum(k in train_keys for k in test_keys)
+    return {
+        "up_to": up_to,
+        "train_rows": len(train),
+        "train_classes": len(train_keys),
+        "test_rows": len(test_keys),
+        "test_classes": len(set(test_keys)),
+        "test_rows_in_training_classes": shared,
+        "held_out": shared == 0,
+    }
+
+
 def save_training_record(folder: str | Path, task: str, fingerprints_: list[str], description: str, **extra) -> Path:
     """Write ``training_data.json`` into a model folder (after its weights): the task, what the training data was,
     its fingerprint, the fingerprint of the weights it produced, ``extra`` (for rows of your own: their ``source``
@@ -227,6 +254,7 @@ __all__ = [
     "fingerprints",
     "load_training_record",
     "save_training_record",
+    "split_census",
     "task_record",
     "task_shape",
 ]

@@ -254,8 +254,9 @@ def build_sudoku_dataset(
     min_clues: int | None = None,
     augmentations: int = 0,
 ) -> DatasetDict:
-    """Seeded train/test splits of unique-solution puzzles that share no puzzle, not even up to a relabelling
-    of the digits. Columns: ``question``, ``answer`` (board strings), ``clues``, ``rating``, ``source``, and
+    """Seeded train/test splits of unique-solution puzzles that share no puzzle up to a relabelling of the digits
+    (not up to the whole symmetry group: at 4x4 every test puzzle is a symmetric variant of a training one;
+    :func:`~equilibria.tasks.catalog.split_census` says how far a split is held out). Columns: ``question``, ``answer`` (board strings), ``clues``, ``rating``, ``source``, and
     the tokens ``inputs`` / ``labels`` in the published encoding. ``augmentations=k`` adds ``k`` random
     symmetry transforms of every training puzzle (never one that equals a test puzzle up to relabelling; the
     test split is not augmented)."""
