@@ -44,6 +44,7 @@ from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
 
 from equilibria import PHDEQConfig, PHDEQForSequenceClassification
 from equilibria.diagnostics import audit
+from equilibria.diagnostics.audit import holm, two_sided_p
 from equilibria.tasks import build_reachability_dataset, reachability_input_size
 from equilibria.trainers import GradientNormCallback
 
@@ -216,6 +217,7 @@ def summary(report) -> dict:
         "disp_median": report.displacement["median"],
         "disp_rel": report.displacement["relative_median"],
         "t1": report.substitution["change_points"],
+        "t1_z": report.substitution["z"],
         "zero": report.zeroing["change_points"],
         "probe_h": report.probe.get("solved"),
         "probe_z0": report.probe.get("start"),
@@ -226,6 +228,21 @@ def summary(report) -> dict:
         "t4_returned": t4["returned"],
         "t4_stayed": t4["stayed"],
         "verdict": report.verdict,
+    }
+
+
+def holm_summary(runs: list[dict], alpha: float = 0.05) -> dict:
+    """Many runs are audited, so some T1 changes pass 2 standard errors by chance: Holm's correction over the runs'
+    T1 tests, and how many `computing` verdicts rest on a T1 that survives it."""
+    audited = [r for r in runs if r.get("t1_z") is not None]
+    kept = holm([two_sided_p(r["t1_z"]) for r in audited], alpha)
+    computing = [k for r, k in zip(audited, kept) if r["verdict"] == "computing"]
+    return {
+        "alpha": alpha,
+        "runs": len(audited),
+        "t1_significant": sum(kept),
+        "computing": len(computing),
+        "computing_surviving": sum(computing),
     }
 
 
@@ -352,6 +369,12 @@ def main(argv=None) -> dict:
     print_anchor_removal(results["runs"])
     results["findings"] = findings(results["runs"])
     print_findings(results["findings"])
+    results["holm"] = holm_summary(results["runs"])
+    print(
+        f"\nHolm over the {results['holm']['runs']} audited runs (family-wise 0.05): {results['holm']['t1_significant']} "
+        f"T1 still significant; {results['holm']['computing_surviving']} of {results['holm']['computing']} "
+        "'computing' verdicts rest on one"
+    )
     doc_tables.save_results((args.output_dir / args.summary_name), results, indent=2, default=str)
     print(f"\nwrote {args.output_dir / args.summary_name} and an audit.json/audit.png per PH-DEQ run")
     return results

@@ -566,6 +566,10 @@ def test_reachability_audit_benchmark_quick_mode_runs(tmp_path):
             assert all(row[path] >= 0 for row in history)
     ph_deq = [run for run in saved["runs"] if run["model"] != "mlp"]
     assert set(saved["findings"]) == {run["model"] for run in ph_deq}
+    holm_counts = saved["holm"]  # the family-wise correction over the audited runs
+    assert holm_counts["runs"] == len(ph_deq) and 0 <= holm_counts["t1_significant"] <= len(ph_deq)
+    assert holm_counts["computing"] == sum(run["verdict"] == "computing" for run in ph_deq)
+    assert holm_counts["computing_surviving"] <= holm_counts["computing"]
     for run in ph_deq:  # one seed: each finding is its run's
         found = saved["findings"][run["model"]]
         assert found["runs"] == 1 and found["verdicts"] == [run["verdict"]] and found["pearson"] == [run["pearson"]]
