@@ -431,7 +431,7 @@ def exploded_solves(cat: dict, growth: float) -> torch.Tensor:
     return cat["div"] | ~finite | grown
 
 
-def _iteration_summary(cat: dict, max_iter: int, growth: float = 100.0) -> dict:
+def _iteration_summary(cat: dict, max_iter: int, growth: float) -> dict:
     steps, difficulty = cat["steps"], cat["difficulty"]
     capped = (steps >= max_iter) & ~cat["conv"]
     iterations = {

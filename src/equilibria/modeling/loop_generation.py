@@ -53,8 +53,7 @@ class LoopGenerationMixin:
 
     def _loop_arguments_out_of(self, generation_config: GenerationConfig, kwargs: dict) -> GenerationConfig:
         """A copy of ``generation_config`` without loop arguments, which go into ``kwargs`` unless given there."""
-        found = {key: getattr(generation_config, key, None) for key in self._loop_defaults}
-        found = {key: value for key, value in found.items() if value is not None}
+        found = loop_values(generation_config, self._loop_defaults)
         if not found:
             return generation_config
         generation_config = copy.deepcopy(generation_config)
@@ -83,12 +82,17 @@ class LoopGenerationMixin:
         return fields_
 
 
+def loop_values(generation_config: GenerationConfig | None, keys) -> dict:
+    """The loop arguments among ``keys`` that ``generation_config`` sets (``{}`` for no generation config)."""
+    found = {key: getattr(generation_config, key, None) for key in keys} if generation_config is not None else {}
+    return {key: value for key, value in found.items() if value is not None}
+
+
 def move_loop_defaults(model) -> None:
     """Move loop defaults found on ``model.generation_config`` into ``model.config`` (``model._loop_defaults`` names
     where each goes; one without a config home is dropped), with a warning saying what moved."""
     generation = getattr(model, "generation_config", None)
-    found = {key: getattr(generation, key, None) for key in model._loop_defaults} if generation is not None else {}
-    found = {key: value for key, value in found.items() if value is not None}
+    found = loop_values(generation, model._loop_defaults)
     if not found:
         return
     moved, dropped = [], []

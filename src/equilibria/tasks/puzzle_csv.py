@@ -59,8 +59,9 @@ def draw_distinct(draw: Callable[[], dict], key: Callable[[dict], str], count: i
         if len(rows) == count:
             return rows
         puzzle = draw()
-        if key(puzzle) not in seen:
-            seen.add(key(puzzle))
+        name = key(puzzle)  # once: a canonical form under a symmetry group is not cheap
+        if name not in seen:
+            seen.add(name)
             rows.append(puzzle)
     if len(rows) < count:
         raise ValueError(f"could not draw {count} distinct {what}")
