@@ -9,22 +9,25 @@ accepted here, e.g. ``--size 6 --min-clues 18``), or loaded with ``--model``. On
   applications each puzzle actually ran, summed over its restarts),
 
 and scored on all held-out puzzles and on the easy split: the ``--easy-share`` of them the generator rates easiest
-(fewest dead ends of the reference solver, ties to the puzzle with more clues). For every threshold the table
-names the cheapest fixed depth that is at least as accurate, and the ratio of the two NFEs (and of the two wall
-times, measured in the same run). The paper reports the same accuracy at 11.34x fewer evaluations on easy puzzles.
+(fewest dead ends of the reference solver, ties to the puzzle with more clues). The held-out puzzles are halved:
+settings are chosen on the validation half and reported on the test half (:mod:`comparisons` defines "equal
+accuracy" once). On validation, the reference is the cheapest fixed depth within one standard error of the most
+accurate one, and the threshold is the cheapest (lowest mean NFE) within one standard error of that reference. On
+test, the two are compared: NFE and wall-time ratios, and the accuracy difference with its paired standard error.
+The paper reports the same accuracy at 11.34x fewer evaluations on easy puzzles.
 
     python benchmarks/bench_eqr_halting.py                          # 4x4 Sudoku
     python benchmarks/bench_eqr_halting.py --size 6 --min-clues 18 --steps 2400 --augmentations 2 \\
         --output-dir docs/results/eqr_halting_6x6
     python benchmarks/bench_eqr_halting.py --quick                  # seconds; a test runs this
-    python benchmarks/bench_eqr_halting.py --rematch docs/results/eqr_halting_6x6/eqr_halting.json
-                                    # recompute the fixed-depth comparisons of a saved run (no training)
+    python benchmarks/bench_eqr_halting.py --size 6 --min-clues 18 --steps 2400 --augmentations 2 --seed 1 \\
+        --model docs/results/eqr_6x6_seeds/seed1/eqr/models/eqr --output-dir docs/results/eqr_halting_6x6/seed1
+                                    # a model trained by bench_eqr_sudoku with the same options (no training)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,6 +35,7 @@ from pathlib import Path
 import bench_eqr_sudoku as sudoku
 import doc_tables
 import torch
+from comparisons import cheapest_of_equal_accuracy, of_equal_accuracy, paired_difference
 
 from equilibria import EqRForPuzzleSolving
 
@@ -40,14 +44,18 @@ def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--model", type=Path, default=None, help="a saved EqR folder to evaluate (skips training)")
-    p.add_argument("--rematch", type=Path, default=None, help="only recompute the comparisons of a saved JSON")
     p.add_argument("--fixed-depths", default="1,2,3,4,6,8,12,16,24,32")
     p.add_argument("--thresholds", default="0.5,0.7,0.8,0.9,0.95,0.98,0.99,0.995")
     p.add_argument("--max-depth", type=int, default=32)
     p.add_argument("--breadth", type=int, default=1)
     p.add_argument("--select", default="halt", choices=["residual", "vote", "halt"])
     p.add_argument("--easy-share", type=float, default=0.25)
-    p.add_argument("--eval-size", type=int, default=800, help="held-out puzzles (the easy split is a share of them)")
+    p.add_argument(
+        "--eval-size",
+        type=int,
+        default=800,
+        help="held-out puzzles: half validation, half test (each with its easy share)",
+    )
     p.add_argument("--output-dir", type=Path, default=Path("docs/results/eqr_halting_4x4"))
     own, rest = p.parse_known_args(argv)
     forwarded = rest + ["--only", "eqr", "--output-dir", str(own.output_dir), "--test-size", str(own.eval_size)]
@@ -92,63 +100,83 @@ def summarise(point: dict) -> dict:
     }
 
 
-def match(halting: dict, fixed: dict[int, dict]) -> dict:
-    """Against this halting point: the cheapest fixed depth at least as accurate (``matched_*``, None when every
-    fixed depth is less accurate) and the most accurate fixed depth (``best_*``, the cheapest among ties), with
-    the NFE and wall-time ratios fixed / halting and the accuracy of halting minus that of the fixed depth."""
-    out = {}
-    enough = [d for d, s in sorted(fixed.items()) if s["accuracy"] >= halting["accuracy"]]
-    best = max(sorted(fixed), key=lambda d: fixed[d]["accuracy"])
-    for name, depth in (("matched", enough[0] if enough else None), ("best", best)):
-        point = fixed.get(depth)
-        out[f"{name}_depth"] = depth
-        out[f"{name}_nfe_ratio"] = point and point["mean_nfe"] / halting["mean_nfe"]
-        out[f"{name}_time_ratio"] = point and point["seconds"] / halting["seconds"]
-        out[f"{name}_accuracy_gain"] = point and halting["accuracy"] - point["accuracy"]
-    return out
-
-
 def sweep(model, test, args) -> dict:
-    """Every fixed depth and threshold, run (and timed) on the easy split and on all puzzles."""
+    """Every fixed depth and threshold, run (and timed) on the easy share and on all of ``test``; per point its
+    per-puzzle results (:func:`summaries` gives what the JSON keeps)."""
     splits = {"easy": test.select(easy_split(test, args.easy_share)), "all": test}
     result = {}
     for split, rows in splits.items():
         rows = rows.with_format("torch")
-        fixed = {d: summarise(run_point(model, rows, d, args.breadth, args.select, None, 0)) for d in args.fixed_depths}
-        halting = {}
-        for p in args.thresholds:
-            halting[p] = summarise(run_point(model, rows, args.max_depth, args.breadth, args.select, p, 0))
-            halting[p].update(match(halting[p], fixed))
+        fixed = {d: run_point(model, rows, d, args.breadth, args.select, None, 0) for d in args.fixed_depths}
+        halting = {p: run_point(model, rows, args.max_depth, args.breadth, args.select, p, 0) for p in args.thresholds}
         result[split] = {"puzzles": len(rows), "fixed": fixed, "halting": halting}
     return result
 
 
-def report(result: dict, args) -> None:
-    for split, res in result.items():
-        print(f"\n{split} held-out puzzles ({res['puzzles']}), breadth {args.breadth}, select {args.select}")
-        print("  fixed depth   exact  mean NFE  seconds")
-        for d, s in res["fixed"].items():
-            print(f"  {d:>11} {100 * s['accuracy']:6.1f}% {s['mean_nfe']:9.1f} {s['seconds']:8.2f}")
-        print(
-            f"  halt p (max {args.max_depth})  exact  mean NFE  seconds   NFE / time ratio to the cheapest fixed depth "
-            "as accurate | to the most accurate fixed depth (accuracy gain)"
-        )
-        for p, s in res["halting"].items():
-            matched = (
-                f"depth {s['matched_depth']}: {s['matched_nfe_ratio']:.2f}x / {s['matched_time_ratio']:.2f}x"
-                if s["matched_depth"] is not None
-                else "none as accurate"
+def summaries(swept: dict) -> dict:
+    """``swept`` with each point's summary in place of its per-puzzle results."""
+    return {
+        split: {
+            "puzzles": res["puzzles"],
+            "fixed": {d: summarise(p) for d, p in res["fixed"].items()},
+            "halting": {t: summarise(p) for t, p in res["halting"].items()},
+        }
+        for split, res in swept.items()
+    }
+
+
+def choose(validation: dict, test: dict) -> dict:
+    """Per split: the reference depth and the threshold chosen on ``validation`` (the cheapest of equal accuracy,
+    :mod:`comparisons`) and how the two compare on ``test``."""
+    chosen = {}
+    for split, val in summaries(validation).items():
+        n = val["puzzles"]
+        depth = cheapest_of_equal_accuracy(val["fixed"], n, "mean_nfe")
+        threshold = cheapest_of_equal_accuracy(val["halting"], n, "mean_nfe", val["fixed"][depth]["accuracy"])
+        fixed = test[split]["fixed"][depth]
+        row = {"reference_depth": depth, "threshold": threshold, "validation_puzzles": n}
+        row.update(test_puzzles=test[split]["puzzles"], test_depth=summarise(fixed))
+        if threshold is not None:
+            halt = test[split]["halting"][threshold]
+            diff, se = paired_difference(halt["solved"].tolist(), fixed["solved"].tolist())
+            row.update(test_halting=summarise(halt), accuracy_difference=diff, difference_se=se)
+            row["nfe_ratio"] = row["test_depth"]["mean_nfe"] / row["test_halting"]["mean_nfe"]
+            row["time_ratio"] = fixed["seconds"] / halt["seconds"]
+            row["equal_accuracy_on_test"] = of_equal_accuracy(
+                row["test_halting"]["accuracy"], row["test_depth"]["accuracy"], row["test_puzzles"]
             )
-            best = (
-                f"depth {s['best_depth']}: {s['best_nfe_ratio']:.2f}x / {s['best_time_ratio']:.2f}x "
-                f"({100 * s['best_accuracy_gain']:+.1f} pts)"
-            )
+        chosen[split] = row
+    return chosen
+
+
+def report(results: dict, args) -> None:
+    for part in ("validation", "test"):
+        for split, res in results[part].items():
             print(
-                f"  {p:>14} {100 * s['accuracy']:6.1f}% {s['mean_nfe']:9.1f} {s['seconds']:8.2f}   {matched} | {best}"
+                f"\n{part}, {split} held-out puzzles ({res['puzzles']}), breadth {args.breadth}, select {args.select}"
             )
+            print("  fixed depth   exact  mean NFE  seconds")
+            for d, s in res["fixed"].items():
+                print(f"  {d:>11} {100 * s['accuracy']:6.1f}% {s['mean_nfe']:9.1f} {s['seconds']:8.2f}")
+            print(f"  halt p (max {args.max_depth})")
+            for p, s in res["halting"].items():
+                print(f"  {p:>11} {100 * s['accuracy']:6.1f}% {s['mean_nfe']:9.1f} {s['seconds']:8.2f}")
+    for split, row in results["chosen"].items():
+        print(f"\n{split}: chosen on validation: fixed depth {row['reference_depth']}, threshold {row['threshold']}")
+        if row["threshold"] is None:
+            print("  no threshold of equal accuracy on validation")
+            continue
+        d, h = row["test_depth"], row["test_halting"]
+        print(
+            f"  test: depth {100 * d['accuracy']:.1f}% at {d['mean_nfe']:.1f} NFE, halting {100 * h['accuracy']:.1f}% at "
+            f"{h['mean_nfe']:.1f} NFE: {row['nfe_ratio']:.2f}x fewer evaluations ({row['time_ratio']:.2f}x time), "
+            f"difference {100 * row['accuracy_difference']:+.1f} +- {100 * row['difference_se']:.1f} pts, "
+            f"equal accuracy on test: {row['equal_accuracy_on_test']}"
+        )
 
 
 def plot(result: dict, args, path: Path) -> None:
+    """Accuracy against mean NFE on the test half: fixed depths and halting thresholds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -176,29 +204,19 @@ def plot(result: dict, args, path: Path) -> None:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("mean function evaluations per puzzle")
         ax.set_ylabel("exact solve (%)")
-        ax.set_title(f"{split} held-out puzzles ({res['puzzles']})")
+        ax.set_title(f"test half, {split} ({res['puzzles']})")
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
-def rematch(path: Path) -> None:
-    """Recompute the derived comparisons of a saved ``eqr_halting.json`` (after a change to `match`)."""
-    results = json.loads(path.read_text())
-    for split in ("easy", "all"):
-        fixed = {int(d): s for d, s in results[split]["fixed"].items()}
-        for point in results[split]["halting"].values():
-            point.update(match(point, fixed))
-    doc_tables.save_results(path, results, indent=2, default=str)
-
-
 def main(argv=None) -> dict:
     args, train_args = parse(argv)
-    if args.rematch is not None:
-        rematch(args.rematch)
-        return json.loads(args.rematch.read_text())
     data, train_args.vocab_size = sudoku.load_task(train_args)
-    results = {"args": {k: str(v) for k, v in {**vars(train_args), **vars(args)}.items()}}
+    results = {
+        "args": {k: str(v) for k, v in {**vars(train_args), **vars(args)}.items() if k != "split_census"},
+        "split_census": train_args.split_census,
+    }
     if args.model is not None:
         model = EqRForPuzzleSolving.from_pretrained(args.model)
     else:
@@ -206,12 +224,17 @@ def main(argv=None) -> dict:
         results["train_seconds"], results["log"] = seconds, log
         print(f"  trained EqR in {seconds:.0f} s")
         model.save_pretrained(args.output_dir / "model")
-    result = sweep(model.eval(), data["test"], args)
-    report(result, args)
-    results.update(result)
+    half = len(data["test"]) // 2
+    swept = {
+        "validation": sweep(model.eval(), data["test"].select(range(half)), args),
+        "test": sweep(model, data["test"].select(range(half, len(data["test"]))), args),
+    }
+    results.update({part: summaries(res) for part, res in swept.items()})
+    results["chosen"] = choose(swept["validation"], swept["test"])
+    report(results, args)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     try:
-        plot(result, args, args.output_dir / "eqr_halting.png")
+        plot(results["test"], args, args.output_dir / "eqr_halting.png")
         print(f"wrote {args.output_dir / 'eqr_halting.png'}")
     except ImportError:
         print("matplotlib is not installed: no plot")

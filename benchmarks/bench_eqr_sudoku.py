@@ -38,7 +38,7 @@ from transformers import set_seed
 from equilibria import EqRConfig, EqRForPuzzleSolving
 from equilibria.modeling.configuration_eqr import SELECTIONS
 from equilibria.modeling.modeling_eqr import pick_restarts
-from equilibria.tasks import build_maze_dataset, build_sudoku_dataset
+from equilibria.tasks import build_maze_dataset, build_sudoku_dataset, split_census
 from equilibria.trainers import EqRTrainer, EqRTrainingArguments
 
 
@@ -64,6 +64,13 @@ def parse(argv):
     p.add_argument("--depths", default="4,8,16,32,64")
     p.add_argument("--breadths", default="1,4,16")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--split-by",
+        choices=("class", "board"),
+        default="class",
+        help="test puzzles outside every training puzzle's class up to symmetry (class), or only different boards "
+        "(board: a memorisation check, for sizes with few classes: 4x4 Sudoku, 7x7 mazes)",
+    )
     p.add_argument("--only", choices=list(KINDS), default=None, help="train just this kind (same as --kinds KIND)")
     p.add_argument(
         "--kinds",
@@ -81,6 +88,7 @@ def parse(argv):
         args.size = 4 if args.task == "sudoku" else 7
         args.train_size, args.test_size, args.steps, args.batch_size = 64, 16, 4, 16
         args.width, args.depths, args.breadths, args.augmentations = 32, "2,4", "1,2", 0
+        args.split_by = "board" if args.task == "sudoku" else args.split_by  # 4x4: too few classes to hold out
     args.kinds = [args.only] if args.only else args.kinds.split(",")
     unknown = sorted(set(args.kinds) - set(KINDS))
     if unknown:
@@ -130,26 +138,38 @@ def stochastic(args, kind: str) -> bool:
 
 
 def load_task(args):
+    """The task's splits and vocabulary; ``args.split_census`` says how far the test split is held out."""
     if args.task == "maze":
-        data = build_maze_dataset(args.size, args.train_size, args.test_size, seed=args.seed, min_path=args.size)
+        data = build_maze_dataset(
+            args.size, args.train_size, args.test_size, seed=args.seed, min_path=args.size, split_by=args.split_by
+        )
         print(
             f"{args.size}x{args.size} mazes: {len(data['train'])} training, {len(data['test'])} held-out; mean path "
             f"length {sum(data['test']['rating']) / len(data['test']):.1f}"
         )
-        return data, 6
-    data = build_sudoku_dataset(
-        args.size,
-        args.train_size,
-        args.test_size,
-        seed=args.seed,
-        augmentations=args.augmentations,
-        min_clues=args.min_clues,
-    )
+    else:
+        data = build_sudoku_dataset(
+            args.size,
+            args.train_size,
+            args.test_size,
+            seed=args.seed,
+            augmentations=args.augmentations,
+            min_clues=args.min_clues,
+            split_by=args.split_by,
+        )
+        print(
+            f"{args.size}x{args.size} Sudoku: {len(data['train'])} training puzzles ({args.train_size} + "
+            f"augmentations), {len(data['test'])} held-out; mean clues "
+            f"{sum(data['test']['clues']) / len(data['test']):.1f}"
+        )
+    args.split_census = split_census(args.task, data["train"], data["test"])
+    census = args.split_census
+    verdict = "held out" if census["held_out"] else "NOT held out: a memorisation check"
     print(
-        f"{args.size}x{args.size} Sudoku: {len(data['train'])} training puzzles ({args.train_size} + augmentations), "
-        f"{len(data['test'])} held-out; mean clues {sum(data['test']['clues']) / len(data['test']):.1f}"
+        f"  split census: {census['train_classes']} training classes, {census['test_classes']} test classes, "
+        f"{census['test_rows_in_training_classes']} test puzzles in a training class ({verdict})"
     )
-    return data, 11
+    return data, 6 if args.task == "maze" else 11
 
 
 def build(args, kind: str) -> EqRForPuzzleSolving:
@@ -325,11 +345,15 @@ def main(argv=None) -> dict:
     args = parse(argv)
     data, args.vocab_size = load_task(args)
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    results = {"args": {k: str(v) for k, v in vars(args).items()}}
+    results = {
+        "args": {k: str(v) for k, v in vars(args).items() if k != "split_census"},
+        "split_census": args.split_census,
+    }
     models = {}
     for kind in args.kinds:
         model, seconds, log = train(args, kind, data)
         models[kind] = model
+        model.save_pretrained(args.output_dir / "models" / kind)  # for bench_eqr_halting --model (not committed)
         results[kind] = {"train_seconds": seconds, "train_steps": train_steps(args, kind), "log": log}
         print(f"  trained {kind} in {seconds:.0f} s (final logged loss {log[-1]['loss'] if log else float('nan'):.4f})")
     print("\nexact solve on held-out puzzles, one trajectory (mean final relative residual in brackets)")

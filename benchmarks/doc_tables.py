@@ -223,22 +223,38 @@ def eqr_selection(relative: str) -> str:
     return selection_table(load(relative)["kinds"])
 
 
-def eqr_halting(relative: str, board: str, depths: tuple[int, ...], thresholds: tuple[float, ...]) -> str:
-    """Exact solve and mean block applications (NFE) per puzzle: fixed depths against halting thresholds, on the
-    easy split and on all held-out puzzles (whole percents for 100 puzzles, one decimal for more)."""
-    data = load(relative)
-    header = [board, f"fixed depth {depths[0]}", *map(str, depths[1:]), f"halt p={thresholds[0]}"]
-    header += [f"p={p}" for p in thresholds[1:]]
+def eqr_halting(folder: str, seeds: tuple[int, ...]) -> str:
+    """Per seed and split: the fixed depth and threshold chosen on the validation half (the cheapest of equal
+    accuracy, ``benchmarks/comparisons.py``) and how they compare on the test half."""
     rows = []
-    for split, label in (("easy", "easy"), ("all", "all")):
-        res = data[split]
-        digits = 0 if res["puzzles"] <= 100 else 1
-        fixed = [f"{pct(res['fixed'][str(d)]['accuracy'], digits)} / {d}" for d in depths]
-        halting = [res["halting"][str(p)] for p in thresholds]
-        rows.append(
-            [f"{label} ({res['puzzles']}): exact / mean NFE", *fixed]
-            + [f"{pct(h['accuracy'], digits)} / {h['mean_nfe']:.1f}" for h in halting]
-        )
+    for seed in seeds:
+        data = load(f"{folder}/seed{seed}/eqr_halting.json")
+        for split in ("easy", "all"):
+            row = data["chosen"][split]
+            depth = row["test_depth"]
+            cells = [f"seed {seed}, {split} ({row['validation_puzzles']} / {row['test_puzzles']})"]
+            cells += [str(row["reference_depth"]), f"{pct(depth['accuracy'])} / {depth['mean_nfe']:.0f}"]
+            if row["threshold"] is None:
+                rows.append(cells + ["none of equal accuracy", "", "", "", ""])
+                continue
+            halt = row["test_halting"]
+            cells += [f"{row['threshold']:g}", f"{pct(halt['accuracy'])} / {halt['mean_nfe']:.1f}"]
+            cells += [
+                f"{row['nfe_ratio']:.2f}x",
+                f"{100 * row['accuracy_difference']:+.1f} ± {100 * row['difference_se']:.1f}",
+            ]
+            cells.append("yes" if row["equal_accuracy_on_test"] else "**no**")
+            rows.append(cells)
+    header = [
+        "seed, split (validation / test puzzles)",
+        "fixed depth (chosen)",
+        "test: exact / NFE",
+        "threshold (chosen)",
+        "test: exact / mean NFE",
+        "fewer evaluations",
+        "difference (pts, paired SE)",
+        "equal accuracy on test",
+    ]
     return markdown(header, rows)
 
 
@@ -374,6 +390,35 @@ def cli_commands() -> str:
     return markdown(["command", "what it does (`equilibria COMMAND --help` for its options)"], rows)
 
 
+# ---- puzzle classes ---------------------------------------------------------------------------------------------
+
+
+def puzzle_generators() -> str:
+    from puzzle_census import generator_cell
+
+    rows = [[g["name"], generator_cell(g)] for g in load("puzzle_census.json")["generators"]]
+    return markdown(["generator", "classes up to symmetry"], rows)
+
+
+def puzzle_splits() -> str:
+    rows = []
+    for split in load("puzzle_census.json")["splits"]:
+        for run in split["runs"]:
+            held = "held out" if run["held_out"] else "**memorisation check**"
+            rows.append(
+                [
+                    split["name"],
+                    str(run["seed"]),
+                    f"{run['train_rows']} / {run['train_classes']}",
+                    f"{run['test_rows']} / {run['test_classes']}",
+                    str(run["test_rows_in_training_classes"]),
+                    held,
+                ]
+            )
+    header = ["split", "seed", "training puzzles / classes", "test puzzles / classes", "test in a training class", ""]
+    return markdown(header, rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "cli-commands": cli_commands,
     "demo-loop-scaling": demo_loop_scaling,
@@ -396,15 +441,12 @@ TABLES: dict[str, Callable[[], str]] = {
     "eqr-maze7-fullbackprop": lambda: eqr_depths(
         "eqr_maze7_fullbackprop/summary.json", suffix=", 8-step backprop", training=False
     ),
-    "eqr-halting-4x4": lambda: eqr_halting(
-        "eqr_halting_4x4/eqr_halting.json", "4x4", (4, 8, 16, 24, 32), (0.8, 0.9, 0.98, 0.995)
-    ),
-    "eqr-halting-6x6": lambda: eqr_halting(
-        "eqr_halting_6x6/eqr_halting.json", "6x6", (6, 8, 16, 32), (0.8, 0.9, 0.98, 0.995)
-    ),
+    "eqr-halting-6x6": lambda: eqr_halting("eqr_halting_6x6", (1, 2)),
     "audit-reachability": audit_reachability,
     "audit-reachability-holm": audit_holm,
     "compat-matrix": compat_matrix,
+    "puzzle-generators": puzzle_generators,
+    "puzzle-splits": puzzle_splits,
 }
 
 

@@ -155,7 +155,7 @@ def test_the_report_says_which_rules_made_its_verdict(tmp_path):
     report = audit(model, labelled_by(model, X[:50]), progress=False, probe=False)
     path = report.save(tmp_path)
     saved = json.loads((path if path.is_file() else path / "audit.json").read_text())
-    assert report.schema == saved["schema"] == 2
+    assert report.schema == saved["schema"] == 3
     del saved["schema"]
     (tmp_path / "old.json").write_text(json.dumps(saved))
     assert AuditReport.from_json(tmp_path / "old.json").schema == 1  # written before the rules changed
@@ -184,11 +184,11 @@ def test_small_changes_on_few_units_do_not_decide():
     make_initializer_exact(model)
     data = labelled_by(model, X[:20])
     report = audit(model, data, progress=False, probe=False)
-    report.substitution.update(accuracy=0.95, change_points=-5.0, z=-1.0)
+    report.substitution.update(accuracy=0.95, change_points=-5.0, z=-1.0, p=0.32)
     from equilibria.diagnostics import verdict
 
     assert verdict(report)[0] == "lazy identity collapse"
-    report.substitution.update(z=-3.0)
+    report.substitution.update(change_points=-5.0, z=-3.0, p=0.003)
     assert verdict(report)[0] == "computing"
 
 
@@ -250,19 +250,35 @@ class ToyLoop(LoopAdapter):
         if self.kind == "xor":  # z0 is x with coordinate 1 negated; the loop negates it back (from any start)
             z0 = x * torch.tensor([1.0, -1.0, 1.0, 1.0])
             s = z0 if start is None else start
+        if self.kind == "perturb":  # s plus a direction drawn per unit, independent of the answer, of norm 0.1 |s|
+            g = torch.Generator().manual_seed(int(batch["index"][0]))
+            d = torch.randn(s.shape, generator=g)
+            return self._run(batch, x, z0, s + 0.1 * s.norm(dim=1, keepdim=True) * d / d.norm(dim=1, keepdim=True))
         solved = {
             "identity": s,
             "contract": 2 * x,
+            "rare": 2 * x,
             "scatter": 2 * x + 2 * (s - x),
             "flip": flip * x,
             "xor": s * torch.tensor([1.0, -1.0, 1.0, 1.0]),
         }[self.kind]
+        return self._run(batch, x, z0, solved)
+
+    def _run(self, batch, x, z0, solved):
         steps = batch["steps"].double()
         run = LoopRun(z0, solved, steps, steps < 10, torch.zeros(len(x), dtype=torch.bool), torch.zeros(0))
         run.correct = self.decode(batch, run, solved)
         return run
 
+    def answers(self, batch):
+        if self.kind == "rare":  # every unit's answer its own, as a puzzle's: the majority class is one unit
+            return [(int(i),) for i in batch["index"]]
+        return super().answers(batch)
+
     def decode(self, batch, run, state):
+        if self.kind == "rare":  # right only from the loop's result (2x), and only on the first 4 units
+            at_result = (state - 2 * batch["x"].float()).abs().amax(1) < 1e-5
+            return at_result & (batch["index"] < 4)
         if self.kind == "xor":  # the answer is the sign of x0 * x1: no linear probe reads it from any state
             return (state[:, 0] * state[:, 1] > 0).long() == batch["xor"]
         return (state[:, 0] > 0).long() == batch["labels"]
@@ -308,6 +324,37 @@ def test_t1_alone_is_not_enough_for_computing():
     assert report.substitution["change_points"] == -100.0
     assert report.verdict == "inconclusive", report
     assert any("no second, independent sign" in reason for reason in report.reasons)
+
+
+@pytest.mark.parametrize("n", [1000, 10000])
+def test_an_uninformative_perturbation_of_the_start_is_not_computing(n):
+    """Negative control: h* = z0 plus a random perturbation of norm 0.1 ||z0||, independent of the answer (the
+    task's labels, which the decoder reads from z0 as well). On many units small differences are significant;
+    still not `computing`: substituting z0 costs nothing."""
+    report = audit(_Model(), toy_data(n), adapter=ToyLoop(_Model(), "perturb"), progress=False)
+    assert report.displacement["relative_median"] == pytest.approx(0.1, rel=0.05)
+    assert report.substitution["change_points"] >= 0
+    assert report.verdict != "computing", report
+
+
+def test_a_few_units_right_are_too_few_to_decide():
+    """As an EqR that solves 4 of 200 puzzles: right only at h*, each unit's answer unique (so 2% beats the
+    majority class), T1 costs 2 points and the normal z is infinite, but 4 of 4 changed units is p = 0.125 by
+    the exact sign test: `inconclusive`, not `computing` (which it was by the normal approximation)."""
+    report = audit(_Model(), toy_data(200), adapter=ToyLoop(_Model(), "rare"), progress=False)
+    assert report.accuracy == pytest.approx(0.02) and report.chance["beats_chance"]
+    assert report.substitution["change_points"] == pytest.approx(-2.0) and report.substitution["p"] == 0.125
+    assert report.verdict == "inconclusive", report
+    assert "too few units" in report.reasons[0]
+
+
+def test_the_sign_test_is_exact():
+    from equilibria.diagnostics.audit import paired_change, sign_test
+
+    assert sign_test(4, 0) == 0.125 and sign_test(0, 0) == 1.0 and sign_test(3, 3) == 1.0
+    assert sign_test(10, 0) == pytest.approx(2 / 1024)
+    change = paired_change(torch.tensor([1, 1, 1, 0, 1]), torch.tensor([0, 0, 0, 0, 1]))
+    assert change["p"] == 0.25 and change["change_points"] == pytest.approx(60.0)
 
 
 def test_t3_correlation_and_cap_share():

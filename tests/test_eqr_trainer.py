@@ -2,6 +2,7 @@
 and multi-process runs."""
 
 import functools
+import itertools
 import json
 import math
 import re
@@ -19,7 +20,7 @@ from equilibria.tasks import build_sudoku_dataset
 from equilibria.trainers import EqRTrainer, EqRTrainingArguments
 from equilibria.trainers.eqr import EMA_WEIGHTS_NAME
 
-DATA = build_sudoku_dataset(size=4, num_train=48, num_test=8, seed=0)
+DATA = build_sudoku_dataset(size=4, num_train=48, num_test=8, seed=0, split_by="board")
 
 
 def tiny(seed=0, **overrides):
@@ -287,10 +288,16 @@ def test_halting_benchmark_quick_mode_runs(tmp_path):
     rated = Dataset.from_dict({"rating": [3.0, 0.0, 1.0, 0.0], "clues": [5, 4, 6, 7]})
     assert bench.easy_split(rated, 0.5) == [1, 3]  # the lowest ratings (ties to more clues)
     results = bench.main(["--quick", "--output-dir", str(tmp_path)])
-    for split in ("easy", "all"):
-        fixed, halting = results[split]["fixed"], results[split]["halting"]
+    for part, split in itertools.product(("validation", "test"), ("easy", "all")):
+        fixed, halting = results[part][split]["fixed"], results[part][split]["halting"]
         assert [s["mean_nfe"] for s in fixed.values()] == [1.0, 2.0, 4.0]  # no halting: NFE = depth
-        assert all(1.0 <= s["mean_nfe"] <= 4.0 and s["best_depth"] in fixed for s in halting.values())
+        assert all(1.0 <= s["mean_nfe"] <= 4.0 for s in halting.values())
+    for split in ("easy", "all"):  # chosen on validation: the cheapest of equal accuracy; reported on test
+        chosen = results["chosen"][split]
+        val = results["validation"][split]
+        assert chosen["reference_depth"] == bench.cheapest_of_equal_accuracy(val["fixed"], val["puzzles"], "mean_nfe")
+        assert chosen["test_depth"] == results["test"][split]["fixed"][chosen["reference_depth"]]
+    assert results["validation"]["all"]["puzzles"] == results["test"]["all"]["puzzles"] == 8  # 16, halved
     assert (tmp_path / "eqr_halting.png").stat().st_size > 1000
     assert (tmp_path / "model" / "config.json").exists()
 
@@ -362,7 +369,7 @@ args = EqRTrainingArguments(
     use_cpu=True, ddp_backend="gloo", save_strategy="steps", save_steps=4, logging_steps=2, max_segments=2,
     seed=0, disable_tqdm=True, dataloader_drop_last=True, ema_decay=0.7,
 )
-data = build_sudoku_dataset(size=4, num_train=32, num_test=1, seed=0)["train"]
+data = build_sudoku_dataset(size=4, num_train=32, num_test=1, seed=0, split_by="board")["train"]
 trainer = EqRTrainer(model=model(), args=args, train_dataset=data)
 writes, save = [], trainer._ema.save
 trainer._ema.save = lambda folder: (writes.append(folder), save(folder))

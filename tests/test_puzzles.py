@@ -19,11 +19,11 @@ from equilibria.tasks.maze import (
     load_maze_csv,
     shortest_paths,
 )
+from equilibria.tasks.splits import build_sudoku_dataset
 from equilibria.tasks.sudoku import (
     SUDOKU_VOCAB_SIZE,
     augment_sudoku,
     box_shape,
-    build_sudoku_dataset,
     decode_board,
     encode_board,
     generate_sudoku,
@@ -82,14 +82,14 @@ def test_sudoku_encoding_is_the_published_one_and_round_trips():
     question = "1.3." + "." * 12
     assert encode_board(question)[:4] == [2, 1, 4, 1]  # digit + 1, blank 1, pad 0 unused
     assert SUDOKU_VOCAB_SIZE == 11
-    data = build_sudoku_dataset(size=4, num_train=20, num_test=5, seed=1)
+    data = build_sudoku_dataset(size=4, num_train=20, num_test=5, seed=1, split_by="board")
     for row in data["train"]:
         assert decode_board(row["inputs"]) == row["question"] and decode_board(row["labels"]) == row["answer"]
         assert all(1 <= t <= 10 for t in row["inputs"])
 
 
 def test_sudoku_splits_share_no_puzzle_even_up_to_relabelling():
-    data = build_sudoku_dataset(size=4, num_train=60, num_test=20, seed=3, augmentations=3)
+    data = build_sudoku_dataset(size=4, num_train=60, num_test=20, seed=3, augmentations=3, split_by="board")
 
     def canonical(board):  # relabel digits in order of first appearance
         mapping = {".": "."}
@@ -98,7 +98,7 @@ def test_sudoku_splits_share_no_puzzle_even_up_to_relabelling():
     train = {canonical(q) for q in data["train"]["question"]}
     test = {canonical(q) for q in data["test"]["question"]}
     assert len(test) == 20 and not train & test
-    again = build_sudoku_dataset(size=4, num_train=60, num_test=20, seed=3, augmentations=3)
+    again = build_sudoku_dataset(size=4, num_train=60, num_test=20, seed=3, augmentations=3, split_by="board")
     assert again["test"]["question"] == data["test"]["question"]  # seeded
     assert again["train"]["question"] == data["train"]["question"]
 

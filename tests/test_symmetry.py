@@ -10,7 +10,15 @@ import pytest
 
 from equilibria.tasks import augment_sudoku, build_maze_dataset, build_sudoku_dataset, task_record
 from equilibria.tasks.sudoku import format_board, is_valid_solution, parse_board
-from equilibria.tasks.symmetry import maze_canonical, sudoku_canonical, sudoku_transforms
+from equilibria.tasks.symmetry import (
+    SymmetryClasses,
+    maze_canonical,
+    sudoku_canonical,
+    sudoku_class_key,
+    sudoku_classes,
+    sudoku_equivalent,
+    sudoku_transforms,
+)
 
 
 @pytest.mark.parametrize("size, count", [(4, 128), (6, 3456)])
@@ -73,9 +81,9 @@ def test_a_maze_rotated_reflected_or_walked_backwards_is_the_same_maze():
 def test_the_task_records_give_the_class_of_a_row():
     sudoku = build_sudoku_dataset(6, 3, 0, seed=0, min_clues=18)["train"]
     record = task_record("sudoku")
-    assert [record.canonical(row) for row in sudoku] == [sudoku_canonical(q) for q in sudoku["question"]]
+    assert [record.class_key(row) for row in sudoku] == [sudoku_canonical(q) for q in sudoku["question"]]
     mazes = build_maze_dataset(7, 3, 0, seed=0)["train"]
-    assert [task_record("maze").canonical(row) for row in mazes] == [maze_canonical(q) for q in mazes["question"]]
+    assert [task_record("maze").class_key(row) for row in mazes] == [maze_canonical(q) for q in mazes["question"]]
     assert format_board(parse_board(sudoku["question"][0])) == sudoku["question"][0]
 
 
@@ -95,7 +103,102 @@ def test_a_4x4_sudoku_split_is_reported_as_not_held_out():
     ones, and the census says so (its results are a memorisation check)."""
     from equilibria.tasks.catalog import split_census
 
-    data = build_sudoku_dataset(4, 300, 40, seed=0)
+    data = build_sudoku_dataset(4, 300, 40, seed=0, split_by="board")
     census = split_census("sudoku", data["train"], data["test"])
     assert not census["held_out"] and census["test_rows_in_training_classes"] > 0
     assert census["train_classes"] <= 36 and census["up_to"] == "the task's symmetries"
+    with pytest.raises(ValueError, match=r"outside the \d+ classes of the 300 training puzzles.*split_by='board'"):
+        build_sudoku_dataset(4, 300, 40, seed=0)  # held out by class: the 4x4 generator has run out of classes
+
+
+@pytest.mark.parametrize("size, train, test", [(4, 8, 6), (6, 60, 20), (9, 30, 10)])
+def test_sudoku_splits_are_held_out_by_class(size, train, test):
+    from equilibria.tasks.catalog import split_census
+
+    data = build_sudoku_dataset(size, train, test, seed=0, min_clues=18 if size == 6 else None, augmentations=1)
+    census = split_census("sudoku", data["train"], data["test"])
+    assert census["held_out"] and census["test_classes"] == test and census["train_classes"] <= train
+    base = build_sudoku_dataset(size, train, test, seed=0, min_clues=18 if size == 6 else None, split_by="board")
+    assert base["train"]["question"] == data["train"]["question"][:train]  # training boards do not depend on it
+
+
+def _near_misses(board: str, size: int) -> list[str]:
+    """Boards one edit away from ``board``: a clue's digit swapped with another clue's in one cell only, and a clue
+    moved to a blank cell. None is equivalent to ``board`` (their class invariants may still agree)."""
+    cells = parse_board(board, size)
+    clues = [i for i, v in enumerate(cells) if v]
+    a = next(i for i in clues if cells[i] != cells[clues[0]])
+    swapped = list(cells)
+    swapped[clues[0]], swapped[a] = cells[a], cells[clues[0]]
+    moved = list(cells)
+    blank = next(i for i, v in enumerate(cells) if not v)
+    moved[blank], moved[clues[-1]] = cells[clues[-1]], 0
+    return [format_board(swapped), format_board(moved)]
+
+
+def test_9x9_classes_by_invariant_and_exact_check():
+    rng = random.Random(0)
+    data = build_sudoku_dataset(9, 6, 0, seed=4)["train"]
+    for question, answer in zip(data["question"], data["answer"]):
+        moved = augment_sudoku(question, answer, rng)[0]
+        assert sudoku_class_key(moved) == sudoku_class_key(question) and sudoku_class_key(moved).startswith("inv:")
+        assert sudoku_equivalent(question, moved) and sudoku_equivalent(moved, question)
+        for other in _near_misses(question, 9):
+            assert not sudoku_equivalent(question, other)
+    classes = sudoku_classes()
+    assert [classes.add(q) for q in data["question"]] == [True] * 6
+    assert not classes.add(augment_sudoku(data["question"][2], data["answer"][2], rng)[0]) and len(classes) == 6
+
+
+@pytest.mark.parametrize("size", [4, 6])
+def test_the_exact_check_agrees_with_the_canonical_form(size):
+    """An invariant confirmed by :func:`sudoku_equivalent` (here the weakest: the clue count) sorts boards into the
+    same classes as the enumerated canonical form: the mechanism 9x9 relies on, checked where both exist."""
+    rng = random.Random(5)
+    data = build_sudoku_dataset(size, 24, 0, seed=5, min_clues=18 if size == 6 else None, split_by="board")["train"]
+    boards = list(data["question"])
+    boards += [augment_sudoku(q, a, rng)[0] for q, a in zip(data["question"][:8], data["answer"][:8])]
+    boards += [m for q in data["question"][:4] for m in _near_misses(q, size)]
+    weak = SymmetryClasses(lambda b: sum(ch != "." for ch in b), sudoku_equivalent)
+    exact = SymmetryClasses(sudoku_canonical)
+    assert [weak.add(b) for b in boards] == [exact.add(b) for b in boards]
+    assert len(exact) < len(boards) - 6  # equivalent boards were among them
+
+
+def test_evaluation_leaves_out_the_training_classes():
+    """:func:`kept_rows` with the training classes drops a symmetric variant of a training puzzle that the exact
+    question check keeps."""
+    from equilibria.tasks.catalog import class_fingerprints, fingerprints, kept_rows
+
+    data = build_sudoku_dataset(4, 12, 30, seed=0, split_by="board")
+    train, test = data["train"], data["test"]
+    exact = kept_rows("sudoku", test, set(fingerprints("sudoku", train)))
+    by_class = kept_rows("sudoku", test, set(fingerprints("sudoku", train)), set(class_fingerprints("sudoku", train)))
+    assert len(exact) == len(test) and len(by_class) < len(test)
+    kept = test.select(by_class)
+    assert not set(class_fingerprints("sudoku", kept)) & set(class_fingerprints("sudoku", train))
+
+
+def test_a_generated_training_record_keeps_the_classes_evaluation_excludes():
+    """``build_task`` records the training puzzles' class fingerprints and the split's census; evaluation draws
+    fresh puzzles outside those classes. A board split (4x4) records that it was one and keeps no classes."""
+    from equilibria.evaluation import _exclusion
+    from equilibria.tasks.catalog import build_task, class_fingerprints, eval_split
+
+    data = build_task("sudoku", 12, 4, seed=0, size=4)
+    assert data.record["split_census"]["held_out"] and len(data.record["class_fingerprints"]) <= 12
+    training = {"task": "sudoku", "description": data.description, "fingerprints": data.train_fingerprints}
+    training.update(data.record)
+    questions, classes, held = _exclusion(training, "sudoku")
+    assert classes == set(data.record["class_fingerprints"]) and "classes up to the task's symmetries" in held["note"]
+
+    class Config:
+        vocab_size, max_seq_len = 11, 16
+
+    fresh = eval_split(Config, "sudoku", 10, seed=1, exclude=questions, exclude_classes=classes)
+    assert len(fresh) and not set(class_fingerprints("sudoku", fresh)) & classes
+    board = build_task("sudoku", 300, 20, seed=0, size=4, split_by="board")
+    assert board.record["split_by"] == "board" and "class_fingerprints" not in board.record
+    assert not board.record["split_census"]["held_out"]
+    with pytest.raises(ValueError, match="split_by='board'"):
+        build_task("sudoku", 300, 20, seed=0, size=4)

@@ -236,7 +236,7 @@ def test_debug_shows_the_traceback_wherever_it_is_written(base, capsys):
 def test_eqr_trains_on_a_published_format_csv_and_eval_reads_its_held_out_puzzles(tmp_path, capsys):
     from equilibria.tasks import build_sudoku_dataset
 
-    puzzles = build_sudoku_dataset(size=4, num_train=60, num_test=1, seed=3)["train"]
+    puzzles = build_sudoku_dataset(size=4, num_train=60, num_test=1, seed=3, split_by="board")["train"]
     path = tmp_path / "puzzles.csv"
     puzzles.select_columns(["source", "question", "answer", "rating"]).to_csv(path, index=False)
     out = tmp_path / "eqr"

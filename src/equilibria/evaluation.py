@@ -24,7 +24,7 @@ from datasets import Dataset
 
 from .families import family_of, model_task
 from .provenance import data_fingerprint
-from .tasks import TRAINING_RECORD, eval_split, fingerprints, load_training_record
+from .tasks import TRAINING_RECORD, eval_split, fingerprints, kept_rows, load_training_record
 from .tasks.held_out import content_keys, numbered
 from .tasks.records import TASK_RECORDS
 from .tasks.text_data import FORMATS, METRICS, evaluation_rows, held_out_rows, row_format, row_keys, text_source
@@ -99,27 +99,33 @@ def _training_kind(training: dict) -> str | None:
     return question_kind(source["format"], source.get("text_field")) if source else question_kind(training["task"])
 
 
-def _exclusion(training: dict, kind: str) -> tuple[set[str], dict]:
-    """``(training questions to leave out, the held-out part of the record)`` for rows whose questions are of
-    ``kind``: the training record's, when they are comparable."""
+def _exclusion(training: dict, kind: str) -> tuple[set[str], set[str], dict]:
+    """``(training questions to leave out, training classes to leave out, the held-out part of the record)`` for
+    rows whose questions are of ``kind``: the training record's, when they are comparable. Classes are the
+    puzzles' classes under the task's symmetries, where the record has them (``class_fingerprints``)."""
     if not training:
         note = f"not checked against the training data (the folder has no {TRAINING_RECORD})"
-        return set(), {"held_out": False, "note": note}
+        return set(), set(), {"held_out": False, "note": note}
     if _training_kind(training) != kind:
         note = f"not checked against the training data ({training['description']}: rows of another kind)"
-        return set(), {"held_out": False, "note": note}
+        return set(), set(), {"held_out": False, "note": note}
+    classes = set(training.get("class_fingerprints", ()))
+    up_to = f" nor any of their {len(classes)} classes up to the task's symmetries" if classes else ""
+    if training.get("split_by") == "board":
+        up_to = " (but their symmetric variants may be: trained with --split_by board, a memorisation check)"
     note = (
         f"no question of the model's training data ({training['description']}; {len(training['fingerprints'])} "
-        f"questions, from {TRAINING_RECORD}) is among them"
+        f"questions, from {TRAINING_RECORD}){up_to} is among them"
     )
-    return set(training["fingerprints"]), {"held_out": True, "note": note}
+    return set(training["fingerprints"]), classes, {"held_out": True, "note": note}
 
 
 def _generated_data(model, training: dict, task: str | None, count: int, seed: int, digits: int) -> EvalData:
     task = task or model_task(model)
     family_of(model).head_for(task)  # the task must fit the family
-    exclude, held = _exclusion(training, question_kind(task))
-    rows = eval_split(model.config, task, count, seed, digits=digits, exclude=exclude)
+    exclude, classes, held = _exclusion(training, question_kind(task))
+    split_by = training.get("split_by", "class")
+    rows = eval_split(model.config, task, count, seed, digits, exclude, classes, split_by)
     record = {
         "name": f"{len(rows)} generated {task} problems (seed {seed})",
         "dataset": None,
@@ -173,18 +179,18 @@ def _file_data(
 
         task = model_task(model)
         rows, split = load_task_rows(name, task, split, config)
-        exclude, held = _exclusion(training, question_kind(task))
-        keep = [i for i, key in enumerate(fingerprints(task, rows)) if key not in exclude]
+        exclude, classes, held = _exclusion(training, question_kind(task))
+        keep = kept_rows(task, rows, exclude, classes)
         metric = None
     else:
         source, rows, split = _text_rows(model, training, name, config, split, options)
-        exclude, held = _exclusion(training, question_kind(source["format"], source["text_field"]))
+        exclude, _, held = _exclusion(training, question_kind(source["format"], source["text_field"]))
         keep = [i for i, key in enumerate(row_keys(rows, source)) if key not in exclude]
         metric = source["metric"]
     dropped, raw = len(rows) - len(keep), _first(rows.select(keep), options["limit"])
     if held["held_out"]:
         held = {**held, "dropped_training_rows": dropped}
-        held["note"] += f"; {dropped} rows asking a training question were dropped" if dropped else ""
+        held["note"] += f"; {dropped} rows asking a training question (or of its class) were dropped" if dropped else ""
     label = Path(name).name if Path(name).exists() else name
     record = {**_named(raw, f"rows of {label} ({split} split)"), "dataset": None if Path(name).exists() else name}
     if metric is None:

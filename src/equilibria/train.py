@@ -134,6 +134,14 @@ class DataArguments:
     digits: int = field(default=2, metadata={"help": "addition: operand digits"})
     size: int = field(default=4, metadata={"help": "sudoku / maze: board side (a checkpoint's own when given)"})
     nodes: int = field(default=16, metadata={"help": "reachability: graph nodes (a checkpoint's own when given)"})
+    split_by: str = field(
+        default="class",
+        metadata={
+            "help": "sudoku / maze: test puzzles outside every training puzzle's class up to the task's symmetries "
+            "(class), or only different boards (board: a memorisation check, for sizes with few classes like 4x4)",
+            "choices": ["class", "board"],
+        },
+    )
     eval_loops: str = field(default="1,2,4,8", metadata={"help": "loop counts of the loop-scaling evaluation"})
     data_seed_offset: int = field(default=0, metadata={"help": "added to --seed for the data"})
 
@@ -379,6 +387,7 @@ def _task_data(task: str, data_args: DataArguments, config, seed: int):
         digits=data_args.digits,
         size=shape.get("size", data_args.size),
         nodes=shape.get("nodes", data_args.nodes),
+        split_by=data_args.split_by,
     )
 
 
@@ -605,19 +614,35 @@ def write_results(trainer, model_args: ModelArguments, data_args: DataArguments,
     return result
 
 
+def _census_note(census: dict) -> str:
+    """What a generated puzzle split's census (:func:`~equilibria.tasks.catalog.split_census`) says, in words."""
+    counts = f"{census['train_classes']} training and {census['test_classes']} test classes"
+    if census["held_out"]:
+        return f"held out up to the task's symmetries: no test puzzle is in a training puzzle's class ({counts})"
+    return (
+        f"a memorisation check, not held out: {census['test_rows_in_training_classes']} of {census['test_rows']} test "
+        f"puzzles are symmetric variants of training ones ({counts})"
+    )
+
+
 def _evaluation_record(data, dataset_name: str | None, hub_dataset: str | None) -> dict:
     """What the loop-scaling evaluation ran on, for ``loop_scaling.json`` and the card."""
     from .provenance import data_fingerprint
     from .tasks import fingerprints
 
     if dataset_name is None:
+        census = data.record.get("split_census")
+        note = "drawn without replacement together with the training split: no training question is among them"
+        if census is not None:
+            note = _census_note(census)
         return {
             "name": f"the {len(data.test)}-problem test split generated with the training data",
             "dataset": None,
             "fingerprint": data_fingerprint(fingerprints(data.name, data.test)),
-            "held_out": True,
-            "note": "drawn without replacement together with the training split: no training question is among them",
+            "held_out": census is None or census["held_out"],
+            "note": note,
             "units": len(data.test),
+            **({"split_census": census} if census is not None else {}),
         }
     return {
         "name": f"{len(data.test)} held-out rows of {data.record['source']['label']}",

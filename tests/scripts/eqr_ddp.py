@@ -19,7 +19,7 @@ def model():
 
 
 def main(out: Path) -> None:
-    data = build_sudoku_dataset(size=4, num_train=32, num_test=1, seed=0)["train"]
+    data = build_sudoku_dataset(size=4, num_train=32, num_test=1, seed=0, split_by="board")["train"]
     args = EqRTrainingArguments(
         output_dir=str(out),
         max_steps=4,

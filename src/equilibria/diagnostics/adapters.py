@@ -153,13 +153,16 @@ class PHDEQAdapter(LoopAdapter):
 
 
 class EqRAdapter(LoopAdapter):
-    """EqR: ``z0`` is the (random or learned) start drawn with a fixed seed, ``h*`` the state after ``depth``
-    iterations without noise, the decoder the per-cell answer head; a unit is a puzzle, right when every cell
-    is. "Iterations" are the steps until the residual first falls below ``tol`` (the depth when it never does).
-    Dataset columns: ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
+    """EqR: ``z0`` is the state after the first step from the model's own start (random, drawn with a fixed seed,
+    or learned), as Ouro's audit does: a random start, or a learned one that decodes to nothing, is off the
+    decoder's input distribution, and T1 on it would be confounded exactly as zeroing is. ``h*`` is the state after
+    ``depth`` iterations without noise (the first step included), the decoder the per-cell answer head; a unit is a
+    puzzle, right when every cell is. "Iterations" are the steps until the residual first falls below ``tol`` (the
+    depth when it never does). T4 restarts the remaining ``depth - 1`` steps from a displaced ``z0``. Dataset
+    columns: ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
 
     unit_name = "puzzle"
-    start_name = "z0 (random or learned start state)"
+    start_name = "z1 (the state after the first step from the model's own start: in the decoder's distribution)"
     solved_name = "h* = z_depth (state after the iterations)"
 
     def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
@@ -185,18 +188,21 @@ class EqRAdapter(LoopAdapter):
         num, cells = inputs.shape
         core = self.model.model
         z0 = core.initial_state(num, cells, generator=self.generator).detach()
-        begin = z0 if start is None else start.view_as(z0)
-        out = self.model(inputs, state=begin, num_loops=self.max_iter, noise=0.0)
-        below = out.residuals <= self.tol
+        step = self.model(inputs, state=z0, num_loops=1, noise=0.0)
+        z1 = step.state.detach()
+        begin = z1 if start is None else start.view_as(z1)
+        out = self.model(inputs, state=begin, num_loops=max(self.max_iter - 1, 1), noise=0.0)
+        residuals = torch.cat([step.residuals, out.residuals], 1)[:, : self.max_iter]
+        below = residuals <= self.tol
         first = torch.where(
             below.any(1), below.float().argmax(1) + 1, torch.full_like(below[:, 0], self.max_iter, dtype=torch.long)
         )
         return LoopRun(
-            start=z0.flatten(1),
+            start=z1.flatten(1),
             solved=out.state.flatten(1),
             steps=first.double(),
             converged=below[:, -1],
-            diverged=~torch.isfinite(out.residuals[:, -1]),
+            diverged=~torch.isfinite(residuals[:, -1]),
             correct=puzzle_solved(out.logits, batch["labels"]),
         )
 

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm  # a dependency of transformers and datasets
 
 from .adapters import LoopAdapter, adapter_for
 
-SCHEMA = 2  # audit.json's version: the verdict rules it was made with (see AuditReport.schema)
+SCHEMA = 3  # audit.json's version: the verdict rules it was made with (see AuditReport.schema)
 VERDICTS = ("computing", "lazy identity collapse", "decoder bypass", "solver explosion", "at chance", "inconclusive")
 
 
@@ -60,8 +60,9 @@ class AuditThresholds:
             solve never does, however small its start.
         return_tolerance: T4 counts a displaced run as back at ``h*`` (or still at its start) when it ends within
             this fraction of ``|d|`` of it.
-        significance: An accuracy change (T1, zeroing) counts only when it is also this many standard errors of
-            the paired per-unit difference away from 0 (so that chance differences on few units do not decide);
+        significance: An accuracy change (T1, zeroing) counts only when it is also significant at the level of
+            this many standard errors (two-sided p <= 0.046 at 2), by the exact sign test on the units that changed
+            (so that chance differences on few units do not decide: 4 of 4 one way is p = 0.125);
             the model's accuracy must beat the majority class by this many binomial standard errors for any
             verdict but "at chance" and "inconclusive".
     """
@@ -95,8 +96,9 @@ class AuditReport:
     chance: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)  # what the units are (set by the caller, e.g. ``equilibria audit``)
     weights: str | None = None  # the fingerprint of the weights audited (``equilibria.provenance``; set by the caller)
-    # the verdict rules it was made with (SCHEMA): 2 = no verdict without recurrence, explosions by the states'
-    # scale, `computing` needs a second sign; 1 = the rules before (a file without the key)
+    # the verdict rules it was made with (SCHEMA): 3 = T1 and zeroing decided by the exact sign test, EqR's start
+    # is the state after its first step; 2 = no verdict without recurrence, explosions by the states' scale,
+    # `computing` needs a second sign; 1 = the rules before (a file without the key)
     schema: int = 1
 
     def to_dict(self) -> dict:
@@ -381,14 +383,32 @@ def _rates(row: dict, correct: torch.Tensor) -> dict:
 
 def paired_change(after: torch.Tensor, before: torch.Tensor) -> dict:
     """The accuracy of per-unit correctness ``after`` and its paired change from ``before`` (same units): the
-    change and its standard error in points, and ``z`` = change / standard error (inf when every unit that moves
-    moves the same way and the spread is 0, 0 when none moves)."""
+    change and its standard error in points, ``z`` = change / standard error (inf when every unit that moves
+    moves the same way and the spread is 0, 0 when none moves), and ``p``: the exact two-sided sign test on the
+    units that changed (McNemar's), which the normal ``z`` overstates when few units change (4 of 4 moving one
+    way is z = inf but p = 0.125)."""
     diff = after.double() - before.double()
     n = len(diff)
     mean = diff.mean().item()
     se = diff.std().item() / math.sqrt(n) if n > 1 else 0.0
     z = 0.0 if mean == 0.0 else (math.copysign(math.inf, mean) if se == 0.0 else mean / se)
-    return {"accuracy": after.double().mean().item(), "change_points": 100 * mean, "se_points": 100 * se, "z": z}
+    gained, lost = int((diff > 0).sum()), int((diff < 0).sum())
+    return {
+        "accuracy": after.double().mean().item(),
+        "change_points": 100 * mean,
+        "se_points": 100 * se,
+        "z": z,
+        "p": sign_test(gained, lost),
+    }
+
+
+def sign_test(gained: int, lost: int) -> float:
+    """The exact two-sided p-value that ``gained`` against ``lost`` changed units are a fair coin's split."""
+    moved = gained + lost
+    if moved == 0:
+        return 1.0
+    tail = sum(math.comb(moved, k) for k in range(min(gained, lost) + 1))
+    return min(1.0, 2 * tail / (1 << moved))  # integers: exact (and correctly rounded) for any count
 
 
 def chance_baseline(correct: torch.Tensor, answers: list[tuple], significance: float) -> dict:
@@ -459,12 +479,7 @@ def verdict(report: AuditReport, thresholds: AuditThresholds | None = None) -> t
     th = thresholds or AuditThresholds()
     d = report.displacement
     t1, zero = report.substitution["change_points"], report.zeroing["change_points"]
-
-    def matters(change: float, z: float) -> bool:  # a change that is both large and not chance
-        return abs(change) >= th.substitution_points and abs(z) >= th.significance
-
-    t1_matters = matters(t1, report.substitution["z"])
-    zero_matters = matters(zero, report.zeroing["z"])
+    t1_matters, zero_matters = _matters(report.substitution, th), _matters(report.zeroing, th)
     support = _supporting(report, th)
     exploded = _explosion(report, th)
     withheld = _withheld(report, th, exploded)
@@ -482,31 +497,61 @@ def verdict(report: AuditReport, thresholds: AuditThresholds | None = None) -> t
         ]
         return "lazy identity collapse", reasons + support
     if t1_matters and t1 < 0:
-        reasons = [
-            f"substituting z0 for h* costs {-t1:.2f} points (+/- {report.substitution['se_points']:.2f}, "
-            f"{-report.substitution['z']:.1f} standard errors): the decoder needs what the loop computed",
-            f"median relative displacement ||h* - z0|| = {d['relative_median']:.2g}",
-        ]
-        second = second_sign(report, th)
-        if second:
-            return "computing", reasons + [f"and independently: {second}"] + support
-        return "inconclusive", reasons + [
-            "but no second, independent sign agrees (the probe does not read the answer better from h* than from "
-            f"z0 by {th.significance:g} standard errors, and displaced starts do not return to h*): T1 alone does not "
-            "decide"
-        ] + support
+        name, reasons = _t1_costs(report, th)
+        return name, reasons + support
     if not t1_matters and not zero_matters:
-        reasons = [
-            f"the loop moves the state (median relative displacement {d['relative_median']:.2g}) but neither "
-            f"substituting z0 ({_points(report.substitution)}) nor zeroing h* ({_points(report.zeroing)}) changes "
-            "accuracy: the decoder ignores the solved state"
-        ]
-        return "decoder bypass", reasons + support
+        name, reasons = _nothing_changes(report, th)
+        return name, reasons + support
     reasons = [
         f"T1 changes accuracy by {_points(report.substitution)} and zeroing by {_points(report.zeroing)} with "
         f"median relative displacement {d['relative_median']:.2g}: no rule applies cleanly"
     ]
     return "inconclusive", reasons + support
+
+
+def _matters(row: dict, th: AuditThresholds) -> bool:
+    """Whether an accuracy change (T1, zeroing) is both large and not chance: by the exact sign test where the
+    report has it (``p``), else by the normal ``z`` (reports of schema 2 and before)."""
+    significant = row["p"] <= two_sided_p(th.significance) if "p" in row else abs(row["z"]) >= th.significance
+    return abs(row["change_points"]) >= th.substitution_points and significant
+
+
+def _t1_costs(report: AuditReport, th: AuditThresholds) -> tuple[str, list[str]]:
+    """Substituting z0 costs accuracy: ``computing`` when a second, independent sign agrees, else ``inconclusive``."""
+    t1 = report.substitution
+    reasons = [
+        f"substituting z0 for h* costs {-t1['change_points']:.2f} points (+/- {t1['se_points']:.2f}, "
+        f"{-t1['z']:.1f} standard errors): the decoder needs what the loop computed",
+        f"median relative displacement ||h* - z0|| = {report.displacement['relative_median']:.2g}",
+    ]
+    second = second_sign(report, th)
+    if second:
+        return "computing", reasons + [f"and independently: {second}"]
+    return "inconclusive", reasons + [
+        "but no second, independent sign agrees (the probe does not read the answer better from h* than from "
+        f"z0 by {th.significance:g} standard errors, and displaced starts do not return to h*): T1 alone does not "
+        "decide"
+    ]
+
+
+def _nothing_changes(report: AuditReport, th: AuditThresholds) -> tuple[str, list[str]]:
+    """Neither T1 nor zeroing changes accuracy significantly: ``decoder bypass``, or ``inconclusive`` when a change
+    is large but on too few units that changed to tell from chance."""
+    large = [
+        row for row in (report.substitution, report.zeroing) if abs(row["change_points"]) >= th.substitution_points
+    ]
+    if large:
+        row = large[0]
+        p = row.get("p", two_sided_p(row["z"]))
+        return "inconclusive", [
+            f"{'T1' if row is report.substitution else 'zeroing'} changes accuracy by {_points(row)}, but on too few "
+            f"units that changed to tell from chance (exact sign test p = {p:.2g}): more units would decide"
+        ]
+    return "decoder bypass", [
+        f"the loop moves the state (median relative displacement {report.displacement['relative_median']:.2g}) but "
+        f"neither substituting z0 ({_points(report.substitution)}) nor zeroing h* ({_points(report.zeroing)}) "
+        "changes accuracy: the decoder ignores the solved state"
+    ]
 
 
 def two_sided_p(z: float) -> float:

@@ -19,8 +19,16 @@ from .reachability import (
     generate_graph,
     reachability_input_size,
 )
-from .sudoku import augment_sudoku, build_sudoku_dataset, generate_sudoku, load_sudoku_csv, solve_sudoku
-from .symmetry import maze_canonical, sudoku_canonical
+from .splits import build_sudoku_dataset
+from .sudoku import augment_sudoku, generate_sudoku, load_sudoku_csv, solve_sudoku
+from .symmetry import (
+    SymmetryClasses,
+    maze_canonical,
+    sudoku_canonical,
+    sudoku_class_key,
+    sudoku_classes,
+    sudoku_equivalent,
+)
 from .tokenization import char_tokenizer, tokenizer_fields
 
 __all__ = [
@@ -48,7 +56,11 @@ __all__ = [
     "load_proofwriter_jsonl",
     "load_sudoku_csv",
     "solve_maze",
+    "SymmetryClasses",
     "maze_canonical",
+    "sudoku_class_key",
+    "sudoku_classes",
+    "sudoku_equivalent",
     "solve_sudoku",
     "sudoku_canonical",
     "tokenize_for_training",

@@ -40,28 +40,48 @@ def fingerprints(task: str, rows: Dataset) -> list[str]:
     return [hashlib.blake2b(question_key(task, row).encode(), digest_size=8).hexdigest() for row in rows]
 
 
+def class_fingerprints(task: str, rows: Dataset) -> list[str]:
+    """A 64-bit fingerprint (hex) of each row's class key under the task's symmetries (its record's ``class_key``:
+    a canonical form, or at 9x9 Sudoku an invariant, so a shared fingerprint may rarely join two classes); ``[]``
+    for a task without symmetries."""
+    key = task_record(task).class_key
+    if key is None:
+        return []
+    return [hashlib.blake2b(str(key(row)).encode(), digest_size=8).hexdigest() for row in rows]
+
+
+def class_record(task: str, train: Dataset, test: Dataset, split_by: str = "class") -> dict:
+    """What a training record keeps of a puzzle task's classes (``{}`` for a task without symmetries): the split's
+    :func:`split_census` and, unless the split was drawn by board (a memorisation check, ``split_by="board"``,
+    which evaluation then follows), the training puzzles' class fingerprints, which evaluation excludes."""
+    if task_record(task).class_key is None:
+        return {}
+    census = {"split_census": split_census(task, train, test)}
+    if split_by == "board":
+        return {**census, "split_by": "board"}
+    return {**census, "class_fingerprints": sorted(set(class_fingerprints(task, train)))}
+
+
 def split_census(task: str, train: Dataset, test: Dataset) -> dict:
-    """How far ``test`` is held out from ``train`` up to the task's symmetries (its record's ``canonical``; the
-    exact question for a task without symmetries, or a size whose symmetries are not enumerated): the classes in
-    each split and how many test rows fall in a training class. ``held_out`` is False when any does: results on
+    """How far ``test`` is held out from ``train`` up to the task's symmetries (its record's classes,
+    :meth:`~equilibria.tasks.records.Task.classes`; the exact question for a task without symmetries): the classes
+    in each split and how many test rows fall in a training class. ``held_out`` is False when any does: results on
     such a split are a memorisation check, not evidence of generalisation."""
     record = task_record(task)
-    key, up_to = record.question, "the exact question"
-    if record.canonical is not None and len(train):
-        try:
-            record.canonical(train[0])
-            key, up_to = record.canonical, "the task's symmetries"
-        except ValueError as err:  # e.g. 9x9 Sudoku: the symmetry group is not enumerated
-            up_to = f"the exact question ({err})"
-    train_keys = {key(row) for row in train}
-    test_keys = [key(row) for row in test]
-    shared = sum(k in train_keys for k in test_keys)
+    up_to = "the task's symmetries" if record.class_key is not None else "the exact question"
+    seen, tested = record.classes(), record.classes()
+    for row in train:
+        seen.add(row)
+    shared = 0
+    for row in test:
+        shared += seen.find(row)
+        tested.add(row)
     return {
         "up_to": up_to,
         "train_rows": len(train),
-        "train_classes": len(train_keys),
-        "test_rows": len(test_keys),
-        "test_classes": len(set(test_keys)),
+        "train_classes": len(seen),
+        "test_rows": len(test),
+        "test_classes": len(tested),
         "test_rows_in_training_classes": shared,
         "held_out": shared == 0,
     }
@@ -103,23 +123,34 @@ def check_task(task: str) -> str:
 
 
 def build_task(
-    task: str, train_size: int, test_size: int, seed: int, digits: int = 2, size: int = 4, nodes: int = 16
+    task: str,
+    train_size: int,
+    test_size: int,
+    seed: int,
+    digits: int = 2,
+    size: int = 4,
+    nodes: int = 16,
+    split_by: str = "class",
 ) -> TaskData:
     """Fresh training and test splits of ``task``: ``digits`` (addition operands), ``size`` (sudoku / maze side),
-    ``nodes`` (reachability graphs): the one the task's record names as its ``shape_option``. The training split is
-    tokenised for text tasks; the test split is raw (puzzles and classification tasks: their ``inputs``)."""
+    ``nodes`` (reachability graphs): the one the task's record names as its ``shape_option``. Puzzle test splits
+    are held out up to the task's symmetries (``split_by="class"``) or only by board (``"board"``: a memorisation
+    check, :meth:`~equilibria.tasks.records.Task.draw`). The training split is tokenised for text tasks; the test
+    split is raw (puzzles and classification tasks: their ``inputs``)."""
     record = task_record(task)
     shape = {"digits": digits, "size": size, "nodes": nodes}.get(record.shape_option)
-    raw = record.generate(shape, train_size, test_size, seed)
+    raw = record.draw(shape, train_size, test_size, seed, split_by)
     prints = fingerprints(task, raw["train"])
     description = f"{train_size} generated {record.describe(shape)} problems (seed {seed})"
+    extra = class_record(task, raw["train"], raw["test"], split_by)
     if record.tokenizer is not None:
         tokenizer = record.tokenizer()
         train = tokenize_for_training(raw["train"], tokenizer)
         return TaskData(task, train, raw["test"], tokenizer_fields(tokenizer), tokenizer, prints, description)
     train, test = (record.prepare(raw[split]) if record.prepare else raw[split] for split in ("train", "test"))
     fields = record.config_fields(train, f"generated {task}")
-    return TaskData(task, train.select_columns(["inputs", "labels"]), test, fields, None, prints, description)
+    columns = train.select_columns(["inputs", "labels"])
+    return TaskData(task, columns, test, fields, None, prints, description, record=extra)
 
 
 def task_splits(name: str, task: str, config_name: str | None = None) -> DatasetDict:
@@ -171,6 +202,10 @@ def build_task_rows(
     where = "its test split" if held_split != train_split else "held out of it before training"
     held = f"{len(test)} {task} rows of {source['label']} ({where}), none a training question"
     record = {"source": source, **({"held_out": held_out_record(held_split, test, held)} if len(test) else {})}
+    record.update(class_record(task, train, test))
+    if record.get("split_census") and not record["split_census"]["held_out"]:
+        census = record["split_census"]
+        held += f"; {census['test_rows_in_training_classes']} of them in a training puzzle's class (symmetric variants)"
     columns = ["inputs", "labels"]
     return TaskData(
         f"dataset:{name}",
@@ -198,18 +233,27 @@ def task_held_out_rows(record: dict, folder: str | Path | None = None) -> Datase
 
 
 def eval_split(
-    config, task: str, num: int, seed: int, digits: int = 2, exclude: set[str] | frozenset = frozenset()
+    config,
+    task: str,
+    num: int,
+    seed: int,
+    digits: int = 2,
+    exclude: set[str] | frozenset = frozenset(),
+    exclude_classes: set[str] | frozenset = frozenset(),
+    split_by: str = "class",
 ) -> Dataset:
     """``num`` fresh test rows of ``task`` shaped for a model with this ``config`` (puzzle side from
     ``max_seq_len``, graph size from ``input_size``), none whose question fingerprint is in ``exclude`` (the
-    model's training questions: :func:`load_training_record`). Fewer rows only when the task has no more
-    distinct questions. ``ValueError`` when the config cannot read the task."""
+    model's training questions: :func:`load_training_record`) or whose class fingerprint is in ``exclude_classes``
+    (:func:`class_fingerprints` of the training puzzles). Puzzles are drawn distinct by class (``split_by="class"``)
+    or by board (``"board"``, for a model whose training split was: a memorisation check). Fewer rows only when the
+    task has no more distinct questions. ``ValueError`` when the config cannot read the task."""
     record = task_record(task)
     shape = record.shape_of(config)
     shape = {"digits": digits}.get(record.shape_option) if shape is None else shape
 
     def draw(n: int) -> Dataset:
-        return record.generate(shape, 1, n, seed)["test"]
+        return record.draw(shape, 1, n, seed, split_by)["test"]
 
     rows, drawn, wanted = None, 0, num
     for _ in range(16):  # draw more until enough rows survive the exclusion (bisect down if the task runs out)
@@ -220,13 +264,21 @@ def eval_split(
             if wanted <= drawn:
                 break
             continue
-        keep = [i for i, key in enumerate(fingerprints(task, candidates)) if key not in exclude]
+        keep = kept_rows(task, candidates, exclude, exclude_classes)
         rows, drawn = candidates.select(keep[:num]), wanted
         if len(rows) == num:
             break
-        wanted = 2 * wanted + len(exclude)
+        wanted = 2 * wanted + len(exclude) + len(exclude_classes)
     rows = draw(num) if rows is None else rows
     return record.prepare(rows) if record.prepare else rows
+
+
+def kept_rows(task: str, rows: Dataset, exclude: set | frozenset, exclude_classes: set | frozenset = frozenset()):
+    """Indices of ``rows`` whose question fingerprint is not in ``exclude`` and whose class fingerprint is not in
+    ``exclude_classes``."""
+    questions = fingerprints(task, rows)
+    classes = class_fingerprints(task, rows) if exclude_classes else [None] * len(questions)
+    return [i for i, (q, c) in enumerate(zip(questions, classes)) if q not in exclude and c not in exclude_classes]
 
 
 def task_shape(config, task: str) -> dict:
@@ -250,6 +302,9 @@ __all__ = [
     "TaskData",
     "build_task",
     "check_task",
+    "class_record",
+    "class_fingerprints",
+    "kept_rows",
     "eval_split",
     "fingerprints",
     "load_training_record",

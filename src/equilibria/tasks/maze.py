@@ -18,7 +18,7 @@ from pathlib import Path
 from datasets import Dataset, DatasetDict
 
 from .puzzle_csv import draw_distinct, read_puzzle_csv
-from .symmetry import maze_canonical
+from .symmetry import SymmetryClasses, check_split_by, maze_canonical
 
 MAZE_CHARS = "# SGo"
 MAZE_PAD = 0
@@ -215,24 +215,28 @@ def build_maze_dataset(
     min_path: int = 1,
     max_path: int | None = None,
     openings: int = 0,
+    split_by: str = "class",
 ) -> DatasetDict:
-    """Seeded train/test splits of mazes distinct up to the task's symmetries: no two rows, in either split, are
-    rotations or reflections of each other or the same maze with start and goal swapped
+    """Seeded train/test splits of mazes distinct up to the task's symmetries (``split_by="class"``): no two rows,
+    in either split, are rotations or reflections of each other or the same maze with start and goal swapped
     (:func:`~equilibria.tasks.symmetry.maze_canonical`), so the test split is held out up to symmetry. A small size
     has few such classes (7x7 with ``min_path=7``: 151 seen in 5000 draws); asking for more is a ``ValueError``.
-    Columns: ``source``, ``question``, ``answer``, ``rating`` (the shortest path's length) and the tokens
-    ``inputs`` / ``labels``."""
+    ``split_by="board"`` only keeps the mazes different as strings (a memorisation check). Columns: ``source``,
+    ``question``, ``answer``, ``rating`` (the shortest path's length) and the tokens ``inputs`` / ``labels``."""
     if num_train < 1 or num_test < 0:
         raise ValueError(f"num_train must be >= 1 and num_test >= 0, got {num_train} and {num_test}")
+    by_class = check_split_by(split_by) == "class"
     rng = random.Random(f"maze-{size}-{seed}")
+    seen = SymmetryClasses(lambda maze: maze_canonical(maze["question"]) if by_class else maze["question"])
     rows = draw_distinct(
         lambda: {
             "source": "generated",
             **generate_maze(size, rng, min_path=min_path, max_path=max_path, openings=openings),
         },
-        lambda maze: maze_canonical(maze["question"]),
+        seen.add,
         num_train + num_test,
-        f"{size}x{size} mazes up to rotation, reflection and swapping start and goal (a larger size has more)",
+        f"{size}x{size} mazes"
+        + (" up to rotation, reflection and swapping start and goal (a larger size has more)" if by_class else ""),
     )
     return DatasetDict(train=_to_dataset(rows[:num_train]), test=_to_dataset(rows[num_train:]))
 

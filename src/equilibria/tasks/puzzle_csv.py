@@ -51,17 +51,16 @@ def check_csv_width(record: dict, header: list[str]) -> None:
         raise ValueError(f"no value for the column(s) {missing} (the header has {header})")
 
 
-def draw_distinct(draw: Callable[[], dict], key: Callable[[dict], str], count: int, what: str) -> list[dict]:
-    """``count`` puzzles from ``draw()`` whose ``key`` differ (``what`` names them in the error when the generator
-    cannot supply that many within ``50 * count + 100`` draws)."""
-    rows, seen = [], set()
+def draw_distinct(draw: Callable[[], dict], accept: Callable[[dict], bool], count: int, what: str) -> list[dict]:
+    """``count`` puzzles from ``draw()`` that ``accept`` takes (e.g. :meth:`SymmetryClasses.add
+    <equilibria.tasks.symmetry.SymmetryClasses.add>`: a puzzle of a class not seen yet); ``what`` names them in the
+    error when the generator cannot supply that many within ``50 * count + 100`` draws."""
+    rows: list[dict] = []
     for _ in range(50 * count + 100):
         if len(rows) == count:
             return rows
         puzzle = draw()
-        name = key(puzzle)  # once: a canonical form under a symmetry group is not cheap
-        if name not in seen:
-            seen.add(name)
+        if accept(puzzle):
             rows.append(puzzle)
     if len(rows) < count:
         raise ValueError(f"could not draw {count} distinct {what}")

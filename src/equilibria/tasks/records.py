@@ -24,8 +24,16 @@ from .embedding import EMBEDDING_SIZE, SentenceEmbedder, embed_entailment
 from .entailment import build_entailment_dataset
 from .maze import MAZE_VOCAB_SIZE, build_maze_dataset, decode_maze, load_maze_csv
 from .reachability import build_reachability_dataset, reachability_input_size
-from .sudoku import SUDOKU_VOCAB_SIZE, build_sudoku_dataset, decode_board, load_sudoku_csv
-from .symmetry import maze_canonical, sudoku_canonical
+from .splits import build_sudoku_dataset
+from .sudoku import SUDOKU_VOCAB_SIZE, board_size, decode_board, load_sudoku_csv
+from .symmetry import (
+    ENUMERATED_SUDOKU_SIZES,
+    SymmetryClasses,
+    check_split_by,
+    maze_canonical,
+    sudoku_class_key,
+    sudoku_equivalent,
+)
 
 SHAPE_OPTIONS = (None, "digits", "size", "nodes")  # the size knobs `equilibria train` has flags for
 
@@ -42,9 +50,10 @@ class Task:
     when the config cannot read the task (``None``: the caller's ``shape_option`` decides). A task with a
     ``tokenizer`` is a text task (its rows are ``prompt`` / ``answer``); the others give ``inputs`` / ``labels``,
     made from the raw rows by ``prepare`` when they need it (entailment: sentence embeddings).
-    ``canonical(row)``: the row's class under the task's symmetries (a string equal for two rows exactly when a
-    symmetry maps one puzzle onto the other; :mod:`~equilibria.tasks.symmetry`), where the task has any
-    (``None``: none declared)."""
+    ``class_key(row)``: a key of the row's class under the task's symmetries (:mod:`~equilibria.tasks.symmetry`),
+    equal for two rows that a symmetry maps onto each other; ``same_class(a, b)`` decides rows whose keys are equal
+    where the key is only an invariant (``None``: equal keys are one class). Both ``None``: no symmetries declared,
+    a row is its own class. A task with classes draws splits ``split_by`` class or by board (:meth:`draw`)."""
 
     name: str
     summary: str
@@ -62,13 +71,29 @@ class Task:
     load_published: Callable[[str], Dataset] | None = None  # reads a file of the published format (by its suffix)
     published_format: str = ""
     published_suffix: str = ".csv"
-    canonical: Callable[[dict], str] | None = None
+    class_key: Callable[[dict], str] | None = None
+    same_class: Callable[[dict, dict], bool] | None = None
 
     def __post_init__(self):
         if self.shape_option not in SHAPE_OPTIONS:
             raise ValueError(
                 f"Task {self.name!r}: shape_option must be one of {SHAPE_OPTIONS}, got {self.shape_option!r}"
             )
+
+    def draw(self, shape: int | None, train: int, test: int, seed: int, split_by: str = "class") -> DatasetDict:
+        """Fresh splits (:attr:`generate`); for a task with classes, test puzzles outside the training classes
+        (``split_by="class"``) or only different boards (``"board"``: a memorisation check)."""
+        check_split_by(split_by)
+        if self.class_key is None:
+            return self.generate(shape, train, test, seed)
+        return self.generate(shape, train, test, seed, split_by=split_by)
+
+    def classes(self) -> SymmetryClasses[dict]:
+        """An empty :class:`~equilibria.tasks.symmetry.SymmetryClasses` of this task's rows: by class where the
+        task declares symmetries, else by question."""
+        if self.class_key is None:
+            return SymmetryClasses(self.question)
+        return SymmetryClasses(self.class_key, self.same_class)
 
     @property
     def kind(self) -> str:
@@ -90,6 +115,13 @@ class Task:
 
 def _inputs_key(row: dict) -> str:
     return json.dumps(row["inputs"])
+
+
+def _same_sudoku(a: dict, b: dict) -> bool:
+    """Rows of equal :func:`~equilibria.tasks.symmetry.sudoku_class_key`: one class where the key is a canonical
+    form (4x4, 6x6), else decided by :func:`~equilibria.tasks.symmetry.sudoku_equivalent` (9x9)."""
+    x, y = decode_board(a["inputs"]), decode_board(b["inputs"])
+    return board_size(x) in ENUMERATED_SUDOKU_SIZES or sudoku_equivalent(x, y)
 
 
 def _board_side(task: str, vocab: int) -> Callable[[object], int]:
@@ -162,28 +194,33 @@ TASK_RECORDS: dict[str, Task] = {
             summary="fill a Sudoku board (the published Sudoku-Extreme encoding; EqR)",
             shape_option="size",
             describe=lambda size: f"{size}x{size} sudoku",
-            generate=lambda size, train, test, seed: build_sudoku_dataset(size, train, test, seed=seed),
+            generate=lambda size, train, test, seed, split_by="class": build_sudoku_dataset(
+                size, train, test, seed=seed, split_by=split_by
+            ),
             question=_inputs_key,
             shape_of=_board_side("sudoku", SUDOKU_VOCAB_SIZE),
             metric="share of boards solved exactly",
             vocab_size=SUDOKU_VOCAB_SIZE,
             load_published=load_sudoku_csv,
             published_format="Sudoku-Extreme CSV (source,question,answer,rating)",
-            canonical=lambda row: sudoku_canonical(decode_board(row["inputs"])),
+            class_key=lambda row: sudoku_class_key(decode_board(row["inputs"])),
+            same_class=_same_sudoku,
         ),
         Task(
             name="maze",
             summary="mark the shortest path through a maze (the published Maze-Hard encoding; EqR)",
             shape_option="size",
             describe=lambda size: f"{size}x{size} maze",
-            generate=lambda size, train, test, seed: build_maze_dataset(size, train, test, seed=seed, min_path=size),
+            generate=lambda size, train, test, seed, split_by="class": build_maze_dataset(
+                size, train, test, seed=seed, min_path=size, split_by=split_by
+            ),
             question=_inputs_key,
             shape_of=_board_side("maze", MAZE_VOCAB_SIZE),
             metric="share of mazes solved exactly",
             vocab_size=MAZE_VOCAB_SIZE,
             load_published=load_maze_csv,
             published_format="Maze-Hard CSV (source,question,answer,rating)",
-            canonical=lambda row: maze_canonical(decode_maze(row["inputs"])),
+            class_key=lambda row: maze_canonical(decode_maze(row["inputs"])),
         ),
         Task(
             name="addition",

@@ -13,9 +13,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from datasets import Dataset, DatasetDict
+from datasets import Dataset
 
-from .puzzle_csv import draw_distinct, read_puzzle_csv
+from .puzzle_csv import read_puzzle_csv
 
 SUDOKU_PAD = 0
 SUDOKU_VOCAB_SIZE = 11  # pad, blank, digits 1..9
@@ -246,44 +246,7 @@ def augment_sudoku(question: str, answer: str, rng: random.Random) -> tuple[str,
     return apply(q), apply(a)
 
 
-def build_sudoku_dataset(
-    size: int = 4,
-    num_train: int = 1000,
-    num_test: int = 200,
-    seed: int = 0,
-    min_clues: int | None = None,
-    augmentations: int = 0,
-) -> DatasetDict:
-    """Seeded train/test splits of unique-solution puzzles that share no puzzle up to a relabelling of the digits
-    (not up to the whole symmetry group: at 4x4 every test puzzle is a symmetric variant of a training one;
-    :func:`~equilibria.tasks.catalog.split_census` says how far a split is held out). Columns: ``question``, ``answer`` (board strings), ``clues``, ``rating``, ``source``, and
-    the tokens ``inputs`` / ``labels`` in the published encoding. ``augmentations=k`` adds ``k`` random
-    symmetry transforms of every training puzzle (never one that equals a test puzzle up to relabelling; the
-    test split is not augmented)."""
-    box_shape(size)
-    if num_train < 1 or num_test < 0 or augmentations < 0:
-        raise ValueError(
-            f"num_train must be >= 1, num_test >= 0 and augmentations >= 0, got {num_train}, {num_test}, "
-            f"{augmentations}"
-        )
-    rng = random.Random(f"sudoku-{size}-{seed}")
-    rows = draw_distinct(
-        lambda: {**generate_sudoku(size, rng, min_clues=min_clues), "source": "generated"},
-        lambda puzzle: _canonical(puzzle["question"]),
-        num_train + num_test,
-        f"{size}x{size} puzzles",
-    )
-    train, test = rows[:num_train], rows[num_train:]
-    held_out = {_canonical(row["question"]) for row in test}
-    for row in list(train):
-        for _ in range(augmentations):
-            question, answer = augment_sudoku(row["question"], row["answer"], rng)
-            if _canonical(question) not in held_out:
-                train.append({**row, "question": question, "answer": answer, "source": "augmented"})
-    return DatasetDict(train=_to_dataset(train), test=_to_dataset(test))
-
-
-def _canonical(board: str) -> str:
+def relabelled(board: str) -> str:
     """The board with digits relabelled in order of first appearance (digit permutations collapse)."""
     mapping: dict[str, str] = {".": "."}
     return "".join(mapping.setdefault(ch, str(len(mapping))) for ch in board)

@@ -1,0 +1,75 @@
+"""Train/test splits of generated puzzles that are held out up to the task's symmetries.
+
+``split_by="class"`` (the default) draws test puzzles from classes no training puzzle falls in
+(:mod:`~equilibria.tasks.symmetry`: a rotated maze or a relabelled, row-swapped Sudoku is the same puzzle), so a
+score on the test split is evidence of generalisation. ``split_by="board"`` only keeps test boards different from
+training boards (Sudoku: up to a relabelling of the digits): a memorisation check, for sizes whose generator has
+too few classes to hold any out (4x4 Sudoku: 36). :func:`~equilibria.tasks.catalog.split_census` reports which a
+split is.
+"""
+
+from __future__ import annotations
+
+import random
+
+from datasets import DatasetDict
+
+from .puzzle_csv import draw_distinct
+from .sudoku import _to_dataset, augment_sudoku, box_shape, generate_sudoku, relabelled
+from .symmetry import SymmetryClasses, check_split_by, sudoku_classes
+
+
+def build_sudoku_dataset(
+    size: int = 4,
+    num_train: int = 1000,
+    num_test: int = 200,
+    seed: int = 0,
+    min_clues: int | None = None,
+    augmentations: int = 0,
+    split_by: str = "class",
+) -> DatasetDict:
+    """Seeded train/test splits of unique-solution puzzles. Training boards differ up to a relabelling of the
+    digits; test puzzles (``split_by="class"``) fall in no training puzzle's class and in no other test puzzle's
+    (the whole symmetry group: digits, rows, columns, bands, stacks, transposition), or (``"board"``) only differ
+    from every other board up to a relabelling. A size whose generator runs out of classes (4x4: 36) is a
+    ``ValueError`` for ``"class"``. Columns: ``question``, ``answer`` (board strings), ``clues``, ``rating``,
+    ``source``, and the tokens ``inputs`` / ``labels`` in the published encoding. ``augmentations=k`` adds ``k``
+    random symmetry transforms of every training puzzle (in its class; with ``"board"``, never one that equals a
+    test puzzle up to relabelling; the test split is not augmented)."""
+    box_shape(size)
+    check_split_by(split_by)
+    if num_train < 1 or num_test < 0 or augmentations < 0:
+        raise ValueError(
+            f"num_train must be >= 1, num_test >= 0 and augmentations >= 0, got {num_train}, {num_test}, "
+            f"{augmentations}"
+        )
+    rng = random.Random(f"sudoku-{size}-{seed}")
+
+    def draw() -> dict:
+        return {**generate_sudoku(size, rng, min_clues=min_clues), "source": "generated"}
+
+    boards = SymmetryClasses(lambda puzzle: relabelled(puzzle["question"]))
+    train = draw_distinct(draw, boards.add, num_train, f"{size}x{size} puzzles")
+    if split_by == "class":
+        classes = sudoku_classes()
+        for row in train:
+            classes.add(row["question"])
+        known = len(classes)
+        what = (
+            f"{size}x{size} puzzles outside the {known} classes of the {num_train} training puzzles (the generator has "
+            "few classes at this size: a larger size, fewer training puzzles, or split_by='board' for a "
+            "memorisation check)"
+        )
+        test = draw_distinct(draw, lambda puzzle: classes.add(puzzle["question"]), num_test, what)
+    else:
+        test = draw_distinct(draw, boards.add, num_test, f"{size}x{size} puzzles")
+    held_out = {relabelled(row["question"]) for row in test}
+    for row in list(train):
+        for _ in range(augmentations):
+            question, answer = augment_sudoku(row["question"], row["answer"], rng)
+            if relabelled(question) not in held_out:
+                train.append({**row, "question": question, "answer": answer, "source": "augmented"})
+    return DatasetDict(train=_to_dataset(train), test=_to_dataset(test))
+
+
+__all__ = ["build_sudoku_dataset"]
