@@ -217,6 +217,57 @@ def eqr_depths(relative: str, **options) -> str:
     return depth_table(load(relative)["kinds"], **options)
 
 
+EQR_SEED_RUNS = {  # seed -> the folder of its per-kind runs (seed 0: the 6x6 ablation, run at ab566ad)
+    0: "eqr_ablation_6x6",
+    1: "eqr_6x6_seeds/seed1",
+    2: "eqr_6x6_seeds/seed2",
+}
+
+
+def eqr_seeds(kinds: tuple[str, str] = ("weight_tied", "eqr"), depths: tuple[int, ...] = (4, 8, 16, 32, 64)) -> str:
+    """Exact solve per seed and kind on the 6x6 runs, then per depth the difference of the two kinds' means with
+    the standard error of the per-seed differences (n - 1 degrees of freedom) and the per-seed binomial SE."""
+    runs = {
+        seed: {k: load(f"{folder}/{k}/eqr_sudoku.json")[k] for k in kinds} for seed, folder in EQR_SEED_RUNS.items()
+    }
+    rows, diffs = [], {d: [] for d in depths}
+    for kind in kinds:
+        for seed, by_kind in runs.items():
+            accuracy = by_kind[kind]["accuracy_by_depth"]
+            rows.append([f"{kind}, seed {seed}", *(pct(accuracy[str(d)]) for d in depths)])
+    for by_kind in runs.values():
+        for d in depths:
+            diffs[d].append(
+                by_kind[kinds[1]]["accuracy_by_depth"][str(d)] - by_kind[kinds[0]]["accuracy_by_depth"][str(d)]
+            )
+    cells = []
+    for d in depths:
+        values = diffs[d]
+        mean = sum(values) / len(values)
+        sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+        cells.append(f"{100 * mean:+.1f} ± {100 * sd / len(values) ** 0.5:.1f}")
+    rows.append([f"{kinds[1]} - {kinds[0]} (mean ± SE over {len(runs)} seeds)", *cells])
+    return markdown(["exact solve, one trajectory", *(f"depth {d}" for d in depths)], rows)
+
+
+def eqr_breadth(seeds: tuple[int, ...] = (0, 1, 2)) -> str:
+    """EqR's depth x breadth grid per seed (6x6): exact solve with the answer picked by the lowest residual / vote
+    / halting head, and the correlation of a restart's log residual with its being right."""
+    rows = []
+    for seed in seeds:
+        run = load(f"{EQR_SEED_RUNS[seed]}/eqr/eqr_sudoku.json")["eqr"]
+        breadths = sorted({int(key.split("x")[1]) for key in run["grid"]})
+        for depth in sorted({int(key.split("x")[0]) for key in run["grid"]}):
+            cells = []
+            for b in breadths:
+                point = run["grid"][f"{depth}x{b}"]
+                cells.append(" / ".join(f"{100 * point[rule]:.1f}" for rule in ("residual", "vote", "halt")))
+            r = run["residual_correctness_r"].get(str(depth))
+            rows.append([f"seed {seed}, depth {depth}", *cells, "" if r is None else f"{r:+.2f}"])
+    header = ["EqR (exact solve %: residual / vote / halting head)", *(f"breadth {b}" for b in breadths)]
+    return markdown([*header, "r(log residual, right)"], rows)
+
+
 def eqr_selection(relative: str) -> str:
     from eqr_ablation_summary import selection_table
 
@@ -442,6 +493,8 @@ TABLES: dict[str, Callable[[], str]] = {
         "eqr_maze7_fullbackprop/summary.json", suffix=", 8-step backprop", training=False
     ),
     "eqr-halting-6x6": lambda: eqr_halting("eqr_halting_6x6", (1, 2)),
+    "eqr-6x6-seeds": eqr_seeds,
+    "eqr-6x6-breadth": eqr_breadth,
     "audit-reachability": audit_reachability,
     "audit-reachability-holm": audit_holm,
     "compat-matrix": compat_matrix,

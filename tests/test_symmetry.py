@@ -202,3 +202,40 @@ def test_a_generated_training_record_keeps_the_classes_evaluation_excludes():
     assert not board.record["split_census"]["held_out"]
     with pytest.raises(ValueError, match="split_by='board'"):
         build_task("sudoku", 300, 20, seed=0, size=4)
+
+
+def test_the_census_benchmark_quick_mode_runs(tmp_path):
+    from conftest import load_benchmark
+
+    bench = load_benchmark("puzzle_census")
+    results = bench.main(["--quick", "--output-dir", str(tmp_path)])
+    kinds = {row["name"]: row for row in results["generators"]}
+    assert kinds["sudoku 4x4"]["seen"] <= 36 and all(
+        r["kind"] in ("saturated", "Chao1", "lower bound") for r in kinds.values()
+    )
+    splits = {s["name"]: s["runs"][0] for s in results["splits"]}
+    assert not splits["EqR 4x4 Sudoku (eqr_sudoku, eqr_halting)"]["held_out"]  # a board split: a memorisation check
+    assert splits["EqR 9x9 mazes"]["held_out"] and (tmp_path / "puzzle_census.json").exists()
+    assert bench.generator_cell({"kind": "lower bound", "seen": 40, "draws": 40, "once": 40}).startswith("more than 40")
+
+
+def test_train_records_the_census_and_eval_leaves_the_training_classes_out(tmp_path):
+    import json
+
+    from equilibria.cli import main
+
+    out = tmp_path / "eqr"
+    argv = ["train", "--family", "eqr", "--task", "sudoku", "--size", "4", "--train_size", "10", "--test_size", "4"]
+    argv += ["--max_steps", "1", "--hidden_size", "16", "--num_attention_heads", "2", "--eval_loops", "1"]
+    assert main([*argv, "--output_dir", str(out), "--save_strategy", "no", "--report_to", "none"]) == 0
+    data = json.loads((out / "loop_scaling.json").read_text())["data"]
+    assert data["held_out"] and data["split_census"]["test_rows_in_training_classes"] == 0
+    assert "held out up to the task's symmetries" in data["note"]
+    record = json.loads((out / "training_data.json").read_text())
+    assert len(record["class_fingerprints"]) == data["split_census"]["train_classes"]
+    assert main(["eval", str(out), "--loops", "1", "--num-examples", "6", "--output-dir", str(out)]) == 0
+    evaluated = json.loads((out / "loop_scaling.json").read_text())["data"]
+    assert "classes up to the task's symmetries" in evaluated["note"]
+    board = tmp_path / "board"
+    assert main([*argv, "--split_by", "board", "--output_dir", str(board), "--save_strategy", "no"]) == 0
+    assert json.loads((board / "training_data.json").read_text())["split_by"] == "board"
