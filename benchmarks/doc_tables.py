@@ -366,18 +366,21 @@ def audit_reachability(folder: str = "audit_reachability") -> str:
 def audit_holm(folder: str = "audit_reachability", alpha: float = 0.05) -> str:
     """Every audited run's T1 (its z and two-sided p) and whether T1 is still significant after Holm's correction
     over all the runs of the benchmark, beside the verdict the run got."""
-    from equilibria.diagnostics.audit import holm, two_sided_p
+    from equilibria.diagnostics import AuditReport, verdict
+    from equilibria.diagnostics.audit import SCHEMA, holm, two_sided_p
 
     runs = sorted((RESULTS / folder).glob("*-seed*/audit.json"))
-    reports = [(path.parent.name, json.loads(path.read_text())) for path in runs]
-    p_values = [two_sided_p(r["substitution"]["z"]) for _, r in reports]
+    reports = [(path.parent.name, AuditReport.from_json(path)) for path in runs]
+    p_values = [two_sided_p(r.substitution["z"]) for _, r in reports]
     survives = holm(p_values, alpha)
     rows = [
-        [name, r["verdict"], f"{r['substitution']['change_points']:+.1f}", f"{r['substitution']['z']:+.2f}", f"{p:.2g}"]
+        [name, f"{r.verdict} (schema {r.schema})", verdict(r)[0]]
+        + [f"{r.substitution['change_points']:+.1f}", f"{r.substitution['z']:+.2f}", f"{p:.2g}"]
         + ["yes" if kept else "no"]
         for (name, r), p, kept in zip(reports, p_values, survives)
     ]
-    header = ["run", "verdict (recorded)", "T1 pts", "T1 z", "p (two-sided)", f"T1 significant after Holm ({alpha:g})"]
+    header = ["run", "verdict (recorded)", f"verdict by today's rules (schema {SCHEMA}, from the recorded numbers)"]
+    header += ["T1 pts", "T1 z", "p (two-sided)", f"T1 significant after Holm ({alpha:g})"]
     return markdown(header, rows)
 
 
