@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import math
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -144,7 +145,7 @@ def sudoku_class_key(board: str) -> str:
 def _relabels_onto(moved: np.ndarray, target: np.ndarray) -> np.ndarray:
     """For boards ``moved`` ``(k, cells)`` with the blanks of ``target`` ``(cells,)``: whether a one-to-one renaming of
     the digits maps each onto ``target``."""
-    digits = np.arange(1, moved.shape[1] + 1)  # more than the board's digits: the absent ones match nothing
+    digits = np.arange(1, math.isqrt(moved.shape[1]) + 1)  # 1..size; a digit the board lacks matches nothing
     hit = moved[:, :, None] == digits  # (k, cells, digits)
     low = np.where(hit, target[None, :, None], 10**6).min(1)
     high = np.where(hit, target[None, :, None], -1).max(1)
@@ -156,8 +157,9 @@ def _relabels_onto(moved: np.ndarray, target: np.ndarray) -> np.ndarray:
 
 def sudoku_equivalent(a: str, b: str) -> bool:
     """Whether a symmetry (row, column, band and stack swaps, transposition for square boxes, and a relabelling of
-    the digits) maps board ``a`` onto board ``b``: exact, for every size. Searched as row orders x column orders,
-    kept only where the blank patterns agree (a few thousand pairs at 9x9), then the digits."""
+    the digits) maps board ``a`` onto board ``b``: exact, for every size. Searched as row orders x column orders
+    (1,296 x 1,296 at 9x9, in each orientation), kept only where the blank patterns agree, then the digits: tens of
+    milliseconds per pair at 9x9."""
     x, y = _grid(a), _grid(b)
     size = x.shape[0]
     if y.shape != x.shape or (x > 0).sum() != (y > 0).sum():
