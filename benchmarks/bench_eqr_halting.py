@@ -16,7 +16,7 @@ accurate one, and the threshold is the cheapest (lowest mean NFE) within one sta
 test, the two are compared: NFE and wall-time ratios, and the accuracy difference with its paired standard error.
 The paper reports the same accuracy at 11.34x fewer evaluations on easy puzzles.
 
-    python benchmarks/bench_eqr_halting.py                          # 4x4 Sudoku
+    python benchmarks/bench_eqr_halting.py --split-by board         # 4x4 Sudoku: a memorisation check
     python benchmarks/bench_eqr_halting.py --size 6 --min-clues 18 --steps 2400 --augmentations 2 \\
         --output-dir docs/results/eqr_halting_6x6
     python benchmarks/bench_eqr_halting.py --quick                  # seconds; a test runs this

@@ -18,8 +18,8 @@ Printed: exact-solve accuracy on held-out puzzles (no puzzle shared with trainin
 depth x breadth with selection by lowest final residual, majority vote and halting head; and the correlation
 between a trajectory's final residual and whether its answer is right. The plot is saved as a PNG.
 
-    python benchmarks/bench_eqr_sudoku.py                 # 4x4, about 17 minutes on 2 CPU cores in all
-    python benchmarks/bench_eqr_sudoku.py --size 6 --width 96    # 6x6 (all three at 0% at this budget)
+    python benchmarks/bench_eqr_sudoku.py --split-by board  # 4x4: a memorisation check (36 classes), ~17 min
+    python benchmarks/bench_eqr_sudoku.py --size 6 --min-clues 18 --steps 2400 --augmentations 2   # 6x6, held out
     python benchmarks/bench_eqr_sudoku.py --task maze --size 9
     python benchmarks/bench_eqr_sudoku.py --quick         # seconds; a test runs this
 """

@@ -225,8 +225,9 @@ EQR_SEED_RUNS = {  # seed -> the folder of its per-kind runs (seed 0: the 6x6 ab
 
 
 def eqr_seeds(kinds: tuple[str, str] = ("weight_tied", "eqr"), depths: tuple[int, ...] = (4, 8, 16, 32, 64)) -> str:
-    """Exact solve per seed and kind on the 6x6 runs, then per depth the difference of the two kinds' means with
-    the standard error of the per-seed differences (n - 1 degrees of freedom) and the per-seed binomial SE."""
+    """Exact solve per seed and kind on the 6x6 runs, then per depth the mean over seeds of the per-seed difference
+    between the two kinds, with its standard error (the spread of the per-seed differences, n - 1 degrees of
+    freedom; at least two seeds)."""
     runs = {
         seed: {k: load(f"{folder}/{k}/eqr_sudoku.json")[k] for k in kinds} for seed, folder in EQR_SEED_RUNS.items()
     }
@@ -256,7 +257,7 @@ def eqr_breadth(seeds: tuple[int, ...] = (0, 1, 2)) -> str:
     rows = []
     for seed in seeds:
         run = load(f"{EQR_SEED_RUNS[seed]}/eqr/eqr_sudoku.json")["eqr"]
-        breadths = sorted({int(key.split("x")[1]) for key in run["grid"]})
+        breadths = sorted({int(key.split("x")[1]) for key in run["grid"]})  # the same options for every seed
         for depth in sorted({int(key.split("x")[0]) for key in run["grid"]}):
             cells = []
             for b in breadths:

@@ -345,7 +345,7 @@ def test_a_few_units_right_are_too_few_to_decide():
     assert report.accuracy == pytest.approx(0.02) and report.chance["beats_chance"]
     assert report.substitution["change_points"] == pytest.approx(-2.0) and report.substitution["p"] == 0.125
     assert report.verdict == "inconclusive", report
-    assert "too few units" in report.reasons[0]
+    assert "not significantly (exact sign test p = 0.12)" in report.reasons[0]
 
 
 def test_the_sign_test_is_exact():

@@ -236,7 +236,7 @@ def test_debug_shows_the_traceback_wherever_it_is_written(base, capsys):
 def test_eqr_trains_on_a_published_format_csv_and_eval_reads_its_held_out_puzzles(tmp_path, capsys):
     from equilibria.tasks import build_sudoku_dataset
 
-    puzzles = build_sudoku_dataset(size=4, num_train=60, num_test=1, seed=3, split_by="board")["train"]
+    puzzles = build_sudoku_dataset(size=6, num_train=60, num_test=1, seed=3, min_clues=18)["train"]  # 60 classes
     path = tmp_path / "puzzles.csv"
     puzzles.select_columns(["source", "question", "answer", "rating"]).to_csv(path, index=False)
     out = tmp_path / "eqr"
@@ -254,8 +254,24 @@ def test_eqr_trains_on_a_published_format_csv_and_eval_reads_its_held_out_puzzle
     wide = json.loads((out / "loop_scaling.json").read_text())["data"]
     assert wide["breadth"] == 3 and wide["select"] == "vote" and wide["fingerprint"] == trained["data"]["fingerprint"]
     assert main(["eval", str(out), "--dataset_name", str(path), "--loops", "2"]) == 0
-    # the 54 training rows, and 5 of the 6 held-out ones: 4x4 puzzles in a training puzzle's class (36 classes)
-    assert "59 rows asking a training question (or of its class) were dropped" in capsys.readouterr().out
+    assert "54 rows asking a training question (or of its class) were dropped" in capsys.readouterr().out
+
+
+def test_held_out_rows_of_a_file_share_no_class_with_its_training_rows(tmp_path):
+    """4x4 puzzles fall in 36 classes: of a file's held-out rows, those in a training puzzle's class are dropped
+    (so the loop-scaling evaluation is held out), and ``--split_by`` is refused with a file."""
+    from equilibria.tasks import build_sudoku_dataset, build_task_rows
+    from equilibria.tasks.catalog import class_fingerprints
+
+    puzzles = build_sudoku_dataset(size=4, num_train=60, num_test=1, seed=3, split_by="board")["train"]
+    path = tmp_path / "puzzles.csv"
+    puzzles.select_columns(["source", "question", "answer", "rating"]).to_csv(path, index=False)
+    data = build_task_rows(str(path), "sudoku", test_size=12, seed=0)
+    assert len(data.test) < 12 and data.record["split_census"]["held_out"]
+    assert not set(class_fingerprints("sudoku", data.test)) & set(data.record["class_fingerprints"])
+    assert "nor in a training puzzle's class" in data.test_description
+    argv = ["train", "--family", "eqr", "--task", "sudoku", "--dataset_name", str(path), "--split_by", "board"]
+    assert main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
 
 
 def test_early_exit_on_a_gate_never_trained_warns_once_and_the_card_says_so(tmp_path):

@@ -24,7 +24,7 @@ from datasets import Dataset
 
 from .families import family_of, model_task
 from .provenance import data_fingerprint
-from .tasks import TRAINING_RECORD, eval_split, fingerprints, kept_rows, load_training_record
+from .tasks import TRAINING_RECORD, eval_split, fingerprints, kept_rows, load_training_record, task_record
 from .tasks.held_out import content_keys, numbered
 from .tasks.records import TASK_RECORDS
 from .tasks.text_data import FORMATS, METRICS, evaluation_rows, held_out_rows, row_format, row_keys, text_source
@@ -124,8 +124,16 @@ def _generated_data(model, training: dict, task: str | None, count: int, seed: i
     task = task or model_task(model)
     family_of(model).head_for(task)  # the task must fit the family
     exclude, classes, held = _exclusion(training, question_kind(task))
-    split_by = training.get("split_by", "class")
+    # drawn distinct by class only when the training classes are known: a model without them (an older record, none
+    # at all) is evaluated on distinct boards, not on the few puzzles a small size has classes for (4x4: 36)
+    split_by = "class" if classes else "board"
     rows = eval_split(model.config, task, count, seed, digits, exclude, classes, split_by)
+    if task_record(task).class_key is not None and not classes and training.get("split_by") != "board":
+        held = {
+            **held,
+            "note": held["note"] + "; the training puzzles' classes are not known, so symmetric variants "
+            "of them may be among these",
+        }
     record = {
         "name": f"{len(rows)} generated {task} problems (seed {seed})",
         "dataset": None,

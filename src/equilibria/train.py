@@ -362,6 +362,11 @@ def _task_data(task: str, data_args: DataArguments, config, seed: int):
 
     shape = task_shape(config, task) if config else {}
     if data_args.dataset_name:
+        if data_args.split_by != "class":
+            raise ValueError(
+                "--split_by applies to generated puzzles; rows of --dataset_name are held out up to the task's "
+                "symmetries (held-out rows in a training puzzle's class are dropped)"
+            )
         data = build_task_rows(
             data_args.dataset_name,
             task,

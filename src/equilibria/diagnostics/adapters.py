@@ -8,6 +8,7 @@ features)``, padding positions zeroed), so norms and displacements are per unit 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -186,24 +187,29 @@ class EqRAdapter(LoopAdapter):
         _require(batch, "inputs", "labels", family="EqR")
         inputs = batch["inputs"]
         num, cells = inputs.shape
-        core = self.model.model
-        z0 = core.initial_state(num, cells, generator=self.generator).detach()
-        step = self.model(inputs, state=z0, num_loops=1, noise=0.0)
-        z1 = step.state.detach()
-        begin = z1 if start is None else start.view_as(z1)
+        if start is None:  # the first step from the model's own start; its residual is step 1's
+            z0 = self.model.model.initial_state(num, cells, generator=self.generator).detach()
+            step = self.model(inputs, state=z0, num_loops=1, noise=0.0)
+            begin, first_residual = step.state.detach(), step.residuals
+        else:  # T4: the remaining steps from a displaced start (step 1 is not run: no residual of its own)
+            begin = start.view(num, cells, -1)
+            first_residual = torch.full((num, 1), math.inf, dtype=begin.dtype)
         out = self.model(inputs, state=begin, num_loops=max(self.max_iter - 1, 1), noise=0.0)
-        residuals = torch.cat([step.residuals, out.residuals], 1)[:, : self.max_iter]
+        residuals = torch.cat([first_residual, out.residuals], 1)[:, : self.max_iter]  # one step: no recurrence
+        solved = out.state if self.max_iter > 1 else begin  # (a one-step model is `inconclusive` whatever it gives)
         below = residuals <= self.tol
         first = torch.where(
             below.any(1), below.float().argmax(1) + 1, torch.full_like(below[:, 0], self.max_iter, dtype=torch.long)
         )
         return LoopRun(
-            start=z1.flatten(1),
-            solved=out.state.flatten(1),
+            start=begin.flatten(1),
+            solved=solved.flatten(1),
             steps=first.double(),
             converged=below[:, -1],
             diverged=~torch.isfinite(residuals[:, -1]),
-            correct=puzzle_solved(out.logits, batch["labels"]),
+            correct=puzzle_solved(out.logits, batch["labels"])
+            if self.max_iter > 1
+            else self.decode(batch, None, begin),
         )
 
     def decode(self, batch, run, state):

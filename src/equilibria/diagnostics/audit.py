@@ -519,9 +519,10 @@ def _matters(row: dict, th: AuditThresholds) -> bool:
 def _t1_costs(report: AuditReport, th: AuditThresholds) -> tuple[str, list[str]]:
     """Substituting z0 costs accuracy: ``computing`` when a second, independent sign agrees, else ``inconclusive``."""
     t1 = report.substitution
+    test = f"exact sign test p = {t1['p']:.2g}" if "p" in t1 else f"{-t1['z']:.1f} standard errors"
     reasons = [
-        f"substituting z0 for h* costs {-t1['change_points']:.2f} points (+/- {t1['se_points']:.2f}, "
-        f"{-t1['z']:.1f} standard errors): the decoder needs what the loop computed",
+        f"substituting z0 for h* costs {-t1['change_points']:.2f} points (+/- {t1['se_points']:.2f}, {test}): the "
+        "decoder needs what the loop computed",
         f"median relative displacement ||h* - z0|| = {report.displacement['relative_median']:.2g}",
     ]
     second = second_sign(report, th)
@@ -542,10 +543,11 @@ def _nothing_changes(report: AuditReport, th: AuditThresholds) -> tuple[str, lis
     ]
     if large:
         row = large[0]
-        p = row.get("p", two_sided_p(row["z"]))
+        test = f"exact sign test p = {row['p']:.2g}" if "p" in row else f"normal p = {two_sided_p(row['z']):.2g}"
         return "inconclusive", [
-            f"{'T1' if row is report.substitution else 'zeroing'} changes accuracy by {_points(row)}, but on too few "
-            f"units that changed to tell from chance (exact sign test p = {p:.2g}): more units would decide"
+            f"{'T1' if row is report.substitution else 'zeroing'} changes accuracy by {_points(row)}, more than "
+            f"{th.substitution_points:g} point, but not significantly ({test}): neither a change nor its absence is "
+            "shown; more units would decide"
         ]
     return "decoder bypass", [
         f"the loop moves the state (median relative displacement {report.displacement['relative_median']:.2g}) but "

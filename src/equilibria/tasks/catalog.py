@@ -194,18 +194,20 @@ def build_task_rows(
     """Training and held-out splits of ``task`` from a file of yours (:func:`task_splits`), as
     :func:`~equilibria.tasks.text_data.build_text_data` splits rows of text: ``test_split`` when there is one, else
     ``test_size`` rows (default a tenth, 5 to 200) held out of the shuffled ``train_split``; held-out puzzles that
-    are training puzzles dropped; ``record`` names the held-out rows so that evaluation reads them again."""
+    are training puzzles, or (a task with symmetries) in a training puzzle's class, dropped; ``record`` names the
+    held-out rows so that evaluation reads them again."""
     splits = task_splits(name, task, config_name)
     keys = functools.partial(fingerprints, task)
     train, test, held_split, trained = hold_out(splits, train_split, test_split, test_size, train_size, seed, keys)
+    classes = set(class_fingerprints(task, train))
+    if classes:  # held out up to symmetry: a rotated maze or relabelled Sudoku is the same puzzle
+        test = test.select([i for i, key in enumerate(class_fingerprints(task, test)) if key not in classes])
     source = {**source_of(name, config_name), "format": f"task:{task}", "task": task}
     where = "its test split" if held_split != train_split else "held out of it before training"
-    held = f"{len(test)} {task} rows of {source['label']} ({where}), none a training question"
+    none = "none a training question" + (" nor in a training puzzle's class" if classes else "")
+    held = f"{len(test)} {task} rows of {source['label']} ({where}), {none}"
     record = {"source": source, **({"held_out": held_out_record(held_split, test, held)} if len(test) else {})}
     record.update(class_record(task, train, test))
-    if record.get("split_census") and not record["split_census"]["held_out"]:
-        census = record["split_census"]
-        held += f"; {census['test_rows_in_training_classes']} of them in a training puzzle's class (symmetric variants)"
     columns = ["inputs", "labels"]
     return TaskData(
         f"dataset:{name}",
@@ -277,7 +279,8 @@ def kept_rows(task: str, rows: Dataset, exclude: set | frozenset, exclude_classe
     """Indices of ``rows`` whose question fingerprint is not in ``exclude`` and whose class fingerprint is not in
     ``exclude_classes``."""
     questions = fingerprints(task, rows)
-    classes = class_fingerprints(task, rows) if exclude_classes else [None] * len(questions)
+    classes = class_fingerprints(task, rows) if exclude_classes else []
+    classes = classes or [None] * len(questions)  # a task without symmetries has no class to leave out
     return [i for i, (q, c) in enumerate(zip(questions, classes)) if q not in exclude and c not in exclude_classes]
 
 

@@ -236,7 +236,12 @@ def build_maze_dataset(
         seen.add,
         num_train + num_test,
         f"{size}x{size} mazes"
-        + (" up to rotation, reflection and swapping start and goal (a larger size has more)" if by_class else ""),
+        + (
+            " up to rotation, reflection and swapping start and goal (a larger size has more; split_by='board', "
+            "`--split_by board`, draws a memorisation check)"
+            if by_class
+            else ""
+        ),
     )
     return DatasetDict(train=_to_dataset(rows[:num_train]), test=_to_dataset(rows[num_train:]))
 

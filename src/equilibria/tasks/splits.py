@@ -31,8 +31,8 @@ def build_sudoku_dataset(
     """Seeded train/test splits of unique-solution puzzles. Training boards differ up to a relabelling of the
     digits; test puzzles (``split_by="class"``) fall in no training puzzle's class and in no other test puzzle's
     (the whole symmetry group: digits, rows, columns, bands, stacks, transposition), or (``"board"``) only differ
-    from every other board up to a relabelling. A size whose generator runs out of classes (4x4: 36) is a
-    ``ValueError`` for ``"class"``. Columns: ``question``, ``answer`` (board strings), ``clues``, ``rating``,
+    from every other board up to a relabelling. When the generator runs out of classes outside the training
+    puzzles' (4x4 has 36: a few dozen training puzzles cover them), ``"class"`` is a ``ValueError``. Columns: ``question``, ``answer`` (board strings), ``clues``, ``rating``,
     ``source``, and the tokens ``inputs`` / ``labels`` in the published encoding. ``augmentations=k`` adds ``k``
     random symmetry transforms of every training puzzle (in its class; with ``"board"``, never one that equals a
     test puzzle up to relabelling; the test split is not augmented)."""
@@ -58,7 +58,7 @@ def build_sudoku_dataset(
         what = (
             f"{size}x{size} puzzles outside the {known} classes of the {num_train} training puzzles (the generator has "
             "few classes at this size: a larger size, fewer training puzzles, or split_by='board' for a "
-            "memorisation check)"
+            "memorisation check: `--split_by board` in `equilibria train`, `--split-by board` in the benchmarks)"
         )
         test = draw_distinct(draw, lambda puzzle: classes.add(puzzle["question"]), num_test, what)
     else:

@@ -174,8 +174,10 @@ def sudoku_equivalent(a: str, b: str) -> bool:
         for start in range(0, len(rows), 128):
             match = (codes[start : start + 128][:, cols] == target).all(-1)  # (chunk, column orders)
             r, c = np.nonzero(match)
-            if r.size and _relabels_onto(_moved(grid, rows[start + r], cols[c]), y.ravel()).any():
-                return True
+            for k in range(0, r.size, 2048):  # a board with few clues matches many pairs: bounded memory
+                pairs = slice(k, k + 2048)
+                if _relabels_onto(_moved(grid, rows[start + r[pairs]], cols[c[pairs]]), y.ravel()).any():
+                    return True
     return False
 
 
@@ -212,7 +214,8 @@ class SymmetryClasses(Generic[T]):
         name, index = self._locate(item)
         if index is None:
             index, self.classes = self.classes, self.classes + 1
-            self._buckets.setdefault(name, []).append((item, index))
+            kept = item if self.same is not None else None  # only an invariant key needs the item to compare
+            self._buckets.setdefault(name, []).append((kept, index))
         return index
 
     def add(self, item: T) -> bool:
