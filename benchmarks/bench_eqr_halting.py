@@ -56,7 +56,7 @@ def parse(argv):
         default=800,
         help="held-out puzzles: half validation, half test (each with its easy share)",
     )
-    p.add_argument("--output-dir", type=Path, default=Path("docs/results/eqr_halting_4x4"))
+    p.add_argument("--output-dir", type=Path, default=Path("docs/results/eqr_halting"))
     own, rest = p.parse_known_args(argv)
     forwarded = rest + ["--only", "eqr", "--output-dir", str(own.output_dir), "--test-size", str(own.eval_size)]
     train_args = sudoku.parse(forwarded + (["--quick", "--test-size", "32"] if own.quick else []))
