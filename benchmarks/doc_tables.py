@@ -225,29 +225,29 @@ EQR_SEED_RUNS = {  # seed -> the folder of its per-kind runs (seed 0: the 6x6 ab
 
 
 def eqr_seeds(kinds: tuple[str, str] = ("weight_tied", "eqr"), depths: tuple[int, ...] = (4, 8, 16, 32, 64)) -> str:
-    """Exact solve per seed and kind on the 6x6 runs, then per depth the mean over seeds of the per-seed difference
-    between the two kinds, with its standard error (the spread of the per-seed differences, n - 1 degrees of
-    freedom; at least two seeds)."""
-    runs = {
-        seed: {k: load(f"{folder}/{k}/eqr_sudoku.json")[k] for k in kinds} for seed, folder in EQR_SEED_RUNS.items()
-    }
-    rows, diffs = [], {d: [] for d in depths}
+    """Exact solve per seed and kind on the 6x6 runs (a run not made yet says so), then per depth the mean over the
+    seeds that have both kinds of the per-seed difference between them, with its standard error (the spread of the
+    per-seed differences, n - 1 degrees of freedom)."""
+    runs: dict[int, dict] = {}
+    for seed, folder in EQR_SEED_RUNS.items():
+        found = {k: RESULTS / folder / k / "eqr_sudoku.json" for k in kinds}
+        runs[seed] = {k: json.loads(path.read_text())[k] for k, path in found.items() if path.exists()}
+    rows = []
     for kind in kinds:
         for seed, by_kind in runs.items():
+            if kind not in by_kind:
+                rows.append([f"{kind}, seed {seed}", "not run yet", *[""] * (len(depths) - 1)])
+                continue
             accuracy = by_kind[kind]["accuracy_by_depth"]
             rows.append([f"{kind}, seed {seed}", *(pct(accuracy[str(d)]) for d in depths)])
-    for by_kind in runs.values():
-        for d in depths:
-            diffs[d].append(
-                by_kind[kinds[1]]["accuracy_by_depth"][str(d)] - by_kind[kinds[0]]["accuracy_by_depth"][str(d)]
-            )
+    paired = [by_kind for by_kind in runs.values() if len(by_kind) == len(kinds)]
     cells = []
     for d in depths:
-        values = diffs[d]
+        values = [r[kinds[1]]["accuracy_by_depth"][str(d)] - r[kinds[0]]["accuracy_by_depth"][str(d)] for r in paired]
         mean = sum(values) / len(values)
-        sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+        sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else float("nan")
         cells.append(f"{100 * mean:+.1f} ± {100 * sd / len(values) ** 0.5:.1f}")
-    rows.append([f"{kinds[1]} - {kinds[0]} (mean ± SE over {len(runs)} seeds)", *cells])
+    rows.append([f"{kinds[1]} - {kinds[0]} (mean ± SE over {len(paired)} seeds)", *cells])
     return markdown(["exact solve, one trajectory", *(f"depth {d}" for d in depths)], rows)
 
 
@@ -256,6 +256,8 @@ def eqr_breadth(seeds: tuple[int, ...] = (0, 1, 2)) -> str:
     / halting head, and the correlation of a restart's log residual with its being right."""
     rows = []
     for seed in seeds:
+        if not (RESULTS / EQR_SEED_RUNS[seed] / "eqr" / "eqr_sudoku.json").exists():
+            continue  # not run yet (the seeds table says so)
         run = load(f"{EQR_SEED_RUNS[seed]}/eqr/eqr_sudoku.json")["eqr"]
         breadths = sorted({int(key.split("x")[1]) for key in run["grid"]})  # the same options for every seed
         for depth in sorted({int(key.split("x")[0]) for key in run["grid"]}):
@@ -280,6 +282,9 @@ def eqr_halting(folder: str, seeds: tuple[int, ...]) -> str:
     accuracy, ``benchmarks/comparisons.py``) and how they compare on the test half."""
     rows = []
     for seed in seeds:
+        if not (RESULTS / folder / f"seed{seed}" / "eqr_halting.json").exists():
+            rows.append([f"seed {seed}", "not run yet", *[""] * 6])
+            continue
         data = load(f"{folder}/seed{seed}/eqr_halting.json")
         for split in ("easy", "all"):
             row = data["chosen"][split]
