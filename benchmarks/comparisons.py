@@ -1,7 +1,8 @@
 """What "equal accuracy" means in the benchmarks, defined once.
 
 A setting is *of equal accuracy* to a reference when its accuracy is at least the reference's minus one standard
-error of the reference's accuracy (binomial, over the puzzles or problems scored). A saving at equal accuracy is
+error of the reference's accuracy (binomial, over the puzzles or problems scored, Agresti-Coull adjusted so that
+a reference at 100% still has one). A saving at equal accuracy is
 measured against the *cheapest* setting of equal accuracy to the most accurate one, and the settings compared are
 chosen on a validation split and then reported on a test split they were not chosen on.
 """
@@ -13,8 +14,12 @@ from collections.abc import Hashable
 
 
 def standard_error(accuracy: float, n: int) -> float:
-    """The binomial standard error of an accuracy measured on ``n`` items."""
-    return math.sqrt(max(accuracy * (1 - accuracy), 0.0) / n) if n else float("inf")
+    """The binomial standard error of an accuracy measured on ``n`` items, Agresti-Coull adjusted (two successes
+    and two failures added), so that 100% (or 0%) on a finite sample does not have a standard error of 0."""
+    if not n:
+        return float("inf")
+    adjusted = (accuracy * n + 2) / (n + 4)
+    return math.sqrt(adjusted * (1 - adjusted) / (n + 4))
 
 
 def of_equal_accuracy(accuracy: float, reference: float, n: int) -> bool:

@@ -389,3 +389,15 @@ def test_two_process_ema_stays_identical_and_only_the_main_process_writes_it(tmp
     for name, average in r0["ema"].items():
         assert torch.equal(average, r1["ema"][name]) and torch.equal(average, saved[name]), name
         assert torch.equal(r0["params"][name], average) and torch.equal(r1["params"][name], average), name
+
+
+def test_equal_accuracy_is_within_one_standard_error_of_the_cheapest_such_setting():
+    comparisons = load_benchmark("comparisons")
+    assert comparisons.standard_error(1.0, 100) > 0.01  # adjusted: 100 of 100 is not certainty
+    points = {4: {"accuracy": 0.90, "nfe": 4}, 8: {"accuracy": 0.97, "nfe": 8}, 16: {"accuracy": 0.98, "nfe": 16}}
+    assert comparisons.cheapest_of_equal_accuracy(points, 100, "nfe") == 8  # 97% is within one SE of 98% at n = 100
+    assert comparisons.cheapest_of_equal_accuracy(points, 40000, "nfe") == 16  # not at n = 40000
+    assert comparisons.cheapest_of_equal_accuracy(points, 1000, "nfe", reference=0.995) is None
+    assert comparisons.of_equal_accuracy(0.99, 1.0, 100) and not comparisons.of_equal_accuracy(0.95, 1.0, 100)
+    diff, se = comparisons.paired_difference([True, True, False, True], [True, False, False, True])
+    assert diff == 0.25 and se == pytest.approx(0.25)
