@@ -239,3 +239,6 @@ def test_train_records_the_census_and_eval_leaves_the_training_classes_out(tmp_p
     board = tmp_path / "board"
     assert main([*argv, "--split_by", "board", "--output_dir", str(board), "--save_strategy", "no"]) == 0
     assert json.loads((board / "training_data.json").read_text())["split_by"] == "board"
+    assert main(["eval", str(board), "--loops", "1", "--num-examples", "6", "--output-dir", str(board)]) == 0
+    evaluated = json.loads((board / "loop_scaling.json").read_text())["data"]
+    assert not evaluated["held_out"] and "memorisation check" in evaluated["note"]

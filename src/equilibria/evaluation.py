@@ -117,7 +117,8 @@ def _exclusion(training: dict, kind: str) -> tuple[set[str], set[str], dict]:
         f"no question of the model's training data ({training['description']}; {len(training['fingerprints'])} "
         f"questions, from {TRAINING_RECORD}){up_to} is among them"
     )
-    return set(training["fingerprints"]), classes, {"held_out": True, "note": note}
+    held = training.get("split_by") != "board"  # a board split is a memorisation check, not held out up to symmetry
+    return set(training["fingerprints"]), classes, {"held_out": held, "note": note}
 
 
 def _generated_data(model, training: dict, task: str | None, count: int, seed: int, digits: int) -> EvalData:
@@ -130,7 +131,7 @@ def _generated_data(model, training: dict, task: str | None, count: int, seed: i
     rows = eval_split(model.config, task, count, seed, digits, exclude, classes, split_by)
     if task_record(task).class_key is not None and not classes and training.get("split_by") != "board":
         held = {
-            **held,
+            "held_out": False,
             "note": held["note"] + "; the training puzzles' classes are not known, so symmetric variants "
             "of them may be among these",
         }

@@ -286,4 +286,3 @@ def _check_record(record: dict, check_unique: bool) -> dict:
         if len(found) != 1:
             raise ValueError(f"the question has {'no' if not found else 'more than one'} solution: {question!r}")
     return {"question": format_board(q), "answer": answer, "clues": sum(1 for v in q if v)}
-
