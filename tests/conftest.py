@@ -75,10 +75,13 @@ def tiny_attractor_config(**overrides) -> AttractorConfig:
     return AttractorConfig(**kwargs)
 
 
-def tiny_attractor(seed: int = 0, strength: float = 10.0, **overrides) -> AttractorForCausalLM:
+def tiny_attractor(seed: int = 0, strength: float | None = None, **overrides) -> AttractorForCausalLM:
     """A tiny seeded Attractor LM whose attractor really iterates: the attractor layers' output weights are
-    scaled by ``strength`` (random init alone makes T nearly constant, solved in one or two steps), and the
-    logits are sharpened so greedy decoding is not decided by rounding noise."""
+    scaled by ``strength`` (random init alone makes T nearly constant, solved in one or two steps; default 4 for
+    the paper's form, which then takes 10-12 iterations, 10 for the gated form, whose gate bounds the step), and
+    the logits are sharpened so greedy decoding is not decided by rounding noise."""
+    if strength is None:
+        strength = 10.0 if overrides.get("residual_form") == "gated" else 4.0
     torch.manual_seed(seed)
     model = AttractorForCausalLM(tiny_attractor_config(**overrides)).eval()
     with torch.no_grad():

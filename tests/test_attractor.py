@@ -11,6 +11,7 @@ from equilibria.modeling import solvers
 
 PROMPT = torch.tensor([[5, 9, 14, 3, 22, 7]])
 IDS = torch.tensor([[5, 9, 14, 3, 22, 7, 8], [11, 4, 30, 17, 2, 9, 13]])
+ATTRACTOR_WEIGHT = "model.attractor.layers.1.mlp.down_proj.weight"  # a weight of T (the gate exists in one form only)
 
 
 def greedy(model, input_ids, use_cache, max_new_tokens=10, **kwargs):
@@ -28,9 +29,10 @@ def greedy(model, input_ids, use_cache, max_new_tokens=10, **kwargs):
     return out.sequences, torch.stack(out.logits, dim=1), out
 
 
-def test_a_freshly_built_model_converges():
-    """The default config's gated residual keeps T contractive at initialisation, for both injections and
-    both solvers."""
+@pytest.mark.parametrize("form", ["paper", "gated"])
+def test_a_freshly_built_model_converges(form):
+    """At initialisation T is contractive in both forms (the paper's: small residual updates; the gated one: its
+    gate), for both injections and both solvers."""
     for injection in ("add", "concat"):
         for solver in ("anderson", "picard"):
             torch.manual_seed(0)
@@ -42,6 +44,7 @@ def test_a_freshly_built_model_converges():
                 num_attention_heads=4,
                 injection=injection,
                 solver=solver,
+                residual_form=form,
                 num_loops=50,
                 solver_tol=1e-6,
             )
@@ -86,9 +89,11 @@ def test_a_small_budget_is_reported_as_not_converged():
     assert not out.converged.any() and (out.rel_residual > 1e-6).all() and not out.diverged.any()
 
 
-def test_anderson_needs_fewer_iterations_than_picard():
-    anderson = tiny_attractor(solver="anderson")
-    picard = tiny_attractor(solver="picard")
+@pytest.mark.parametrize("form", ["paper", "gated"])
+def test_anderson_needs_fewer_iterations_than_picard(form):
+    strength = 6.0 if form == "paper" else None  # a map Picard iteration finds slow to converge
+    anderson = tiny_attractor(solver="anderson", residual_form=form, strength=strength)
+    picard = tiny_attractor(solver="picard", residual_form=form, strength=strength)
     with torch.no_grad():
         a, p = anderson(IDS), picard(IDS)
     assert a.converged.all() and p.converged.all()
@@ -96,10 +101,14 @@ def test_anderson_needs_fewer_iterations_than_picard():
     torch.testing.assert_close(a.logits, p.logits, rtol=0, atol=1e-4)  # the same fixed point
 
 
-def test_a_diverging_solve_is_flagged_warned_and_not_returned_as_garbage(caplog):
-    model = tiny_attractor()
+@pytest.mark.parametrize("form", ["paper", "gated"])
+def test_a_diverging_solve_is_flagged_warned_and_not_returned_as_garbage(caplog, form):
+    model = tiny_attractor(residual_form=form)
     with torch.no_grad():
-        model.model.attractor.gate[3] = float("inf")
+        if form == "gated":
+            model.model.attractor.gate[3] = float("inf")
+        else:
+            model.model.attractor.layers[-1].mlp.down_proj.weight[3] = float("inf")
         backbone = model(IDS, num_loops=0).logits
     logging.Logger.warning_once.cache_clear()  # transformers' once-per-message cache
     with caplog.at_level(logging.WARNING, logger=solvers.__name__), torch.no_grad():
@@ -244,7 +253,7 @@ def test_one_step_gradient_is_the_gradient_of_one_step_at_the_detached_fixed_poi
     model.loss_function(logits=logits, labels=IDS, vocab_size=model.config.vocab_size).backward()
     for name, param in model.named_parameters():
         torch.testing.assert_close(got[name], param.grad, rtol=1e-4, atol=1e-6, msg=name)
-    assert got["model.attractor.gate"].abs().sum() > 0 and got["model.backbone.0.mlp.up_proj.weight"].abs().sum() > 0
+    assert got[ATTRACTOR_WEIGHT].abs().sum() > 0 and got["model.backbone.0.mlp.up_proj.weight"].abs().sum() > 0
 
 
 def test_implicit_gradient_matches_backprop_through_the_converged_unrolled_solve():
@@ -281,7 +290,7 @@ def test_training_memory_does_not_grow_with_the_budget_except_when_unrolled():
     for mode in ("one_step", "implicit"):
         assert _saved_bytes(model, mode, 32) == _saved_bytes(model, mode, 2), mode
     unrolled = [_saved_bytes(model, "unrolled", budget) for budget in (2, 8, 32)]
-    assert unrolled[0] < unrolled[1] < unrolled[2] and unrolled[2] > 8 * unrolled[0]
+    assert unrolled[0] < unrolled[1] < unrolled[2] and unrolled[2] > 6 * unrolled[0]
 
 
 def test_jacobian_penalty_is_a_hutchinson_estimate_of_the_frobenius_norm():
@@ -299,7 +308,7 @@ def test_jacobian_penalty_is_a_hutchinson_estimate_of_the_frobenius_norm():
     assert out.jacobian_penalty.requires_grad
     torch.testing.assert_close(out.jacobian_penalty.detach(), exact, rtol=0.15, atol=0)
     out.jacobian_penalty.backward()
-    assert model.model.attractor.gate.grad.abs().sum() > 0
+    assert model.model.attractor.layers[-1].mlp.down_proj.weight.grad.abs().sum() > 0
 
 
 def test_correction_loss_reads_intermediate_iterates():
@@ -310,7 +319,7 @@ def test_correction_loss_reads_intermediate_iterates():
     # early iterates are further from the fixed point than the final state: their loss differs
     assert not torch.isclose(out.correction_loss, out.loss)
     out.correction_loss.backward()
-    assert model.model.attractor.gate.grad.abs().sum() > 0
+    assert model.model.attractor.layers[-1].mlp.down_proj.weight.grad.abs().sum() > 0
     model.eval()
 
 

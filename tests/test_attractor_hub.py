@@ -58,6 +58,7 @@ def test_auto_classes_resolve_after_import(model, tmp_path):
         "AutoConfig": "configuration_attractor.AttractorConfig",
         "AutoModel": "modeling_attractor.AttractorModel",
         "AutoModelForCausalLM": "modeling_attractor.AttractorForCausalLM",
+        "AutoModelForTokenClassification": "modeling_attractor.AttractorForPuzzleSolving",
     }
 
 

@@ -77,7 +77,8 @@ def test_every_gradient_mode_trains(tmp_path, mode):
     )
     trainer.train()
     assert all(math.isfinite(h["loss"]) for h in logged(trainer))
-    assert not torch.equal(before["model.attractor.gate"], model.model.attractor.gate.detach())
+    weight = "model.attractor.layers.0.mlp.down_proj.weight"
+    assert not torch.equal(before[weight], model.model.attractor.layers[0].mlp.down_proj.weight.detach())
     assert not torch.equal(before["model.backbone.0.mlp.up_proj.weight"], model.model.backbone[0].mlp.up_proj.weight)
 
 
@@ -149,7 +150,7 @@ def test_gradient_accumulation_updates_like_one_big_batch(tmp_path):
     assert big == [accumulated[0] + accumulated[1], accumulated[2] + accumulated[3]]  # the same rows per step
     start = small_model().state_dict()
     moved = [n for n, value in finals[0].items() if not torch.equal(value, start[n])]
-    assert "model.attractor.gate" in moved and "model.embed_tokens.weight" in moved, moved
+    assert "model.attractor.layers.0.mlp.down_proj.weight" in moved and "model.embed_tokens.weight" in moved, moved
     for name, value in finals[0].items():
         torch.testing.assert_close(finals[1][name], value, rtol=1e-4, atol=1e-6, msg=name)
     assert len(logs[0]) == len(logs[1]) == 2

@@ -424,12 +424,18 @@ def lm_data(model, n: int = 12, width: int = 9) -> Dataset:
     return Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()})
 
 
-def test_attractor_with_a_closed_gate_is_a_lazy_identity_collapse():
+@pytest.mark.parametrize("form", ["paper", "gated"])
+def test_attractor_whose_map_returns_the_proposal_is_a_lazy_identity_collapse(form):
     from conftest import tiny_attractor
 
-    model = tiny_attractor(num_loops=30)
-    with torch.no_grad():
-        model.model.attractor.gate.zero_()  # T(y, y0) = y0: the fixed point is the proposal
+    model = tiny_attractor(num_loops=30, residual_form=form)
+    with torch.no_grad():  # T(y, y0) = y0: the fixed point is the proposal
+        if form == "gated":
+            model.model.attractor.gate.zero_()
+        else:  # no residual update: the output projections of every attractor layer are zero
+            for layer in model.model.attractor.layers:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
     report = audit(model, lm_data(model), progress=False, batch_size=5)
     assert report.accuracy == 1.0
     assert report.displacement["max"] == 0.0

@@ -22,6 +22,7 @@ from transformers import PreTrainedConfig, PreTrainedTokenizerBase
 from .modeling import (
     AttractorConfig,
     AttractorForCausalLM,
+    AttractorForPuzzleSolving,
     AttractorModel,
     EqRConfig,
     EqRForPuzzleSolving,
@@ -185,6 +186,8 @@ def small_attractor_config(
 
 
 def _attractor_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
+    if "max_seq_len" in fields:  # a puzzle's cells: every cell a position, an answer head of its own
+        fields = dict(fields, tie_word_embeddings=False, max_position_embeddings=fields.pop("max_seq_len"))
     fields = {"max_position_embeddings": 64, **fields}
     return small_attractor_config(
         fields.pop("vocab_size"),
@@ -291,7 +294,16 @@ FAMILIES: dict[str, Family] = {
             min_loops=0,
             config_class=AttractorConfig,
             base_class=AttractorModel,
-            heads=(Head(AttractorForCausalLM, "AutoModelForCausalLM", ("addition",), "text-generation", LM_USAGE),),
+            heads=(
+                Head(AttractorForCausalLM, "AutoModelForCausalLM", ("addition",), "text-generation", LM_USAGE),
+                Head(
+                    AttractorForPuzzleSolving,
+                    "AutoModelForTokenClassification",
+                    ("sudoku", "maze"),
+                    "token-classification",
+                    ("out = model(puzzles, num_loops=16)  # out.logits.argmax(-1): one answer per cell",),
+                ),
+            ),
             make_config=_attractor_config,
             trainer="equilibria.trainers:AttractorTrainer",
             arguments="equilibria.trainers:AttractorTrainingArguments",

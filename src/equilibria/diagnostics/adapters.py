@@ -16,8 +16,8 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from ..families import family_of, family_using
-from ..modeling.modeling_eqr import puzzle_solved
 from ..modeling.modeling_ouro import exit_distribution
+from ..modeling.puzzles import puzzle_solved
 from ..modeling.solvers import fixed_point, residual, solver_options
 
 

@@ -17,9 +17,11 @@ from .modeling_attractor import (
     AttractorCache,
     AttractorCausalLMOutput,
     AttractorForCausalLM,
+    AttractorForPuzzleSolving,
     AttractorModel,
     AttractorModelOutput,
     AttractorPreTrainedModel,
+    AttractorPuzzleOutput,
 )
 from .modeling_eqr import EqRForPuzzleSolving, EqRModel, EqRModelOutput, EqRPuzzleOutput, EqRSolveOutput
 from .modeling_ouro import (
@@ -43,9 +45,11 @@ __all__ = [
     "AttractorCausalLMOutput",
     "AttractorConfig",
     "AttractorForCausalLM",
+    "AttractorForPuzzleSolving",
     "AttractorModel",
     "AttractorModelOutput",
     "AttractorPreTrainedModel",
+    "AttractorPuzzleOutput",
     "EqRConfig",
     "EqRForPuzzleSolving",
     "EqRModel",

@@ -17,14 +17,15 @@ from .config_checks import LoopConfigMixin, check_attention_heads, fill_attentio
 from .solvers import GRADIENT_MODES, SOLVERS
 
 INJECTIONS = ("add", "concat")
+RESIDUAL_FORMS = ("paper", "gated")
 
 
 @raise_value_errors
 @strict
 class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
-    r"""Configuration for [`AttractorModel`] and [`AttractorForCausalLM`].
+    r"""Configuration for [`AttractorModel`], [`AttractorForCausalLM`] and [`AttractorForPuzzleSolving`].
 
-    The model is a causal transformer in two parts: a *backbone* of ``num_backbone_layers`` ordinary decoder
+    The model is a transformer in two parts: a *backbone* of ``num_backbone_layers`` ordinary decoder
     layers maps the tokens to a proposal ``y0`` (in the residual-stream space that the LM head reads), and a
     weight-tied *attractor* of ``num_attractor_layers`` layers refines it to the fixed point
     ``y* = T(y*, y0)``, found by a solver within ``num_loops`` iterations.
@@ -53,10 +54,25 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
             implicit-function-theorem gradient, solving the backward fixed point with the same solver; constant
             memory) or ``"unrolled"`` (backpropagation through ``num_loops`` plain iterations from ``y0``; memory
             grows with the budget; the baseline the other two are compared with).
-        attractor_gate_init (`float`): Initial value of the attractor's per-channel gate (>= 0). Each step
-            writes ``T(y, y0) = y0 + gate * rms(y0) * norm(module(y, y0))``, so the gate is a step size relative
-            to the proposal's scale; a small gate keeps ``T`` contractive (0 makes ``T(y, y0) = y0`` at
-            initialisation).
+        residual_form (`str`): The attractor map ``T(y, y0)``, with ``x = inject(y, y0)`` and ``U(x) =
+            layers(x) - x`` the attractor layers' residual update:
+
+            * ``"paper"``: ``T(y, y0) = y0 + U(x)``, the map of the paper (Fein-Ashley and Rashidinejad, 2026, Sec.
+              3.1; with addition it is their code's ``FPHead(y + y0) - y``): the fixed point sits wherever the
+              layers put it, so training can move the proposal onto it (equilibrium internalization). No gate.
+            * ``"gated"``: ``T(y, y0) = y0 + gate * rms(y0) * norm(layers(x))``, this package's earlier form: a
+              per-channel gate bounds each step relative to the proposal's scale, which keeps ``T`` contractive,
+              but also holds the fixed point at a relative distance of about ``|gate|`` from the proposal.
+
+            New configs default to ``"paper"``; a config saved without the key (before it existed) loads as
+            ``"gated"``, the form it was trained with.
+        attractor_gate_init (`float`): ``"gated"`` form only: the initial value of the per-channel gate (>= 0),
+            a step size relative to the proposal's scale; a small gate keeps ``T`` contractive (0 makes
+            ``T(y, y0) = y0`` at initialisation).
+        is_causal (`bool`, *optional*): Causal attention (a language model) or bidirectional (every puzzle cell
+            sees every other). ``None`` (the default): the head decides, and writes its choice into the config:
+            [`AttractorForCausalLM`] causal, [`AttractorForPuzzleSolving`] bidirectional. A config saved without
+            the key is causal.
         num_hidden_layers (`int`, *optional*): Derived: ``num_backbone_layers + num_attractor_layers`` (the
             number of key/value cache entries); given explicitly it must equal that sum.
     """
@@ -117,13 +133,16 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
     anderson_memory: int = interval(min=1)(default=5)
     solver_mixing: float | int = interval(min=0.0, max=1.0, exclude_min=True)(default=1.0)
     gradient_mode: Literal[GRADIENT_MODES] = "one_step"
+    residual_form: Literal[RESIDUAL_FORMS] = "paper"
     attractor_gate_init: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=0.5)
+    is_causal: bool | None = None
     num_hidden_layers: int | None = None
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
 
     _renamed_keys = {"damping": "solver_mixing"}
+    _saved_without = {"residual_form": "gated"}
 
     def __post_init__(self, **kwargs):
         fill_attention_defaults(self)
@@ -144,4 +163,4 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
         check_attention_heads(self)
 
 
-__all__ = ["AttractorConfig"]
+__all__ = ["AttractorConfig", "RESIDUAL_FORMS"]

@@ -37,18 +37,19 @@ from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
-from transformers.masking_utils import create_causal_mask
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, TokenClassifierOutput
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 
-from .argument_checks import as_int, check_keywords
+from .argument_checks import as_int, check_keywords, shared_fields
 from .causal_lm import CausalLoopMixin, pop_loss_kwargs, recorded_calls, recording_attentions
 from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD, cache_alias
 from .configuration_attractor import AttractorConfig
 from .layers import DecoderLayer, RMSNorm, RotaryEmbedding
 from .loop_generation import LoopGenerationMixin, TelemetryCache
 from .loop_map import LoopMap
+from .puzzles import check_puzzle_labels, puzzle_inputs
 from .regularization import IterateSampler, hutchinson_frobenius
 from .solvers import GRADIENT_MODES, SolverStats, SolverTelemetry, check_tol, fixed_point, solver_options
 from .strict_loading import StrictLoadingMixin
@@ -117,7 +118,8 @@ class _ReadOnlyCache:
 
 
 class AttractorModule(nn.Module):
-    """The weight-tied map ``T(y, y0) = y0 + gate * rms(y0) * norm(layers(inject(y, y0)))``."""
+    """The weight-tied map ``T(y, y0)`` with ``x = inject(y, y0)``: ``y0 + layers(x) - x`` (``residual_form="paper"``:
+    the proposal plus the layers' residual update) or ``y0 + gate * rms(y0) * norm(layers(x))`` (``"gated"``)."""
 
     def __init__(self, config: AttractorConfig):
         super().__init__()
@@ -127,7 +129,10 @@ class AttractorModule(nn.Module):
         self.in_proj = nn.Linear(2 * hidden, hidden, bias=False) if config.injection == "concat" else None
         first = config.num_backbone_layers
         self.layers = nn.ModuleList([DecoderLayer(config, first + i) for i in range(config.num_attractor_layers)])
-        self.gate = nn.Parameter(torch.full((hidden,), float(config.attractor_gate_init)))
+        if config.residual_form == "gated":
+            self.gate = nn.Parameter(torch.full((hidden,), float(config.attractor_gate_init)))
+        else:
+            self.register_parameter("gate", None)
 
     def forward(
         self,
@@ -139,9 +144,12 @@ class AttractorModule(nn.Module):
         **kwargs,
     ) -> torch.Tensor:
         x = y + y0 if self.in_proj is None else self.in_proj(torch.cat([y, y0], dim=-1))
+        h = x
         for layer in self.layers:
-            x = layer(x, attention_mask=attention_mask, position_embeddings=position_embeddings, cache=cache, **kwargs)
-        return y0 + self.gate * _rms(y0, self.eps) * (x / _rms(x, self.eps))
+            h = layer(h, attention_mask=attention_mask, position_embeddings=position_embeddings, cache=cache, **kwargs)
+        if self.gate is None:
+            return y0 + (h - x)
+        return y0 + self.gate * _rms(y0, self.eps) * (h / _rms(h, self.eps))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -205,13 +213,15 @@ class AttractorPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
         "AutoConfig": "configuration_attractor.AttractorConfig",
         "AutoModel": "modeling_attractor.AttractorModel",
         "AutoModelForCausalLM": "modeling_attractor.AttractorForCausalLM",
+        "AutoModelForTokenClassification": "modeling_attractor.AttractorForPuzzleSolving",
     }
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, AttractorModule):
-            init.constant_(module.gate, float(self.config.attractor_gate_init))
+            if module.gate is not None:
+                init.constant_(module.gate, float(self.config.attractor_gate_init))
             if module.in_proj is not None:  # [I I]: concatenation starts out as addition
                 hidden = self.config.hidden_size
                 eye = torch.eye(hidden, dtype=module.in_proj.weight.dtype, device=module.in_proj.weight.device)
@@ -241,6 +251,9 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         self.attractor = AttractorModule(config)
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(config=config)
+        self.is_causal = config.is_causal is not False  # unset: causal (configs saved before the key existed)
+        for layer in [*self.backbone, *self.attractor.layers]:
+            layer.self_attn.is_causal = self.is_causal
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -278,6 +291,13 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
                 one-step graph (for the fixed-point correction loss).
         """
         options = self._solve_options(num_loops, solver_tol, gradient_mode, jacobian_samples, correction_states)
+        if not self.is_causal:
+            if cache is not None or use_cache:
+                raise ValueError(
+                    "this Attractor model attends bidirectionally (config.is_causal=False, a puzzle model): it has no "
+                    "KV cache; call it without cache and with use_cache unset or False."
+                )
+            use_cache = False
         inputs = self.prepare_lm_inputs(
             input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs
         )
@@ -352,13 +372,18 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
     def _propose(self, inputs_embeds, attention_mask, position_ids, cache, **kwargs):
         """The backbone pass: ``(y0, mask, position_embeddings, states)`` with ``states`` the embeddings and every
         backbone layer's output. The mask is built before the backbone appends to ``cache``."""
-        mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            **{MASK_CACHE_KEYWORD: cache},
-        )
+        if self.is_causal:
+            mask = create_causal_mask(
+                config=self.config,
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                **{MASK_CACHE_KEYWORD: cache},
+            )
+        else:
+            mask = create_bidirectional_mask(
+                config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+            )
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
         hidden = inputs_embeds
         states = (hidden,)
@@ -415,6 +440,32 @@ def _valid_positions(attention_mask, seq_len: int) -> torch.Tensor | None:
     return None
 
 
+def _correction_loss(model: AttractorModel, outputs: AttractorModelOutput, labels, loss_at: Callable) -> dict:
+    """``{"correction_loss": ...}``: the mean of the head's loss (``loss_at(hidden)[1]``) on the logits read from
+    ``T`` at the correction states (empty without ``labels`` or correction states)."""
+    if labels is None or not outputs.correction_states:
+        return {}
+    losses = [loss_at(model.norm(z))[1] for z in outputs.correction_states]
+    return {"correction_loss": torch.stack(losses).mean()}
+
+
+def _settle_attention(config: AttractorConfig, causal: bool, head: str) -> None:
+    """Write the head's attention into ``config.is_causal`` when it is unset; ``ValueError`` when the config asks
+    for the other kind (a folder saved by the other head)."""
+    if config.is_causal is None:
+        config.is_causal = causal
+        return
+    if bool(config.is_causal) != causal:
+        other = "AttractorForPuzzleSolving (AutoModelForTokenClassification)"
+        if not causal:
+            other = "AttractorForCausalLM (AutoModelForCausalLM)"
+        raise ValueError(
+            f"{head} attends {'causally' if causal else 'bidirectionally'}, but this config has "
+            f"is_causal={config.is_causal!r}: it belongs to {other}; load it with that class, or leave is_causal "
+            "unset in a new config."
+        )
+
+
 class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, GenerationMixin):
     """[`AttractorModel`] with a language-modelling head on the fixed point. ``forward`` and ``generate`` take
     ``num_loops`` (the solver budget, 0 = backbone only) and ``solver_tol``, ``forward`` also ``gradient_mode``,
@@ -425,6 +476,7 @@ class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, Genera
     _loop_defaults = {"num_loops": "num_loops", "solver_tol": "solver_tol", "gradient_mode": "gradient_mode"}
 
     def __init__(self, config: AttractorConfig):
+        _settle_attention(config, True, type(self).__name__)
         super().__init__(config)
         self.model = AttractorModel(config)
         self.vocab_size = config.vocab_size
@@ -472,25 +524,102 @@ class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, Genera
         )
         logits, loss = self.lm_logits_and_loss(outputs.last_hidden_state, labels, loss_kwargs, logits_to_keep)
         fields_ = self.passed_on(outputs, AttractorCausalLMOutput, False, output_hidden_states)
+        loss_at = partial(self.lm_logits_and_loss, labels=labels, loss_kwargs=loss_kwargs)
         return AttractorCausalLMOutput(
-            loss=loss, logits=logits, **fields_, **self.correction_loss(outputs, labels, loss_kwargs)
+            loss=loss, logits=logits, **fields_, **_correction_loss(self.model, outputs, labels, loss_at)
         )
 
-    def correction_loss(self, outputs: AttractorModelOutput, labels, loss_kwargs: dict) -> dict:
-        """``{"correction_loss": ...}``: the mean LM loss of the logits read from ``T`` at the correction states
-        (empty without ``labels`` or correction states)."""
-        if labels is None or not outputs.correction_states:
-            return {}
-        states = outputs.correction_states
-        losses = [self.lm_logits_and_loss(self.model.norm(z), labels, loss_kwargs)[1] for z in states]
-        return {"correction_loss": torch.stack(losses).mean()}
+
+@dataclass
+class AttractorPuzzleOutput(SolverTelemetry, TokenClassifierOutput):
+    r"""Per-cell answers of [`AttractorForPuzzleSolving`]: ``logits`` ``(batch, cells, vocab_size)`` read from the
+    fixed point, with ``labels`` the per-cell cross-entropy ``loss`` (cells labelled -100 skipped), the solver
+    telemetry and regularisers of [`AttractorModelOutput`] (`proposal`, `solver_steps`, `abs_residual`,
+    `rel_residual`, `converged`, `diverged`, `backward_steps`, `backward_rel_residual`, `jacobian_penalty`) and
+    `correction_loss` (as in [`AttractorCausalLMOutput`], per cell)."""
+
+    proposal: torch.FloatTensor | None = None
+    jacobian_penalty: torch.FloatTensor | None = None
+    correction_loss: torch.FloatTensor | None = None
+
+
+class AttractorForPuzzleSolving(AttractorPreTrainedModel):
+    """[`AttractorModel`] over a puzzle's cells with bidirectional attention (every cell sees every other, in the
+    backbone and in the attractor) and a per-cell answer head on the fixed point; the Attractor paper's puzzle
+    model (Sudoku-Extreme, Maze-Hard). One answer token per input cell: registered for
+    ``AutoModelForTokenClassification``. ``forward`` takes the solve's arguments of [`AttractorModel.forward`]
+    (``num_loops``: 0 reads the backbone's proposal alone). Returns [`AttractorPuzzleOutput`]."""
+
+    _auto_class = "AutoModelForTokenClassification"
+
+    def __init__(self, config: AttractorConfig):
+        _settle_attention(config, False, type(self).__name__)
+        super().__init__(config)
+        self.loss_type = "ForMaskedLM"  # self.loss_function: per-cell cross-entropy over the vocabulary, -100 skipped
+        self.model = AttractorModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        inputs: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        input_ids: torch.LongTensor | None = None,
+        num_loops: int | None = None,
+        solver_tol: float | None = None,
+        gradient_mode: str | None = None,
+        jacobian_samples: int = 0,
+        correction_states: int = 0,
+        output_hidden_states: bool | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> AttractorPuzzleOutput:
+        r"""Propose, solve and read one answer per cell; with ``labels`` (``(batch, cells)``, -100 to skip a cell)
+        also the loss (and ``correction_loss`` with ``correction_states > 0``). The puzzles come as ``inputs`` or
+        ``input_ids`` (the name token-classification pipelines and collators use); there is no cache."""
+        loss_kwargs = pop_loss_kwargs(kwargs)
+        limit = self.config.max_position_embeddings
+        inputs = puzzle_inputs(inputs, input_ids, self.config.vocab_size, limit, "max_position_embeddings")
+        outputs = self.model(
+            input_ids=inputs,
+            attention_mask=attention_mask,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+            num_loops=num_loops,
+            solver_tol=solver_tol,
+            gradient_mode=gradient_mode,
+            jacobian_samples=jacobian_samples,
+            correction_states=correction_states,
+            **kwargs,
+        )
+        if labels is not None:
+            labels = check_puzzle_labels(labels, inputs)
+        loss_at = partial(self._logits_and_loss, labels=labels, loss_kwargs=loss_kwargs)
+        logits, loss = loss_at(outputs.last_hidden_state)
+        return AttractorPuzzleOutput(
+            loss=loss,
+            logits=logits,
+            **shared_fields(outputs, AttractorPuzzleOutput),
+            **_correction_loss(self.model, outputs, labels, loss_at),
+        )
+
+    def _logits_and_loss(self, hidden: torch.Tensor, labels, loss_kwargs: dict):
+        logits = self.lm_head(hidden)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **loss_kwargs)
+        return logits, loss
 
 
 __all__ = [
     "AttractorCache",
     "AttractorCausalLMOutput",
     "AttractorForCausalLM",
+    "AttractorForPuzzleSolving",
     "AttractorModel",
     "AttractorModelOutput",
     "AttractorPreTrainedModel",
+    "AttractorPuzzleOutput",
 ]

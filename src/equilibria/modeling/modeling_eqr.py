@@ -31,6 +31,7 @@ from .argument_checks import as_int, check_keywords, shared_fields
 from .configuration_eqr import SELECTIONS, EqRConfig, check_noise
 from .layers import MLP, DecoderLayer, RMSNorm, RotaryEmbedding
 from .loop_map import LoopMap
+from .puzzles import check_puzzle_labels, puzzle_inputs, puzzle_solved
 from .solvers import residual
 from .strict_loading import StrictLoadingMixin
 
@@ -354,23 +355,8 @@ class EqRModel(EqRPreTrainedModel):
 
 
 def _puzzle_inputs(inputs, input_ids, config) -> torch.LongTensor:
-    """The puzzle tokens, given as ``inputs`` or ``input_ids`` (exactly one), checked: a 2-D integer tensor of at
-    most ``max_seq_len`` cells, every token in ``[0, vocab_size)``."""
-    if (inputs is None) == (input_ids is None):
-        raise ValueError("Pass the puzzle tokens as exactly one of inputs or input_ids.")
-    inputs = inputs if inputs is not None else input_ids
-    if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
-        raise ValueError(f"inputs must be a (batch, seq_len) LongTensor, got {getattr(inputs, 'shape', inputs)!r}")
-    if inputs.is_floating_point() or inputs.is_complex() or inputs.dtype == torch.bool:
-        raise ValueError(f"inputs must hold integer token ids (a LongTensor), got dtype {inputs.dtype}")
-    if inputs.shape[1] > config.max_seq_len:
-        raise ValueError(f"puzzles have at most max_seq_len={config.max_seq_len} cells, got {inputs.shape[1]}")
-    if ((inputs < 0) | (inputs >= config.vocab_size)).any():
-        raise ValueError(
-            f"inputs must be token ids in [0, {config.vocab_size - 1}] (vocab_size={config.vocab_size}), got values "
-            f"from {int(inputs.min())} to {int(inputs.max())}"
-        )
-    return inputs
+    """The puzzle tokens (``inputs`` or ``input_ids``), checked against the config (:func:`puzzles.puzzle_inputs`)."""
+    return puzzle_inputs(inputs, input_ids, config.vocab_size, config.max_seq_len, "max_seq_len")
 
 
 class EqRForPuzzleSolving(EqRPreTrainedModel):
@@ -404,9 +390,8 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         logits = self.lm_head(outputs.last_hidden_state)
         loss = lm_loss = halt_loss = None
         if labels is not None:
-            if labels.shape != inputs.shape:
-                raise ValueError(f"labels must have the inputs' shape {tuple(inputs.shape)}, got {tuple(labels.shape)}")
-            lm_loss = self.loss_function(logits, labels.long(), vocab_size=self.config.vocab_size)
+            labels = check_puzzle_labels(labels, inputs)
+            lm_loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size)
             loss = lm_loss
             if outputs.halt_logits is not None:
                 solved = puzzle_solved(logits, labels).float()
@@ -499,12 +484,6 @@ def pick_restarts(
     if select == "halt":
         return halt_probs.argmax(dim=1)
     return (votes.float() - residuals.float() / (residuals.float().max() + 1.0)).argmax(dim=1)
-
-
-def puzzle_solved(logits: torch.Tensor, labels: torch.Tensor) -> torch.BoolTensor:
-    """Per puzzle: whether the argmax answer equals the labels on every labelled cell (-100 skipped)."""
-    right = (logits.argmax(-1) == labels) | (labels == -100)
-    return right.all(dim=1)
 
 
 __all__ = [
