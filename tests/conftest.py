@@ -80,10 +80,15 @@ def tiny_attractor(seed: int = 0, strength: float | None = None, **overrides) ->
     scaled by ``strength`` (random init alone makes T nearly constant, solved in one or two steps; default 4 for
     the paper's form, which then takes 10-12 iterations, 10 for the gated form, whose gate bounds the step), and
     the logits are sharpened so greedy decoding is not decided by rounding noise."""
-    if strength is None:
-        strength = 10.0 if overrides.get("residual_form") == "gated" else 4.0
     torch.manual_seed(seed)
-    model = AttractorForCausalLM(tiny_attractor_config(**overrides)).eval()
+    return strengthened(AttractorForCausalLM(tiny_attractor_config(**overrides)).eval(), strength)
+
+
+def strengthened(model, strength: float | None = None):
+    """``model`` (an Attractor with either head) with its attractor layers' output weights scaled by ``strength``
+    (default 4 for the paper's form, 10 for the gated one) and its logits sharpened (see :func:`tiny_attractor`)."""
+    if strength is None:
+        strength = 10.0 if model.config.residual_form == "gated" else 4.0
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)
         for layer in model.model.attractor.layers:

@@ -56,6 +56,7 @@ class Head:
     tasks: tuple[str, ...]
     pipeline_tag: str
     usage: tuple[str, ...]
+    adapter: str = ""  # "module:Class": this head's audit adapter, where it is not the family's
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Family:
     adapter: str = ""
     callbacks: tuple[str, ...] = ()  # "module:Class" TrainerCallbacks `equilibria train` adds
     citation: str = ""  # BibTeX of the family's paper(s), for the model card
+    card_notes: Callable[[PreTrainedConfig], list[str]] | None = None  # the card's lines on a config's own choices
     lora_targets: tuple[str, ...] = (
         "q_proj",
         "k_proj",
@@ -112,6 +114,16 @@ class Family:
         names = {cls.__name__ for cls in type(model).__mro__}
         return next((head for head in self.heads if head.model_class.__name__ in names), self.heads[0])
 
+    def saved_head(self, config) -> Head:
+        """The head a saved config was written by (its ``architectures``, which ``save_pretrained`` records), else
+        the head of the task it was trained on (``equilibria_task``), else the first."""
+        names = set(getattr(config, "architectures", None) or ())
+        for head in self.heads:
+            if head.model_class.__name__ in names:
+                return head
+        task = getattr(config, "equilibria_task", None)
+        return next((head for head in self.heads if task in head.tasks), self.heads[0])
+
     def head_for(self, task: str, what: str | None = None) -> Head:
         """The head trained on ``task``; ``ValueError`` naming the tasks that fit (``what``: how the message
         names the model, default "a <model_type> model")."""
@@ -130,8 +142,10 @@ class Family:
     def arguments_class(self) -> type:
         return _load(self.arguments)
 
-    def adapter_class(self) -> type:
-        return _load(self.adapter)
+    def adapter_class(self, model=None) -> type:
+        """The audit adapter: ``model``'s head's own where its record names one, else the family's."""
+        head = self.head_of(model) if model is not None else None
+        return _load(head.adapter if head is not None and head.adapter else self.adapter)
 
 
 def _load(path: str) -> type:
@@ -215,6 +229,37 @@ def _phdeq_config(fields: dict, hidden_size: int, num_layers: int, num_attention
     return PHDEQConfig(**fields, hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_loops=num_loops)
 
 
+ATTRACTOR_FORMS = {
+    "paper": "`T(y, y0) = y0 + U(x)`, the attractor layers' residual update `U(x) = layers(x) - x` added to the "
+    "proposal: the map of the paper (its Sec. 3.1; with addition, its code's `FPHead(y + y0) - y`)",
+    "gated": "`T(y, y0) = y0 + gate * rms(y0) * norm(layers(x))`: this package's earlier gated form, not the "
+    "paper's; its per-channel gate bounds each step, and holds the fixed point at a relative distance of about "
+    "`|gate|` from the proposal",
+}
+ATTRACTOR_GRADIENTS = {
+    "one_step": "the one-step gradient (one application of `T` at the detached fixed point; constant memory)",
+    "implicit": "the implicit-function-theorem gradient (a backward fixed-point solve; constant memory)",
+    "unrolled": "backpropagation through every solver iteration (memory grows with the budget)",
+}
+
+
+def _attractor_card_notes(config) -> list[str]:
+    """The Attractor card's lines on the map, the injection, the gradient and the attention a config chose."""
+    inject = "`x = y + y0`" if config.injection == "add" else "`x = W [y; y0]` (concatenation, projected)"
+    attention = (
+        "causal (a language model)" if config.is_causal is not False else "bidirectional over the puzzle's cells"
+    )
+    return [
+        f"**The map.** `residual_form={config.residual_form!r}`: {ATTRACTOR_FORMS[config.residual_form]}; the "
+        f"proposal is injected at every step as {inject}. Solver: {config.solver}, tolerance {config.solver_tol:g}.",
+        "",
+        f"**Training gradient.** `gradient_mode={config.gradient_mode!r}`: {ATTRACTOR_GRADIENTS[config.gradient_mode]}.",
+        "",
+        f"**Attention.** {attention}.",
+        "",
+    ]
+
+
 OURO_BIBTEX = """@misc{zhu2025ouro,
   title = {Scaling Latent Reasoning via Looped Language Models},
   author = {Zhu, Rui-Jie and Wang, Zixuan and Hua, Kai and Zhang, Tianyu and Li, Ziniu and Que, Haoran and Wei, Boyi
@@ -286,7 +331,7 @@ FAMILIES: dict[str, Family] = {
         ),
         Family(
             model_type="attractor_lm",
-            name="Attractor language model",
+            name="Attractor model",
             paper="Fein-Ashley and Rashidinejad, 2026, *Solve the Loop: Attractor Models for Language and Reasoning*",
             tags=("deep-equilibrium", "looped-lm"),
             loop_meaning="the fixed-point solver's iteration budget (0 = backbone only)",
@@ -302,6 +347,7 @@ FAMILIES: dict[str, Family] = {
                     ("sudoku", "maze"),
                     "token-classification",
                     ("out = model(puzzles, num_loops=16)  # out.logits.argmax(-1): one answer per cell",),
+                    adapter="equilibria.diagnostics.adapters:AttractorPuzzleAdapter",
                 ),
             ),
             make_config=_attractor_config,
@@ -309,6 +355,7 @@ FAMILIES: dict[str, Family] = {
             arguments="equilibria.trainers:AttractorTrainingArguments",
             adapter="equilibria.diagnostics.adapters:AttractorAdapter",
             citation=ATTRACTOR_BIBTEX,
+            card_notes=_attractor_card_notes,
         ),
         Family(
             model_type="eqr",

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from .families import family_of
+from .modeling.puzzles import puzzle_solved
 from .plots import plot_loop_scaling
 from .provenance import replacement_note
 from .tasks.tokenization import load_tokenizer
@@ -43,9 +45,30 @@ def loop_scaling(
 
         tokenizer = load_tokenizer(model_path, "prompts")
         return evaluate_loop_scaling(model, tokenizer, data, loops=loops, batch_size=batch_size)
-    if hasattr(model, "solve"):  # a puzzle solver: the whole board must be right
+    if hasattr(model, "solve"):  # a puzzle solver with restarts (EqR): the whole board must be right
         return solver_scaling(model, data, loops, batch_size)[0]
+    if family_of(model).head_of(model).auto_class == "AutoModelForTokenClassification":  # one answer per cell
+        return puzzle_scaling(model, data, loops, batch_size)[0]
     return classifier_scaling(model, data, loops, batch_size)
+
+
+def puzzle_scaling(model, data, loops: list[int], batch_size: int = 64) -> tuple[dict[int, float], dict[int, float]]:
+    """A puzzle model answering every cell in one forward (the Attractor's puzzle head) at each loop count of
+    ``loops``: the share of puzzles solved exactly (every labelled cell right) and the mean loop steps the forward
+    reported per puzzle (``solver_steps``; 0 where the model reports none)."""
+    rows = data.with_format("torch")
+    accuracy, steps = {}, {}
+    for n in loops:
+        right = taken = 0
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            with torch.no_grad():
+                out = model(batch["inputs"], num_loops=n)
+            right += int(puzzle_solved(out.logits, batch["labels"]).sum())
+            if getattr(out, "solver_steps", None) is not None:
+                taken += int(out.solver_steps.sum())
+        accuracy[n], steps[n] = right / len(rows), taken / len(rows)
+    return accuracy, steps
 
 
 def classifier_scaling(model, data, loops: list[int], batch_size: int = 64) -> dict[int, float]:
@@ -161,5 +184,6 @@ __all__ = [
     "loop_scaling_table",
     "parse_loops",
     "save_loop_scaling",
+    "puzzle_scaling",
     "solver_scaling",
 ]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .families import FAMILIES
 from .scaling import loop_scaling, loop_scaling_report, parse_loops
-from .tasks.records import TASKS, tasks_help
+from .tasks.records import TASKS, puzzle_cells, tasks_help
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")  # what from_pretrained(dtype=...) takes by name
 
@@ -378,10 +378,11 @@ def _task_data(task: str, data_args: DataArguments, config, seed: int):
             seed=seed,
         )
         cells = data.config_fields.get("max_seq_len")
-        if config is not None and cells is not None and cells > config.max_seq_len:
+        if config is not None and cells is not None and cells > puzzle_cells(config)[0]:
+            limit, key = puzzle_cells(config)
             raise ValueError(
                 f"--dataset_name {data_args.dataset_name}: its puzzles have {cells} cells, more than the checkpoint's "
-                f"max_seq_len {config.max_seq_len}"
+                f"{key} {limit}"
             )
         return data
     return build_task(

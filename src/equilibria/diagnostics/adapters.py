@@ -180,8 +180,7 @@ class EqRAdapter(LoopAdapter):
         return super().untestable()
 
     def difficulty(self, batch):
-        value = batch.get("difficulty", batch.get("rating"))
-        return None if value is None else value.double()
+        return _puzzle_difficulty(batch)
 
     def run(self, batch, start=None):
         _require(batch, "inputs", "labels", family="EqR")
@@ -218,10 +217,22 @@ class EqRAdapter(LoopAdapter):
         return puzzle_solved(logits, batch["labels"])
 
     def probe_examples(self, batch, run, state):
-        num, cells = batch["inputs"].shape
-        labels = batch["labels"].flatten()
-        keep = labels != -100
-        return state.view(num * cells, -1)[keep], labels[keep].long()
+        return _cell_examples(batch["labels"], state)
+
+
+def _puzzle_difficulty(batch: dict) -> torch.Tensor | None:
+    """A puzzle's difficulty: its ``difficulty`` column, else the published files' ``rating``, else none."""
+    value = batch.get("difficulty", batch.get("rating"))
+    return None if value is None else value.double()
+
+
+def _cell_examples(labels: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The probe's examples of a puzzle model: each labelled cell's state (``state`` flattened per puzzle) and its
+    answer."""
+    num, cells = labels.shape
+    flat = labels.flatten()
+    keep = flat != -100
+    return state.reshape(num * cells, -1)[keep], flat[keep].long()
 
 
 class _CausalLMAdapter(LoopAdapter):
@@ -307,6 +318,33 @@ class AttractorAdapter(_CausalLMAdapter):
         return self.model.lm_head(self.model.model.norm(state_flat.view(num, width, -1)))
 
 
+class AttractorPuzzleAdapter(AttractorAdapter):
+    """Attractor puzzle model ([`AttractorForPuzzleSolving`]): as [`AttractorAdapter`], but a unit is a puzzle,
+    right when every labelled cell is, and the probe reads each cell's state for its answer. Dataset columns:
+    ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
+
+    unit_name = "puzzle"
+
+    def answers(self, batch):
+        return LoopAdapter.answers(self, batch)
+
+    def batches(self, dataset, batch_size):
+        for rows in LoopAdapter.batches(self, dataset, batch_size):
+            _require(rows, "inputs", "labels", family=self.family)
+            rows["input_ids"] = rows["inputs"]
+            rows.setdefault("attention_mask", torch.ones_like(rows["inputs"]))
+            yield rows
+
+    def difficulty(self, batch):
+        return _puzzle_difficulty(batch)
+
+    def _right(self, batch, logits):
+        return puzzle_solved(logits, batch["labels"])
+
+    def probe_examples(self, batch, run, state):
+        return _cell_examples(batch["labels"], state)
+
+
 class OuroAdapter(_CausalLMAdapter):
     """Ouro, a fixed number of loop steps without an attractor: the audit asks whether the steps after the first
     compute. ``z0`` is the state after the first loop step (normalised, as every step's output is, so the decoder
@@ -368,11 +406,12 @@ def adapter_for(model, **options) -> LoopAdapter:
             f"the audit needs the model with its decoder head ({type(model).__name__} has none): load it with "
             f"{family.heads[0].auto_class}"
         )
-    return family.adapter_class()(model, **options)
+    return family.adapter_class(model)(model, **options)
 
 
 __all__ = [
     "AttractorAdapter",
+    "AttractorPuzzleAdapter",
     "EqRAdapter",
     "LoopAdapter",
     "LoopRun",

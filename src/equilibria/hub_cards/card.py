@@ -333,6 +333,7 @@ def _intro(model, info, title: str, base_model: str | None, adapter: dict | None
         f"**The loop.** `num_loops` is {info.loop_meaning}; the default saved with the model is "
         f"{getattr(config, info.loops_key)}.",
         "",
+        *(info.card_notes(config) if info.card_notes else []),
     ]
 
 

@@ -1,4 +1,4 @@
-"""Configuration of the Attractor language model (Fein-Ashley and Rashidinejad, 2026, "Solve the Loop: Attractor
+"""Configuration of the Attractor model (Fein-Ashley and Rashidinejad, 2026, "Solve the Loop: Attractor
 Models for Language and Reasoning").
 
 This module travels to the Hub as remote code: it imports only ``transformers``, ``huggingface_hub`` (one of its

@@ -1,17 +1,21 @@
-"""The Attractor language model (Fein-Ashley and Rashidinejad, 2026, "Solve the Loop: Attractor Models for
-Language and Reasoning").
+"""The Attractor model (Fein-Ashley and Rashidinejad, 2026, "Solve the Loop: Attractor Models for Language and
+Reasoning"): a language model and a puzzle solver.
 
-A backbone of ordinary causal decoder layers maps the tokens to a proposal ``y0``; a weight-tied attractor
-module ``T`` refines it to the fixed point
+A backbone of ordinary decoder layers maps the tokens to a proposal ``y0``; a weight-tied attractor module ``T``
+refines it to the fixed point ``y* = T(y*, y0)``, found by a solver (Anderson acceleration or Picard iteration)
+within an iteration budget ``num_loops``. The proposal is injected at every step, ``x = inject(y, y0)`` (added,
+or concatenated and projected), so the fixed point depends on the input. ``config.residual_form`` chooses ``T``:
 
-    y* = T(y*, y0),    T(y, y0) = y0 + gate * rms(y0) * norm(layers(inject(y, y0))),
+    "paper":  T(y, y0) = y0 + U(x),                               U(x) = layers(x) - x
+    "gated":  T(y, y0) = y0 + gate * rms(y0) * norm(layers(x))
 
-found by a solver (Anderson acceleration or Picard iteration) within an iteration budget ``num_loops``. The
-proposal is injected at every step (``inject`` adds it, or concatenates and projects), so the fixed point
-depends on the input. ``norm`` is a parameter-free RMS normalisation and ``gate`` a per-channel step size
-relative to the proposal's scale: with a small gate ``T`` is a contraction and the solver converges, whatever
-the scale of the residual stream. The LM head reads ``final_norm(y*)``; with ``num_loops=0`` it reads
-``final_norm(y0)`` (the backbone alone).
+The paper's map adds the attractor layers' residual update to the proposal (its code writes it
+``FPHead(y + y0) - y``): where the update vanishes the proposal is the fixed point, so training can move the
+proposal onto it. The gated form is this package's earlier one: ``norm`` is a parameter-free RMS normalisation and
+``gate`` a per-channel step size relative to the proposal's scale, which keeps ``T`` contractive but holds the
+fixed point at a relative distance of about ``|gate|`` from the proposal. The heads read ``final_norm(y*)``; with
+``num_loops=0`` they read ``final_norm(y0)`` (the backbone alone). [`AttractorForCausalLM`] attends causally,
+[`AttractorForPuzzleSolving`] bidirectionally over a puzzle's cells (``config.is_causal``).
 
 Training differentiates through the equilibrium without storing the solver's iterations (``gradient_mode``):
 the one-step gradient of ``T`` at the detached fixed point, or the exact implicit gradient (a backward

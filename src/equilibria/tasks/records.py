@@ -124,15 +124,23 @@ def _same_sudoku(a: dict, b: dict) -> bool:
     return board_size(x) in ENUMERATED_SUDOKU_SIZES or sudoku_equivalent(x, y)
 
 
+def puzzle_cells(config) -> tuple[int, str]:
+    """``(cells, key)``: how many cells a puzzle model's config reads, and the config key saying so
+    (``max_seq_len`` for EqR, ``max_position_embeddings`` for a model with a position per cell, the Attractor)."""
+    key = "max_seq_len" if hasattr(config, "max_seq_len") else "max_position_embeddings"
+    return getattr(config, key), key
+
+
 def _board_side(task: str, vocab: int) -> Callable[[object], int]:
     """``shape_of`` of a puzzle of square boards in a vocabulary of ``vocab`` tokens: the side of the board."""
 
     def side(config) -> int:
-        n = math.isqrt(config.max_seq_len)
-        if n * n != config.max_seq_len or config.vocab_size != vocab:
+        cells, key = puzzle_cells(config)
+        n = math.isqrt(cells)
+        if n * n != cells or config.vocab_size != vocab:
             raise ValueError(
-                f"a {task} model reads square boards with vocab_size {vocab}; this one has max_seq_len "
-                f"{config.max_seq_len} and vocab_size {config.vocab_size}: pass the task it was trained on"
+                f"a {task} model reads square boards with vocab_size {vocab}; this one has {key} {cells} and "
+                f"vocab_size {config.vocab_size}: pass the task it was trained on"
             )
         return n
 
@@ -252,4 +260,4 @@ def task_record(name: str) -> Task:
     return TASK_RECORDS[name]
 
 
-__all__ = ["SHAPE_OPTIONS", "TASKS", "TASK_RECORDS", "Task", "task_record", "tasks_help"]
+__all__ = ["SHAPE_OPTIONS", "TASKS", "TASK_RECORDS", "Task", "puzzle_cells", "task_record", "tasks_help"]

@@ -1,0 +1,226 @@
+"""Claims about the Attractor's puzzle head and the two forms of its map: the paper's ``T(y, y0) = y0 + U(x)``
+and the earlier gated one."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import strengthened
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification
+
+from equilibria import AttractorConfig, AttractorForCausalLM, AttractorForPuzzleSolving, AttractorModel
+from equilibria.tasks import build_sudoku_dataset
+from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
+
+FORMS = ["paper", "gated"]
+PUZZLES = torch.tensor(
+    [[0, 2, 3, 0, 4, 0, 0, 1, 1, 0, 0, 3, 0, 3, 2, 0], [4, 0, 0, 2, 0, 1, 0, 0, 0, 0, 4, 0, 2, 0, 0, 3]]
+)
+LABELS = torch.tensor(
+    [[2, 1, 3, 4, 4, 3, 2, 1, 1, 2, 4, 3, 3, 4, 1, 2], [4, 3, 1, 2, 3, 1, 2, 4, 1, 2, 4, 3, 2, 4, 3, 1]]
+)
+
+
+def puzzle_config(**overrides) -> AttractorConfig:
+    kwargs = dict(
+        vocab_size=11,
+        hidden_size=32,
+        intermediate_size=64,
+        num_backbone_layers=1,
+        num_attractor_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=16,
+        num_loops=60,
+        solver_tol=1e-6,
+        tie_word_embeddings=False,
+        attn_implementation="eager",
+    )
+    return AttractorConfig(**{**kwargs, **overrides})
+
+
+def tiny_puzzle(form: str = "paper", seed: int = 0, strength=None, **overrides) -> AttractorForPuzzleSolving:
+    torch.manual_seed(seed)
+    return strengthened(AttractorForPuzzleSolving(puzzle_config(residual_form=form, **overrides)).eval(), strength)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_every_cell_sees_every_other_in_the_puzzle_head_and_not_in_the_language_model(form):
+    model = tiny_puzzle(form)
+    changed = PUZZLES.clone()
+    changed[:, -1] = 9
+    for loops in (0, 60):  # the backbone alone, and the solve
+        with torch.no_grad():
+            before, after = model(PUZZLES, num_loops=loops).logits, model(changed, num_loops=loops).logits
+        assert (before[:, 0] - after[:, 0]).abs().max() > 1e-4, loops  # the first cell reads the last
+    lm = AttractorForCausalLM(puzzle_config(residual_form=form)).eval()
+    with torch.no_grad():  # the solver mixes whole sequences (its path, not its fixed point, sees later tokens)
+        torch.testing.assert_close(lm(PUZZLES, num_loops=0).logits[:, :-1], lm(changed, num_loops=0).logits[:, :-1])
+        torch.testing.assert_close(lm(PUZZLES).logits[:, :-1], lm(changed).logits[:, :-1], rtol=0, atol=1e-6)
+    assert model.config.is_causal is False and lm.config.is_causal is True
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_the_puzzle_output_is_a_fixed_point_and_the_loss_is_the_cross_entropy_of_the_cells(form):
+    model = tiny_puzzle(form)
+    labels = LABELS.clone()
+    labels[0, :4] = -100  # skipped cells
+    with torch.no_grad():
+        out = model(PUZZLES, labels=labels, output_hidden_states=True)
+        f, y0 = model.model.loop_map(PUZZLES)
+        y_star = out.hidden_states[-1]
+    assert out.converged.all() and (out.solver_steps > 3).all()  # the attractor really iterates
+    assert ((f(y_star) - y_star).flatten(1).norm(dim=1) / y_star.flatten(1).norm(dim=1) < 1e-5).all()
+    torch.testing.assert_close(y0, out.proposal, rtol=0, atol=0)
+    expected = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    torch.testing.assert_close(out.loss, expected)
+
+
+def test_where_the_update_vanishes_the_paper_fixed_point_is_the_proposal_and_the_gated_one_is_gate_away():
+    """The paper's map lets the fixed point sit on the proposal; the gated map holds every state at relative distance
+    about ``gate`` from it (``T(y) - y0 = gate * rms(y0) * norm(.)``), whatever the layers do."""
+    paper = tiny_puzzle("paper")
+    with torch.no_grad():
+        for layer in paper.model.attractor.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        out = paper(PUZZLES, output_hidden_states=True)
+    torch.testing.assert_close(out.hidden_states[-1], out.proposal, rtol=0, atol=0)
+    assert (out.solver_steps <= 1).all() and out.converged.all()
+    gated = tiny_puzzle("gated", attractor_gate_init=0.5)
+    with torch.no_grad():
+        out = gated(PUZZLES, output_hidden_states=True)
+    distance = (out.hidden_states[-1] - out.proposal).norm(dim=-1) / out.proposal.norm(dim=-1)
+    torch.testing.assert_close(distance, torch.full_like(distance, 0.5), rtol=5e-3, atol=0)  # rms's eps: "about"
+
+
+def test_a_config_saved_before_residual_form_existed_loads_as_gated(tmp_path):
+    config = puzzle_config()
+    assert config.residual_form == "paper" and AttractorModel(config).attractor.gate is None
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["residual_form"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    old = AutoConfig.from_pretrained(tmp_path)
+    assert old.residual_form == "gated" and AttractorModel(old).attractor.gate is not None
+    assert AutoConfig.from_pretrained("tests/data/saved-0.1/attractor_lm").residual_form == "gated"  # 0.1's folder
+    with pytest.raises(ValueError, match="residual_form"):
+        puzzle_config(residual_form="gate")
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_saved_equals_loaded_and_the_language_model_class_refuses_the_folder(form, tmp_path):
+    model = tiny_puzzle(form)
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
+    assert isinstance(loaded, AttractorForPuzzleSolving) and loaded.config.residual_form == form
+    for loops in (0, 60):
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(PUZZLES, num_loops=loops).logits, model(PUZZLES, num_loops=loops).logits)
+    base = AutoModel.from_pretrained(tmp_path)
+    assert isinstance(base, AttractorModel) and not base.is_causal
+    with pytest.raises(ValueError, match="AttractorForPuzzleSolving"):
+        AutoModelForCausalLM.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="no KV cache"):
+        model.model(PUZZLES, use_cache=True)
+
+
+def test_remote_code_loads_the_puzzle_head_without_the_package(tmp_path):
+    model = tiny_puzzle()
+    model.save_pretrained(tmp_path / "ckpt")
+    with torch.no_grad():
+        expected = model(PUZZLES).logits
+    torch.save({"inputs": PUZZLES, "expected": expected}, tmp_path / "expected.pt")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["equilibria"] = None
+        import torch
+        from transformers import AutoModelForTokenClassification
+        data = torch.load({str(tmp_path / "expected.pt")!r})
+        model = AutoModelForTokenClassification.from_pretrained(
+            {str(tmp_path / "ckpt")!r}, trust_remote_code=True, attn_implementation="eager"
+        ).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        with torch.no_grad():
+            got = model(data["inputs"]).logits
+        assert torch.equal(got, data["expected"]), (got - data["expected"]).abs().max()
+        print("REMOTE_OK", model.config.residual_form)
+        """
+    )
+    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "REMOTE_OK paper" in result.stdout
+
+
+def _saved_bytes(model, mode: str, num_loops: int) -> int:
+    """Bytes of tensors autograd keeps for the backward pass of one training forward (unique storages)."""
+    storages = {}
+
+    def pack(tensor):
+        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(PUZZLES, labels=LABELS, gradient_mode=mode, num_loops=num_loops, solver_tol=1e-12).loss.backward()
+    model.eval()
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_puzzle_training_memory_is_constant_in_the_budget_except_when_unrolled(form):
+    model = tiny_puzzle(form, solver="picard")
+    for mode in ("one_step", "implicit"):
+        assert _saved_bytes(model, mode, 32) == _saved_bytes(model, mode, 2), mode
+    unrolled = [_saved_bytes(model, "unrolled", budget) for budget in (2, 8, 32)]
+    assert unrolled[0] < unrolled[1] < unrolled[2] and unrolled[2] > 6 * unrolled[0]
+
+
+def _grads(model, mode: str, num_loops: int) -> torch.Tensor:
+    model.zero_grad()
+    model.train()
+    model(PUZZLES, labels=LABELS, gradient_mode=mode, num_loops=num_loops).loss.backward()
+    model.eval()
+    return torch.cat([p.grad.flatten() for _, p in sorted(model.named_parameters()) if p.grad is not None])
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_the_implicit_gradient_of_the_puzzle_head_is_backprop_through_the_converged_solve(form):
+    model = tiny_puzzle(form, strength=2.0, solver="picard", solver_tol=1e-7)
+    implicit, unrolled = _grads(model, "implicit", 200), _grads(model, "unrolled", 80)
+    assert ((implicit - unrolled).norm() / unrolled.norm()) < 1e-4
+
+
+def _sudoku_rows(n: int):
+    rows = build_sudoku_dataset(size=4, num_train=n, num_test=1, seed=0, split_by="board")["train"]
+    return rows.select_columns(["inputs", "labels"])
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_the_trainer_trains_the_puzzle_head_with_the_regularisers(form, tmp_path):
+    torch.manual_seed(0)
+    model = AttractorForPuzzleSolving(puzzle_config(residual_form=form, num_loops=8, solver_tol=1e-3))
+    args = AttractorTrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=30,
+        per_device_train_batch_size=16,
+        learning_rate=3e-3,
+        logging_steps=10,
+        report_to="none",
+        save_strategy="no",
+        jacobian_weight=0.1,
+        correction_weight=0.5,
+        use_cpu=True,
+    )
+    trainer = AttractorTrainer(model=model, args=args, train_dataset=_sudoku_rows(96))
+    trainer.train()
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(history) == 3 and history[-1]["lm_loss"] < history[0]["lm_loss"] - 0.1, history
+    for h in history:
+        assert h["solver_steps"] >= 1 and h["diverged_rate"] == 0
+        assert h["jacobian_penalty"] > 0 and h["correction_loss"] > 0
