@@ -224,3 +224,26 @@ def test_the_trainer_trains_the_puzzle_head_with_the_regularisers(form, tmp_path
     for h in history:
         assert h["solver_steps"] >= 1 and h["diverged_rate"] == 0
         assert h["jacobian_penalty"] > 0 and h["correction_loss"] > 0
+
+
+def test_the_cli_trains_evaluates_audits_and_cards_an_attractor_puzzle_model(tmp_path, capsys):
+    from equilibria.cli import main
+
+    out = tmp_path / "attractor"
+    argv = ["train", "--family", "attractor_lm", "--task", "sudoku", "--size", "4", "--split_by", "board"]
+    argv += ["--train_size", "64", "--test_size", "8", "--hidden_size", "32", "--num_attention_heads", "2"]
+    argv += ["--max_steps", "3", "--eval_loops", "0,2", "--output_dir", str(out), "--save_strategy", "no"]
+    assert main([*argv, "--report_to", "none", "--use_cpu", "--disable_tqdm", "true"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["AttractorForPuzzleSolving"] and config["is_causal"] is False
+    assert config["residual_form"] == "paper" and config["max_position_embeddings"] == 16
+    trained = json.loads((out / "loop_scaling.json").read_text())
+    assert main(["eval", str(out), "--loops", "0,2", "--output-dir", str(out)]) == 0
+    assert json.loads((out / "loop_scaling.json").read_text())["accuracy"] == trained["accuracy"]
+    assert main(["audit", str(out), "--num-examples", "12", "--output-dir", str(out)]) == 0
+    audit = json.loads((out / "audit.json").read_text())
+    assert audit["num_units"] == 12 and audit["family"]["unit"] == "puzzle" and audit["model_type"] == "attractor_lm"
+    card = (out / "README.md").read_text()
+    assert "`residual_form='paper'`" in card and "bidirectional over the puzzle's cells" in card
+    assert "AutoModelForTokenClassification" in card and "gradient_mode='one_step'" in card
+    capsys.readouterr()
