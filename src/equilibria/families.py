@@ -235,6 +235,8 @@ ATTRACTOR_FORMS = {
     "gated": "`T(y, y0) = y0 + gate * rms(y0) * norm(layers(x))`: this package's earlier gated form, not the "
     "paper's; its per-channel gate bounds each step, and holds the fixed point at a relative distance of about "
     "`|gate|` from the proposal",
+    "deq": "`T(y, y0) = U(x)` solved from `y = 0`: a plain deep-equilibrium control, not the paper's Attractor (the "
+    "backbone's output is only injected)",
 }
 ATTRACTOR_GRADIENTS = {
     "one_step": "the one-step gradient (one application of `T` at the detached fixed point; constant memory)",

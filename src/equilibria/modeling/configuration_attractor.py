@@ -17,7 +17,7 @@ from .config_checks import LoopConfigMixin, check_attention_heads, fill_attentio
 from .solvers import GRADIENT_MODES, SOLVERS
 
 INJECTIONS = ("add", "concat")
-RESIDUAL_FORMS = ("paper", "gated")
+RESIDUAL_FORMS = ("paper", "gated", "deq")
 
 
 @raise_value_errors
@@ -63,6 +63,9 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
             * ``"gated"``: ``T(y, y0) = y0 + gate * rms(y0) * norm(layers(x))``, this package's earlier form: a
               per-channel gate bounds each step relative to the proposal's scale, which keeps ``T`` contractive,
               but also holds the fixed point at a relative distance of about ``|gate|`` from the proposal.
+            * ``"deq"``: ``T(y, y0) = U(x)`` solved from ``y = 0``: a plain deep-equilibrium control (the paper's DEQ
+              baseline), in which the backbone's output is only injected, neither the start nor the base of ``T``.
+              With ``num_loops=0`` the heads read the zero start.
 
             New configs default to ``"paper"``; a config saved without the key (before it existed) loads as
             ``"gated"``, the form it was trained with.

@@ -8,13 +8,15 @@ or concatenated and projected), so the fixed point depends on the input. ``confi
 
     "paper":  T(y, y0) = y0 + U(x),                               U(x) = layers(x) - x
     "gated":  T(y, y0) = y0 + gate * rms(y0) * norm(layers(x))
+    "deq":    T(y, y0) = U(x), solved from y = 0                  (a control: a plain DEQ)
 
 The paper's map adds the attractor layers' residual update to the proposal (its code writes it
 ``FPHead(y + y0) - y``): where the update vanishes the proposal is the fixed point, so training can move the
 proposal onto it. The gated form is this package's earlier one: ``norm`` is a parameter-free RMS normalisation and
 ``gate`` a per-channel step size relative to the proposal's scale, which keeps ``T`` contractive but holds the
-fixed point at a relative distance of about ``|gate|`` from the proposal. The heads read ``final_norm(y*)``; with
-``num_loops=0`` they read ``final_norm(y0)`` (the backbone alone). [`AttractorForCausalLM`] attends causally,
+fixed point at a relative distance of about ``|gate|`` from the proposal. ``"deq"`` is the control the paper
+compares with: the backbone's output only injected, the solve started from zero. The heads read ``final_norm(y*)``; with
+``num_loops=0`` they read ``final_norm(y0)`` (the backbone alone; the zero start for ``"deq"``). [`AttractorForCausalLM`] attends causally,
 [`AttractorForPuzzleSolving`] bidirectionally over a puzzle's cells (``config.is_causal``).
 
 Training differentiates through the equilibrium without storing the solver's iterations (``gradient_mode``):
@@ -123,7 +125,8 @@ class _ReadOnlyCache:
 
 class AttractorModule(nn.Module):
     """The weight-tied map ``T(y, y0)`` with ``x = inject(y, y0)``: ``y0 + layers(x) - x`` (``residual_form="paper"``:
-    the proposal plus the layers' residual update) or ``y0 + gate * rms(y0) * norm(layers(x))`` (``"gated"``)."""
+    the proposal plus the layers' residual update), ``y0 + gate * rms(y0) * norm(layers(x))`` (``"gated"``) or
+    ``layers(x) - x`` from a zero start (``"deq"``: the proposal is only an input injection)."""
 
     def __init__(self, config: AttractorConfig):
         super().__init__()
@@ -133,10 +136,15 @@ class AttractorModule(nn.Module):
         self.in_proj = nn.Linear(2 * hidden, hidden, bias=False) if config.injection == "concat" else None
         first = config.num_backbone_layers
         self.layers = nn.ModuleList([DecoderLayer(config, first + i) for i in range(config.num_attractor_layers)])
+        self.form = config.residual_form
         if config.residual_form == "gated":
             self.gate = nn.Parameter(torch.full((hidden,), float(config.attractor_gate_init)))
         else:
             self.register_parameter("gate", None)
+
+    def start(self, y0: torch.Tensor) -> torch.Tensor:
+        """The solver's start: the proposal, or zero for the ``"deq"`` control."""
+        return torch.zeros_like(y0) if self.form == "deq" else y0
 
     def forward(
         self,
@@ -151,9 +159,9 @@ class AttractorModule(nn.Module):
         h = x
         for layer in self.layers:
             h = layer(h, attention_mask=attention_mask, position_embeddings=position_embeddings, cache=cache, **kwargs)
-        if self.gate is None:
-            return y0 + (h - x)
-        return y0 + self.gate * _rms(y0, self.eps) * (h / _rms(h, self.eps))
+        if self.form == "gated":
+            return y0 + self.gate * _rms(y0, self.eps) * (h / _rms(h, self.eps))
+        return h - x if self.form == "deq" else y0 + (h - x)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -165,7 +173,8 @@ class AttractorModule(nn.Module):
 class AttractorModelOutput(SolverTelemetry, BaseModelOutputWithPast):
     r"""
     last_hidden_state (`torch.FloatTensor` of shape `(batch, seq_len, hidden_size)`):
-        ``final_norm(y*)``: the normalised fixed point (the proposal when ``num_loops=0``).
+        ``final_norm(y*)``: the normalised fixed point (the solver's start when ``num_loops=0``: the proposal, zero for
+        ``residual_form="deq"``).
     hidden_states (`tuple(torch.FloatTensor)`, returned with `output_hidden_states=True`):
         The embeddings, the output of every backbone layer (the last is the proposal ``y0``), then the fixed
         point ``y*`` (before the final norm).
@@ -353,13 +362,14 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         """``(y*, stats, extras)``: the fixed point with its gradient, the solver's stats (``None`` with budget 0)
         and the regularisers asked for. The iterations attend to the cache without appending; the one
         application at the solution (``readout``) appends its keys/values."""
+        start = self.attractor.start(y0)
         if options.budget == 0:
-            return y0, None, {}
+            return start, None, {}
         peek = partial(step, cache=_ReadOnlyCache(cache) if cache is not None else None)
         sampler = IterateSampler(options.correction_states) if options.correction_states else None
         y_star, stats = fixed_point(
             peek if sampler is None else sampler.wrap(peek),
-            y0,
+            start,
             readout=readout,
             max_iter=options.budget,
             tol=options.tol,
@@ -434,7 +444,8 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         if position_ids is None:
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device).unsqueeze(0)
         y0, mask, position_embeddings, _ = self._propose(inputs_embeds, attention_mask, position_ids, None)
-        return LoopMap(partial(self.attractor, y0=y0, attention_mask=mask, position_embeddings=position_embeddings), y0)
+        f = partial(self.attractor, y0=y0, attention_mask=mask, position_embeddings=position_embeddings)
+        return LoopMap(f, self.attractor.start(y0))
 
 
 def _valid_positions(attention_mask, seq_len: int) -> torch.Tensor | None:
