@@ -1,17 +1,25 @@
 """Equilibrium internalization: does fixed-point training pull the backbone's proposal y0 onto the equilibrium?
 
-A small Attractor LM is trained with `AttractorTrainer` on multi-digit addition ("12+34=46", loss on the answer).
-Every `--eval-every` steps, on held-out problems (teacher forcing, answer tokens only), it prints:
+The paper (Fein-Ashley and Rashidinejad, 2026, Sec. 3.3 and 4.3) reports that over training the solver's iterations
+fall to a minimum (where a DEQ's grow) and that decoding the proposal alone (T=0) or after one step (T=1) comes
+close to the solved model. This script trains one small Attractor with `AttractorTrainer` and records, every
+``--eval-every`` steps on held-out data it never trains on:
 
-* the answer loss of the backbone alone (`num_loops=0`) and of the solved model;
-* the solver iterations needed to reach the tolerance, and the share of sequences that converged;
-* how far the proposal is from the equilibrium: ||y* - y0|| / ||y*|| and the residual ||T(y0) - y0|| / ||T(y0)||.
+* the solver's iterations to the tolerance (mean over held-out rows) and the share that converged;
+* accuracy at T=0 (the heads read the solver's start: the proposal; a zero start for the DEQ control), at T=1
+  and at T* (the solve within ``--budget``);
+* how far the proposal is from the equilibrium, ``||y* - y0|| / ||y*||``.
 
-At the end: greedy exact-match accuracy with the backbone alone and with the solver, and the plot (losses and
-iterations over training) as a PNG. The paper (Fein-Ashley and Rashidinejad, 2026) reports that iterations fall
-and the backbone alone comes close to the solved model.
+Tasks: ``addition`` (the causal LM, 2-digit sums; accuracy is the teacher-forced exact answer: every answer token
+and the end token the arg-max given the right prefix, which is greedy decoding's exact match up to the solver's
+tolerance) and ``sudoku`` (the puzzle head, 6x6 boards with 18+ clues, test puzzles outside every training
+puzzle's class; accuracy is the share of boards solved exactly). ``--form``: the map (``paper``, ``gated``, or
+the ``deq`` control: zero start, the backbone's output only injected); ``--gradient-mode``: one-step or implicit.
+Each run writes ``internalization.json`` and a plot into its own folder; the docs table reads every run.
 
-    python benchmarks/bench_attractor_internalization.py            # about 18 minutes on 2 CPU cores
+    for form in paper gated deq; do python benchmarks/bench_attractor_internalization.py --form $form; done
+    python benchmarks/bench_attractor_internalization.py --form paper --gradient-mode implicit
+    python benchmarks/bench_attractor_internalization.py --task sudoku --form paper     # and gated, deq
     python benchmarks/bench_attractor_internalization.py --quick    # seconds; a test runs this
 """
 
@@ -26,26 +34,30 @@ from pathlib import Path
 import doc_tables
 import torch
 from bench_stars_addition import common_training_args
-from transformers import DataCollatorForSeq2Seq, TrainerCallback, set_seed
+from transformers import DataCollatorForSeq2Seq, TrainerCallback, default_data_collator, set_seed
 
-from equilibria import AttractorForCausalLM
-from equilibria.families import small_attractor_config
-from equilibria.tasks import (
-    addition_tokenizer,
-    build_addition_dataset,
-    exact_match,
-    tokenize_for_training,
-)
+from equilibria import AttractorConfig, AttractorForCausalLM, AttractorForPuzzleSolving
+from equilibria.modeling.configuration_attractor import RESIDUAL_FORMS
+from equilibria.modeling.puzzles import puzzle_solved
+from equilibria.tasks import addition_tokenizer, build_addition_dataset, build_sudoku_dataset, tokenize_for_training
+from equilibria.tasks.sudoku import SUDOKU_VOCAB_SIZE
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
+
+RESULTS = Path("docs/results/attractor_internalization")
 
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny run for a smoke test")
-    p.add_argument("--digits", type=int, default=2)
-    p.add_argument("--train-size", type=int, default=6000)
+    p.add_argument("--task", default="addition", choices=["addition", "sudoku"])
+    p.add_argument("--form", default="paper", choices=RESIDUAL_FORMS, help="the attractor map (residual_form)")
+    p.add_argument("--gradient-mode", default="one_step", choices=["one_step", "implicit"])
+    p.add_argument("--digits", type=int, default=2, help="addition: operand digits")
+    p.add_argument("--size", type=int, default=6, help="sudoku: board side")
+    p.add_argument("--min-clues", type=int, default=18, help="sudoku: keep at least this many clues")
+    p.add_argument("--train-size", type=int, default=None, help="default: 6000 sums or 3000 boards")
     p.add_argument("--test-size", type=int, default=300)
-    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--steps", type=int, default=None, help="default: 2000 (addition) or 1200 (sudoku)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--width", type=int, default=128)
@@ -53,81 +65,104 @@ def parse(argv):
     p.add_argument("--attractor-layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--budget", type=int, default=30, help="solver iterations allowed in training and evaluation")
-    p.add_argument("--tol", type=float, default=1e-4, help="the solver's relative-residual tolerance")
-    p.add_argument("--gradient-mode", default="implicit", choices=["one_step", "implicit"])
-    p.add_argument("--jacobian-weight", type=float, default=0.0)
+    p.add_argument("--tol", type=float, default=1e-3, help="the solver's relative-residual tolerance")
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output-dir", type=Path, default=Path("docs/results/attractor_internalization"))
+    p.add_argument("--output-dir", type=Path, default=None, help=f"default: {RESULTS}/<task>-<form>-<gradient>")
     args = p.parse_args(argv)
+    args.train_size = args.train_size or (6000 if args.task == "addition" else 3000)
+    args.steps = args.steps or (2000 if args.task == "addition" else 1200)
     if args.quick:
-        args.train_size, args.test_size, args.steps, args.eval_every = 256, 16, 6, 3
-        args.width, args.batch_size, args.budget = 32, 16, 10
+        args.train_size, args.test_size, args.steps, args.eval_every = 128 if args.task == "addition" else 12, 8, 6, 3
+        args.width, args.batch_size, args.budget, args.size, args.min_clues = 32, 16, 10, 4, None
+    if args.output_dir is None:
+        args.output_dir = RESULTS / f"{args.task}-{args.form}-{args.gradient_mode}".replace("_", "-")
     return args
 
 
-def build_model(args, tokenizer) -> AttractorForCausalLM:
+def build_data(args):
+    """``(train, held_out_batch, collator, vocab)``: tokenised training rows, one collated batch of the test rows."""
+    if args.task == "addition":
+        tokenizer = addition_tokenizer()
+        data = build_addition_dataset(args.digits, args.train_size, args.test_size, seed=args.seed)
+        right = copy.deepcopy(tokenizer)
+        right.padding_side = "right"
+        collator = DataCollatorForSeq2Seq(right, label_pad_token_id=-100)
+        held_out = collator(list(tokenize_for_training(data["test"], tokenizer)))
+        return tokenize_for_training(data["train"], tokenizer), held_out, collator, tokenizer
+    data = build_sudoku_dataset(args.size, args.train_size, args.test_size, seed=args.seed, min_clues=args.min_clues)
+    columns = ["inputs", "labels"]
+    train, test = data["train"].select_columns(columns), data["test"].select_columns(columns)
+    return train, default_data_collator(list(test)), default_data_collator, SUDOKU_VOCAB_SIZE
+
+
+def build_model(args, vocab):
     set_seed(args.seed)
-    config = small_attractor_config(
-        tokenizer,
+    sizes = dict(
         hidden_size=args.width,
+        intermediate_size=2 * args.width,
         num_backbone_layers=args.backbone_layers,
         num_attractor_layers=args.attractor_layers,
         num_attention_heads=args.heads,
         num_loops=args.budget,
         solver_tol=args.tol,
         gradient_mode=args.gradient_mode,
+        residual_form=args.form,
     )
-    return AttractorForCausalLM(config)
+    if args.task == "addition":
+        special = dict(
+            pad_token_id=vocab.pad_token_id, bos_token_id=vocab.bos_token_id, eos_token_id=vocab.eos_token_id
+        )
+        config = AttractorConfig(vocab_size=len(vocab), max_position_embeddings=64, **special, **sizes)
+        return AttractorForCausalLM(config)
+    config = AttractorConfig(vocab_size=vocab, max_position_embeddings=args.size**2, tie_word_embeddings=False, **sizes)
+    return AttractorForPuzzleSolving(config)
+
+
+def exact(outputs, batch: dict, causal: bool) -> float:
+    """Share of rows whose every labelled token (causal: next token) is the arg-max."""
+    if not causal:
+        return puzzle_solved(outputs.logits, batch["labels"]).float().mean().item()
+    targets, predicted = batch["labels"][:, 1:], outputs.logits[:, :-1].argmax(-1)
+    return ((predicted == targets) | (targets == -100)).all(1).float().mean().item()
 
 
 @torch.no_grad()
-def equilibrium_report(model, batch: dict) -> dict:
-    """Answer losses without and with the solver, solver iterations, and the proposal's distance from the
-    equilibrium, on one teacher-forced batch."""
+def equilibrium_report(model, batch: dict, budget: int) -> dict:
+    """Accuracy at T=0, T=1 and T* (the solve within ``budget``), the solver's iterations, and the proposal's
+    distance from the equilibrium, on one held-out batch."""
     was_training = model.training
     model.eval()
+    causal = isinstance(model, AttractorForCausalLM)
     inputs = {k: v for k, v in batch.items() if k != "labels"}
-    backbone = model(**inputs, labels=batch["labels"], num_loops=0, use_cache=False)
-    solved = model(**inputs, labels=batch["labels"], use_cache=False, output_hidden_states=True)
+    extra = {"use_cache": False} if causal else {}
+    outs = {t: model(**inputs, num_loops=t, output_hidden_states=(t == budget), **extra) for t in (0, 1, budget)}
+    solved = outs[budget]
     y_star, y0 = solved.hidden_states[-1], solved.proposal
-    f, _ = model.model.loop_map(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"))
-    f_y0 = f(y0)
-    valid = inputs["attention_mask"].bool() if "attention_mask" in inputs else torch.ones_like(inputs["input_ids"])
-    valid = valid.bool()
-
-    def relative(a, b):  # per-sequence ||a - b|| / ||a|| over the real tokens
-        diff = ((a - b).pow(2).sum(-1) * valid).sum(1).sqrt()
-        return (diff / ((a.pow(2).sum(-1) * valid).sum(1).sqrt().clamp_min(1e-12))).mean().item()
-
+    valid = inputs.get("attention_mask", torch.ones(y0.shape[:2])).bool()
+    distance = ((y_star - y0).pow(2).sum(-1) * valid).sum(1).sqrt() / (y_star.pow(2).sum(-1) * valid).sum(1).sqrt()
     report = {
-        "loss_backbone": backbone.loss.item(),
-        "loss_solved": solved.loss.item(),
+        "accuracy": {str(t): exact(out, batch, causal) for t, out in outs.items()},
         "iterations": solved.solver_steps.float().mean().item(),
         "converged": solved.converged.float().mean().item(),
-        "displacement": relative(y_star, y0),
-        "proposal_residual": relative(f_y0, y0),
+        "displacement": distance.clamp_max(1e6).mean().item(),
     }
     model.train(was_training)
     return report
 
 
 class EquilibriumProbe(TrainerCallback):
-    """Records :func:`equilibrium_report` on a fixed held-out batch every ``every`` steps (and at step 0)."""
+    """Records :func:`equilibrium_report` on the held-out batch every ``every`` steps (and at step 0)."""
 
-    def __init__(self, model, batch: dict, every: int):
-        self.model, self.batch, self.every = model, batch, every
+    def __init__(self, model, batch: dict, every: int, budget: int):
+        self.model, self.batch, self.every, self.budget = model, batch, every, budget
         self.rows: list[dict] = []
 
     def record(self, step: int) -> None:
-        row = {"step": step, **equilibrium_report(self.model, self.batch)}
+        row = {"step": step, **equilibrium_report(self.model, self.batch, self.budget)}
         self.rows.append(row)
-        print(
-            f"{row['step']:>6} {row['loss_backbone']:>14.4f} {row['loss_solved']:>12.4f} "
-            f"{row['loss_backbone'] - row['loss_solved']:>8.4f} {row['iterations']:>11.1f} {row['converged']:>10.2f} "
-            f"{row['displacement']:>13.4f} {row['proposal_residual']:>18.4f}",
-            flush=True,
-        )
+        accuracy = " ".join(f"{100 * v:7.1f}" for v in row["accuracy"].values())
+        print(f"{step:>6} {row['iterations']:>11.1f} {row['converged']:>10.2f} {accuracy} {row['displacement']:>10.3f}")
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.record(0)
@@ -137,7 +172,7 @@ class EquilibriumProbe(TrainerCallback):
             self.record(state.global_step)
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], budget: int, title: str, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -145,70 +180,49 @@ def plot(rows: list[dict], path: Path) -> None:
 
     steps = [r["step"] for r in rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    ax1.plot(steps, [r["loss_backbone"] for r in rows], marker="o", label="backbone alone (num_loops=0)")
-    ax1.plot(steps, [r["loss_solved"] for r in rows], marker="s", label="solved (fixed point)")
-    ax1.set_yscale("log")
+    for t, label in (("0", "T=0 (the start)"), ("1", "T=1"), (str(budget), f"T* (budget {budget})")):
+        ax1.plot(steps, [100 * r["accuracy"][t] for r in rows], marker="o", label=label)
     ax1.set_xlabel("training step")
-    ax1.set_ylabel("held-out answer loss")
+    ax1.set_ylabel("held-out exact accuracy (%)")
     ax1.legend()
-    ax2.plot(steps, [r["iterations"] for r in rows], marker="o", color="tab:green", label="solver iterations")
+    ax2.plot(steps, [r["iterations"] for r in rows], marker="o", color="tab:green")
     ax2.set_xlabel("training step")
-    ax2.set_ylabel("iterations to tolerance")
-    twin = ax2.twinx()
-    twin.plot(steps, [r["displacement"] for r in rows], marker="x", color="tab:red", label="||y* - y0|| / ||y*||")
-    twin.set_ylabel("||y* - y0|| / ||y*||")
-    handles = ax2.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-    ax2.legend(handles, [h.get_label() for h in handles], loc="lower right")
-    fig.suptitle("Attractor LM on addition: equilibrium internalization")
+    ax2.set_ylabel("solver iterations to tolerance")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
 def main(argv=None) -> dict:
     args = parse(argv)
-    tokenizer = addition_tokenizer()
-    data = build_addition_dataset(args.digits, args.train_size, args.test_size, seed=args.seed)
-    model = build_model(args, tokenizer)
-    train_tokenizer = copy.deepcopy(tokenizer)
-    train_tokenizer.padding_side = "right"
-    collator = DataCollatorForSeq2Seq(train_tokenizer, label_pad_token_id=-100)
-    held_out = collator(list(tokenize_for_training(data["test"], tokenizer)))
-    probe = EquilibriumProbe(model, held_out, args.eval_every)
-    training_args = AttractorTrainingArguments(
-        **{**common_training_args(args, "run"), "logging_steps": max(1, args.steps // 10)},
-        jacobian_weight=args.jacobian_weight,
-    )
+    train, held_out, collator, vocab = build_data(args)
+    model = build_model(args, vocab)
+    probe = EquilibriumProbe(model, held_out, args.eval_every, args.budget)
+    training_args = AttractorTrainingArguments(**common_training_args(args, "run"))
     trainer = AttractorTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=tokenize_for_training(data["train"], tokenizer),
-        data_collator=collator,
-        callbacks=[probe],
+        model=model, args=training_args, train_dataset=train, data_collator=collator, callbacks=[probe]
     )
+    params = sum(p.numel() for p in model.parameters())
+    title = f"Attractor ({args.form} map, {args.gradient_mode} gradient) on {args.task}"
     print(
-        f"Attractor LM: width {args.width}, {args.backbone_layers} backbone + {args.attractor_layers} attractor "
-        f"layers, {args.gradient_mode} gradient, budget {args.budget}, tol {args.tol}; {args.digits}-digit addition, "
-        f"{args.steps} steps of batch {args.batch_size}"
+        f"{title}: {params:,} parameters, budget {args.budget}, tol {args.tol}, {args.steps} steps of {args.batch_size}"
     )
-    print(
-        f"{'step':>6} {'loss backbone':>14} {'loss solved':>12} {'gap':>8} {'iterations':>11} {'converged':>10} "
-        f"{'||y*-y0||/||y*||':>13} {'||T(y0)-y0||/||T||':>18}"
-    )
+    print(f"{'step':>6} {'iterations':>11} {'converged':>10} {'T=0':>7} {'T=1':>7} {'T*':>7} {'|y*-y0|/|y*|':>10}")
     started = time.time()
     trainer.train()
     seconds = time.time() - started
-    accuracy = {
-        "backbone (num_loops=0)": exact_match(model, tokenizer, data["test"], num_loops=0),
-        f"solved (num_loops={args.budget})": exact_match(model, tokenizer, data["test"], num_loops=args.budget),
-    }
-    print(f"trained in {seconds:.0f} s; greedy exact match on {len(data['test'])} held-out problems:")
-    for name, value in accuracy.items():
-        print(f"  {name:<24} {100 * value:6.1f}%")
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    result = {"rows": probe.rows, "exact_match": accuracy, "train_seconds": seconds, "args": vars(args)}
-    doc_tables.save_results((args.output_dir / "internalization.json"), result, indent=2, default=str)
+    result = {
+        "rows": probe.rows,
+        "train_seconds": seconds,
+        "parameters": params,
+        "held_out": f"{len(held_out['labels'])} test rows, none a training question"
+        + (" nor in a training puzzle's class" if args.task == "sudoku" else ""),
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
+    doc_tables.save_results(args.output_dir / "internalization.json", result, indent=2)
     try:
-        plot(probe.rows, args.output_dir / "internalization.png")
+        plot(probe.rows, args.budget, title, args.output_dir / "internalization.png")
         print(f"wrote {args.output_dir / 'internalization.png'} and internalization.json")
     except ImportError:
         print("matplotlib is not installed: no plot")

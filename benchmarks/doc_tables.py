@@ -479,6 +479,45 @@ def puzzle_splits() -> str:
     return markdown(header, rows)
 
 
+INTERNALIZATION_RUNS = (  # folders under attractor_internalization/: <task>-<form>-<gradient>
+    "addition-paper-one-step",
+    "addition-gated-one-step",
+    "addition-deq-one-step",
+    "addition-paper-implicit",
+    "sudoku-paper-one-step",
+    "sudoku-gated-one-step",
+    "sudoku-deq-one-step",
+)
+
+
+def attractor_internalization() -> str:
+    """A row per run (one not made yet says so): the solver's iterations at the first and last evaluation (and
+    their minimum), the held-out accuracy at T=0, T=1 and T* at the end, and the gap T* - T=0."""
+    rows = []
+    for name in INTERNALIZATION_RUNS:
+        task, form, gradient = name.split("-", 2)
+        label = [task, f"`{form}`", gradient.replace("-", "_")]
+        path = RESULTS / "attractor_internalization" / name / "internalization.json"
+        if not path.exists():
+            rows.append([*label, "not run yet", "", "", ""])
+            continue
+        run = json.loads(path.read_text())
+        first, last = run["rows"][0], run["rows"][-1]
+        steps = [r["iterations"] for r in run["rows"]]
+        accuracy = list(last["accuracy"].values())  # T=0, T=1, T*
+        rows.append(
+            [
+                *label,
+                f"{first['iterations']:.1f} → {last['iterations']:.1f} (min {min(steps):.1f})",
+                " / ".join(pct(a) for a in accuracy),
+                f"{100 * (accuracy[2] - accuracy[0]):+.1f}",
+                f"{run['args']['steps']} steps, {run['train_seconds'] / 60:.0f} min",
+            ]
+        )
+    header = ["task", "map", "gradient", "iterations: start → end", "T=0 / T=1 / T* at the end", "T* − T=0", "run"]
+    return markdown(header, rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "cli-commands": cli_commands,
     "demo-loop-scaling": demo_loop_scaling,
@@ -509,6 +548,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "compat-matrix": compat_matrix,
     "puzzle-generators": puzzle_generators,
     "puzzle-splits": puzzle_splits,
+    "attractor-internalization": attractor_internalization,
 }
 
 
