@@ -217,6 +217,14 @@ def eqr_depths(relative: str, **options) -> str:
     return depth_table(load(relative)["kinds"], **options)
 
 
+def mean_se(values: list[float]) -> tuple[float, float]:
+    """Mean and standard error (n - 1 degrees of freedom; NaN for one value)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, float("nan")
+    return mean, (sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values)) ** 0.5
+
+
 EQR_SEED_RUNS = {  # seed -> the folder of its per-kind runs (seed 0: the 6x6 ablation, run at ab566ad)
     0: "eqr_ablation_6x6",
     1: "eqr_6x6_seeds/seed1",
@@ -244,9 +252,8 @@ def eqr_seeds(kinds: tuple[str, str] = ("weight_tied", "eqr"), depths: tuple[int
     cells = []
     for d in depths:
         values = [r[kinds[1]]["accuracy_by_depth"][str(d)] - r[kinds[0]]["accuracy_by_depth"][str(d)] for r in paired]
-        mean = sum(values) / len(values)
-        sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else float("nan")
-        cells.append(f"{100 * mean:+.1f} ± {100 * sd / len(values) ** 0.5:.1f}")
+        mean, se = mean_se(values)
+        cells.append(f"{100 * mean:+.1f} ± {100 * se:.1f}")
     rows.append([f"{kinds[1]} - {kinds[0]} (mean ± SE over {len(paired)} seeds)", *cells])
     return markdown(["exact solve, one trajectory", *(f"depth {d}" for d in depths)], rows)
 
@@ -518,6 +525,55 @@ def attractor_internalization() -> str:
     return markdown(header, rows)
 
 
+LM_KINDS = {
+    "llama": "`LlamaForCausalLM`",
+    "attractor-paper": "Attractor, paper's map",
+    "attractor-gated": "Attractor, gated map",
+    "looped": "looped, unrolled (Parcae-style)",
+}
+
+
+def attractor_lm() -> str:
+    """A row per model kind: validation perplexity per seed and its mean, the paired difference from the
+    transformer (mean ± SE over the seeds both have), and each run's mean cost."""
+    runs = {
+        kind: {
+            int(p.stem[4:]): json.loads(p.read_text())
+            for p in sorted((RESULTS / "attractor_lm" / kind).glob("seed*.json"))
+        }
+        for kind in LM_KINDS
+    }
+    rows = []
+    for kind, label in LM_KINDS.items():
+        by_seed = runs[kind]
+        if not by_seed:
+            rows.append([label, "not run yet", "", "", "", "", ""])
+            continue
+        ppl = [r["val_perplexity"] for r in by_seed.values()]
+        paired = [
+            r["val_perplexity"] - runs["llama"][s]["val_perplexity"] for s, r in by_seed.items() if s in runs["llama"]
+        ]
+        diff = (
+            "" if kind == "llama" or not paired else "{:+.2f} ± {:.2f} ({} seeds)".format(*mean_se(paired), len(paired))
+        )
+        cost = {
+            k: mean_se([r[k] for r in by_seed.values()])[0] for k in ("train_flops", "train_seconds", "saved_bytes")
+        }
+        rows.append(
+            [
+                label,
+                f"{next(iter(by_seed.values()))['parameters']:,}",
+                " / ".join(f"{v:.2f}" for v in ppl) + f" (mean {mean_se(ppl)[0]:.2f})",
+                diff,
+                f"{cost['train_flops'] / 1e12:.1f}",
+                f"{cost['train_seconds'] / 60:.1f}",
+                f"{cost['saved_bytes'] / 2**20:.1f}",
+            ]
+        )
+    header = ["model", "parameters", "validation perplexity per seed", "minus the transformer's", "training TFLOPs"]
+    return markdown([*header, "minutes", "saved for backward (MiB)"], rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "cli-commands": cli_commands,
     "demo-loop-scaling": demo_loop_scaling,
@@ -549,6 +605,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "puzzle-generators": puzzle_generators,
     "puzzle-splits": puzzle_splits,
     "attractor-internalization": attractor_internalization,
+    "attractor-lm": attractor_lm,
 }
 
 

@@ -294,3 +294,18 @@ def test_bf16_weights_train_with_the_penalty(tmp_path):
     history = logged(trainer)
     assert history and all(math.isfinite(h["loss"]) and h["jacobian_penalty"] > 0 for h in history)
     assert all(h["diverged_rate"] == 0 for h in history)
+
+
+@pytest.mark.parametrize("kind", ["attractor-gated", "looped"])
+def test_language_model_benchmark_quick_mode_runs(tmp_path, kind):
+    bench = load_benchmark("bench_attractor_lm")
+    result = bench.main(["--quick", "--kind", kind, "--output-dir", str(tmp_path)])
+    saved = read_benchmark_json(tmp_path / kind / "seed0.json", result)
+    llama = bench.main(["--quick", "--kind", "llama", "--output-dir", str(tmp_path)])  # the cached data
+    assert saved["parameters"] - llama["parameters"] == (32 if kind == "attractor-gated" else 0)  # the gate: width
+    assert saved["training_tokens"] == llama["training_tokens"] == 4 * 4 * 32
+    assert saved["data"]["files"]["val"] >= 1 and saved["val_tokens"] > 0 and saved["val_perplexity"] > 1
+    assert saved["train_flops"] > llama["train_flops"] > 0  # the loop costs FLOPs at equal parameters
+    loops = 2 if kind == "looped" else None  # the looped baseline always runs its loops; the solver may stop early
+    assert all(steps == loops for steps in saved["solver_steps"]) if loops else saved["solver_steps"]
+    assert (tmp_path / "cache").is_dir()
