@@ -525,6 +525,30 @@ def attractor_internalization() -> str:
     return markdown(header, rows)
 
 
+def attractor_memory() -> str:
+    """A row per map and gradient mode: saved-for-backward and peak-increase MiB at each budget, and the ratios of
+    the largest budget to the smallest."""
+    path = RESULTS / "attractor_memory" / "memory.json"
+    if not path.exists():
+        return markdown(["map", "gradient", "saved / peak (MiB) at each budget"], [["not run yet", "", ""]])
+    runs = load("attractor_memory/memory.json")["runs"]
+    budgets = sorted({int(key.split("@")[1]) for key in runs})  # keys: "<form>/<mode>@<budget>"
+    rows = []
+    for form, mode in dict.fromkeys(tuple(key.split("@")[0].split("/")) for key in runs):
+        cells = [runs[f"{form}/{mode}@{b}"] for b in budgets]
+        last = cells[-1]
+        rows.append(
+            [
+                f"`{form}`",
+                mode,
+                *(f"{c['saved_bytes'] / 2**20:.1f} / {c['peak_increase_bytes'] / 2**20:.1f}" for c in cells),
+                f"{last['saved_ratio']:.2f}, {last['peak_ratio']:.2f}",
+            ]
+        )
+    ratio = f"ratio {budgets[-1]} / {budgets[0]} (saved, peak)"
+    return markdown(["map", "gradient", *(f"budget {b}: saved / peak MiB" for b in budgets), ratio], rows)
+
+
 LM_KINDS = {
     "llama": "`LlamaForCausalLM`",
     "attractor-paper": "Attractor, paper's map",
@@ -606,6 +630,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "puzzle-splits": puzzle_splits,
     "attractor-internalization": attractor_internalization,
     "attractor-lm": attractor_lm,
+    "attractor-memory": attractor_memory,
 }
 
 

@@ -252,23 +252,26 @@ def test_internalization_benchmark_quick_mode_runs(tmp_path, task, form):
 def test_memory_benchmark_quick_mode_shows_constant_memory(tmp_path):
     bench = load_benchmark("bench_attractor_memory")
     # two child processes (each imports torch); the unrolled growth is tested in-process in test_attractor.py
-    results = bench.main(["--quick", "--budgets", "2,16", "--modes", "one_step", "--output-dir", str(tmp_path)])
-    saved = read_benchmark_json(tmp_path / "memory.json")
-    assert saved == {f"{mode}@{budget}": row for (mode, budget), row in results.items()}
-    assert set(saved) == {"one_step@2", "one_step@16"}
+    argv = ["--quick", "--budgets", "2,16", "--modes", "one_step", "--forms", "paper", "--output-dir", str(tmp_path)]
+    results = bench.main(argv)
+    saved = read_benchmark_json(tmp_path / "memory.json")["runs"]
+    assert saved == {f"{form}/{mode}@{budget}": row for (form, mode, budget), row in results.items()}
+    assert set(saved) == {"paper/one_step@2", "paper/one_step@16"}
     for row in saved.values():
         assert set(row) == {"saved_bytes", "peak_increase_bytes", "device", "saved_ratio", "peak_ratio"}
         assert row["device"] == "cpu" and row["saved_bytes"] > 0 and row["peak_increase_bytes"] >= 0
-    base = saved["one_step@2"]  # ratios are to the first budget of the same mode
+    base = saved["paper/one_step@2"]  # ratios are to the first budget of the same map and mode
     assert base["saved_ratio"] == 1.0
     # on CPU the peak increase is ru_maxrss after the step minus the larger of the RSS and ru_maxrss before it, so
     # it reads 0 when the process peaked higher earlier (then the ratios divide by 1): not checked further here
     assert base["peak_ratio"] == (1.0 if base["peak_increase_bytes"] > 0 else 0.0)
-    assert saved["one_step@16"]["saved_bytes"] == base["saved_bytes"]  # constant memory: what backward keeps
-    assert saved["one_step@16"]["saved_ratio"] == 1.0
+    assert saved["paper/one_step@16"]["saved_bytes"] == base["saved_bytes"]  # constant memory: what backward keeps
+    assert saved["paper/one_step@16"]["saved_ratio"] == 1.0
     assert (tmp_path / "memory.png").stat().st_size > 1000
     with pytest.raises(SystemExit, match="unknown gradient modes"):
         bench.main(["--quick", "--modes", "bptt"])
+    with pytest.raises(SystemExit, match="unknown forms"):
+        bench.main(["--quick", "--forms", "gate"])
 
 
 def test_the_example_script_trains_saves_and_evaluates(tmp_path):
