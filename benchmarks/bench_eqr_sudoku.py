@@ -12,7 +12,10 @@ The ablation (``--kinds``, one process per kind and ``eqr_ablation_summary.py`` 
 ``untied`` (``--untied-depth`` blocks with their own weights, run once: the depth-matched feed-forward baseline),
 ``ri_only`` (random start, no noise), ``ni_only`` (learned start, noise), ``eqr_offline`` (the paper's offline deep
 supervision, ``--steps / --max-segments`` optimizer steps so that it supervises as many segments as the online kinds)
-and ``eqr_offline_terminal`` (rolled out without gradient, the last segment supervised).
+and ``eqr_offline_terminal`` (rolled out without gradient, the last segment supervised). ``attractor`` is not an
+ablation: the Attractor's puzzle head (``AttractorForPuzzleSolving``, the paper's map, one-step gradient) with the
+same layers split into backbone and attractor (``--attractor-backbone-layers``), trained by ``AttractorTrainer`` on
+the same data and steps; its "depth" is the solver's budget, 0 the backbone alone.
 
 Printed: exact-solve accuracy on held-out puzzles (no puzzle shared with training); for EqR, accuracy over
 depth x breadth with selection by lowest final residual, majority vote and halting head; and the correlation
@@ -35,11 +38,12 @@ import doc_tables
 import torch
 from transformers import set_seed
 
-from equilibria import EqRConfig, EqRForPuzzleSolving
+from equilibria import AttractorConfig, AttractorForPuzzleSolving, EqRConfig, EqRForPuzzleSolving
 from equilibria.modeling.configuration_eqr import SELECTIONS
 from equilibria.modeling.modeling_eqr import pick_restarts
+from equilibria.modeling.puzzles import puzzle_solved
 from equilibria.tasks import build_maze_dataset, build_sudoku_dataset, split_census
-from equilibria.trainers import EqRTrainer, EqRTrainingArguments
+from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments, EqRTrainer, EqRTrainingArguments
 
 
 def parse(argv):
@@ -78,6 +82,14 @@ def parse(argv):
         help=f"comma-separated, from {', '.join(KINDS)} (the ablation: all of them)",
     )
     p.add_argument("--untied-depth", type=int, default=8, help="blocks of the untied (depth-matched) baseline")
+    p.add_argument(
+        "--attractor-backbone-layers",
+        type=int,
+        default=1,
+        help="attractor: layers of its backbone (the rest of --layers form its attractor: equal parameters)",
+    )
+    p.add_argument("--attractor-budget", type=int, default=16, help="attractor: solver iterations in training")
+    p.add_argument("--attractor-tol", type=float, default=1e-3, help="attractor: the solver's tolerance")
     p.add_argument("--output-dir", type=Path, default=Path("docs/results/eqr_sudoku_4x4"))
     args = p.parse_args(argv)
     if args.task == "sudoku" and args.size not in (4, 6, 9):
@@ -109,6 +121,8 @@ KINDS = {  # training switches per kind; "eqr" is random init (RI) + noise injec
     "eqr": dict(random_init=True),
     "eqr_offline": dict(random_init=True, supervision="offline"),
     "eqr_offline_terminal": dict(random_init=True, supervision="offline_terminal"),
+    # the Attractor's puzzle head (the paper's map, one-step gradient) with as many layers: not an EqR ablation
+    "attractor": dict(random_init=False, train_noise=0.0, attractor=True),
 }
 
 
@@ -172,6 +186,29 @@ def load_task(args):
     return data, 6 if args.task == "maze" else 11
 
 
+def build_attractor(args) -> AttractorForPuzzleSolving:
+    """The Attractor puzzle model with the EqR block's sizes: ``--layers`` layers split into backbone and attractor."""
+    set_seed(args.seed)
+    backbone = args.attractor_backbone_layers
+    if not 0 <= backbone < args.layers:
+        raise SystemExit(
+            f"--attractor-backbone-layers must be in [0, --layers - 1 = {args.layers - 1}], got {backbone}"
+        )
+    config = AttractorConfig(
+        vocab_size=args.vocab_size,
+        max_position_embeddings=args.size * args.size,
+        hidden_size=args.width,
+        intermediate_size=4 * args.width,
+        num_attention_heads=max(1, args.width // 32),
+        num_backbone_layers=backbone,
+        num_attractor_layers=args.layers - backbone,
+        num_loops=args.attractor_budget,
+        solver_tol=args.attractor_tol,
+        tie_word_embeddings=False,
+    )
+    return AttractorForPuzzleSolving(config)
+
+
 def build(args, kind: str) -> EqRForPuzzleSolving:
     set_seed(args.seed)
     spec = KINDS[kind]
@@ -194,10 +231,9 @@ def build(args, kind: str) -> EqRForPuzzleSolving:
 
 
 def train(args, kind: str, data) -> tuple[EqRForPuzzleSolving, float, list]:
-    model = build(args, kind)
     spec = KINDS[kind]
     steps = train_steps(args, kind)
-    training_args = EqRTrainingArguments(
+    common = dict(
         output_dir=str(args.output_dir / kind),
         max_steps=steps,
         per_device_train_batch_size=args.batch_size,
@@ -214,11 +250,20 @@ def train(args, kind: str, data) -> tuple[EqRForPuzzleSolving, float, list]:
         data_seed=args.seed,
         disable_tqdm=True,
         dataloader_drop_last=True,
-        segment_loops=segment_loops(args, kind),
-        max_segments=spec.get("max_segments", args.max_segments),
-        supervision=spec.get("supervision", "online"),
     )
-    trainer = EqRTrainer(model=model, args=training_args, train_dataset=data["train"])
+    if spec.get("attractor"):
+        model = build_attractor(args)
+        rows = data["train"].select_columns(["inputs", "labels"])
+        trainer = AttractorTrainer(model=model, args=AttractorTrainingArguments(**common), train_dataset=rows)
+    else:
+        model = build(args, kind)
+        training_args = EqRTrainingArguments(
+            **common,
+            segment_loops=segment_loops(args, kind),
+            max_segments=spec.get("max_segments", args.max_segments),
+            supervision=spec.get("supervision", "online"),
+        )
+        trainer = EqRTrainer(model=model, args=training_args, train_dataset=data["train"])
     started = time.time()
     trainer.train()
     return model, time.time() - started, [h for h in trainer.state.log_history if "loss" in h]
@@ -228,6 +273,8 @@ def train(args, kind: str, data) -> tuple[EqRForPuzzleSolving, float, list]:
 def evaluate(model, data, depth: int, breadth: int, seed: int, batch: int = 128) -> dict:
     """Exact-solve accuracy for each selection rule (all read from the same restarts), plus every restart's
     final residual and correctness."""
+    if isinstance(model, AttractorForPuzzleSolving):
+        return evaluate_attractor(model, data, depth, batch)
     test = data["test"].with_format("torch")
     rules = [s for s in SELECTIONS if s != "halt" or model.config.halting]
     right = dict.fromkeys(rules, 0)
@@ -248,6 +295,24 @@ def evaluate(model, data, depth: int, breadth: int, seed: int, batch: int = 128)
         "accuracy": {s: r / n for s, r in right.items()},
         "residuals": torch.cat(residuals),
         "correct": torch.cat(correct),
+    }
+
+
+def evaluate_attractor(model, data, budget: int, batch: int = 128) -> dict:
+    """The Attractor's exact solves with a solver ``budget`` (one deterministic answer: "residual" is its only
+    rule), its final relative residuals and correctness, as :func:`evaluate` reports them."""
+    test = data["test"].with_format("torch")
+    residuals, correct = [], []
+    for start in range(0, len(test), batch):
+        rows = test[start : start + batch]
+        out = model(rows["inputs"], num_loops=budget)
+        correct.append(puzzle_solved(out.logits, rows["labels"]))
+        residuals.append(out.rel_residual if out.rel_residual is not None else torch.zeros(len(rows["labels"])))
+    correct = torch.cat(correct)
+    return {
+        "accuracy": {"residual": correct.float().mean().item()},
+        "residuals": torch.cat(residuals),
+        "correct": correct,
     }
 
 
@@ -298,6 +363,8 @@ def depth_sweep(args, kind: str, model, data) -> tuple[dict, dict]:
     """One trajectory per puzzle at each depth the kind can run: exact solve (%) and mean final residual."""
     if kind == "feedforward":
         depths = [1]
+    elif KINDS[kind].get("attractor"):  # solver budgets; 0 reads the backbone's proposal alone
+        depths = sorted({0, args.attractor_budget, *args.depths})
     elif KINDS[kind].get("untied"):
         depths = [args.untied_depth]
     else:

@@ -232,29 +232,41 @@ EQR_SEED_RUNS = {  # seed -> the folder of its per-kind runs (seed 0: the 6x6 ab
 }
 
 
-def eqr_seeds(kinds: tuple[str, str] = ("weight_tied", "eqr"), depths: tuple[int, ...] = (4, 8, 16, 32, 64)) -> str:
-    """Exact solve per seed and kind on the 6x6 runs (a run not made yet says so), then per depth the mean over the
-    seeds that have both kinds of the per-seed difference between them, with its standard error (the spread of the
-    per-seed differences, n - 1 degrees of freedom)."""
+def eqr_seeds(
+    kinds: tuple[str, ...] = ("weight_tied", "eqr"),
+    pairs: tuple[tuple[str, str], ...] = (("eqr", "weight_tied"),),
+    depths: tuple[int, ...] = (4, 8, 16, 32, 64),
+) -> str:
+    """Exact solve per seed and kind on the 6x6 runs (a run not made yet says so), then for each pair ``(a, b)``
+    and depth the mean over the seeds that have both kinds of the per-seed difference ``a - b``, with its standard
+    error (the spread of the per-seed differences, n - 1 degrees of freedom). A depth a kind was not evaluated at is
+    blank."""
     runs: dict[int, dict] = {}
     for seed, folder in EQR_SEED_RUNS.items():
         found = {k: RESULTS / folder / k / "eqr_sudoku.json" for k in kinds}
-        runs[seed] = {k: json.loads(path.read_text())[k] for k, path in found.items() if path.exists()}
+        runs[seed] = {
+            k: json.loads(path.read_text())[k]["accuracy_by_depth"] for k, path in found.items() if path.exists()
+        }
     rows = []
     for kind in kinds:
         for seed, by_kind in runs.items():
             if kind not in by_kind:
                 rows.append([f"{kind}, seed {seed}", "not run yet", *[""] * (len(depths) - 1)])
                 continue
-            accuracy = by_kind[kind]["accuracy_by_depth"]
-            rows.append([f"{kind}, seed {seed}", *(pct(accuracy[str(d)]) for d in depths)])
-    paired = [by_kind for by_kind in runs.values() if len(by_kind) == len(kinds)]
-    cells = []
-    for d in depths:
-        values = [r[kinds[1]]["accuracy_by_depth"][str(d)] - r[kinds[0]]["accuracy_by_depth"][str(d)] for r in paired]
-        mean, se = mean_se(values)
-        cells.append(f"{100 * mean:+.1f} ± {100 * se:.1f}")
-    rows.append([f"{kinds[1]} - {kinds[0]} (mean ± SE over {len(paired)} seeds)", *cells])
+            rows.append(
+                [
+                    f"{kind}, seed {seed}",
+                    *(pct(by_kind[kind][str(d)]) if str(d) in by_kind[kind] else "" for d in depths),
+                ]
+            )
+    for a, b in pairs:
+        paired = [r for r in runs.values() if a in r and b in r]
+        cells = []
+        for d in depths:
+            values = [r[a][str(d)] - r[b][str(d)] for r in paired if str(d) in r[a] and str(d) in r[b]]
+            mean, se = mean_se(values) if values else (float("nan"), float("nan"))
+            cells.append(f"{100 * mean:+.1f} ± {100 * se:.1f}" if values else "")
+        rows.append([f"{a} - {b} (mean ± SE over {len(paired)} seeds)", *cells])
     return markdown(["exact solve, one trajectory", *(f"depth {d}" for d in depths)], rows)
 
 
@@ -622,6 +634,9 @@ TABLES: dict[str, Callable[[], str]] = {
     ),
     "eqr-halting-6x6": lambda: eqr_halting("eqr_halting_6x6", (1, 2)),
     "eqr-6x6-seeds": eqr_seeds,
+    "attractor-puzzles-6x6": lambda: eqr_seeds(
+        ("weight_tied", "eqr", "attractor"), (("attractor", "eqr"), ("attractor", "weight_tied")), (0, 4, 8, 16, 32, 64)
+    ),
     "eqr-6x6-breadth": eqr_breadth,
     "audit-reachability": audit_reachability,
     "audit-reachability-holm": audit_holm,

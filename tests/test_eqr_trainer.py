@@ -265,6 +265,19 @@ def test_sudoku_benchmark_quick_mode_runs(tmp_path):
     check_ablation_summary(tmp_path, kinds.split(","))
 
 
+def test_sudoku_benchmark_trains_the_attractor_on_the_same_data_and_steps(tmp_path):
+    bench_eqr_sudoku = load_benchmark("bench_eqr_sudoku")
+    argv = ["--quick", "--kinds", "weight_tied,attractor", "--attractor-budget", "6", "--output-dir", str(tmp_path)]
+    results = bench_eqr_sudoku.main(argv)
+    attractor, tied = results["attractor"], results["weight_tied"]
+    assert list(attractor["accuracy_by_depth"]) == [0, 2, 4, 6]  # 0: the backbone alone; the training budget
+    assert attractor["residual_by_depth"][0] == 0 and attractor["residual_by_depth"][6] > 0
+    assert attractor["train_steps"] == tied["train_steps"] == 4 and attractor["selection"] is None
+    assert {"lm_loss", "solver_steps"} <= set(attractor["log"][-1])  # trained by AttractorTrainer
+    with pytest.raises(SystemExit, match="--attractor-backbone-layers must be in"):
+        bench_eqr_sudoku.main([*argv, "--attractor-backbone-layers", "2"])
+
+
 def check_ablation_summary(folder, kinds):
     """The merge of per-kind runs: one row per kind in the ablation's order; runs of unequal budget refused."""
     summary = load_benchmark("eqr_ablation_summary").main([str(folder)])
