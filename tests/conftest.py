@@ -10,7 +10,7 @@ import torch
 from transformers import TrainerCallback
 
 import equilibria  # noqa: F401  (registers the Auto classes)
-from equilibria import AttractorConfig, AttractorForCausalLM, OuroConfig, OuroForCausalLM
+from equilibria import AttractorConfig, AttractorForCausalLM, AttractorForPuzzleSolving, OuroConfig, OuroForCausalLM
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: one thread each, for their subprocesses too
@@ -82,6 +82,31 @@ def tiny_attractor(seed: int = 0, strength: float | None = None, **overrides) ->
     the logits are sharpened so greedy decoding is not decided by rounding noise."""
     torch.manual_seed(seed)
     return strengthened(AttractorForCausalLM(tiny_attractor_config(**overrides)).eval(), strength)
+
+
+def tiny_attractor_puzzle_config(**overrides) -> AttractorConfig:
+    """A tiny Attractor config for 4x4 boards (16 cells, the Sudoku vocabulary of 11 tokens)."""
+    kwargs = dict(
+        vocab_size=11,
+        hidden_size=32,
+        intermediate_size=64,
+        num_backbone_layers=1,
+        num_attractor_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=16,
+        num_loops=60,
+        solver_tol=1e-6,
+        tie_word_embeddings=False,
+        attn_implementation="eager",
+    )
+    return AttractorConfig(**{**kwargs, **overrides})
+
+
+def tiny_attractor_puzzle(form: str = "paper", seed: int = 0, strength=None, **overrides) -> AttractorForPuzzleSolving:
+    """A tiny seeded Attractor puzzle model whose attractor really iterates (see :func:`strengthened`)."""
+    torch.manual_seed(seed)
+    config = tiny_attractor_puzzle_config(residual_form=form, **overrides)
+    return strengthened(AttractorForPuzzleSolving(config).eval(), strength)
 
 
 def strengthened(model, strength: float | None = None):

@@ -9,10 +9,10 @@ import textwrap
 
 import pytest
 import torch
-from conftest import strengthened
+from conftest import tiny_attractor_puzzle, tiny_attractor_puzzle_config
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification
 
-from equilibria import AttractorConfig, AttractorForCausalLM, AttractorForPuzzleSolving, AttractorModel
+from equilibria import AttractorForCausalLM, AttractorForPuzzleSolving, AttractorModel
 from equilibria.tasks import build_sudoku_dataset
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
 
@@ -25,26 +25,8 @@ LABELS = torch.tensor(
 )
 
 
-def puzzle_config(**overrides) -> AttractorConfig:
-    kwargs = dict(
-        vocab_size=11,
-        hidden_size=32,
-        intermediate_size=64,
-        num_backbone_layers=1,
-        num_attractor_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=16,
-        num_loops=60,
-        solver_tol=1e-6,
-        tie_word_embeddings=False,
-        attn_implementation="eager",
-    )
-    return AttractorConfig(**{**kwargs, **overrides})
-
-
-def tiny_puzzle(form: str = "paper", seed: int = 0, strength=None, **overrides) -> AttractorForPuzzleSolving:
-    torch.manual_seed(seed)
-    return strengthened(AttractorForPuzzleSolving(puzzle_config(residual_form=form, **overrides)).eval(), strength)
+puzzle_config = tiny_attractor_puzzle_config
+tiny_puzzle = tiny_attractor_puzzle
 
 
 @pytest.mark.parametrize("form", FORMS)

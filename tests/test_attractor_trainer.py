@@ -213,11 +213,13 @@ def test_a_model_without_an_attractor_is_refused(tmp_path):
 
 def test_two_process_run_keeps_replicas_identical(tmp_path):
     """torchrun --nproc_per_node 2 (gloo, CPU) with the implicit gradient, the Jacobian penalty and the
-    correction loss: both replicas hold identical parameters after the steps, and they moved."""
+    correction loss: both replicas hold identical parameters after the steps, and they moved (the language model
+    and the puzzle model)."""
     r0, r1 = run_two_processes("attractor_ddp.py", tmp_path)
     assert r0["world"] == r1["world"] == 2
-    for name, p0 in r0["params"].items():
-        assert torch.equal(p0, r1["params"][name]), name
+    for key in ("params", "puzzle_params"):
+        for name, p0 in r0[key].items():
+            assert torch.equal(p0, r1[key][name]), (key, name)
     sys.path.insert(0, str(Path(__file__).parent / "scripts"))
     try:
         import attractor_ddp
@@ -225,6 +227,8 @@ def test_two_process_run_keeps_replicas_identical(tmp_path):
         sys.path.pop(0)
     start = attractor_ddp.model().state_dict()
     assert any(not torch.equal(p, start[n]) for n, p in r0["params"].items())
+    start = attractor_ddp.puzzle_model().state_dict()
+    assert any(not torch.equal(p, start[n]) for n, p in r0["puzzle_params"].items())
     history = [h for h in r0["log"] if "loss" in h]
     assert history and all(h["jacobian_penalty"] > 0 and h["correction_loss"] > 0 for h in history)
 

@@ -1,5 +1,6 @@
 """Run under `torchrun --nproc_per_node 2`: a few AttractorTrainer steps (implicit gradient, Jacobian penalty,
-correction loss) on a tiny Attractor LM. Each rank writes its final parameters to OUT/rank{R}.pt."""
+correction loss) on a tiny Attractor LM, then on a tiny Attractor puzzle model. Each rank writes both models' final
+parameters to OUT/rank{R}.pt."""
 
 import sys
 from pathlib import Path
@@ -8,7 +9,7 @@ import torch
 from datasets import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import tiny_attractor  # noqa: E402
+from conftest import tiny_attractor, tiny_attractor_puzzle  # noqa: E402
 from ddp_common import save_rank_and_finish
 
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments  # noqa: E402
@@ -22,6 +23,16 @@ def data() -> Dataset:
 
 def model():
     return tiny_attractor(seed=0, strength=3.0, solver_tol=1e-4, num_loops=20)
+
+
+def puzzle_data() -> Dataset:
+    g = torch.Generator().manual_seed(1)
+    inputs, labels = torch.randint(0, 11, (32, 16), generator=g), torch.randint(1, 11, (32, 16), generator=g)
+    return Dataset.from_dict({"inputs": inputs.tolist(), "labels": labels.tolist()})
+
+
+def puzzle_model():
+    return tiny_attractor_puzzle(seed=0, strength=2.0, solver_tol=1e-4, num_loops=20)
 
 
 def arguments(out: Path, **overrides) -> AttractorTrainingArguments:
@@ -49,7 +60,10 @@ def main(out: Path) -> None:
     trainer = AttractorTrainer(model=model(), args=arguments(out), train_dataset=data())
     trainer.train()
     params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    save_rank_and_finish(out, {"params": params, "log": trainer.state.log_history})
+    puzzles = AttractorTrainer(model=puzzle_model(), args=arguments(out / "puzzle"), train_dataset=puzzle_data())
+    puzzles.train()
+    puzzle_params = {n: p.detach().clone() for n, p in puzzles.model.named_parameters()}
+    save_rank_and_finish(out, {"params": params, "log": trainer.state.log_history, "puzzle_params": puzzle_params})
 
 
 if __name__ == "__main__":
