@@ -232,17 +232,22 @@ EQR_SEED_RUNS = {  # seed -> the folder of its per-kind runs (seed 0: the 6x6 ab
 }
 
 
+MAZE9_RUNS = {seed: f"eqr_maze9/seed{seed}" for seed in (0, 1, 2)}  # 9x9 mazes held out by class, 2000 steps
+
+
 def eqr_seeds(
     kinds: tuple[str, ...] = ("weight_tied", "eqr"),
     pairs: tuple[tuple[str, str], ...] = (("eqr", "weight_tied"),),
     depths: tuple[int, ...] = (4, 8, 16, 32, 64),
+    folders: dict[int, str] = EQR_SEED_RUNS,
 ) -> str:
-    """Exact solve per seed and kind on the 6x6 runs (a run not made yet says so), then for each pair ``(a, b)``
+    """Exact solve per seed and kind on the runs in ``folders`` (seed -> folder of per-kind runs; default the 6x6
+    Sudoku runs; a run not made yet says so), then for each pair ``(a, b)``
     and depth the mean over the seeds that have both kinds of the per-seed difference ``a - b``, with its standard
     error (the spread of the per-seed differences, n - 1 degrees of freedom). A depth a kind was not evaluated at is
     blank."""
     runs: dict[int, dict] = {}
-    for seed, folder in EQR_SEED_RUNS.items():
+    for seed, folder in folders.items():
         found = {k: RESULTS / folder / k / "eqr_sudoku.json" for k in kinds}
         runs[seed] = {
             k: json.loads(path.read_text())[k]["accuracy_by_depth"] for k, path in found.items() if path.exists()
@@ -634,6 +639,12 @@ TABLES: dict[str, Callable[[], str]] = {
     ),
     "eqr-halting-6x6": lambda: eqr_halting("eqr_halting_6x6", (1, 2)),
     "eqr-6x6-seeds": eqr_seeds,
+    "eqr-maze9-seeds": lambda: eqr_seeds(
+        ("untied", "weight_tied", "eqr"),
+        (("eqr", "weight_tied"), ("eqr", "untied"), ("weight_tied", "untied")),
+        (4, 8, 16, 32, 64),
+        MAZE9_RUNS,
+    ),
     "attractor-puzzles-6x6": lambda: eqr_seeds(
         ("weight_tied", "eqr", "attractor"), (("attractor", "eqr"), ("attractor", "weight_tied")), (0, 4, 8, 16, 32, 64)
     ),
