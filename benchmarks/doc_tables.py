@@ -566,6 +566,20 @@ def attractor_memory() -> str:
     return markdown(["map", "gradient", *(f"budget {b}: saved / peak MiB" for b in budgets), ratio], rows)
 
 
+def attractor_smoke() -> str:
+    """A row per smoke-scale case: its data (held out or not) and the exact-solve share at each loop count."""
+    path = RESULTS / "attractor_smoke.json"
+    if not path.exists():
+        return markdown(["case", "data", "exact solve at each loop count"], [["not run yet", "", ""]])
+    run = load("attractor_smoke.json")
+    rows = []
+    for name, case in run["cases"].items():
+        held = "held out by class" if case["data"]["held_out"] else "NOT held out"
+        scores = ", ".join(f"{n}: {pct(a)}" for n, a in case["accuracy"].items())
+        rows.append([name, f"{case['data']['units']} test puzzles, {held}", scores])
+    return markdown(["case", "data", f"exact solve at each loop count ({run['args']['steps']} steps)"], rows)
+
+
 LM_KINDS = {
     "llama": "`LlamaForCausalLM`",
     "attractor-paper": "Attractor, paper's map",
@@ -657,6 +671,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "attractor-internalization": attractor_internalization,
     "attractor-lm": attractor_lm,
     "attractor-memory": attractor_memory,
+    "attractor-smoke": attractor_smoke,
 }
 
 

@@ -229,3 +229,15 @@ def test_the_cli_trains_evaluates_audits_and_cards_an_attractor_puzzle_model(tmp
     assert "`residual_form='paper'`" in card and "bidirectional over the puzzle's cells" in card
     assert "AutoModelForTokenClassification" in card and "gradient_mode='one_step'" in card
     capsys.readouterr()
+
+
+def test_the_smoke_benchmark_trains_on_mazes_and_a_published_format_sudoku_file(tmp_path):
+    from conftest import load_benchmark
+
+    record = load_benchmark("attractor_smoke").main(["--quick", "--output", str(tmp_path / "smoke.json")])
+    assert json.loads((tmp_path / "smoke.json").read_text()) == record
+    maze, sudoku = record["cases"]["9x9 maze (generated)"], record["cases"]["9x9 Sudoku (Sudoku-Extreme loader)"]
+    assert maze["cells"] == sudoku["cells"] == 81 and maze["residual_form"] == "paper"
+    assert maze["data"]["held_out"] and sudoku["data"]["held_out"]  # test puzzles outside the training classes
+    assert sudoku["data"]["name"] == "8 held-out rows of sudoku9.csv" and "--dataset_name" in sudoku["command"]
+    assert set(maze["accuracy"]) == {"0", "2"}

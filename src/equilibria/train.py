@@ -335,14 +335,19 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
     _overrides(model_args, family)
     if model_args.use_peft and checkpoint is None:
         raise ValueError("--use_peft adapts a trained checkpoint: give --model_name_or_path")
-    text = family.heads[0].auto_class == "AutoModelForCausalLM"
+    what = f"--family {model_args.family}"
+    puzzle = (
+        data_args.task is not None
+        and family.head_for(check_task(data_args.task), what).auto_class != "AutoModelForCausalLM"
+    )
+    text = family.heads[0].auto_class == "AutoModelForCausalLM" and not puzzle  # --dataset_name holds text rows
     if data_args.dataset_name and data_args.task and text:
         raise ValueError("pass either --dataset_name (your rows) or --task (generated problems), not both")
     if data_args.dataset_name and text:
         head, task, data = family.heads[0], None, _dataset(model_args, data_args, family, config, seed)
     else:
         task = check_task(data_args.task or (model_task(config) if config else family.default_task))
-        head = family.head_for(task, f"--family {model_args.family}")
+        head = family.head_for(task, what)
         data = _task_data(task, data_args, config, seed + data_args.data_seed_offset)
         if config is not None and data.tokenizer is not None:
             _check_task_tokenizer(checkpoint, data.tokenizer, task)
@@ -478,7 +483,7 @@ def with_lora(model, model_args: ModelArguments, family):
         raise ValueError(
             f"--lora_target_modules {missing} are not linear layers of this model; it has {sorted(linear)}"
         )
-    lm = family.heads[0].auto_class == "AutoModelForCausalLM"
+    lm = family.head_of(model).auto_class == "AutoModelForCausalLM"
     lora = LoraConfig(
         r=model_args.lora_r,
         lora_alpha=model_args.lora_alpha,
