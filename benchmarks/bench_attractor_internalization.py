@@ -220,12 +220,12 @@ def main(argv=None) -> dict:
         + (" nor in a training puzzle's class" if args.task == "sudoku" else ""),
         "args": {k: str(v) for k, v in vars(args).items()},
     }
-    doc_tables.save_results(args.output_dir / "internalization.json", result, indent=2)
-    try:
+    try:  # the plot first: saving the JSON also rewrites the docs' tables
         plot(probe.rows, args.budget, title, args.output_dir / "internalization.png")
-        print(f"wrote {args.output_dir / 'internalization.png'} and internalization.json")
+        print(f"wrote {args.output_dir / 'internalization.png'}")
     except ImportError:
         print("matplotlib is not installed: no plot")
+    doc_tables.save_results(args.output_dir / "internalization.json", result, indent=2)
     return result
 
 
