@@ -19,6 +19,7 @@ memory. Parameter-matched means equal parameters: the looped and Attractor model
 
     for seed in 0 1 2; do for kind in llama attractor-paper attractor-gated looped; do
       python benchmarks/bench_attractor_lm.py --kind $kind --seed $seed; done; done
+    python benchmarks/bench_attractor_lm.py --plot    # perplexity against FLOPs and memory, from every run
     python benchmarks/bench_attractor_lm.py --quick --kind attractor-paper    # seconds; a test runs this
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import math
 import resource
 import sys
@@ -46,7 +48,8 @@ RESULTS = Path("docs/results/attractor_lm")
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kind", choices=KINDS, required=True)
+    p.add_argument("--kind", choices=KINDS)
+    p.add_argument("--plot", action="store_true", help="plot every saved run (perplexity vs FLOPs and memory)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny run for a smoke test")
     p.add_argument("--vocab", type=int, default=4096, help="BPE vocabulary size")
@@ -65,6 +68,8 @@ def parse(argv):
     p.add_argument("--flop-every", type=int, default=25)
     p.add_argument("--output-dir", type=Path, default=RESULTS)
     args = p.parse_args(argv)
+    if not args.plot and args.kind is None:
+        p.error("--kind is required (or --plot)")
     if args.quick:
         args.vocab, args.seq_len, args.batch_size, args.steps, args.width = 300, 32, 4, 4, 32
         args.budget, args.loops, args.val_tokens, args.flop_every, args.max_files = 4, 2, 512, 2, 12
@@ -237,8 +242,38 @@ def training_arguments(args):
     return TrainingArguments(**common) if args.kind == "llama" else AttractorTrainingArguments(**common)
 
 
+def plot(folder: Path) -> Path:
+    """Validation perplexity against training FLOPs and against saved-for-backward memory, one point per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for kind, marker in zip(KINDS, "osx^"):
+        runs = [json.loads(p.read_text()) for p in sorted((folder / kind).glob("seed*.json"))]
+        if not runs:
+            continue
+        ppl = [r["val_perplexity"] for r in runs]
+        axes[0].scatter([r["train_flops"] / 1e12 for r in runs], ppl, marker=marker, label=kind)
+        axes[1].scatter([r["saved_bytes"] / 2**20 for r in runs], ppl, marker=marker, label=kind)
+    axes[0].set_xlabel("training TFLOPs (counted)")
+    axes[1].set_xlabel("saved for backward, one step (MiB)")
+    for ax in axes:
+        ax.set_ylabel("validation perplexity")
+        ax.legend(fontsize=8)
+    fig.suptitle("Attractor LMs vs a transformer and a looped baseline (one point per seed)")
+    fig.tight_layout()
+    path = folder / "lm.png"
+    fig.savefig(path, dpi=120)
+    return path
+
+
 def main(argv=None) -> dict:
     args = parse(argv)
+    if args.plot:
+        print(f"wrote {plot(args.output_dir)}")
+        return {}
     data = build_data(args)
     model = build_model(args, data["vocab"])
     params = sum(p.numel() for p in model.parameters())

@@ -316,3 +316,5 @@ def test_language_model_benchmark_quick_mode_runs(tmp_path, kind):
     loops = 2 if kind == "looped" else None  # the looped baseline always runs its loops; the solver may stop early
     assert all(steps == loops for steps in saved["solver_steps"]) if loops else saved["solver_steps"]
     assert (tmp_path / "cache").is_dir()
+    bench.main(["--plot", "--output-dir", str(tmp_path)])
+    assert (tmp_path / "lm.png").stat().st_size > 1000
