@@ -60,7 +60,7 @@ def run_case(name: str, task_args: list[str], args, work: Path) -> dict:
     config = json.loads((out / "config.json").read_text())
     data = scaling["data"]
     return {
-        "command": "equilibria " + " ".join(argv),
+        "command": "equilibria " + " ".join(argv).replace(str(work), "<work>"),  # the run's scratch folder
         "accuracy": scaling["accuracy"],
         "data": {key: data.get(key) for key in ("name", "held_out", "units", "note")},
         "residual_form": config["residual_form"],

@@ -6,8 +6,8 @@ close to the solved model. This script trains one small Attractor with `Attracto
 ``--eval-every`` steps on held-out data it never trains on:
 
 * the solver's iterations to the tolerance (mean over held-out rows) and the share that converged;
-* accuracy at T=0 (the heads read the solver's start: the proposal; a zero start for the DEQ control), at T=1
-  and at T* (the solve within ``--budget``);
+* accuracy at T=0 (the heads read the backbone's proposal alone; not for the DEQ control, whose start is zero), at
+  T=1 and at T* (the solve within ``--budget``);
 * how far the proposal is from the equilibrium, ``||y* - y0|| / ||y*||``.
 
 Tasks: ``addition`` (the causal LM, 2-digit sums; accuracy is the teacher-forced exact answer: every answer token
@@ -136,7 +136,8 @@ def equilibrium_report(model, batch: dict, budget: int) -> dict:
     causal = isinstance(model, AttractorForCausalLM)
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     extra = {"use_cache": False} if causal else {}
-    outs = {t: model(**inputs, num_loops=t, output_hidden_states=(t == budget), **extra) for t in (0, 1, budget)}
+    points = (1, budget) if model.config.residual_form == "deq" else (0, 1, budget)  # deq: T=0 is its zero start
+    outs = {t: model(**inputs, num_loops=t, output_hidden_states=(t == budget), **extra) for t in points}
     solved = outs[budget]
     y_star, y0 = solved.hidden_states[-1], solved.proposal
     valid = inputs.get("attention_mask", torch.ones(y0.shape[:2])).bool()
@@ -161,7 +162,10 @@ class EquilibriumProbe(TrainerCallback):
     def record(self, step: int) -> None:
         row = {"step": step, **equilibrium_report(self.model, self.batch, self.budget)}
         self.rows.append(row)
-        accuracy = " ".join(f"{100 * v:7.1f}" for v in row["accuracy"].values())
+        accuracy = " ".join(
+            f"{100 * row['accuracy'][t]:7.1f}" if t in row["accuracy"] else "    n/a"
+            for t in ("0", "1", str(self.budget))
+        )
         print(f"{step:>6} {row['iterations']:>11.1f} {row['converged']:>10.2f} {accuracy} {row['displacement']:>10.3f}")
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -180,8 +184,9 @@ def plot(rows: list[dict], budget: int, title: str, path: Path) -> None:
 
     steps = [r["step"] for r in rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for t, label in (("0", "T=0 (the start)"), ("1", "T=1"), (str(budget), f"T* (budget {budget})")):
-        ax1.plot(steps, [100 * r["accuracy"][t] for r in rows], marker="o", label=label)
+    for t, label in (("0", "T=0 (the proposal)"), ("1", "T=1"), (str(budget), f"T* (budget {budget})")):
+        if t in rows[0]["accuracy"]:  # the DEQ control has no T=0
+            ax1.plot(steps, [100 * r["accuracy"][t] for r in rows], marker="o", label=label)
     ax1.set_xlabel("training step")
     ax1.set_ylabel("held-out exact accuracy (%)")
     ax1.legend()

@@ -14,8 +14,8 @@ on the same tokens in the same order (``--steps`` x ``--batch-size`` blocks of `
 
 Recorded: validation perplexity (every validation token, ``--val-tokens`` at most), training FLOPs counted with
 ``torch.utils.flop_counter.FlopCounterMode`` on every ``--flop-every``-th step (the solver's iterations as they ran)
-and scaled to all steps, wall time, the bytes autograd saves for one training step and the process's peak resident
-memory. Parameter-matched means equal parameters: the looped and Attractor models spend more FLOPs per token.
+and scaled to all steps, wall time, the bytes autograd saves for one training step and the peak resident-memory
+increase over training. Parameter-matched means equal parameters: the looped and Attractor models spend more FLOPs per token.
 
     for seed in 0 1 2; do for kind in llama attractor-paper attractor-gated looped; do
       python benchmarks/bench_attractor_lm.py --kind $kind --seed $seed; done; done
@@ -37,9 +37,12 @@ from pathlib import Path
 
 import doc_tables
 import torch
+from bench_attractor_memory import rss_bytes
+from bench_stars_addition import common_training_args
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from equilibria import AttractorConfig, AttractorForCausalLM
+from equilibria.diagnostics import saved_for_backward
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
 
 KINDS = ("llama", "attractor-paper", "attractor-gated", "looped")
@@ -208,37 +211,15 @@ def perplexity(model, blocks: torch.Tensor, batch_size: int = 16) -> float:
 
 def saved_bytes(model, ids: torch.Tensor) -> int:
     """Bytes of the distinct tensors autograd keeps for one training step's backward pass."""
-    storages = {}
-
-    def pack(tensor):
-        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
-        return tensor
-
     model.train()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+    saved = saved_for_backward(lambda: model(input_ids=ids, labels=ids, use_cache=False).loss.backward())
     model.zero_grad()
-    return sum(storages.values())
+    return saved
 
 
 def training_arguments(args):
-    common = dict(
-        output_dir=str(args.output_dir / "run"),
-        max_steps=args.steps,
-        per_device_train_batch_size=args.batch_size,
-        learning_rate=args.lr,
-        warmup_steps=max(1, args.steps // 20),
-        lr_scheduler_type="cosine",
-        weight_decay=0.1,
-        max_grad_norm=1.0,
-        logging_steps=max(1, args.steps // 20),
-        save_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        seed=args.seed,
-        data_seed=args.seed,
-        disable_tqdm=True,
-    )
+    """The shared benchmark recipe (cosine schedule, 5% warm-up, clipping at 1), with a weight decay of 0.1."""
+    common = {**common_training_args(args, "run"), "weight_decay": 0.1}
     return TrainingArguments(**common) if args.kind == "llama" else AttractorTrainingArguments(**common)
 
 
@@ -286,9 +267,11 @@ def main(argv=None) -> dict:
     trainer = trainer_class(
         model=model, args=training_arguments(args), train_dataset=Blocks(data["train"]), callbacks=[flops]
     )
+    rss_before = max(rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     started = time.time()
     trainer.train()
     seconds = time.time() - started
+    peak_increase = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before
     result = {
         "kind": args.kind,
         "seed": args.seed,
@@ -299,7 +282,7 @@ def main(argv=None) -> dict:
         "train_flops": flops.per_step * args.steps,
         "train_seconds": seconds,
         "saved_bytes": saved_bytes(model, data["train"][: args.batch_size]),
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_increase_bytes": max(peak_increase, 0),  # over training (0: the data build peaked higher)
         "solver_steps": [h.get("solver_steps") for h in trainer.state.log_history if "solver_steps" in h],
         "data": {"files": data["files"], "vocab": data["vocab"], "python": data["python"]},
         "args": {k: str(v) for k, v in vars(args).items()},

@@ -30,7 +30,8 @@ MODES = ("one_step", "implicit", "unrolled")
 FORMS = ("paper", "gated")
 
 
-def _rss_bytes() -> int:
+def rss_bytes() -> int:
+    """The resident set size of this process now."""
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
@@ -40,6 +41,7 @@ def child(form: str, mode: str, budget: int, hidden: int, seq_len: int, batch: i
     import torch
 
     from equilibria import AttractorForCausalLM
+    from equilibria.diagnostics import saved_for_backward
     from equilibria.families import small_attractor_config
 
     torch.manual_seed(0)
@@ -57,28 +59,19 @@ def child(form: str, mode: str, budget: int, hidden: int, seq_len: int, batch: i
     )
     model = AttractorForCausalLM(config).to(device).train()
     ids = torch.randint(0, 512, (batch, seq_len), device=device)
-    storages: dict[int, int] = {}
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
     else:
-        before = max(_rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = model(ids, labels=ids).loss
-    loss.backward()
+        before = max(rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    saved = saved_for_backward(lambda: model(ids, labels=ids).loss.backward())
     if device == "cuda":
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - before
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
-    return {"saved_bytes": sum(storages.values()), "peak_increase_bytes": max(peak, 0), "device": device}
+    return {"saved_bytes": saved, "peak_increase_bytes": max(peak, 0), "device": device}
 
 
 def main(argv=None) -> dict:
@@ -137,30 +130,35 @@ def main(argv=None) -> dict:
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     saved = {"args": vars(args), "runs": {f"{f}/{m}@{b}": v for (f, m, b), v in results.items()}}
-    doc_tables.save_results((out_dir / "memory.json"), saved, indent=2, default=str)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(5.5, 3.6))
-        for form, style in zip(forms, ("-", "--")):
-            for mode, marker in zip(modes, "osx"):
-                mib = [results[(form, mode, b)]["saved_bytes"] / 2**20 for b in budgets]
-                ax.plot(budgets, mib, style, marker=marker, label=f"{form}, {mode}")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(budgets, [str(b) for b in budgets])
-        ax.set_xlabel("solver iterations (budget)")
-        ax.set_ylabel("saved for backward (MiB)")
-        ax.set_title("Attractor LM: training memory vs iterations")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(out_dir / "memory.png", dpi=120)
-        print(f"wrote {out_dir / 'memory.png'} and {out_dir / 'memory.json'}")
+    try:  # the plot first: saving the JSON also rewrites the docs' tables
+        plot(results, forms, modes, budgets, out_dir / "memory.png")
+        print(f"wrote {out_dir / 'memory.png'}")
     except ImportError:
-        print(f"matplotlib is not installed: no plot (wrote {out_dir / 'memory.json'})")
+        print("matplotlib is not installed: no plot")
+    doc_tables.save_results((out_dir / "memory.json"), saved, indent=2, default=str)
     return results
+
+
+def plot(results: dict, forms: list[str], modes: list[str], budgets: list[int], path: Path) -> None:
+    """Saved-for-backward MiB against the budget, a line per map and gradient mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for form, style in zip(forms, ("-", "--")):
+        for mode, marker in zip(modes, "osx"):
+            mib = [results[(form, mode, b)]["saved_bytes"] / 2**20 for b in budgets]
+            ax.plot(budgets, mib, style, marker=marker, label=f"{form}, {mode}")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.set_xlabel("solver iterations (budget)")
+    ax.set_ylabel("saved for backward (MiB)")
+    ax.set_title("Attractor LM: training memory vs iterations")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def _choices(text: str, allowed: tuple[str, ...], flag: str, what: str) -> list[str]:

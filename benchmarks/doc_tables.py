@@ -528,13 +528,13 @@ def attractor_internalization() -> str:
         run = json.loads(path.read_text())
         first, last = run["rows"][0], run["rows"][-1]
         steps = [r["iterations"] for r in run["rows"]]
-        accuracy = list(last["accuracy"].values())  # T=0, T=1, T*
+        at = [last["accuracy"].get(t) for t in ("0", "1", run["args"]["budget"])]  # T=0 (none for deq), T=1, T*
         rows.append(
             [
                 *label,
                 f"{first['iterations']:.1f} → {last['iterations']:.1f} (min {min(steps):.1f})",
-                " / ".join(pct(a) for a in accuracy),
-                f"{100 * (accuracy[2] - accuracy[0]):+.1f}",
+                " / ".join("n/a" if a is None else pct(a) for a in at),
+                "n/a" if at[0] is None else f"{100 * (at[2] - at[0]):+.1f}",
                 f"{run['args']['steps']} steps, {run['train_seconds'] / 60:.0f} min",
             ]
         )

@@ -109,6 +109,21 @@ def tiny_attractor_puzzle(form: str = "paper", seed: int = 0, strength=None, **o
     return strengthened(AttractorForPuzzleSolving(config).eval(), strength)
 
 
+def saved_bytes_of_step(model, inputs, labels, mode: str, num_loops: int) -> int:
+    """What autograd keeps for one training step of an Attractor (either head) with gradient ``mode`` and exactly
+    ``num_loops`` solver iterations (a tolerance never reached)."""
+    from equilibria.diagnostics import saved_for_backward
+
+    def step():
+        model(inputs, labels=labels, gradient_mode=mode, num_loops=num_loops, solver_tol=1e-12).loss.backward()
+
+    model.train()
+    try:
+        return saved_for_backward(step)
+    finally:
+        model.eval()
+
+
 def strengthened(model, strength: float | None = None):
     """``model`` (an Attractor with either head) with its attractor layers' output weights scaled by ``strength``
     (default 4 for the paper's form, 10 for the gated one) and its logits sharpened (see :func:`tiny_attractor`)."""

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 import torch
-from conftest import tiny_attractor
+from conftest import saved_bytes_of_step, tiny_attractor
 
 from equilibria import AttractorCache, AttractorConfig, AttractorForCausalLM
 from equilibria.modeling import solvers
@@ -274,18 +274,7 @@ def test_implicit_gradient_matches_backprop_through_the_converged_unrolled_solve
 
 
 def _saved_bytes(model, mode, num_loops):
-    """Bytes of tensors autograd keeps for the backward pass of one training forward (unique storages)."""
-    storages = {}
-
-    def pack(tensor):
-        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
-        return tensor
-
-    model.train()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(IDS, labels=IDS, gradient_mode=mode, num_loops=num_loops, solver_tol=1e-12).loss.backward()
-    model.eval()
-    return sum(storages.values())
+    return saved_bytes_of_step(model, IDS, IDS, mode, num_loops)
 
 
 @pytest.mark.parametrize("form", ["paper", "gated", "deq"])

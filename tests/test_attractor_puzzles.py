@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import tiny_attractor_puzzle, tiny_attractor_puzzle_config
+from conftest import saved_bytes_of_step, tiny_attractor_puzzle, tiny_attractor_puzzle_config
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification
 
 from equilibria import AttractorForCausalLM, AttractorForPuzzleSolving, AttractorModel
@@ -40,7 +40,8 @@ def test_every_cell_sees_every_other_in_the_puzzle_head_and_not_in_the_language_
         assert (before[:, 0] - after[:, 0]).abs().max() > 1e-4, loops  # the first cell reads the last
     lm = AttractorForCausalLM(puzzle_config(residual_form=form)).eval()
     with torch.no_grad():  # the solver mixes whole sequences (its path, not its fixed point, sees later tokens)
-        torch.testing.assert_close(lm(PUZZLES, num_loops=0).logits[:, :-1], lm(changed, num_loops=0).logits[:, :-1])
+        if form != "deq":
+            torch.testing.assert_close(lm(PUZZLES, num_loops=0).logits[:, :-1], lm(changed, num_loops=0).logits[:, :-1])
         torch.testing.assert_close(lm(PUZZLES).logits[:, :-1], lm(changed).logits[:, :-1], rtol=0, atol=1e-6)
     assert model.config.is_causal is False and lm.config.is_causal is True
 
@@ -99,7 +100,7 @@ def test_saved_equals_loaded_and_the_language_model_class_refuses_the_folder(for
     model.save_pretrained(tmp_path)
     loaded = AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
     assert isinstance(loaded, AttractorForPuzzleSolving) and loaded.config.residual_form == form
-    for loops in (0, 60):
+    for loops in (0, 60) if form != "deq" else (60,):
         with torch.no_grad():
             torch.testing.assert_close(loaded(PUZZLES, num_loops=loops).logits, model(PUZZLES, num_loops=loops).logits)
     base = AutoModel.from_pretrained(tmp_path)
@@ -140,18 +141,7 @@ def test_remote_code_loads_the_puzzle_head_without_the_package(tmp_path):
 
 
 def _saved_bytes(model, mode: str, num_loops: int) -> int:
-    """Bytes of tensors autograd keeps for the backward pass of one training forward (unique storages)."""
-    storages = {}
-
-    def pack(tensor):
-        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
-        return tensor
-
-    model.train()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(PUZZLES, labels=LABELS, gradient_mode=mode, num_loops=num_loops, solver_tol=1e-12).loss.backward()
-    model.eval()
-    return sum(storages.values())
+    return saved_bytes_of_step(model, PUZZLES, LABELS, mode, num_loops)
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -241,3 +231,48 @@ def test_the_smoke_benchmark_trains_on_mazes_and_a_published_format_sudoku_file(
     assert maze["data"]["held_out"] and sudoku["data"]["held_out"]  # test puzzles outside the training classes
     assert sudoku["data"]["name"] == "8 held-out rows of sudoku9.csv" and "--dataset_name" in sudoku["command"]
     assert set(maze["accuracy"]) == {"0", "2"}
+
+
+def test_a_model_without_a_head_is_causal_and_no_head_changes_the_callers_config():
+    """transformers' mask functions read an unset ``is_causal`` as bidirectional: the base model settles it (on its
+    own copy) as causal, and each head settles its own without touching the config it was given."""
+    config = puzzle_config(max_position_embeddings=32)
+    base = AttractorModel(config).eval()
+    ids = torch.tensor([[3, 5, 7, 2, 9, 4], [3, 5, 7, 2, 9, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0]])
+    changed = ids.clone()
+    changed[:, 4] = 8
+    with torch.no_grad():
+        before = base(ids, attention_mask=mask, num_loops=0).last_hidden_state
+        after = base(changed, attention_mask=mask, num_loops=0).last_hidden_state
+    torch.testing.assert_close(before[:, :4], after[:, :4], rtol=0, atol=0)  # earlier positions never see later ones
+    assert base.config.is_causal is True and config.is_causal is None
+    assert AttractorForCausalLM(config).config.is_causal and not AttractorForPuzzleSolving(config).config.is_causal
+    assert config.is_causal is None
+
+
+def test_bad_puzzle_calls_are_clear_errors_before_any_solve():
+    model = tiny_puzzle()
+    with pytest.raises(TypeError, match="num_loop"):
+        model(PUZZLES, num_loop=8)
+    with pytest.raises(ValueError, match="labels must have the inputs' shape"):
+        model(PUZZLES, labels=LABELS[:, :4])
+    with pytest.raises(ValueError, match="no proposal to read"):
+        tiny_puzzle("deq")(PUZZLES, num_loops=0)
+    tied = AttractorForPuzzleSolving(puzzle_config(tie_word_embeddings=True))
+    assert tied.lm_head.weight.data_ptr() == tied.model.embed_tokens.weight.data_ptr()  # as its config says
+
+
+def test_the_cli_reads_a_puzzle_checkpoints_own_task(tmp_path, capsys):
+    from equilibria.cli import main
+
+    model = tiny_puzzle()
+    model.save_pretrained(tmp_path / "ckpt")
+    assert main(["eval", str(tmp_path / "ckpt"), "--task", "addition"]) == 2  # the family has it, the head has not
+    assert "--task addition does not fit a attractor_lm model (AttractorForPuzzleSolving fits" in capsys.readouterr().err
+    rows = build_sudoku_dataset(size=4, num_train=40, num_test=1, seed=3, split_by="board")["train"]
+    rows.select_columns(["source", "question", "answer", "rating"]).to_csv(tmp_path / "p.csv", index=False)
+    argv = ["train", "--family", "attractor_lm", "--model_name_or_path", str(tmp_path / "ckpt"), "--dataset_name"]
+    argv += [str(tmp_path / "p.csv"), "--max_steps", "1", "--eval_loops", "1", "--output_dir", str(tmp_path / "more")]
+    assert main([*argv, "--report_to", "none", "--use_cpu", "--save_strategy", "no"]) == 0  # no --task needed
+    assert json.loads((tmp_path / "more" / "config.json").read_text())["equilibria_task"] == "sudoku"

@@ -151,7 +151,10 @@ def run_generate(args) -> str:
     model = load_saved_model(args.model_path, args.trust_remote_code)
     if not model.can_generate():
         lms = [f.model_type for f in FAMILIES.values() if f.heads[0].auto_class == "AutoModelForCausalLM"]
-        raise ValueError(f"generate needs a language model ({', '.join(lms)}), got {model.config.model_type}")
+        raise ValueError(
+            f"generate needs a language model (the causal-LM head of {', '.join(lms)}), got "
+            f"{type(model).__name__} ({model.config.model_type})"
+        )
     tokenizer = _tokenizer(args.model_path)
     enc = encode_prompt(tokenizer, args.prompt, args.max_new_tokens, model.config.max_position_embeddings)
     kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0)

@@ -123,7 +123,11 @@ def _exclusion(training: dict, kind: str) -> tuple[set[str], set[str], dict]:
 
 def _generated_data(model, training: dict, task: str | None, count: int, seed: int, digits: int) -> EvalData:
     task = task or model_task(model)
-    family_of(model).head_for(task)  # the task must fit the family
+    head = family_of(model).head_of(model)  # the task must fit the loaded head, not only its family
+    if task not in head.tasks:
+        raise ValueError(
+            f"--task {task} does not fit a {model.config.model_type} model ({type(model).__name__} fits {head.tasks})"
+        )
     exclude, classes, held = _exclusion(training, question_kind(task))
     # drawn distinct by class only when the training classes are known: a model without them (an older record, none
     # at all) is evaluated on distinct boards, not on the few puzzles a small size has classes for (4x4: 36)

@@ -109,8 +109,10 @@ class Family:
             raise ValueError(f"{flag} applies to the families whose config has {key} ({having}), not {self.model_type}")
 
     def head_of(self, model) -> Head:
-        """The head ``model`` is an instance of (by class name, so that remote-code classes match), else the
-        first."""
+        """The head ``model`` is an instance of (by class name, so that remote-code classes match; a PEFT model's
+        base model), else the first."""
+        if hasattr(model, "get_base_model"):
+            model = model.get_base_model()
         names = {cls.__name__ for cls in type(model).__mro__}
         return next((head for head in self.heads if head.model_class.__name__ in names), self.heads[0])
 

@@ -336,17 +336,19 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
     if model_args.use_peft and checkpoint is None:
         raise ValueError("--use_peft adapts a trained checkpoint: give --model_name_or_path")
     what = f"--family {model_args.family}"
-    puzzle = (
-        data_args.task is not None
-        and family.head_for(check_task(data_args.task), what).auto_class != "AutoModelForCausalLM"
-    )
+    if data_args.task is not None:  # the head the data is for: the task's, else a checkpoint's own
+        head = family.head_for(check_task(data_args.task), what)
+    else:
+        head = family.saved_head(config) if config is not None else family.heads[0]
+    puzzle = head.auto_class != "AutoModelForCausalLM"
     text = family.heads[0].auto_class == "AutoModelForCausalLM" and not puzzle  # --dataset_name holds text rows
     if data_args.dataset_name and data_args.task and text:
         raise ValueError("pass either --dataset_name (your rows) or --task (generated problems), not both")
     if data_args.dataset_name and text:
         head, task, data = family.heads[0], None, _dataset(model_args, data_args, family, config, seed)
     else:
-        task = check_task(data_args.task or (model_task(config) if config else family.default_task))
+        own = model_task(config) if config is not None else family.default_task
+        task = check_task(data_args.task or (own if own in head.tasks else head.tasks[0]))
         head = family.head_for(task, what)
         data = _task_data(task, data_args, config, seed + data_args.data_seed_offset)
         if config is not None and data.tokenizer is not None:

@@ -11,5 +11,6 @@ from . import adapters
 from . import audit as _audit
 from .adapters import *  # noqa: F403  (LoopAdapter, LoopRun, adapter_for and the families' adapters)
 from .audit import *  # noqa: F403  (VERDICTS, AuditReport, AuditThresholds, audit, verdict, ...)
+from .memory import saved_for_backward
 
-__all__ = [*adapters.__all__, *_audit.__all__]
+__all__ = [*adapters.__all__, *_audit.__all__, "saved_for_backward"]

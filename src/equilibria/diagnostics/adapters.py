@@ -153,7 +153,26 @@ class PHDEQAdapter(LoopAdapter):
         return state, batch["labels"].long()
 
 
-class EqRAdapter(LoopAdapter):
+class _PuzzleCells:
+    """Mixed into the adapters of puzzle models (one answer per cell): a unit is a puzzle, its difficulty its
+    ``difficulty`` column (else the published files' ``rating``), and the probe reads each labelled cell's state
+    for its answer."""
+
+    unit_name = "puzzle"
+
+    def difficulty(self, batch):
+        value = batch.get("difficulty", batch.get("rating"))
+        return None if value is None else value.double()
+
+    def probe_examples(self, batch, run, state):
+        labels = batch["labels"]
+        num, cells = labels.shape
+        flat = labels.flatten()
+        keep = flat != -100
+        return state.reshape(num * cells, -1)[keep], flat[keep].long()
+
+
+class EqRAdapter(_PuzzleCells, LoopAdapter):
     """EqR: ``z0`` is the state after the first step from the model's own start (random, drawn with a fixed seed,
     or learned), as Ouro's audit does: a random start, or a learned one that decodes to nothing, is off the
     decoder's input distribution, and T1 on it would be confounded exactly as zeroing is. ``h*`` is the state after
@@ -162,7 +181,6 @@ class EqRAdapter(LoopAdapter):
     depth when it never does). T4 restarts the remaining ``depth - 1`` steps from a displaced ``z0``. Dataset
     columns: ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
 
-    unit_name = "puzzle"
     start_name = "z1 (the state after the first step from the model's own start: in the decoder's distribution)"
     solved_name = "h* = z_depth (state after the iterations)"
 
@@ -178,9 +196,6 @@ class EqRAdapter(LoopAdapter):
                 "again and again: no recurrence to test"
             )
         return super().untestable()
-
-    def difficulty(self, batch):
-        return _puzzle_difficulty(batch)
 
     def run(self, batch, start=None):
         _require(batch, "inputs", "labels", family="EqR")
@@ -215,24 +230,6 @@ class EqRAdapter(LoopAdapter):
         num, cells = batch["inputs"].shape
         logits = self.model.lm_head(state.view(num, cells, -1))
         return puzzle_solved(logits, batch["labels"])
-
-    def probe_examples(self, batch, run, state):
-        return _cell_examples(batch["labels"], state)
-
-
-def _puzzle_difficulty(batch: dict) -> torch.Tensor | None:
-    """A puzzle's difficulty: its ``difficulty`` column, else the published files' ``rating``, else none."""
-    value = batch.get("difficulty", batch.get("rating"))
-    return None if value is None else value.double()
-
-
-def _cell_examples(labels: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The probe's examples of a puzzle model: each labelled cell's state (``state`` flattened per puzzle) and its
-    answer."""
-    num, cells = labels.shape
-    flat = labels.flatten()
-    keep = flat != -100
-    return state.reshape(num * cells, -1)[keep], flat[keep].long()
 
 
 class _CausalLMAdapter(LoopAdapter):
@@ -295,6 +292,12 @@ class AttractorAdapter(_CausalLMAdapter):
     start_name = "y0 (the backbone's proposal)"
     solved_name = "y* (the attractor's fixed point)"
 
+    def describe(self) -> dict:
+        described = super().describe()
+        if self.model.config.residual_form == "deq":
+            described["start"] = "0 (the zero start of the DEQ control, residual_form='deq')"
+        return described
+
     def run(self, batch, start=None):
         config = self.model.config
         f, y0 = self.model.model.loop_map(batch["input_ids"], attention_mask=batch["attention_mask"])
@@ -318,12 +321,10 @@ class AttractorAdapter(_CausalLMAdapter):
         return self.model.lm_head(self.model.model.norm(state_flat.view(num, width, -1)))
 
 
-class AttractorPuzzleAdapter(AttractorAdapter):
+class AttractorPuzzleAdapter(_PuzzleCells, AttractorAdapter):
     """Attractor puzzle model ([`AttractorForPuzzleSolving`]): as [`AttractorAdapter`], but a unit is a puzzle,
     right when every labelled cell is, and the probe reads each cell's state for its answer. Dataset columns:
     ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
-
-    unit_name = "puzzle"
 
     def answers(self, batch):
         return LoopAdapter.answers(self, batch)
@@ -335,14 +336,8 @@ class AttractorPuzzleAdapter(AttractorAdapter):
             rows.setdefault("attention_mask", torch.ones_like(rows["inputs"]))
             yield rows
 
-    def difficulty(self, batch):
-        return _puzzle_difficulty(batch)
-
     def _right(self, batch, logits):
         return puzzle_solved(logits, batch["labels"])
-
-    def probe_examples(self, batch, run, state):
-        return _cell_examples(batch["labels"], state)
 
 
 class OuroAdapter(_CausalLMAdapter):
@@ -404,7 +399,7 @@ def adapter_for(model, **options) -> LoopAdapter:
     if not hasattr(model, "lm_head") and not hasattr(model, "classifier"):
         raise ValueError(
             f"the audit needs the model with its decoder head ({type(model).__name__} has none): load it with "
-            f"{family.heads[0].auto_class}"
+            f"{family.saved_head(model.config).auto_class}"
         )
     return family.adapter_class(model)(model, **options)
 

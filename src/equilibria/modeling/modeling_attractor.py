@@ -33,6 +33,7 @@ This module travels to the Hub as remote code: it imports only torch, transforme
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -256,6 +257,7 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
     _cache_class = AttractorCache
 
     def __init__(self, config: AttractorConfig):
+        config = _settled(config, config.is_causal is not False, type(self).__name__)  # unset: causal (old configs)
         super().__init__(config)
         self.padding_idx = config.pad_token_id
         self.vocab_size = config.vocab_size
@@ -264,7 +266,7 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         self.attractor = AttractorModule(config)
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(config=config)
-        self.is_causal = config.is_causal is not False  # unset: causal (configs saved before the key existed)
+        self.is_causal = config.is_causal
         for layer in [*self.backbone, *self.attractor.layers]:
             layer.self_attn.is_causal = self.is_causal
         self.gradient_checkpointing = False
@@ -348,8 +350,14 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         gradient_mode = config.gradient_mode if gradient_mode is None else gradient_mode
         if gradient_mode not in GRADIENT_MODES:
             raise ValueError(f"gradient_mode must be one of {GRADIENT_MODES}, got {gradient_mode!r}.")
+        budget = check_budget(config.num_loops if num_loops is None else num_loops)
+        if budget == 0 and config.residual_form == "deq":
+            raise ValueError(
+                "num_loops=0 reads the solver's start, and the DEQ control (residual_form='deq') starts from zero: "
+                "there is no proposal to read; use num_loops >= 1."
+            )
         return _SolveOptions(
-            budget=check_budget(config.num_loops if num_loops is None else num_loops),
+            budget=budget,
             tol=check_tol(config.solver_tol if solver_tol is None else solver_tol, "solver_tol"),
             gradient_mode=gradient_mode,
             jacobian_samples=as_int(jacobian_samples, "jacobian_samples", 0, "probes of the Jacobian penalty"),
@@ -464,12 +472,15 @@ def _correction_loss(model: AttractorModel, outputs: AttractorModelOutput, label
     return {"correction_loss": torch.stack(losses).mean()}
 
 
-def _settle_attention(config: AttractorConfig, causal: bool, head: str) -> None:
-    """Write the head's attention into ``config.is_causal`` when it is unset; ``ValueError`` when the config asks
-    for the other kind (a folder saved by the other head)."""
+def _settled(config: AttractorConfig, causal: bool, head: str) -> AttractorConfig:
+    """``config`` with its attention settled: itself when ``is_causal`` is already ``causal``, a copy with
+    ``is_causal=causal`` when it is unset (the caller's object is left as it was: another head may read it), else
+    ``ValueError`` (a folder saved by the other head). transformers' mask functions read an unset ``is_causal`` as
+    bidirectional, so no model runs with it unset."""
     if config.is_causal is None:
+        config = copy.deepcopy(config)
         config.is_causal = causal
-        return
+        return config
     if bool(config.is_causal) != causal:
         other = "AttractorForPuzzleSolving (AutoModelForTokenClassification)"
         if not causal:
@@ -479,6 +490,7 @@ def _settle_attention(config: AttractorConfig, causal: bool, head: str) -> None:
             f"is_causal={config.is_causal!r}: it belongs to {other}; load it with that class, or leave is_causal "
             "unset in a new config."
         )
+    return config
 
 
 class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, GenerationMixin):
@@ -491,7 +503,7 @@ class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, Genera
     _loop_defaults = {"num_loops": "num_loops", "solver_tol": "solver_tol", "gradient_mode": "gradient_mode"}
 
     def __init__(self, config: AttractorConfig):
-        _settle_attention(config, True, type(self).__name__)
+        config = _settled(config, True, type(self).__name__)
         super().__init__(config)
         self.model = AttractorModel(config)
         self.vocab_size = config.vocab_size
@@ -567,8 +579,10 @@ class AttractorForPuzzleSolving(AttractorPreTrainedModel):
 
     _auto_class = "AutoModelForTokenClassification"
 
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}  # with config.tie_word_embeddings
+
     def __init__(self, config: AttractorConfig):
-        _settle_attention(config, False, type(self).__name__)
+        config = _settled(config, False, type(self).__name__)
         super().__init__(config)
         self.loss_type = "ForMaskedLM"  # self.loss_function: per-cell cross-entropy over the vocabulary, -100 skipped
         self.model = AttractorModel(config)
@@ -595,8 +609,11 @@ class AttractorForPuzzleSolving(AttractorPreTrainedModel):
         also the loss (and ``correction_loss`` with ``correction_states > 0``). The puzzles come as ``inputs`` or
         ``input_ids`` (the name token-classification pipelines and collators use); there is no cache."""
         loss_kwargs = pop_loss_kwargs(kwargs)
+        check_keywords(self, kwargs)
         limit = self.config.max_position_embeddings
         inputs = puzzle_inputs(inputs, input_ids, self.config.vocab_size, limit, "max_position_embeddings")
+        if labels is not None:
+            labels = check_puzzle_labels(labels, inputs)
         outputs = self.model(
             input_ids=inputs,
             attention_mask=attention_mask,
@@ -609,8 +626,6 @@ class AttractorForPuzzleSolving(AttractorPreTrainedModel):
             correction_states=correction_states,
             **kwargs,
         )
-        if labels is not None:
-            labels = check_puzzle_labels(labels, inputs)
         loss_at = partial(self._logits_and_loss, labels=labels, loss_kwargs=loss_kwargs)
         logits, loss = loss_at(outputs.last_hidden_state)
         return AttractorPuzzleOutput(
