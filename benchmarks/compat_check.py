@@ -21,9 +21,10 @@ from pathlib import Path
 import torch
 
 NEW_TOKENS = 6
-HEADS = {
+HEADS = {  # folder -> the Auto class of its head (a family's second head: "<model_type>-<task kind>")
     "ouro": "AutoModelForCausalLM",
     "attractor_lm": "AutoModelForCausalLM",
+    "attractor_lm-puzzles": "AutoModelForTokenClassification",
     "eqr": "AutoModelForTokenClassification",
     "phdeq": "AutoModelForSequenceClassification",
 }
@@ -59,7 +60,8 @@ def lm_outputs(model) -> dict:
 
 def solver_outputs(model) -> dict:
     g = torch.Generator().manual_seed(0)
-    puzzles = torch.randint(1, model.config.vocab_size, (2, model.config.max_seq_len), generator=g)
+    cells = getattr(model.config, "max_seq_len", None) or model.config.max_position_embeddings
+    puzzles = torch.randint(1, model.config.vocab_size, (2, cells), generator=g)
     return {"logits": model(puzzles).logits}
 
 
@@ -79,7 +81,7 @@ def outputs(folder: Path, model_type: str, remote: bool = True) -> dict:
         raise RuntimeError(f"{folder} loaded {type(model).__module__}, not the folder's own remote code")
     torch.manual_seed(0)
     with torch.no_grad():
-        if model_type == "eqr":
+        if HEADS[model_type] == "AutoModelForTokenClassification":
             return solver_outputs(model)
         if model_type == "phdeq":
             return classifier_outputs(model)

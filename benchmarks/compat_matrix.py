@@ -58,6 +58,9 @@ def write_folders(folders: Path) -> None:
         config = family.make_config(fields[model_type], 32, 2, 2, 3)
         model = family.heads[0].model_class(config).eval()
         model.save_pretrained(folders / model_type)
+    torch.manual_seed(0)  # the Attractor's second head: its puzzle model
+    config = FAMILIES["attractor_lm"].make_config(dict(vocab_size=11, max_seq_len=16), 32, 2, 2, 3)
+    FAMILIES["attractor_lm"].heads[1].model_class(config).eval().save_pretrained(folders / "attractor_lm-puzzles")
 
 
 def base_environment(work: Path) -> Path:
