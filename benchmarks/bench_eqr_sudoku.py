@@ -41,7 +41,7 @@ from transformers import set_seed
 from equilibria import AttractorConfig, AttractorForPuzzleSolving, EqRConfig, EqRForPuzzleSolving
 from equilibria.modeling.configuration_eqr import SELECTIONS
 from equilibria.modeling.modeling_eqr import pick_restarts
-from equilibria.modeling.puzzles import puzzle_solved
+from equilibria.scaling import puzzle_solves
 from equilibria.tasks import build_maze_dataset, build_sudoku_dataset, split_census
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments, EqRTrainer, EqRTrainingArguments
 
@@ -301,18 +301,11 @@ def evaluate(model, data, depth: int, breadth: int, seed: int, batch: int = 128)
 def evaluate_attractor(model, data, budget: int, batch: int = 128) -> dict:
     """The Attractor's exact solves with a solver ``budget`` (one deterministic answer: "residual" is its only
     rule), its final relative residuals and correctness, as :func:`evaluate` reports them."""
-    test = data["test"].with_format("torch")
-    residuals, correct = [], []
-    for start in range(0, len(test), batch):
-        rows = test[start : start + batch]
-        out = model(rows["inputs"], num_loops=budget)
-        correct.append(puzzle_solved(out.logits, rows["labels"]))
-        residuals.append(out.rel_residual if out.rel_residual is not None else torch.zeros(len(rows["labels"])))
-    correct = torch.cat(correct)
+    run = puzzle_solves(model, data["test"], budget, batch)
     return {
-        "accuracy": {"residual": correct.float().mean().item()},
-        "residuals": torch.cat(residuals),
-        "correct": correct,
+        "accuracy": {"residual": run["solved"].float().mean().item()},
+        "residuals": run["residual"],
+        "correct": run["solved"],
     }
 
 

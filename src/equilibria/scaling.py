@@ -52,23 +52,31 @@ def loop_scaling(
     return classifier_scaling(model, data, loops, batch_size)
 
 
-def puzzle_scaling(model, data, loops: list[int], batch_size: int = 64) -> tuple[dict[int, float], dict[int, float]]:
-    """A puzzle model answering every cell in one forward (the Attractor's puzzle head) at each loop count of
-    ``loops``: the share of puzzles solved exactly (every labelled cell right) and the mean loop steps the forward
-    reported per puzzle (``solver_steps``; 0 where the model reports none)."""
+def puzzle_solves(model, data, loops: int, batch_size: int = 64) -> dict[str, torch.Tensor]:
+    """A puzzle model answering every cell in one forward (the Attractor's puzzle head), run at ``loops`` on every
+    row of ``data``: per row, ``"solved"`` (every labelled cell right), ``"steps"`` (the loop steps the forward
+    reported, ``solver_steps``; 0 where it reports none) and ``"residual"`` (its final relative residual; 0 where
+    it reports none)."""
     rows = data.with_format("torch")
-    accuracy, steps = {}, {}
-    for n in loops:
-        right = taken = 0
-        for start in range(0, len(rows), batch_size):
-            batch = rows[start : start + batch_size]
-            with torch.no_grad():
-                out = model(batch["inputs"], num_loops=n)
-            right += int(puzzle_solved(out.logits, batch["labels"]).sum())
-            if getattr(out, "solver_steps", None) is not None:
-                taken += int(out.solver_steps.sum())
-        accuracy[n], steps[n] = right / len(rows), taken / len(rows)
-    return accuracy, steps
+    parts: dict[str, list[torch.Tensor]] = {"solved": [], "steps": [], "residual": []}
+    for start in range(0, len(rows), batch_size):
+        batch = rows[start : start + batch_size]
+        with torch.no_grad():
+            out = model(batch["inputs"], num_loops=loops)
+        zeros = torch.zeros(len(batch["labels"]))
+        parts["solved"].append(puzzle_solved(out.logits, batch["labels"]))
+        for key, name in (("steps", "solver_steps"), ("residual", "rel_residual")):
+            value = getattr(out, name, None)
+            parts[key].append(zeros if value is None else value.detach().float().reshape(-1))
+    return {key: torch.cat(value) for key, value in parts.items()}
+
+
+def puzzle_scaling(model, data, loops: list[int], batch_size: int = 64) -> tuple[dict[int, float], dict[int, float]]:
+    """:func:`puzzle_solves` at each loop count of ``loops``: the share of puzzles solved exactly and the mean loop
+    steps per puzzle."""
+    runs = {n: puzzle_solves(model, data, n, batch_size) for n in loops}
+    accuracy = {n: run["solved"].float().mean().item() for n, run in runs.items()}
+    return accuracy, {n: run["steps"].mean().item() for n, run in runs.items()}
 
 
 def classifier_scaling(model, data, loops: list[int], batch_size: int = 64) -> dict[int, float]:
@@ -185,5 +193,6 @@ __all__ = [
     "parse_loops",
     "save_loop_scaling",
     "puzzle_scaling",
+    "puzzle_solves",
     "solver_scaling",
 ]
