@@ -414,7 +414,12 @@ def main(argv=None) -> dict:
         model, seconds, log = train(args, kind, data)
         models[kind] = model
         model.save_pretrained(args.output_dir / "models" / kind)  # for bench_eqr_halting --model (not committed)
-        results[kind] = {"train_seconds": seconds, "train_steps": train_steps(args, kind), "log": log}
+        results[kind] = {
+            "train_seconds": seconds,
+            "train_steps": train_steps(args, kind),
+            "parameters": model.num_parameters(),
+            "log": log,
+        }
         print(f"  trained {kind} in {seconds:.0f} s (final logged loss {log[-1]['loss'] if log else float('nan'):.4f})")
     print("\nexact solve on held-out puzzles, one trajectory (mean final relative residual in brackets)")
     for kind, model in models.items():

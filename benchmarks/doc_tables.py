@@ -234,15 +234,24 @@ EQR_SEED_RUNS = {  # seed -> the folder of its per-kind runs (seed 0: the 6x6 ab
 
 MAZE9_RUNS = {seed: f"eqr_maze9/seed{seed}" for seed in (0, 1, 2)}  # 9x9 mazes held out by class, 2000 steps
 
+PUZZLE_SIZE_RUNS = {  # the 6x6 runs at two model sizes, seed 0 each (docs/benchmarks/attractor_puzzles.md)
+    "width 64, seed 0": "attractor_puzzles_width64",
+    "width 128, seed 0": "eqr_ablation_6x6",
+}
+
+
+def run_label(key: int | str) -> str:
+    return f"seed {key}" if isinstance(key, int) else key
+
 
 def eqr_seeds(
     kinds: tuple[str, ...] = ("weight_tied", "eqr"),
     pairs: tuple[tuple[str, str], ...] = (("eqr", "weight_tied"),),
     depths: tuple[int, ...] = (4, 8, 16, 32, 64),
-    folders: dict[int, str] = EQR_SEED_RUNS,
+    folders: dict[int | str, str] = EQR_SEED_RUNS,
 ) -> str:
-    """Exact solve per seed and kind on the runs in ``folders`` (seed -> folder of per-kind runs; default the 6x6
-    Sudoku runs; a run not made yet says so), then for each pair ``(a, b)``
+    """Exact solve per seed and kind on the runs in ``folders`` (seed, or a row label such as ``"width 64, seed
+    0"``, -> folder of per-kind runs; default the 6x6 Sudoku runs; a run not made yet says so), then for each pair ``(a, b)``
     and depth the mean over the seeds that have both kinds of the per-seed difference ``a - b``, with its standard
     error (the spread of the per-seed differences, n - 1 degrees of freedom). A depth a kind was not evaluated at is
     blank."""
@@ -256,11 +265,11 @@ def eqr_seeds(
     for kind in kinds:
         for seed, by_kind in runs.items():
             if kind not in by_kind:
-                rows.append([f"{kind}, seed {seed}", "not run yet", *[""] * (len(depths) - 1)])
+                rows.append([f"{kind}, {run_label(seed)}", "not run yet", *[""] * (len(depths) - 1)])
                 continue
             rows.append(
                 [
-                    f"{kind}, seed {seed}",
+                    f"{kind}, {run_label(seed)}",
                     *(pct(by_kind[kind][str(d)]) if str(d) in by_kind[kind] else "" for d in depths),
                 ]
             )
@@ -658,6 +667,9 @@ TABLES: dict[str, Callable[[], str]] = {
         (("eqr", "weight_tied"), ("eqr", "untied"), ("weight_tied", "untied")),
         (4, 8, 16, 32, 64),
         MAZE9_RUNS,
+    ),
+    "attractor-puzzles-sizes": lambda: eqr_seeds(
+        ("weight_tied", "eqr", "attractor"), (), (0, 4, 8, 16, 32, 64), PUZZLE_SIZE_RUNS
     ),
     "attractor-puzzles-6x6": lambda: eqr_seeds(
         ("weight_tied", "eqr", "attractor"), (("attractor", "eqr"), ("attractor", "weight_tied")), (0, 4, 8, 16, 32, 64)

@@ -274,6 +274,7 @@ def test_sudoku_benchmark_trains_the_attractor_on_the_same_data_and_steps(tmp_pa
     assert attractor["residual_by_depth"][0] == 0 and attractor["residual_by_depth"][6] > 0
     assert attractor["train_steps"] == tied["train_steps"] == 4 and attractor["selection"] is None
     assert {"lm_loss", "solver_steps"} <= set(attractor["log"][-1])  # trained by AttractorTrainer
+    assert abs(attractor["parameters"] / tied["parameters"] - 1) < 0.05, (attractor["parameters"], tied["parameters"])
     with pytest.raises(SystemExit, match="--attractor-backbone-layers must be in"):
         bench_eqr_sudoku.main([*argv, "--attractor-backbone-layers", "2"])
 
