@@ -279,8 +279,10 @@ def eqr_seeds(
         for d in depths:
             values = [r[a][str(d)] - r[b][str(d)] for r in paired if str(d) in r[a] and str(d) in r[b]]
             mean, se = mean_se(values) if values else (float("nan"), float("nan"))
-            cells.append(f"{100 * mean:+.1f} ± {100 * se:.1f}" if values else "")
-        rows.append([f"{a} - {b} (mean ± SE over {len(paired)} seeds)", *cells])
+            spread = f" ± {100 * se:.1f}" if len(values) > 1 else ""  # one seed: no standard error
+            cells.append(f"{100 * mean:+.1f}{spread}" if values else "")
+        seeds = f"{len(paired)} seed{'s' if len(paired) != 1 else ''}"
+        rows.append([f"{a} - {b} (mean ± SE over {seeds})", *cells])
     return markdown(["exact solve, one trajectory", *(f"depth {d}" for d in depths)], rows)
 
 
