@@ -275,3 +275,39 @@ class StopAt(TrainerCallback):
         if state.global_step == self.step:
             control.should_training_stop = True
         return control
+
+
+def remote_code_run(
+    model, inputs, auto_class: str, tmp_path, num_loops: int | None = None, load: str = "", then: str = ""
+) -> str:
+    """Save ``model``, then in a fresh interpreter where ``import equilibria`` fails, load the folder through
+    ``transformers.<auto_class>`` with ``trust_remote_code=True`` (and the ``load`` keyword text) and check that
+    it gives ``model``'s logits on ``inputs`` (at ``num_loops``) exactly; ``then`` runs after that, with ``model``
+    and ``data`` in scope. Returns the interpreter's stdout."""
+    import subprocess
+    import sys
+    import textwrap
+
+    model.save_pretrained(tmp_path / "ckpt")
+    loops = {} if num_loops is None else {"num_loops": num_loops}
+    with torch.no_grad():
+        expected = model(inputs, **loops).logits
+    torch.save({"inputs": inputs, "expected": expected, "loops": loops}, tmp_path / "expected.pt")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["equilibria"] = None
+        import torch
+        from transformers import {auto_class}
+        data = torch.load({str(tmp_path / "expected.pt")!r})
+        model = {auto_class}.from_pretrained({str(tmp_path / "ckpt")!r}, trust_remote_code=True{load}).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        with torch.no_grad():
+            got = model(data["inputs"], **data["loops"]).logits
+        assert torch.equal(got, data["expected"]), (got - data["expected"]).abs().max()
+        """
+    ) + textwrap.dedent(then)
+    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout

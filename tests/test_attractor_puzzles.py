@@ -2,14 +2,10 @@
 and the earlier gated one."""
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
-from conftest import saved_bytes_of_step, tiny_attractor_puzzle, tiny_attractor_puzzle_config
+from conftest import remote_code_run, saved_bytes_of_step, tiny_attractor_puzzle, tiny_attractor_puzzle_config
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification
 
 from equilibria import AttractorForCausalLM, AttractorForPuzzleSolving, AttractorModel
@@ -112,32 +108,10 @@ def test_saved_equals_loaded_and_the_language_model_class_refuses_the_folder(for
 
 
 def test_remote_code_loads_the_puzzle_head_without_the_package(tmp_path):
-    model = tiny_puzzle()
-    model.save_pretrained(tmp_path / "ckpt")
-    with torch.no_grad():
-        expected = model(PUZZLES).logits
-    torch.save({"inputs": PUZZLES, "expected": expected}, tmp_path / "expected.pt")
-    script = textwrap.dedent(
-        f"""
-        import sys
-        sys.modules["equilibria"] = None
-        import torch
-        from transformers import AutoModelForTokenClassification
-        data = torch.load({str(tmp_path / "expected.pt")!r})
-        model = AutoModelForTokenClassification.from_pretrained(
-            {str(tmp_path / "ckpt")!r}, trust_remote_code=True, attn_implementation="eager"
-        ).eval()
-        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-        with torch.no_grad():
-            got = model(data["inputs"]).logits
-        assert torch.equal(got, data["expected"]), (got - data["expected"]).abs().max()
-        print("REMOTE_OK", model.config.residual_form)
-        """
-    )
-    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "REMOTE_OK paper" in result.stdout
+    then = 'print("REMOTE_OK", model.config.residual_form)'
+    load = ', attn_implementation="eager"'
+    stdout = remote_code_run(tiny_puzzle(), PUZZLES, "AutoModelForTokenClassification", tmp_path, load=load, then=then)
+    assert "REMOTE_OK paper" in stdout
 
 
 def _saved_bytes(model, mode: str, num_loops: int) -> int:

@@ -1,12 +1,8 @@
 """The port-Hamiltonian DEQ: its equilibria, gradients, overrides for the audit, training, save/load, remote code."""
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 import torch
+from conftest import remote_code_run
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, Trainer, TrainingArguments
 
 from equilibria import PHDEQConfig, PHDEQForSequenceClassification, PHDEQModel
@@ -296,30 +292,10 @@ def test_gradient_norm_callback_measures_each_path(tmp_path):
 
 
 def test_remote_code_loads_without_the_package(tmp_path):
-    model = tiny_phdeq(seed=2)
-    model.save_pretrained(tmp_path / "ckpt")
-    with torch.no_grad():
-        expected = model(X).logits
-    torch.save({"inputs": X, "expected": expected}, tmp_path / "expected.pt")
-    script = textwrap.dedent(
-        f"""
-        import sys
-        sys.modules["equilibria"] = None
-        import torch
-        from transformers import AutoModelForSequenceClassification
-        data = torch.load({str(tmp_path / "expected.pt")!r})
-        model = AutoModelForSequenceClassification.from_pretrained({str(tmp_path / "ckpt")!r}, trust_remote_code=True)
-        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-        with torch.no_grad():
-            got = model.eval()(data["inputs"]).logits
-        assert torch.equal(got, data["expected"]), (got - data["expected"]).abs().max()
-        print("REMOTE_OK")
-        """
+    stdout = remote_code_run(
+        tiny_phdeq(seed=2), X, "AutoModelForSequenceClassification", tmp_path, then='print("REMOTE_OK")'
     )
-    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "REMOTE_OK" in result.stdout
+    assert "REMOTE_OK" in stdout
 
 
 def test_two_process_training_keeps_replicas_identical(tmp_path):
