@@ -225,6 +225,19 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     return mean, (sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values)) ** 0.5
 
 
+def difference_cell(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
+    """``+mean ± SE`` of paired differences (times ``scale``); no ``±`` for one value, empty for none."""
+    if not values:
+        return ""
+    mean, se = mean_se(values)
+    spread = f" ± {scale * se:.{digits}f}" if len(values) > 1 else ""  # one seed: no standard error
+    return f"{scale * mean:+.{digits}f}{spread}"
+
+
+def seeds_label(n: int) -> str:
+    return f"{n} seed{'s' if n != 1 else ''}"
+
+
 EQR_SEED_RUNS = {  # seed -> the folder of its per-kind runs (seed 0: the 6x6 ablation, run at ab566ad)
     0: "eqr_ablation_6x6",
     1: "eqr_6x6_seeds/seed1",
@@ -278,11 +291,8 @@ def eqr_seeds(
         cells = []
         for d in depths:
             values = [r[a][str(d)] - r[b][str(d)] for r in paired if str(d) in r[a] and str(d) in r[b]]
-            mean, se = mean_se(values) if values else (float("nan"), float("nan"))
-            spread = f" ± {100 * se:.1f}" if len(values) > 1 else ""  # one seed: no standard error
-            cells.append(f"{100 * mean:+.1f}{spread}" if values else "")
-        seeds = f"{len(paired)} seed{'s' if len(paired) != 1 else ''}"
-        rows.append([f"{a} - {b} (mean ± SE over {seeds})", *cells])
+            cells.append(difference_cell(values, scale=100))
+        rows.append([f"{a} - {b} (mean ± SE over {seeds_label(len(paired))})", *cells])
     return markdown(["exact solve, one trajectory", *(f"depth {d}" for d in depths)], rows)
 
 
@@ -613,14 +623,14 @@ def attractor_lm() -> str:
     for kind, label in LM_KINDS.items():
         by_seed = runs[kind]
         if not by_seed:
-            rows.append([label, "not run yet", "", "", "", "", ""])
+            rows.append([label, "not run yet", "", "", "", "", "", ""])
             continue
         ppl = [r["val_perplexity"] for r in by_seed.values()]
         paired = [
             r["val_perplexity"] - runs["llama"][s]["val_perplexity"] for s, r in by_seed.items() if s in runs["llama"]
         ]
         diff = (
-            "" if kind == "llama" or not paired else "{:+.2f} ± {:.2f} ({} seeds)".format(*mean_se(paired), len(paired))
+            "" if kind == "llama" or not paired else f"{difference_cell(paired, digits=2)} ({seeds_label(len(paired))})"
         )
         cost = {
             k: mean_se([r[k] for r in by_seed.values()])[0] for k in ("train_flops", "train_seconds", "saved_bytes")
@@ -631,13 +641,26 @@ def attractor_lm() -> str:
                 f"{next(iter(by_seed.values()))['parameters']:,}",
                 " / ".join(f"{v:.2f}" for v in ppl) + f" (mean {mean_se(ppl)[0]:.2f})",
                 diff,
+                lm_iterations(by_seed.values()),
                 f"{cost['train_flops'] / 1e12:.1f}",
                 f"{cost['train_seconds'] / 60:.1f}",
                 f"{cost['saved_bytes'] / 2**20:.1f}",
             ]
         )
-    header = ["model", "parameters", "validation perplexity per seed", "minus the transformer's", "training TFLOPs"]
-    return markdown([*header, "minutes", "saved for backward (MiB)"], rows)
+    header = ["model", "parameters", "validation perplexity per seed", "minus the transformer's"]
+    return markdown([*header, ITERATIONS, "training TFLOPs", "minutes", "saved for backward (MiB)"], rows)
+
+
+ITERATIONS = "solver iterations in training: first → least → last"
+
+
+def lm_iterations(runs) -> str:
+    """The solver's mean iterations per logged step, averaged over seeds: first, least and last (empty without a solver)."""
+    curves = [r["solver_steps"] for r in runs if r.get("solver_steps")]
+    if not curves:
+        return ""
+    mean = [sum(c[i] for c in curves) / len(curves) for i in range(min(map(len, curves)))]
+    return f"{mean[0]:.1f} → {min(mean):.1f} → {mean[-1]:.1f}"
 
 
 TABLES: dict[str, Callable[[], str]] = {
