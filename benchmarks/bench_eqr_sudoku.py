@@ -90,6 +90,12 @@ def parse(argv):
     )
     p.add_argument("--attractor-budget", type=int, default=16, help="attractor: solver iterations in training")
     p.add_argument("--attractor-tol", type=float, default=1e-3, help="attractor: the solver's tolerance")
+    p.add_argument(
+        "--attractor-form",
+        default="paper",
+        choices=("paper", "gated"),
+        help="attractor: the map (paper: the paper's; gated: this package's earlier form)",
+    )
     p.add_argument("--output-dir", type=Path, default=Path("docs/results/eqr_sudoku_4x4"))
     args = p.parse_args(argv)
     if args.task == "sudoku" and args.size not in (4, 6, 9):
@@ -204,6 +210,7 @@ def build_attractor(args) -> AttractorForPuzzleSolving:
         num_attractor_layers=args.layers - backbone,
         num_loops=args.attractor_budget,
         solver_tol=args.attractor_tol,
+        residual_form=args.attractor_form,
         tie_word_embeddings=False,
     )
     return AttractorForPuzzleSolving(config)
