@@ -30,6 +30,7 @@ between a trajectory's final residual and whether its answer is right. The plot 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -53,6 +54,13 @@ def parse(argv):
     p.add_argument("--size", type=int, default=4, help="Sudoku: 4, 6 or 9; maze: side length 5..30")
     p.add_argument("--train-size", type=int, default=3000)
     p.add_argument("--test-size", type=int, default=200)
+    p.add_argument(
+        "--validation-size",
+        type=int,
+        default=0,
+        help="Sudoku: puzzles of a validation split held out as the test split is; every kind is also evaluated on "
+        "it, one trajectory (for choosing settings without the test split)",
+    )
     p.add_argument("--augmentations", type=int, default=1)
     p.add_argument("--min-clues", type=int, default=None, help="Sudoku: keep at least this many clues (easier puzzles)")
     p.add_argument("--steps", type=int, default=2000)
@@ -89,6 +97,13 @@ def parse(argv):
         help="attractor: layers of its backbone (the rest of --layers form its attractor: equal parameters)",
     )
     p.add_argument("--attractor-budget", type=int, default=16, help="attractor: solver iterations in training")
+    p.add_argument(
+        "--attractor-intermediate",
+        type=int,
+        default=None,
+        help="attractor: MLP width of its layers (default 4 x --width, as EqR's; --layers 4 with --width keeps the "
+        "parameters of 2 layers at 4 x --width)",
+    )
     p.add_argument("--attractor-tol", type=float, default=1e-3, help="attractor: the solver's tolerance")
     p.add_argument(
         "--attractor-form",
@@ -97,7 +112,16 @@ def parse(argv):
         help="attractor: the map (paper: the paper's; gated: this package's earlier form)",
     )
     p.add_argument("--output-dir", type=Path, default=Path("docs/results/eqr_sudoku_4x4"))
+    p.add_argument(
+        "--from-saved",
+        type=Path,
+        default=None,
+        help="evaluate the models a previous run saved (its --output-dir) instead of training; its training log, "
+        "time and steps are kept (give it the same data and model options)",
+    )
     args = p.parse_args(argv)
+    if args.validation_size and args.task != "sudoku":
+        p.error("--validation-size is implemented for Sudoku only")
     if args.task == "sudoku" and args.size not in (4, 6, 9):
         p.error("--size for Sudoku must be 4, 6 or 9")
     if args.task == "maze" and not 5 <= args.size <= 30:
@@ -176,6 +200,7 @@ def load_task(args):
             augmentations=args.augmentations,
             min_clues=args.min_clues,
             split_by=args.split_by,
+            num_validation=args.validation_size,
         )
         print(
             f"{args.size}x{args.size} Sudoku: {len(data['train'])} training puzzles ({args.train_size} + "
@@ -204,7 +229,7 @@ def build_attractor(args) -> AttractorForPuzzleSolving:
         vocab_size=args.vocab_size,
         max_position_embeddings=args.size * args.size,
         hidden_size=args.width,
-        intermediate_size=4 * args.width,
+        intermediate_size=args.attractor_intermediate or 4 * args.width,
         num_attention_heads=max(1, args.width // 32),
         num_backbone_layers=backbone,
         num_attractor_layers=args.layers - backbone,
@@ -277,12 +302,12 @@ def train(args, kind: str, data) -> tuple[EqRForPuzzleSolving, float, list]:
 
 
 @torch.no_grad()
-def evaluate(model, data, depth: int, breadth: int, seed: int, batch: int = 128) -> dict:
-    """Exact-solve accuracy for each selection rule (all read from the same restarts), plus every restart's
-    final residual and correctness."""
+def evaluate(model, data, depth: int, breadth: int, seed: int, batch: int = 128, split: str = "test") -> dict:
+    """Exact-solve accuracy on ``data[split]`` for each selection rule (all read from the same restarts), plus
+    every restart's final residual and correctness."""
     if isinstance(model, AttractorForPuzzleSolving):
-        return evaluate_attractor(model, data, depth, batch)
-    test = data["test"].with_format("torch")
+        return evaluate_attractor(model, data[split], depth, batch)
+    test = data[split].with_format("torch")
     rules = [s for s in SELECTIONS if s != "halt" or model.config.halting]
     right = dict.fromkeys(rules, 0)
     residuals, correct = [], []
@@ -305,10 +330,10 @@ def evaluate(model, data, depth: int, breadth: int, seed: int, batch: int = 128)
     }
 
 
-def evaluate_attractor(model, data, budget: int, batch: int = 128) -> dict:
-    """The Attractor's exact solves with a solver ``budget`` (one deterministic answer: "residual" is its only
-    rule), its final relative residuals and correctness, as :func:`evaluate` reports them."""
-    run = puzzle_solves(model, data["test"], budget, batch)
+def evaluate_attractor(model, rows, budget: int, batch: int = 128) -> dict:
+    """The Attractor's exact solves of ``rows`` with a solver ``budget`` (one deterministic answer: "residual" is
+    its only rule), its final relative residuals and correctness, as :func:`evaluate` reports them."""
+    run = puzzle_solves(model, rows, budget, batch)
     return {
         "accuracy": {"residual": run["solved"].float().mean().item()},
         "residuals": run["residual"],
@@ -359,8 +384,9 @@ def plot(grid: dict, args, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def depth_sweep(args, kind: str, model, data) -> tuple[dict, dict]:
-    """One trajectory per puzzle at each depth the kind can run: exact solve (%) and mean final residual."""
+def depth_sweep(args, kind: str, model, data, split: str = "test") -> tuple[dict, dict]:
+    """One trajectory per puzzle of ``data[split]`` at each depth the kind can run: exact solve (%) and mean final
+    residual."""
     if kind == "feedforward":
         depths = [1]
     elif KINDS[kind].get("attractor"):  # solver budgets; 0 reads the backbone's proposal alone
@@ -371,7 +397,7 @@ def depth_sweep(args, kind: str, model, data) -> tuple[dict, dict]:
         depths = sorted({args.segment_loops * args.max_segments, *args.depths})
     accuracy, residual = {}, {}
     for depth in depths:
-        ev = evaluate(model, data, depth, 1, args.seed)
+        ev = evaluate(model, data, depth, 1, args.seed, split=split)
         accuracy[depth], residual[depth] = ev["accuracy"]["residual"], float(ev["residuals"].mean())
     return accuracy, residual
 
@@ -408,6 +434,26 @@ def eqr_grid(args, model, data, results: dict) -> None:
         print("matplotlib is not installed: no plot")
 
 
+def trained(args, kind: str, data) -> tuple:
+    """The kind's model and its results entry: trained here (and saved under ``--output-dir``/models, for
+    bench_eqr_halting --model; not committed), or loaded from ``--from-saved`` with that run's training record."""
+    if args.from_saved is not None:
+        cls = AttractorForPuzzleSolving if KINDS[kind].get("attractor") else EqRForPuzzleSolving
+        folder = args.from_saved / "models" / kind
+        if not folder.is_dir():
+            raise SystemExit(f"--from-saved: no saved {kind!r} model at {folder}")
+        record = json.loads((args.from_saved / "eqr_sudoku.json").read_text())[kind]
+        print(f"  loaded {kind} from {folder}")
+        return cls.from_pretrained(folder).eval(), {
+            k: record[k] for k in ("train_seconds", "train_steps", "parameters", "log")
+        }
+    model, seconds, log = train(args, kind, data)
+    model.save_pretrained(args.output_dir / "models" / kind)
+    print(f"  trained {kind} in {seconds:.0f} s (final logged loss {log[-1]['loss'] if log else float('nan'):.4f})")
+    record = {"train_seconds": seconds, "train_steps": train_steps(args, kind), "parameters": model.num_parameters()}
+    return model, {**record, "log": log}
+
+
 def main(argv=None) -> dict:
     args = parse(argv)
     data, args.vocab_size = load_task(args)
@@ -418,22 +464,16 @@ def main(argv=None) -> dict:
     }
     models = {}
     for kind in args.kinds:
-        model, seconds, log = train(args, kind, data)
-        models[kind] = model
-        model.save_pretrained(args.output_dir / "models" / kind)  # for bench_eqr_halting --model (not committed)
-        results[kind] = {
-            "train_seconds": seconds,
-            "train_steps": train_steps(args, kind),
-            "parameters": model.num_parameters(),
-            "log": log,
-        }
-        print(f"  trained {kind} in {seconds:.0f} s (final logged loss {log[-1]['loss'] if log else float('nan'):.4f})")
-    print("\nexact solve on held-out puzzles, one trajectory (mean final relative residual in brackets)")
-    for kind, model in models.items():
-        accuracy, residual = depth_sweep(args, kind, model, data)
-        results[kind].update(accuracy_by_depth=accuracy, residual_by_depth=residual)
-        cells = "  ".join(f"depth {d}: {100 * a:5.1f}% ({residual[d]:.2g})" for d, a in accuracy.items())
-        print(f"  {kind:<12} {cells}")
+        models[kind], results[kind] = trained(args, kind, data)
+    splits = ["validation", "test"] if "validation" in data else ["test"]
+    for split in splits:
+        print(f"\nexact solve on held-out {split} puzzles, one trajectory (mean final relative residual in brackets)")
+        for kind, model in models.items():
+            accuracy, residual = depth_sweep(args, kind, model, data, split)
+            prefix = "" if split == "test" else f"{split}_"
+            results[kind].update({f"{prefix}accuracy_by_depth": accuracy, f"{prefix}residual_by_depth": residual})
+            cells = "  ".join(f"depth {d}: {100 * a:5.1f}% ({residual[d]:.2g})" for d, a in accuracy.items())
+            print(f"  {kind:<12} {cells}")
     print(f"\nselection rules at depth {args.depths[-1]}, breadth {args.breadths[-1]} (exact solve %)")
     for kind, model in models.items():
         rules = selection_rules(args, kind, model, data)

@@ -262,17 +262,24 @@ def eqr_seeds(
     pairs: tuple[tuple[str, str], ...] = (("eqr", "weight_tied"),),
     depths: tuple[int, ...] = (4, 8, 16, 32, 64),
     folders: dict[int | str, str] = EQR_SEED_RUNS,
+    kind_folders: dict[str, dict[int | str, str]] | None = None,
 ) -> str:
     """Exact solve per seed and kind on the runs in ``folders`` (seed, or a row label such as ``"width 64, seed
     0"``, -> folder of per-kind runs; default the 6x6 Sudoku runs; a run not made yet says so), then for each pair ``(a, b)``
     and depth the mean over the seeds that have both kinds of the per-seed difference ``a - b``, with its standard
     error (the spread of the per-seed differences, n - 1 degrees of freedom). A depth a kind was not evaluated at is
-    blank."""
+    blank. ``kind_folders`` gives a row kind such as ``"attractor (chosen settings)"`` its own folders (seed ->
+    folder); its results are read under the kind's first word."""
     runs: dict[int, dict] = {}
-    for seed, folder in folders.items():
-        found = {k: RESULTS / folder / k / "eqr_sudoku.json" for k in kinds}
+    for seed in folders:
+        found = {
+            k: RESULTS / (kind_folders or {}).get(k, folders).get(seed, "") / k.split()[0] / "eqr_sudoku.json"
+            for k in kinds
+        }
         runs[seed] = {
-            k: json.loads(path.read_text())[k]["accuracy_by_depth"] for k, path in found.items() if path.exists()
+            k: json.loads(path.read_text())[k.split()[0]]["accuracy_by_depth"]
+            for k, path in found.items()
+            if path.is_file()
         }
     rows = []
     for kind in kinds:
@@ -563,6 +570,75 @@ def attractor_internalization() -> str:
     return markdown(header, rows)
 
 
+ATTRACTOR_SETTINGS = {  # folder under attractor_puzzles_select/ -> the setting (6x6, width 128, paper map, seed 0)
+    "split1-budget16": "1 + 1 layers (MLP 512), budget 16",
+    "split1-budget30": "1 + 1 layers (MLP 512), budget 30",
+    "split2-budget16": "2 + 2 layers (MLP 128), budget 16",
+    "split2-budget30": "2 + 2 layers (MLP 128), budget 30",
+}
+
+
+def attractor_settings() -> dict[str, dict]:
+    """The Attractor runs of the settings search that have been made: folder -> its ``attractor`` entry."""
+    found = {}
+    for name in ATTRACTOR_SETTINGS:
+        path = RESULTS / "attractor_puzzles_select" / name / "attractor" / "eqr_sudoku.json"
+        if path.exists():
+            found[name] = json.loads(path.read_text())["attractor"]
+    return found
+
+
+def chosen_attractor_setting() -> str | None:
+    """The setting with the most validation puzzles solved at depth 64 (ties: the earlier, cheaper one), once every
+    setting has been run; the test split plays no part."""
+    runs = attractor_settings()
+    if len(runs) < len(ATTRACTOR_SETTINGS):
+        return None
+    return max(runs, key=lambda name: runs[name]["validation_accuracy_by_depth"]["64"])
+
+
+def attractor_chosen_runs() -> dict[int, str]:
+    """Seed -> folder of the chosen setting's runs (seed 0: its run in the search); empty until it is chosen."""
+    chosen = chosen_attractor_setting()
+    if chosen is None:
+        return {}
+    return {
+        0: f"attractor_puzzles_select/{chosen}",
+        1: "attractor_puzzles_chosen/seed1",
+        2: "attractor_puzzles_chosen/seed2",
+    }
+
+
+def attractor_puzzles_select() -> str:
+    """A row per setting of the search: parameters, the solver's converged share and iterations at the end of
+    training, exact solve on the validation split (which chooses) and on the test split (which does not)."""
+    runs, chosen = attractor_settings(), chosen_attractor_setting()
+    rows = []
+    for name, label in ATTRACTOR_SETTINGS.items():
+        if name not in runs:
+            rows.append([label, "not run yet", *[""] * 3])
+            continue
+        run, last = runs[name], runs[name]["log"][-1]
+        valid, test = run["validation_accuracy_by_depth"], run["accuracy_by_depth"]
+        rows.append(
+            [
+                f"**{label}** (chosen)" if name == chosen else label,
+                f"{run['parameters']:,}",
+                f"{pct(last['converged_rate'])}, {last['solver_steps']:.1f}",
+                " / ".join(pct(valid[d]) for d in ("16", "32", "64")),
+                pct(test["64"]),
+            ]
+        )
+    header = [
+        "setting",
+        "parameters",
+        "end of training: converged, iterations",
+        "validation: depth 16 / 32 / 64",
+        "test: depth 64 (not used to choose)",
+    ]
+    return markdown(header, rows)
+
+
 def attractor_memory() -> str:
     """A row per map and gradient mode: saved-for-backward and peak-increase MiB at each budget, and the ratios of
     the largest budget to the smallest."""
@@ -696,6 +772,12 @@ TABLES: dict[str, Callable[[], str]] = {
     "attractor-puzzles-sizes": lambda: eqr_seeds(
         ("weight_tied", "eqr", "attractor"), (), (0, 4, 8, 16, 32, 64), PUZZLE_SIZE_RUNS
     ),
+    "attractor-puzzles-chosen": lambda: eqr_seeds(
+        ("weight_tied", "eqr", "attractor (chosen settings)"),
+        (("attractor (chosen settings)", "eqr"), ("attractor (chosen settings)", "weight_tied")),
+        (0, 4, 8, 16, 32, 64),
+        kind_folders={"attractor (chosen settings)": attractor_chosen_runs()},
+    ),
     "attractor-puzzles-6x6": lambda: eqr_seeds(
         ("weight_tied", "eqr", "attractor"), (("attractor", "eqr"), ("attractor", "weight_tied")), (0, 4, 8, 16, 32, 64)
     ),
@@ -708,6 +790,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "attractor-internalization": attractor_internalization,
     "attractor-lm": attractor_lm,
     "attractor-memory": attractor_memory,
+    "attractor-puzzles-select": attractor_puzzles_select,
     "attractor-smoke": attractor_smoke,
 }
 

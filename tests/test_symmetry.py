@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from equilibria.tasks import augment_sudoku, build_maze_dataset, build_sudoku_dataset, task_record
-from equilibria.tasks.sudoku import format_board, is_valid_solution, parse_board
+from equilibria.tasks.sudoku import format_board, is_valid_solution, parse_board, relabelled
 from equilibria.tasks.symmetry import (
     SymmetryClasses,
     maze_canonical,
@@ -120,6 +120,27 @@ def test_sudoku_splits_are_held_out_by_class(size, train, test):
     assert census["held_out"] and census["test_classes"] == test and census["train_classes"] <= train
     base = build_sudoku_dataset(size, train, test, seed=0, min_clues=18 if size == 6 else None, split_by="board")
     assert base["train"]["question"] == data["train"]["question"][:train]  # training boards do not depend on it
+
+
+@pytest.mark.parametrize("split_by", ["class", "board"])
+def test_a_validation_split_is_held_out_from_train_and_test_and_changes_neither(split_by):
+    from equilibria.tasks.catalog import split_census
+
+    options = dict(seed=0, min_clues=18, augmentations=2, split_by=split_by)
+    plain = build_sudoku_dataset(6, 40, 10, **options)
+    data = build_sudoku_dataset(6, 40, 10, num_validation=12, **options)
+    assert len(data["validation"]) == 12
+    for name in ("train", "test"):
+        assert data[name]["question"] == plain[name]["question"]  # choosing settings does not change the data
+    if split_by == "class":
+        for other in ("train", "test"):
+            census = split_census("sudoku", data[other], data["validation"])
+            assert census["held_out"] and census["test_classes"] == 12
+    else:
+        seen = {relabelled(q) for name in ("train", "test") for q in data[name]["question"]}
+        assert not seen & {relabelled(q) for q in data["validation"]["question"]}
+    with pytest.raises(ValueError, match="num_validation >= 0"):
+        build_sudoku_dataset(6, 4, 1, min_clues=18, num_validation=-1)
 
 
 def _near_misses(board: str, size: int) -> list[str]:

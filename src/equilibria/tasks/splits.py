@@ -27,6 +27,7 @@ def build_sudoku_dataset(
     min_clues: int | None = None,
     augmentations: int = 0,
     split_by: str = "class",
+    num_validation: int = 0,
 ) -> DatasetDict:
     """Seeded train/test splits of unique-solution puzzles. Training boards differ up to a relabelling of the
     digits; test puzzles (``split_by="class"``) fall in no training puzzle's class and in no other test puzzle's
@@ -35,13 +36,16 @@ def build_sudoku_dataset(
     puzzles' (4x4 has 36: a few dozen training puzzles cover them), ``"class"`` is a ``ValueError``. Columns: ``question``, ``answer`` (board strings), ``clues``, ``rating``,
     ``source``, and the tokens ``inputs`` / ``labels`` in the published encoding. ``augmentations=k`` adds ``k``
     random symmetry transforms of every training puzzle (in its class; with ``"board"``, never one that equals a
-    test puzzle up to relabelling; the test split is not augmented)."""
+    test puzzle up to relabelling; the test split is not augmented). ``num_validation=n`` adds a ``validation``
+    split of ``n`` puzzles held out from the training and test puzzles as the test split is (for choosing settings
+    without looking at the test split); it is drawn from its own random stream, so ``train`` and ``test`` are the
+    same with or without it."""
     box_shape(size)
     check_split_by(split_by)
-    if num_train < 1 or num_test < 0 or augmentations < 0:
+    if num_train < 1 or num_test < 0 or augmentations < 0 or num_validation < 0:
         raise ValueError(
-            f"num_train must be >= 1, num_test >= 0 and augmentations >= 0, got {num_train}, {num_test}, "
-            f"{augmentations}"
+            f"num_train must be >= 1, num_test, augmentations and num_validation >= 0, got {num_train}, {num_test}, "
+            f"{augmentations}, {num_validation}"
         )
     rng = random.Random(f"sudoku-{size}-{seed}")
 
@@ -60,16 +64,23 @@ def build_sudoku_dataset(
             "few classes at this size: a larger size, fewer training puzzles, or split_by='board' for a "
             "memorisation check: `--split_by board` in `equilibria train`, `--split-by board` in the benchmarks)"
         )
-        test = draw_distinct(draw, lambda puzzle: classes.add(puzzle["question"]), num_test, what)
+        accept = lambda puzzle: classes.add(puzzle["question"])  # noqa: E731
     else:
-        test = draw_distinct(draw, boards.add, num_test, f"{size}x{size} puzzles")
+        accept, what = boards.add, f"{size}x{size} puzzles"
+    test = draw_distinct(draw, accept, num_test, what)
     held_out = {relabelled(row["question"]) for row in test}
     for row in list(train):
         for _ in range(augmentations):
             question, answer = augment_sudoku(row["question"], row["answer"], rng)
             if relabelled(question) not in held_out:
                 train.append({**row, "question": question, "answer": answer, "source": "augmented"})
-    return DatasetDict(train=_to_dataset(train), test=_to_dataset(test))
+    splits = {"train": _to_dataset(train), "test": _to_dataset(test)}
+    if num_validation:
+        for row in train:  # augmented boards too: with split_by="board" they are not in `boards` yet
+            accept(row)
+        rng = random.Random(f"sudoku-{size}-{seed}-validation")  # draw() reads this stream from here on
+        splits["validation"] = _to_dataset(draw_distinct(draw, accept, num_validation, f"validation {what}"))
+    return DatasetDict(splits)
 
 
 __all__ = ["build_sudoku_dataset"]
