@@ -101,8 +101,8 @@ def parse(argv):
         "--attractor-intermediate",
         type=int,
         default=None,
-        help="attractor: MLP width of its layers (default 4 x --width, as EqR's; --layers 4 with --width keeps the "
-        "parameters of 2 layers at 4 x --width)",
+        help="attractor: MLP width of its layers (default 4 x --width, as EqR's; the MLP has three matrices, so "
+        "--layers 4 with 171 at --width 128 keeps the parameters of 2 layers with 512)",
     )
     p.add_argument("--attractor-tol", type=float, default=1e-3, help="attractor: the solver's tolerance")
     p.add_argument(

@@ -573,8 +573,8 @@ def attractor_internalization() -> str:
 ATTRACTOR_SETTINGS = {  # folder under attractor_puzzles_select/ -> the setting (6x6, width 128, paper map, seed 0)
     "split1-budget16": "1 + 1 layers (MLP 512), budget 16",
     "split1-budget30": "1 + 1 layers (MLP 512), budget 30",
-    "split2-budget16": "2 + 2 layers (MLP 128), budget 16",
-    "split2-budget30": "2 + 2 layers (MLP 128), budget 30",
+    "split2-budget16": "2 + 2 layers (MLP 171), budget 16",
+    "split2-budget30": "2 + 2 layers (MLP 171), budget 30",
 }
 
 
