@@ -572,8 +572,8 @@ def attractor_internalization() -> str:
 
 ATTRACTOR_SETTINGS = {  # folder under attractor_puzzles_select/ -> the setting (6x6, width 128, paper map, seed 0)
     "split1-budget16": "1 + 1 layers (MLP 512), budget 16",
-    "split1-budget30": "1 + 1 layers (MLP 512), budget 30",
     "split2-budget16": "2 + 2 layers (MLP 171), budget 16",
+    "split1-budget30": "1 + 1 layers (MLP 512), budget 30",
     "split2-budget30": "2 + 2 layers (MLP 171), budget 30",
 }
 
@@ -589,8 +589,8 @@ def attractor_settings() -> dict[str, dict]:
 
 
 def chosen_attractor_setting() -> str | None:
-    """The setting with the most validation puzzles solved at depth 64 (ties: the earlier, cheaper one), once every
-    setting has been run; the test split plays no part."""
+    """The setting with the most validation puzzles solved at depth 64 (ties: the smaller training budget, then the
+    first listed), once every setting has been run; the test split plays no part."""
     runs = attractor_settings()
     if len(runs) < len(ATTRACTOR_SETTINGS):
         return None

@@ -52,3 +52,31 @@ def test_every_results_table_of_a_benchmark_page_is_generated_or_labelled():
             assert "before the benchmarks wrote JSON" in " ".join(text.split()), page.name
         else:
             assert not tables, f"{page.name} has a table no JSON generates"
+
+
+def test_the_attractor_setting_is_chosen_on_validation_not_test(tmp_path, monkeypatch):
+    """The search's choice reads the validation split only (a setting best on test but not on validation is not
+    chosen), waits for every setting, and breaks ties towards the smaller budget."""
+    doc_tables = load_benchmark("doc_tables")
+    monkeypatch.setattr(doc_tables, "RESULTS", tmp_path)
+    scores = {  # setting: (validation, test) at depth 64
+        "split1-budget16": (0.3, 0.9),
+        "split2-budget16": (0.8, 0.5),
+        "split1-budget30": (0.6, 1.0),
+        "split2-budget30": (0.8, 0.6),
+    }
+    for n, (name, (valid, test)) in enumerate(scores.items()):
+        if n == 3:
+            assert doc_tables.chosen_attractor_setting() is None  # not every setting has been run
+        run = {
+            "parameters": 1000,
+            "log": [{"converged_rate": 0.5, "solver_steps": 9.0}],
+            "validation_accuracy_by_depth": {d: valid for d in ("16", "32", "64")},
+            "accuracy_by_depth": {"64": test},
+        }
+        folder = tmp_path / "attractor_puzzles_select" / name / "attractor"
+        folder.mkdir(parents=True)
+        (folder / "eqr_sudoku.json").write_text(json.dumps({"attractor": run}))
+    assert doc_tables.chosen_attractor_setting() == "split2-budget16"
+    assert "**2 + 2 layers (MLP 171), budget 16** (chosen)" in doc_tables.attractor_puzzles_select()
+    assert doc_tables.attractor_chosen_runs()[0] == "attractor_puzzles_select/split2-budget16"
