@@ -15,7 +15,9 @@ supervision, ``--steps / --max-segments`` optimizer steps so that it supervises 
 and ``eqr_offline_terminal`` (rolled out without gradient, the last segment supervised). ``attractor`` is not an
 ablation: the Attractor's puzzle head (``AttractorForPuzzleSolving``, the paper's map, one-step gradient) with the
 same layers split into backbone and attractor (``--attractor-backbone-layers``), trained by ``AttractorTrainer`` on
-the same data and steps; its "depth" is the solver's budget, 0 the backbone alone.
+the same data and steps; its "depth" is the solver's budget, 0 the backbone alone. ``--validation-size`` adds a
+Sudoku validation split, held out as the test split is, on which every kind is also evaluated (for choosing
+settings); ``--from-saved`` evaluates the models an earlier run saved instead of training them again.
 
 Printed: exact-solve accuracy on held-out puzzles (no puzzle shared with training); for EqR, accuracy over
 depth x breadth with selection by lowest final residual, majority vote and halting head; and the correlation
@@ -24,6 +26,8 @@ between a trajectory's final residual and whether its answer is right. The plot 
     python benchmarks/bench_eqr_sudoku.py --split-by board  # 4x4: a memorisation check (36 classes), ~17 min
     python benchmarks/bench_eqr_sudoku.py --size 6 --min-clues 18 --steps 2400 --augmentations 2   # 6x6, held out
     python benchmarks/bench_eqr_sudoku.py --task maze --size 9
+    python benchmarks/bench_eqr_sudoku.py --size 6 --min-clues 18 --steps 2400 --augmentations 2 --kinds attractor \
+        --layers 4 --attractor-backbone-layers 2 --attractor-intermediate 171 --validation-size 200
     python benchmarks/bench_eqr_sudoku.py --quick         # seconds; a test runs this
 """
 
