@@ -252,6 +252,11 @@ PUZZLE_SIZE_RUNS = {  # the 6x6 runs at two model sizes, seed 0 each (docs/bench
     "width 128, seed 0": "eqr_ablation_6x6",
 }
 
+PUZZLE_SIZE_SPLIT2_RUNS = {  # the Attractor with the search's chosen split (2 + 2 layers, equal parameters, budget 16)
+    "width 64, seed 0": "attractor_puzzles_width64_chosen",
+    "width 128, seed 0": "attractor_puzzles_select/split2-budget16",
+}
+
 
 def run_label(key: int | str) -> str:
     return f"seed {key}" if isinstance(key, int) else key
@@ -770,7 +775,11 @@ TABLES: dict[str, Callable[[], str]] = {
         MAZE9_RUNS,
     ),
     "attractor-puzzles-sizes": lambda: eqr_seeds(
-        ("weight_tied", "eqr", "attractor"), (), (0, 4, 8, 16, 32, 64), PUZZLE_SIZE_RUNS
+        ("weight_tied", "eqr", "attractor", "attractor (2 + 2 layers)"),
+        (),
+        (0, 4, 8, 16, 32, 64),
+        PUZZLE_SIZE_RUNS,
+        kind_folders={"attractor (2 + 2 layers)": PUZZLE_SIZE_SPLIT2_RUNS},
     ),
     "attractor-puzzles-chosen": lambda: eqr_seeds(
         ("weight_tied", "eqr", "attractor (chosen settings)"),
