@@ -73,6 +73,12 @@ def parse(argv):
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--block", default="attention", choices=["attention", "mlp"])
+    p.add_argument(
+        "--block-intermediate",
+        type=int,
+        default=None,
+        help="MLP width of the block's layers for every kind but attractor (default 4 x --width)",
+    )
     p.add_argument("--segment-loops", type=int, default=4)
     p.add_argument("--max-segments", type=int, default=4)
     p.add_argument("--noise", type=float, default=0.1, help="EqR's training noise beta")
@@ -253,7 +259,7 @@ def build(args, kind: str) -> EqRForPuzzleSolving:
         vocab_size=args.vocab_size,
         max_seq_len=args.size * args.size,
         hidden_size=args.width,
-        intermediate_size=4 * args.width,
+        intermediate_size=args.block_intermediate or 4 * args.width,
         num_attention_heads=max(1, args.width // 32),
         num_layers=args.layers,
         block_type=args.block,

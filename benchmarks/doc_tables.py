@@ -257,6 +257,10 @@ PUZZLE_SIZE_SPLIT2_RUNS = {  # the Attractor with the search's chosen split (2 +
     "width 128, seed 0": "attractor_puzzles_select/split2-budget16",
 }
 
+PUZZLE_SIZE_4LAYER_RUNS = {  # EqR and weight-tied with the same shape: 4 layers, narrower MLP, equal parameters
+    "width 64, seed 0": "attractor_puzzles_width64_4layer",
+}
+
 
 def run_label(key: int | str) -> str:
     return f"seed {key}" if isinstance(key, int) else key
@@ -775,11 +779,15 @@ TABLES: dict[str, Callable[[], str]] = {
         MAZE9_RUNS,
     ),
     "attractor-puzzles-sizes": lambda: eqr_seeds(
-        ("weight_tied", "eqr", "attractor", "attractor (2 + 2 layers)"),
+        ("weight_tied", "weight_tied (4 layers)", "eqr", "eqr (4 layers)", "attractor", "attractor (2 + 2 layers)"),
         (),
         (0, 4, 8, 16, 32, 64),
         PUZZLE_SIZE_RUNS,
-        kind_folders={"attractor (2 + 2 layers)": PUZZLE_SIZE_SPLIT2_RUNS},
+        kind_folders={
+            "attractor (2 + 2 layers)": PUZZLE_SIZE_SPLIT2_RUNS,
+            "weight_tied (4 layers)": PUZZLE_SIZE_4LAYER_RUNS,
+            "eqr (4 layers)": PUZZLE_SIZE_4LAYER_RUNS,
+        },
     ),
     "attractor-puzzles-chosen": lambda: eqr_seeds(
         ("weight_tied", "eqr", "attractor (chosen settings)"),

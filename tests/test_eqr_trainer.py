@@ -281,9 +281,20 @@ def test_sudoku_benchmark_trains_the_attractor_on_the_same_data_and_steps(tmp_pa
 
 def test_a_saved_run_is_evaluated_again_on_a_validation_split_with_the_same_test_numbers(tmp_path):
     """--from-saved: the models a run saved give back its test numbers exactly; --validation-size adds the
-    validation split's; the Attractor's layers can be split 2 + 2 with a narrower MLP at equal parameters."""
+    validation split's; the Attractor's layers can be split 2 + 2 with a narrower MLP at equal parameters, and the
+    EqR kinds' block can be made as deep and narrow."""
     bench_eqr_sudoku = load_benchmark("bench_eqr_sudoku")
-    argv = ["--quick", "--kinds", "eqr,attractor", "--layers", "4", "--attractor-backbone-layers", "2"]
+    argv = [
+        "--quick",
+        "--kinds",
+        "eqr,attractor",
+        "--layers",
+        "4",
+        "--attractor-backbone-layers",
+        "2",
+        "--block-intermediate",
+        "24",
+    ]
     first = bench_eqr_sudoku.main([*argv, "--attractor-intermediate", "32", "--output-dir", str(tmp_path / "a")])
     again = [*argv, "--attractor-intermediate", "32", "--validation-size", "6", "--output-dir", str(tmp_path / "b")]
     second = bench_eqr_sudoku.main([*again, "--from-saved", str(tmp_path / "a")])
@@ -293,6 +304,8 @@ def test_a_saved_run_is_evaluated_again_on_a_validation_split_with_the_same_test
         assert "validation_accuracy_by_depth" not in first[kind]
     narrow = json.loads((tmp_path / "a" / "models" / "attractor" / "config.json").read_text())
     assert narrow["intermediate_size"] == 32 and narrow["num_attractor_layers"] == 2
+    block = json.loads((tmp_path / "a" / "models" / "eqr" / "config.json").read_text())
+    assert block["intermediate_size"] == 24 and block["num_layers"] == 4
     with pytest.raises(SystemExit, match="no saved 'eqr' model"):
         bench_eqr_sudoku.main([*again, "--from-saved", str(tmp_path / "missing")])
 
