@@ -281,15 +281,12 @@ def eqr_seeds(
     folder); its results are read under the kind's first word."""
     runs: dict[int, dict] = {}
     for seed in folders:
-        found = {
-            k: RESULTS / (kind_folders or {}).get(k, folders).get(seed, "") / k.split()[0] / "eqr_sudoku.json"
-            for k in kinds
-        }
-        runs[seed] = {
-            k: json.loads(path.read_text())[k.split()[0]]["accuracy_by_depth"]
-            for k, path in found.items()
-            if path.is_file()
-        }
+        runs[seed] = {}
+        for k in kinds:
+            folder = (kind_folders or {}).get(k, folders).get(seed)  # None: this kind has no run for this row
+            path = RESULTS / str(folder) / k.split()[0] / "eqr_sudoku.json"
+            if folder is not None and path.is_file():
+                runs[seed][k] = json.loads(path.read_text())[k.split()[0]]["accuracy_by_depth"]
     rows = []
     for kind in kinds:
         for seed, by_kind in runs.items():

@@ -11,6 +11,7 @@ split is.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from datasets import DatasetDict
 
@@ -49,8 +50,10 @@ def build_sudoku_dataset(
         )
     rng = random.Random(f"sudoku-{size}-{seed}")
 
-    def draw() -> dict:
-        return {**generate_sudoku(size, rng, min_clues=min_clues), "source": "generated"}
+    def drawing_from(stream: random.Random) -> Callable[[], dict]:
+        return lambda: {**generate_sudoku(size, stream, min_clues=min_clues), "source": "generated"}
+
+    draw = drawing_from(rng)
 
     boards = SymmetryClasses(lambda puzzle: relabelled(puzzle["question"]))
     train = draw_distinct(draw, boards.add, num_train, f"{size}x{size} puzzles")
@@ -78,7 +81,7 @@ def build_sudoku_dataset(
     if num_validation:
         for row in train:  # augmented boards too: with split_by="board" they are not in `boards` yet
             accept(row)
-        rng = random.Random(f"sudoku-{size}-{seed}-validation")  # draw() reads this stream from here on
+        draw = drawing_from(random.Random(f"sudoku-{size}-{seed}-validation"))  # its own stream
         splits["validation"] = _to_dataset(draw_distinct(draw, accept, num_validation, f"validation {what}"))
     return DatasetDict(splits)
 
