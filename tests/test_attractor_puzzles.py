@@ -94,7 +94,9 @@ def test_a_config_saved_before_residual_form_existed_loads_as_gated(tmp_path):
 def test_saved_equals_loaded_and_the_language_model_class_refuses_the_folder(form, tmp_path):
     model = tiny_puzzle(form)
     model.save_pretrained(tmp_path)
-    loaded = AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
+    # the fixture runs eager attention; attn_implementation is not saved, and from_pretrained picks
+    # transformers' default (SDPA): compare like with like by asking for eager here too
+    loaded = AutoModelForTokenClassification.from_pretrained(tmp_path, attn_implementation="eager").eval()
     assert isinstance(loaded, AttractorForPuzzleSolving) and loaded.config.residual_form == form
     for loops in (0, 60) if form != "deq" else (60,):
         with torch.no_grad():

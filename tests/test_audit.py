@@ -339,7 +339,7 @@ def test_an_uninformative_perturbation_of_the_start_is_not_computing(n):
 
 def test_a_few_units_right_are_too_few_to_decide():
     """As an EqR that solves 4 of 200 puzzles: right only at h*, each unit's answer unique (so 2% beats the
-    majority class), T1 costs 2 points and the normal z is infinite, but 4 of 4 changed units is p = 0.125 by
+    majority class), T1 costs 2 points and the normal z is -2.02 (just past 2 standard errors), but 4 of 4 changed units is p = 0.125 by
     the exact sign test: `inconclusive`, not `computing` (which it was by the normal approximation)."""
     report = audit(_Model(), toy_data(200), adapter=ToyLoop(_Model(), "rare"), progress=False)
     assert report.accuracy == pytest.approx(0.02) and report.chance["beats_chance"]

@@ -127,7 +127,6 @@ def test_card_collects_the_folders_results(saved, capsys):
             ["generate", "{ouro}", "--prompt", "12+3=\u00e9#"],
             "contains ['#', '\u00e9'], which the tokenizer does not know",
         ),
-        (["generate", "{ouro}", "--prompt", "1" * 120, "--max-new-tokens", "9"], "more than the 128 positions"),
         (["generate", "{ouro}", "--prompt", "1", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
         (["generate", "{ouro}", "--prompt", "1", "--temperature", "-1"], "--temperature must be >= 0 (0: greedy)"),
         (["generate", "{ouro}", "--prompt", "1", "--exit-threshold", "1.5"], "--exit-threshold must be in (0, 1]"),

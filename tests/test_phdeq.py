@@ -55,8 +55,9 @@ def test_the_anchor_can_pull_toward_the_initialiser_and_be_removed():
     with torch.no_grad():
         c = free(X)
     # without the anchor the bounded force of the (initial, small) potential cannot hold q against the drive:
-    # there is no equilibrium, and the solves say so
-    assert not bool(c.converged.any()) and c.rel_residual.min() > 1e-3
+    # there is no equilibrium, and the solves say so: none converges (a state that runs away, whose relative
+    # residual shrinks only because its norm grows, is flagged diverged), and f(z) - z stays at the drive's size
+    assert not bool(c.converged.any()) and c.abs_residual.min() > 0.1
 
 
 def test_an_isolated_initialiser_gets_no_gradient_even_through_the_anchor():

@@ -257,3 +257,24 @@ def test_the_keywords_transformers_passes_through_still_work(family):
     out = model(PROMPT, labels=PROMPT, num_items_in_batch=PROMPT.numel(), return_dict=True, output_hidden_states=True)
     assert out.loss is not None and out.hidden_states is not None
     assert isinstance(model(PROMPT, return_dict=False), tuple)
+
+
+@pytest.mark.parametrize("family", ["ouro", "attractor_lm"])
+def test_a_language_model_runs_past_its_configured_length_with_one_warning(family, caplog):
+    """Rotary positions have no table that ends (rope scaling exists to go past ``max_position_embeddings``), so
+    a looped LM refuses no position, as Llama does not: it warns once and generates, scaled or not."""
+    from transformers.utils.logging import warning_once
+
+    build = tiny_ouro if family == "ouro" else tiny_attractor
+    for rope in (None, {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}):
+        model = build(**({"rope_parameters": rope} if rope else {})).eval()
+        limit = model.config.max_position_embeddings
+        ids = torch.randint(3, 40, (1, limit - 4))
+        warning_once.cache_clear()
+        with caplog.at_level(logging.WARNING):
+            out = model.generate(ids, max_new_tokens=12, do_sample=False)
+            model(torch.randint(3, 40, (1, limit + 8)))
+        assert out.shape == (1, limit + 8)
+        past = [r for r in caplog.records if f"positions past the {limit}" in r.getMessage()]
+        assert len(past) == 1, [r.getMessage() for r in caplog.records]
+        caplog.clear()

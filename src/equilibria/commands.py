@@ -139,9 +139,13 @@ def encode_prompt(tokenizer, prompt: str, max_new_tokens: int, max_positions: in
             + (f" (it knows {known!r})" if known else "")
         )
     if ids.shape[1] + max_new_tokens > max_positions:
-        raise ValueError(
+        import warnings
+
+        warnings.warn(
             f"--prompt has {ids.shape[1]} tokens and --max-new-tokens is {max_new_tokens}: together more than the "
-            f"{max_positions} positions the model handles (max_position_embeddings); shorten one of them"
+            f"{max_positions} positions the model was configured for (max_position_embeddings); rotary positions "
+            "continue past them, but it was not trained there",
+            stacklevel=2,
         )
     return {"input_ids": ids, **enc}
 

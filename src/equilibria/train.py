@@ -414,9 +414,12 @@ def _dataset(model_args: ModelArguments, data_args: DataArguments, family, confi
     positions = config.max_position_embeddings if config is not None else None
     max_length = data_args.max_length or min(1024, positions or 1024)
     if positions is not None and max_length > positions:
-        raise ValueError(
-            f"--max_length {max_length} is more than the {positions} positions the model handles "
-            "(max_position_embeddings)"
+        import warnings
+
+        warnings.warn(
+            f"--max_length {max_length} is more than the {positions} positions the model was configured for "
+            "(max_position_embeddings): rotary positions continue past them, but it was not trained there",
+            stacklevel=2,
         )
     data = build_text_data(
         data_args.dataset_name,

@@ -79,13 +79,16 @@ class CausalLoopMixin:
 
 
 def check_positions(model, last: int | None) -> None:
-    """``ValueError`` when position ``last`` (counted from 0) is past the ``config.max_position_embeddings`` the
-    model handles (the positions it was built and trained for: beyond them its outputs are not to be trusted)."""
+    """Warn once when position ``last`` (counted from 0) is past the ``config.max_position_embeddings`` the model
+    was configured for. Rotary positions have no table that ends (and rope scaling exists to go past that length,
+    as transformers' own rotary models allow), so nothing is refused; outputs there are only as good as the
+    model's length generalisation."""
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and last is not None and last >= limit:
-        raise ValueError(
-            f"{type(model).__name__}: position {last} is past the {limit} positions the model handles "
-            "(config.max_position_embeddings); shorten the input or generate fewer tokens"
+        logger.warning_once(
+            f"{type(model).__name__}: positions past the {limit} the model was configured for "
+            "(config.max_position_embeddings); rotary positions continue there, but the model was not trained "
+            "on them unless its rope scaling says so"
         )
 
 

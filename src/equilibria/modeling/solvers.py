@@ -13,8 +13,9 @@ dispatch):
 
 With autograd disabled (inference) every mode is the solve plus that last application. Per-sample stopping: a
 sample stops iterating once its relative residual is below ``tol``. The solvers return, per sample, the iterate
-with the lowest residual they saw; samples whose residual became NaN/inf or grew far beyond where it started are
-flagged as diverged (and transformers' logger warns once per process), and ``fixed_point`` returns their lowest-residual iterate
+with the lowest residual they saw; samples whose residual became NaN/inf or grew far beyond where it started, or
+whose state ran away far past the start's scale (where a relative residual shrinks only because ``||f(z)||``
+grows), are flagged as diverged, never as converged (and transformers' logger warns once per process), and ``fixed_point`` returns their lowest-residual iterate
 rather than ``f`` of a blown-up state.
 
 The residual has one definition, :func:`residual`: ``||f(z) - z||`` and ``||f(z) - z|| / ||f(z)||``, per sample
@@ -35,7 +36,7 @@ logger = logging.get_logger(__name__)
 Map = Callable[[torch.Tensor], torch.Tensor]  # a loop map: state -> state
 SOLVERS = ("anderson", "picard")
 GRADIENT_MODES = ("one_step", "implicit", "unrolled")
-DIVERGENCE_FACTOR = 1e3  # a residual this many times above the starting one counts as divergence
+DIVERGENCE_FACTOR = 1e3  # a residual (or a state) this many times above the starting one counts as divergence
 
 
 @torch.no_grad()
@@ -153,12 +154,22 @@ def _check(z0: torch.Tensor, max_iter: int, tol: float, mixing: float) -> None:
         raise ValueError(f"mixing must be in (0, 1], got {mixing!r}")
 
 
+@torch.no_grad()
+def _norms(z: torch.Tensor) -> torch.Tensor:
+    """Per-sample norms of a batch of states, in at least float32."""
+    wide = z.dtype if z.dtype in (torch.float32, torch.float64) else torch.float32
+    return z.to(wide).flatten(1).norm(dim=-1)
+
+
 class _Tracker:
     """Keeps, per sample, the lowest-residual iterate, the stop step and the divergence flag."""
 
     def __init__(self, z0: torch.Tensor, fz0: torch.Tensor, tol: float):
         self.tol = tol
         self.start = residual(z0, fz0)[0]
+        # the states' scale at the start: a state that runs away past it by DIVERGENCE_FACTOR has diverged, even
+        # where its relative residual ||f(z) - z|| / ||f(z)|| shrinks because ||f(z)|| grows without bound
+        self.scale = torch.maximum(_norms(z0), _norms(fz0))
         self.best_z = z0.clone()
         self.best_abs = torch.full_like(self.start, float("inf"))
         self.best_rel = torch.full_like(self.start, float("inf"))
@@ -174,14 +185,17 @@ class _Tracker:
         self.best_z = torch.where(_expand(better, z), z, self.best_z)
         self.best_abs = torch.where(better, res, self.best_abs)
         self.best_rel = torch.where(better, rel, self.best_rel)
-        blown = self.active & (~finite | (res > DIVERGENCE_FACTOR * self.start.clamp_min(1e-12)))
+        grown = (res > DIVERGENCE_FACTOR * self.start.clamp_min(1e-12)) | (
+            _norms(fz) > DIVERGENCE_FACTOR * self.scale.clamp_min(1e-12)
+        )
+        blown = self.active & (~finite | grown)
         self.diverged |= blown
         self.steps = torch.where(self.active, step, self.steps)
         self.active &= ~blown & ~(rel <= self.tol)
 
     def stats(self) -> SolverStats:
         best_rel = self.best_rel
-        return SolverStats(self.steps, self.best_abs, best_rel, best_rel <= self.tol, self.diverged)
+        return SolverStats(self.steps, self.best_abs, best_rel, (best_rel <= self.tol) & ~self.diverged, self.diverged)
 
 
 def _iterate(f: Map, z0: torch.Tensor, max_iter: int, tol: float, propose: Callable[..., torch.Tensor]) -> Solution:
