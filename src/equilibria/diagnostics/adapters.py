@@ -201,6 +201,8 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
         _require(batch, "inputs", "labels", family="EqR")
         inputs = batch["inputs"]
         num, cells = inputs.shape
+        if getattr(self.model.config, "untied_depth", None):  # no step to repeat: `inconclusive` (untestable)
+            return self._run_untied(batch, start)
         if start is None:  # the first step from the model's own start; its residual is step 1's
             z0 = self.model.model.initial_state(num, cells, generator=self.generator).detach()
             step = self.model(inputs, state=z0, num_loops=1, noise=0.0)
@@ -224,6 +226,29 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
             correct=puzzle_solved(out.logits, batch["labels"])
             if self.max_iter > 1
             else self.decode(batch, None, begin),
+        )
+
+    def _run_untied(self, batch, start=None):
+        """An untied model runs its ``untied_depth`` blocks once, from its own start (or a displaced one): no
+        first step of a repeated block to call ``z0``, so ``z0`` is the start itself. The audit reports its accuracy
+        and calls it `inconclusive` (see :meth:`untestable`) instead of failing in the model's forward."""
+        inputs = batch["inputs"]
+        num, cells = inputs.shape
+        depth = int(self.model.config.untied_depth)
+        begin = (
+            self.model.model.initial_state(num, cells, generator=self.generator).detach()
+            if start is None
+            else start.view(num, cells, -1)
+        )
+        out = self.model(inputs, state=begin, num_loops=depth, noise=0.0)
+        below = out.residuals <= self.tol
+        return LoopRun(
+            start=begin.flatten(1),
+            solved=out.state.flatten(1),
+            steps=torch.full((num,), float(depth), dtype=torch.float64),
+            converged=below[:, -1],
+            diverged=~torch.isfinite(out.residuals[:, -1]),
+            correct=puzzle_solved(out.logits, batch["labels"]),
         )
 
     def decode(self, batch, run, state):

@@ -609,16 +609,18 @@ def _withheld(report: AuditReport, th: AuditThresholds, exploded: list[str]) -> 
     """``("at chance", reasons)`` when the model does not beat the majority class, ``("inconclusive", reasons)``
     when its loop has nothing to test; ``None`` when a verdict can be earned."""
     c, unit = report.chance, report.family.get("unit", "unit")
+    at_chance = []
     if c and not c["beats_chance"]:
-        reasons = [
+        at_chance = [
             f"accuracy {100 * report.accuracy:.2f}% per {unit} does not beat the majority class "
             f"({100 * c['majority']:.2f}%, the share of {unit}s with the most common answer) by "
             f"{th.significance:g} binomial standard errors ({c['margin_se']:+.1f} SE over {report.num_units} "
             f"{unit}s): an untrained or failed model, so nothing can be said about what its loop does"
         ]
-        return "at chance", reasons + [f"also: {e}" for e in exploded]
-    if report.family.get("untestable"):
-        return "inconclusive", [report.family["untestable"]]
+    if report.family.get("untestable"):  # first: however it scores, a loop without recurrence has nothing to test
+        return "inconclusive", [report.family["untestable"]] + [f"also: {r}" for r in at_chance]
+    if at_chance:
+        return "at chance", at_chance + [f"also: {e}" for e in exploded]
     return None
 
 
