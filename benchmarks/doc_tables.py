@@ -1,18 +1,37 @@
-"""The results tables of the docs, generated from their JSON under ``docs/results/``: the one place they are written.
+"""The results tables of the docs, and the numbers their prose restates, generated from their JSON under
+``docs/results/``: the one place they are written.
 
 A page marks each generated table (and the command line's list of subcommands, read from its parser) with ``<!-- table: NAME -->`` and ``<!-- /table -->``; ``TABLES[NAME]`` renders it
 from the JSON. Nothing else writes a results table, so a table cannot drift from its JSON: ``tests/test_doc_tables.py``
 checks that every committed page equals what this script makes of it.
 
-    python benchmarks/doc_tables.py           # rewrite the marked tables of README.md and docs/**/*.md
-    python benchmarks/doc_tables.py --check   # exit 1, naming the tables that differ from their JSON
+A number in prose that restates a JSON number is marked where it stands, on one line, with the field it restates
+and its format (the comments do not show when the page is rendered, the number does)::
 
-A benchmark that writes JSON into ``docs/results/`` calls :func:`write_pages` (``compat_matrix.py`` does).
+    about <!-- num: stars_cost.json:by_loops.4.plain_seconds fmt=.2f -->0.71<!-- /num --> s
+
+``FILE:PATH`` names a file under ``docs/results/`` and a field in it: keys joined by dots, a list index as a number
+(``rows.-1``: the last row), a key with a dot, a space or a bracket in brackets and quotes
+(``losses.expected.frozen["0.5"].accuracy``). A number computed from fields is an expression with each field in
+braces: ``{a.json:x} / {a.json:y}``, ``100 * ({a.json:x} - {b.json:x})``, ``min({...}, {...})`` (``+ - * /``,
+``min``, ``max``, ``mean``, ``se``: the standard error of the mean, ``count``, ``abs``, ``sqrt``). A ``*`` key takes every
+item of a list (``min({a.json:rows.*.x})``), a ``*`` in the file every matching file (``{lm/llama/seed*.json:ppl}``);
+arithmetic on two such lists pairs their items (``mean({a/seed*.json:x} - {b/seed*.json:x})``: the mean per-seed
+difference).
+``fmt`` is Python's format spec (``.1f``, ``+.1f``, ``.1%``: times 100 with a
+percent sign, ``d``, ``,``).
+
+    python benchmarks/doc_tables.py           # rewrite the marked tables and numbers of README.md and docs/**/*.md
+    python benchmarks/doc_tables.py --check   # exit 1, naming the tables and the numbers that differ from their JSON
+
+A benchmark that writes JSON into ``docs/results/`` calls :func:`save_results`, which rewrites both; a rewritten
+number is printed, so that its sentence can be read again.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import re
 import sys
@@ -66,6 +85,32 @@ def demo_loop_scaling() -> str:
         ],
         rows,
     )
+
+
+def demo_output() -> str:
+    """The middle of ``./run demo``'s output, the loop-scaling table and the audit of both loops, as the demo
+    prints them (``equilibria.demo``), from what it recorded in ``demo_results.json``."""
+    data = load("demo_results.json")
+    curves = {f"plain, {data['steps']} + {data['continuation_steps']} steps": data["accuracy_by_loops"]}
+    curves["STARS"] = data["stars_accuracy_by_loops"]
+    loops = list(data["accuracy_by_loops"])
+    n = int(data["evaluation_data"].split()[0])
+    lines = [
+        f"[4/6] exact match on the {n} held-out problems at loops [{', '.join(loops)}] (trained at {data['trained_loops']})"
+    ]
+    lines.append("  loops | " + " | ".join(f"{name:>24}" for name in curves))
+    lines += [f"  {k:>5} | " + " | ".join(f"{curve[k]:>24.1%}" for curve in curves.values()) for k in loops]
+    lines.append(
+        "[5/6] the computation audit of both loops on the held-out problems (start: the state after the first loop "
+        "step; solved: after the last; do the extra steps compute?)"
+    )
+    for name, audit in data["audit"].items():
+        lines.append(
+            f"  {name}: {audit['verdict'].upper()}, resting on: accuracy {100 * audit['accuracy']:.1f}% per sequence "
+            f"against {100 * audit['majority_class']:.1f}% for the most common answer ({audit['margin_se']:+.1f} SE)"
+        )
+        lines += ["    - " + reason for reason in audit["reasons"][:2]]
+    return "```\n" + "\n".join(lines) + "\n```"
 
 
 # ---- Ouro and STARS --------------------------------------------------------------------------------------------
@@ -576,6 +621,94 @@ def attractor_internalization() -> str:
     return markdown(header, rows)
 
 
+def attractor_forms() -> str:
+    """The Attractor page's comparison of its maps, from the internalization, memory and language-model runs: a row
+    per measure, a column per ``residual_form``."""
+
+    def run(name: str) -> dict | None:
+        path = RESULTS / "attractor_internalization" / name / "internalization.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def iterations(name: str) -> str:
+        data = run(name)
+        if data is None:
+            return "not run yet"
+        steps = [r["iterations"] for r in data["rows"]]
+        return f"{steps[0]:.1f} -> {min(steps):.1f} -> {steps[-1]:.1f}"
+
+    def exact(name: str) -> str:
+        data = run(name)
+        if data is None:
+            return "not run yet"
+        last = data["rows"][-1]["accuracy"]
+        cells = [last.get(t) for t in ("0", "1", data["args"]["budget"])]
+        return " / ".join("-" if a is None else f"{100 * a:.1f}%" for a in cells)
+
+    memory = (
+        load("attractor_memory/memory.json")["runs"] if (RESULTS / "attractor_memory" / "memory.json").exists() else {}
+    )
+    lm = {
+        kind: [json.loads(p.read_text()) for p in sorted((RESULTS / "attractor_lm" / kind).glob("seed*.json"))]
+        for kind in ("llama", "attractor-paper", "attractor-gated")
+    }
+
+    def saved(form: str) -> str:
+        bytes_ = {memory[k]["saved_bytes"] for k in memory if k.startswith(f"{form}/one_step@")}
+        return f"{bytes_.pop() / 2**20:.1f} MiB" if len(bytes_) == 1 else "differs by budget"
+
+    def perplexity(kind: str) -> str:
+        runs, base = lm[kind], {r["seed"]: r["val_perplexity"] for r in lm["llama"]}
+        if not runs:
+            return "not run yet"
+        diffs = [r["val_perplexity"] - base[r["seed"]] for r in runs if r["seed"] in base]
+        return f"{mean_se([r['val_perplexity'] for r in runs])[0]:.2f} ({difference_cell(diffs, digits=2)})"
+
+    def lm_steps(kind: str) -> str:
+        return lm_iterations(lm[kind]).replace("→", "->") or "not run yet"
+
+    links = {
+        "internalization": "[internalization](benchmarks/attractor_internalization.md)",
+        "memory": "[memory](benchmarks/attractor_memory.md)",
+        "lm": "[LM](benchmarks/attractor_lm.md)",
+    }
+    first = run("addition-paper-one-step")
+    steps = first["args"]["steps"] if first else "?"
+    seeds = len(lm["llama"])
+    params = f"{lm['llama'][0]['parameters'] / 1e6:.1f}M" if lm["llama"] else "?"
+    tol = lm["llama"][0]["args"]["tol"] if lm["llama"] else "?"
+    forms = ("paper", "gated", "deq")
+    rows = [
+        [f"addition, {steps} steps: iterations to tolerance (start -> least -> end)"]
+        + [iterations(f"addition-{f}-one-step") for f in forms]
+        + [links["internalization"]],
+        ["addition: held-out exact at T=0 / T=1 / T*"]
+        + [exact(f"addition-{f}-one-step") for f in forms]
+        + [links["internalization"]],
+        [
+            "training memory saved for backward, one-step, any budget",
+            saved("paper"),
+            saved("gated"),
+            "",
+            links["memory"],
+        ],
+        [
+            f"language model ({params} parameters, {seeds} seeds): validation perplexity, mean (minus the transformer's)",
+            perplexity("attractor-paper"),
+            perplexity("attractor-gated"),
+            "",
+            links["lm"],
+        ],
+        [
+            f"language model: iterations to {float(tol):.0e} in training (start -> least -> end)".replace("e-0", "e-"),
+            lm_steps("attractor-paper"),
+            lm_steps("attractor-gated"),
+            "",
+            links["lm"],
+        ],
+    ]
+    return markdown(["on", '`"paper"`', '`"gated"`', '`"deq"`', "page"], rows)
+
+
 ATTRACTOR_SETTINGS = {  # folder under attractor_puzzles_select/ -> the setting (6x6, width 128, paper map, seed 0)
     "split1-budget16": "1 + 1 layers (MLP 512), budget 16",
     "split2-budget16": "2 + 2 layers (MLP 171), budget 16",
@@ -745,9 +878,335 @@ def lm_iterations(runs) -> str:
     return f"{mean[0]:.1f} → {min(mean):.1f} → {mean[-1]:.1f}"
 
 
+# ---- the README's results table --------------------------------------------------------------------------------
+
+
+WORDS = {1: "one", 2: "two", 3: "three"}
+
+
+def _sudoku_runs(kind: str) -> dict[int, dict]:
+    """Seed -> the 6x6 run of ``kind`` (``"attractor (chosen settings)"``: the chosen setting's runs)."""
+    if kind == "attractor (chosen settings)":
+        folders = attractor_chosen_runs()
+        kind = "attractor"
+    else:
+        folders = EQR_SEED_RUNS
+    runs = {}
+    for seed, folder in folders.items():
+        path = RESULTS / folder / kind / "eqr_sudoku.json"
+        if path.exists():
+            runs[seed] = json.loads(path.read_text())[kind]
+    return runs
+
+
+def _span(values: list[float], digits: int = 1) -> str:
+    """``low-high%`` of shares (one value when they agree), trailing zeros dropped as the prose writes them."""
+    cells = [f"{100 * v:.{digits}f}" for v in (min(values), max(values))]
+    cells = [c.rstrip("0").rstrip(".") if "." in c else c for c in cells]
+    return f"{cells[0]}%" if cells[0] == cells[1] else f"{cells[0]}-{cells[1]}%"
+
+
+def _paired(a: dict[int, dict], b: dict[int, dict], depth: str) -> str:
+    return difference_cell(
+        [a[s]["accuracy_by_depth"][depth] - b[s]["accuracy_by_depth"][depth] for s in a if s in b], scale=100
+    )
+
+
+def readme_results() -> str:
+    """The README's results table: a row per headline result, each with the command that produced it, every number
+    read from the JSON its page's tables are generated from."""
+    rows = []
+    # STARS on addition
+    stars = load("stars_addition/results.json")["results"]
+    three = load("stars_addition_3digit/results.json")["results"]
+    n_test = load("stars_addition/results.json")["args"]["test_size"]
+    acc = lambda runs, kind, n: runs[kind]["accuracy"][str(n)]  # noqa: E731
+    rows.append(
+        [
+            "STARS keeps a looped LM accurate deeper than trained",
+            f"2-digit addition: STARS {_span([acc(stars, 'stars', n) for n in (2, 4, 8, 16)])} at 2-16 loops, "
+            f"{pct(acc(stars, 'stars', 32))} at 32 (plain: {pct(acc(stars, 'plain', 8))} at 8); its settings were "
+            f"chosen on these {n_test} test problems, and no rerun has chosen them on a validation split",
+            "the paper's 100% at every depth is not reproduced at 32; 3-digit (same settings): >= "
+            f"{100 * min(acc(three, 'stars', n) for n in (2, 4, 8, 16, 32)):.0f}% from 2 to 32",
+            "[stars_addition](docs/benchmarks/stars_addition.md)",
+            "`bench_stars_addition.py` (3-digit: `--digits 3 --reverse-answer --pad-operands --kinds plain,stars`)",
+        ]
+    )
+    rows.append(
+        [
+            "what carries the extrapolation",
+            f"loop sampling alone {100 * acc(stars, 'sampling', 32):.0f}% at 32 loops; the penalty alone collapses "
+            f"off its trained count ({pct(acc(stars, 'jsrr', 8))} at 8); settings chosen on the test problems",
+            "suggests sampling, not the penalty, carries it; one seed each, so not established (3+ seeds needed)",
+            "[stars_addition](docs/benchmarks/stars_addition.md)",
+            "`bench_stars_addition.py`",
+        ]
+    )
+    cost = load("stars_cost.json")["by_loops"]
+    met = [n for n, row in cost.items() if row["vjp@1"] <= 1.5]
+    missed = [n for n in cost if n not in met]
+    verdict = ", ".join(
+        part
+        for part in (
+            f"met at {', '.join(met)} loops" if met else "",
+            f"missed at {', '.join(missed)}" if missed else "",
+        )
+        if part
+    )
+    rows.append(
+        [
+            "the JSRR penalty's cost",
+            ", ".join(
+                f"{row['vjp@1']:.2f}x" + (" a plain step" if i == 0 else "") + f" at {n}{' loops' if i == 0 else ''}"
+                for i, (n, row) in enumerate(cost.items())
+            )
+            + " (one vjp iteration)",
+            f"the 1.5x target {verdict}",
+            "[stars_cost](docs/benchmarks/stars_cost.md)",
+            "`bench_stars_cost.py`",
+        ]
+    )
+    maps = load("jsrr_estimator.json")["maps"].values()
+    ratios = [m["cost"]["vjp@1"] / m["cost"]["jvp@1"] for m in maps]
+    rows.append(
+        [
+            "backward (vjp) power iteration",
+            f"as accurate as the paper's jvp; in one measurement at width 32 an estimate cost {min(ratios):.2f}-"
+            f"{max(ratios):.2f}x jvp's at 1 iteration (a whole STARS step: {cost['4']['vjp@1']:.2f}x vs "
+            f"{cost['4']['jvp@1']:.2f}x a plain one)",
+            "ours is the default; `jvp` is offered",
+            "[jsrr_estimator](docs/benchmarks/jsrr_estimator.md)",
+            "`bench_jsrr_estimator.py`",
+        ]
+    )
+    paper = load("exit_gate.json")["losses"]["expected"]
+    frozen, fixed = paper["frozen"]["0.5"], paper["fixed"]["3"]
+    rows.append(
+        [
+            "Ouro's exit gate, per loss",
+            f"the paper's objective: {pct(frozen['accuracy'])} at {frozen['mean_steps']:.2f} computed steps; "
+            f"3 fixed loops: {pct(fixed['accuracy'])} (thresholds read on the test problems)",
+            "no saving at equal accuracy here; the published loss's gate hurts when exits are frozen",
+            "[exit_gate](docs/benchmarks/exit_gate.md)",
+            "`bench_exit_gate.py`",
+        ]
+    )
+    decode = load("ouro_decode.json")
+    rows.append(
+        [
+            "Ouro decoding",
+            f"loop overhead {decode['loop_overhead']['ratio']:.2f}x a Llama of equal depth; early exit "
+            f"{decode['early_exit']['ratio']:.2f}x the time; the cache {decode['cache']['speedup']:.1f}x faster",
+            "",
+            "[ouro_decode](docs/benchmarks/ouro_decode.md)",
+            "`bench_ouro_decode.py`",
+        ]
+    )
+    memory = load("attractor_memory/memory.json")["runs"]
+    flat = [r["saved_ratio"] for k, r in memory.items() if "/unrolled@" not in k]
+    unrolled = [r["saved_ratio"] for k, r in memory.items() if k.endswith("/unrolled@32")]
+    budgets = sorted({int(k.split("@")[1]) for k in memory})
+    same = "equal" if max(abs(r - 1) for r in flat) < 0.005 else f"within {max(abs(r - 1) for r in flat):.0%}"
+    rows.append(
+        [
+            "Attractor LM trains in constant memory",
+            f"saved activations {same} at budgets {', '.join(map(str, budgets))} with one-step and implicit "
+            f"gradients, both maps; unrolled: linear, {min(unrolled):.1f}-{max(unrolled):.1f}x more at "
+            f"{budgets[-1]} than at {budgets[0]}",
+            "reproduced (one run; saved bytes are exact)",
+            "[attractor_memory](docs/benchmarks/attractor_memory.md)",
+            "`bench_attractor_memory.py`",
+        ]
+    )
+
+    def last(name: str) -> dict:
+        return load(f"attractor_internalization/{name}/internalization.json")["rows"][-1]["accuracy"]
+
+    ap, ag, ai = last("addition-paper-one-step"), last("addition-gated-one-step"), last("addition-paper-implicit")
+    sudoku = [last(f"sudoku-{f}-one-step") for f in ("paper", "gated")]
+    rows.append(
+        [
+            "equilibrium internalization",
+            f"on addition (one seed per map) iterations rise with every map; with the paper's map the proposal alone "
+            f"decodes {pct(ap['0'])} against {pct(ap['30'])} solved (the gated map's: {pct(ag['0'])} against "
+            f"{pct(ag['30'])}); the implicit gradient the same ({pct(ai['0'])} against {pct(ai['30'])}); 6x6 Sudoku, "
+            f"both maps: {_span([s[t] for s in sudoku for t in ('0', '1')], 0)} at T=0 and T=1 against "
+            f"{_span([s['30'] for s in sudoku], 0)} solved, iterations rising",
+            "not reproduced at this scale",
+            "[attractor_internalization](docs/benchmarks/attractor_internalization.md)",
+            "`bench_attractor_internalization.py --form F` (`--task sudoku`, `--gradient-mode implicit`)",
+        ]
+    )
+    lm = {
+        kind: {
+            r["seed"]: r
+            for r in (json.loads(p.read_text()) for p in (RESULTS / "attractor_lm" / kind).glob("seed*.json"))
+        }
+        for kind in LM_KINDS
+    }
+    base = lm["llama"]
+
+    def vs(kind: str, other: str = "llama") -> str:
+        diffs = [r["val_perplexity"] - lm[other][s]["val_perplexity"] for s, r in lm[kind].items() if s in lm[other]]
+        return difference_cell(diffs, digits=2)
+
+    def mean_of(kind: str, key: str) -> float:
+        return mean_se([r[key] for r in lm[kind].values()])[0]
+
+    fewer = [
+        1 - mean_of(k, "train_flops") / mean_of("looped", "train_flops") for k in ("attractor-paper", "attractor-gated")
+    ]
+    first = next(iter(base.values()))
+    rows.append(
+        [
+            "Attractor LM vs transformer and looped baseline",
+            f"Python standard library source, {first['parameters'] / 1e6:.1f}M parameters, "
+            f"{first['training_tokens'] / 1e6:.1f}M tokens, {len(base)} seeds: perplexity not separated (gated map "
+            f"{vs('attractor-gated')} vs the transformer, paper's map {vs('attractor-paper')}, looped {vs('looped')}); "
+            f"{100 * min(fewer):.0f}-{100 * max(fewer):.0f}% fewer training FLOPs than the looped model; saved "
+            "activations equal to the transformer's, the looped model's "
+            f"{mean_of('looped', 'saved_bytes') / mean_of('llama', 'saved_bytes'):.2f}x",
+            "FLOPs and memory reproduced; lower perplexity not reproduced at this scale (nor contradicted)",
+            "[attractor_lm](docs/benchmarks/attractor_lm.md)",
+            "`bench_attractor_lm.py --kind K --seed N`",
+        ]
+    )
+    chosen, eqr, tied, split1 = (
+        _sudoku_runs(k) for k in ("attractor (chosen settings)", "eqr", "weight_tied", "attractor")
+    )
+    at64 = lambda runs: [r["accuracy_by_depth"]["64"] for r in runs.values()]  # noqa: E731
+    w64 = lambda folder, kind: load(f"{folder}/{kind}/eqr_sudoku.json")[kind]["accuracy_by_depth"]["64"]  # noqa: E731
+    rows.append(
+        [
+            "Attractor on puzzles vs EqR",
+            f"6x6 Sudoku held out by class, {chosen[0]['parameters'] / 1e6:.2f}M parameters, {len(chosen)} seeds, "
+            f"equal budget: with its layers split 2 + 2 (chosen on a validation split) the Attractor solves "
+            f"{_span(at64(chosen))} at 64 iterations, EqR {_span(at64(eqr))} ({_paired(chosen, eqr, '64')} points), "
+            f"weight-tied {_span(at64(tied))} ({_paired(chosen, tied, '64')}); with EqR's 1 + 1 split, "
+            f"{_span(at64(split1))}; at width 64 (one seed) the 2 + 2 Attractor keeps "
+            f"{pct(w64('attractor_puzzles_width64_chosen', 'attractor'))}, EqR and weight-tied with the same 4-layer "
+            f"shape {pct(w64('attractor_puzzles_width64_4layer', 'eqr'))} and "
+            f"{pct(w64('attractor_puzzles_width64_4layer', 'weight_tied'))} (with their 2-layer block "
+            f"{pct(w64('attractor_puzzles_width64', 'eqr'))} and {pct(w64('attractor_puzzles_width64', 'weight_tied'))})",
+            "not separated from EqR or weight-tied; the paper's gap (recursive models fail, 27M Attractor 91.4% on "
+            "Sudoku-Extreme) not seen at this scale; only the Attractor's settings were searched",
+            "[attractor_puzzles](docs/benchmarks/attractor_puzzles.md)",
+            "`bench_eqr_sudoku.py --kinds attractor` (settings, seeds and widths on the page)",
+        ]
+    )
+    depth16 = [r["accuracy_by_depth"]["16"] for r in eqr.values()]
+    gains = {s: r["grid"]["16x16"]["halt"] - r["grid"]["16x1"]["halt"] for s, r in eqr.items()}
+    top = max(gains, key=gains.get)
+    others = [
+        abs(r["grid"][f"{d}x{b}"][rule] - r["grid"][f"{d}x1"][rule])
+        for s, r in eqr.items()
+        if s != top
+        for d in (16, 32, 64)
+        for b in (4, 16)
+        for rule in ("residual", "vote", "halt")
+    ]
+    deep = [
+        mean_se([eqr[s]["accuracy_by_depth"][d] - tied[s]["accuracy_by_depth"][d] for s in eqr if s in tied])
+        for d in ("8", "16", "32", "64")
+    ]
+    rows.append(
+        [
+            "EqR depth x breadth",
+            f"6x6 Sudoku (18+ clues, held out up to symmetry), {len(eqr)} seeds: {_span(depth16)} at depth 16; 16 "
+            f"restarts add {100 * gains[top]:.0f} points in one seed of {WORDS.get(len(eqr), len(eqr))} "
+            f"({100 * eqr[top]['grid']['16x1']['halt']:.1f} -> {pct(eqr[top]['grid']['16x16']['halt'])}, the answer "
+            "picked by the halting head, the best of three rules as read on the test puzzles) and at most "
+            f"{100 * max(others):.0f} point{'s' if round(100 * max(others)) != 1 else ''} either way in the other two "
+            "(4x4: a memorisation check)",
+            "the depth gain reproduces, the breadth gain in one seed of three; EqR and the plain weight-tied model "
+            f"are not separated from depth 8 on (mean difference {100 * min(m for m, _ in deep):+.1f} to "
+            f"{100 * max(m for m, _ in deep):+.1f} points, SE {100 * min(se for _, se in deep):.1f}-"
+            f"{100 * max(se for _, se in deep):.1f})",
+            "[eqr_sudoku](docs/benchmarks/eqr_sudoku.md), [eqr_ablations](docs/benchmarks/eqr_ablations.md)",
+            "`bench_eqr_sudoku.py --size 6 --min-clues 18 --steps 2400 --augmentations 2 --kinds K --seed S`",
+        ]
+    )
+    halting = [
+        load(f"eqr_halting_6x6/seed{s}/eqr_halting.json")["chosen"]
+        for s in (1, 2)
+        if (RESULTS / f"eqr_halting_6x6/seed{s}/eqr_halting.json").exists()
+    ]
+    ratios = [h[split]["nfe_ratio"] for h in halting for split in ("easy", "all")]
+    equal = {split: sum(h[split]["equal_accuracy_on_test"] for h in halting) for split in ("easy", "all")}
+    said = lambda k: "both seeds" if k == len(halting) == 2 else "one" if k == 1 else f"{k} of {len(halting)}"  # noqa: E731
+    rows.append(
+        [
+            "EqR halting",
+            f"6x6, {len(halting)} seeds, depth and threshold chosen on a validation half: {min(ratios):.1f}-"
+            f"{max(ratios):.1f}x fewer evaluations than the cheapest fixed depth of equal accuracy; equal accuracy on "
+            f"easy puzzles in {said(equal['easy'])}, on all puzzles in {said(equal['all'])}",
+            "the >= 3x target is not met; the paper's 11.34x is a different comparison",
+            "[eqr_halting](docs/benchmarks/eqr_halting.md)",
+            "`bench_eqr_halting.py --size 6 --min-clues 18 --model ... --seed S`",
+        ]
+    )
+    maze = {
+        k: [load(f"{MAZE9_RUNS[s]}/{k}/eqr_sudoku.json") for s in MAZE9_RUNS] for k in ("eqr", "weight_tied", "untied")
+    }
+    best = lambda k: [max(run[k]["accuracy_by_depth"].values()) for run in maze[k]]  # noqa: E731
+    d32 = [
+        a["eqr"]["accuracy_by_depth"]["32"] - b["weight_tied"]["accuracy_by_depth"]["32"]
+        for a, b in zip(maze["eqr"], maze["weight_tied"])
+    ]
+    margs = maze["eqr"][0]["args"]
+    rows.append(
+        [
+            "EqR on 9x9 mazes (held out by class)",
+            f"{len(MAZE9_RUNS)} seeds, {margs['steps']} steps, width {margs['width']}: EqR {_span(best('eqr'))} and "
+            f"weight-tied {_span(best('weight_tied'))} at their best depth; the untied baseline (8x the parameters) "
+            f"{_span([run['untied']['accuracy_by_depth']['8'] for run in maze['untied']])}",
+            f"not reproduced at this scale; EqR and weight-tied not separated ({difference_cell(d32, scale=100)} "
+            "points at depth 32)",
+            "[eqr_ablations](docs/benchmarks/eqr_ablations.md)",
+            "`bench_eqr_sudoku.py --task maze --size 9 --width 96 --train-size 2000 --steps 2000 --kinds K --seed S`",
+        ]
+    )
+    audits = [json.loads(p.read_text()) for p in sorted((RESULTS / "audit_reachability").glob("*-seed*/audit.json"))]
+    rows.append(
+        [
+            "the lazy-identity study's audit",
+            f"iterations do not track difficulty (yes: Pearson r within ±"
+            f"{max(abs(a['iterations']['pearson']) for a in audits):.2f} in {len(audits)} runs); `h* = z0` with "
+            f"solves at the cap (no: at most {max(a['iterations']['cap_share'] for a in audits):.0%} at the cap, "
+            "only without the anchor)",
+            "partly reproduced at small scale",
+            "[audit_reachability](docs/benchmarks/audit_reachability.md)",
+            "`bench_audit_reachability.py --models M --summary-name S`",
+        ]
+    )
+    solved = load("solvers.json")
+    extra = [
+        b["iterations"] - solved["results"][f"{name} | equilibria anderson (m=5)"]["iterations"]
+        for name, b in solved["best_torchdeq"].items()
+    ]
+    times = [
+        abs(b["seconds"] / solved["results"][f"{name} | equilibria anderson (m=5)"]["seconds"] - 1)
+        for name, b in solved["best_torchdeq"].items()
+    ]
+    rows.append(
+        [
+            "our Anderson against torchdeq's",
+            f"torchdeq at its best ridge takes {min(extra) if min(extra) == max(extra) else f'{min(extra)}-{max(extra)}'}"
+            f" iteration{'s' if max(extra) != 1 else ''} "
+            f"more than ours on each map, its time within {max(times):.1%} of ours (one run)",
+            "",
+            "[solvers](docs/benchmarks/solvers.md)",
+            "`bench_solvers.py`",
+        ]
+    )
+    return markdown(["result", "measured here", "against the paper", "page", "command (`python benchmarks/...`)"], rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "cli-commands": cli_commands,
     "demo-loop-scaling": demo_loop_scaling,
+    "demo-output": demo_output,
     "ouro-decode": ouro_decode,
     "stars-addition": lambda: stars_accuracy("stars_addition/results.json"),
     "stars-addition-3digit": lambda: stars_accuracy("stars_addition_3digit/results.json"),
@@ -802,10 +1261,12 @@ TABLES: dict[str, Callable[[], str]] = {
     "puzzle-generators": puzzle_generators,
     "puzzle-splits": puzzle_splits,
     "attractor-internalization": attractor_internalization,
+    "attractor-forms": attractor_forms,
     "attractor-lm": attractor_lm,
     "attractor-memory": attractor_memory,
     "attractor-puzzles-select": attractor_puzzles_select,
     "attractor-smoke": attractor_smoke,
+    "readme-results": readme_results,
 }
 
 
@@ -814,6 +1275,11 @@ TABLES: dict[str, Callable[[], str]] = {
 
 def pages() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def page_name(page: Path) -> str:
+    """``page`` relative to the repository (as given, for a page outside it)."""
+    return str(page.resolve().relative_to(ROOT)) if page.resolve().is_relative_to(ROOT) else str(page)
 
 
 def render(text: str, where: str = "page") -> str:
@@ -828,26 +1294,218 @@ def render(text: str, where: str = "page") -> str:
     return MARKED.sub(fill, text)
 
 
-def stale() -> list[str]:
+# ---- numbers in prose ------------------------------------------------------------------------------------------
+
+NUMBER = re.compile(r"<!-- num: (?P<spec>.+?) fmt=(?P<fmt>\S+) -->(?P<text>[^\n]*?)<!-- /num -->")
+_KEY = r"""(?:[^\s{}\[\]."':]+|\[(?:"[^"]*"|'[^']*'|-?\d+)\])"""
+FIELD = re.compile(rf"(?P<file>[\w./*-]+?\.json):(?P<path>{_KEY}(?:\.?{_KEY})*)")
+
+
+def _flat(values: tuple) -> list[float]:
+    """The arguments of ``min``, ``max`` and ``mean``, a ``*`` field's list spread out."""
+    return [v for value in values for v in (value if isinstance(value, list) else [value])]
+
+
+def _se(*values) -> float:
+    """The standard error of the mean (n - 1 degrees of freedom), as the tables' ``mean ± SE``."""
+    return mean_se(_flat(values))[1]
+
+
+def _each(function: Callable) -> Callable:
+    """``function`` of one number, applied to every item of a list (several arguments: to each, as one list)."""
+
+    def apply(*values):
+        if len(values) == 1 and not isinstance(values[0], list):
+            return function(values[0])
+        return [function(v) for v in _flat(values)]
+
+    return apply
+
+
+FUNCTIONS: dict[str, Callable] = {
+    "min": lambda *values: min(_flat(values)),
+    "max": lambda *values: max(_flat(values)),
+    "mean": lambda *values: sum(_flat(values)) / len(_flat(values)),
+    "se": _se,
+    "count": lambda *values: len(_flat(values)),
+    "abs": _each(abs),
+    "sqrt": _each(lambda value: value**0.5),
+}
+
+
+_LOADED: dict[tuple[str, int], object] = {}  # (path, mtime) -> its JSON, read once per version
+
+
+class NumberError(ValueError):
+    """A marked number whose field cannot be read or whose expression is not one this script evaluates."""
+
+
+def field(file: str, path: str):
+    """The value at ``path`` in ``docs/results/<file>``; :class:`NumberError` saying which key is missing. A ``*``
+    in ``file`` (``attractor_lm/llama/seed*.json``) gives the list of the value in every matching file, by name."""
+    if "*" in file:
+        matches = sorted(RESULTS.glob(file))
+        if not matches:
+            raise NumberError(f"no file matches docs/results/{file}")
+        return [field(str(match.relative_to(RESULTS)), path) for match in matches]
+    path_on_disk = RESULTS / file
+    if not path_on_disk.is_file():
+        raise NumberError(f"no file docs/results/{file}")
+    stamp = (str(path_on_disk), path_on_disk.stat().st_mtime_ns)
+    if stamp not in _LOADED:
+        _LOADED[stamp] = json.loads(path_on_disk.read_text())
+    value = _LOADED[stamp]
+    keys = re.findall(r"""\[(?:"([^"]*)"|'([^']*)'|(-?\d+))\]|([^\s{}\[\]."':]+)""", path)
+    return _walk(value, [quoted or single or index or plain for quoted, single, index, plain in keys], file, path)
+
+
+def _walk(value, keys: list[str], file: str, path: str):
+    """Follow ``keys`` into ``value``; a ``*`` key takes every item of a list (or every value of an object) and
+    gives a list."""
+    for n, key in enumerate(keys):
+        if key == "*":
+            items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else None
+            if items is None:
+                raise NumberError(f"{file}: '*' on something that is not a list on the way to {path}")
+            return [_walk(item, keys[n + 1 :], file, path) for item in items]
+        try:
+            value = value[int(key)] if isinstance(value, list) else value[key]
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise NumberError(f"{file}: no key {key!r} on the way to {path}") from None
+    if isinstance(value, str):  # the benchmarks record their arguments as strings ("test_size": "300")
+        try:
+            return float(value) if any(c in value for c in ".en") else int(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _arithmetic(op: type, a, b):
+    """``a op b``, item by item where either is a list (a list and a number: the number with every item; two
+    lists: pairwise, of equal length), so that ``{a*.json:x} - {b*.json:x}`` are the per-seed differences."""
+    if isinstance(a, list) or isinstance(b, list):
+        a_items = a if isinstance(a, list) else [a] * len(b)
+        b_items = b if isinstance(b, list) else [b] * len(a)
+        if len(a_items) != len(b_items):
+            raise NumberError(f"lists of {len(a_items)} and {len(b_items)} values cannot be paired")
+        return [_arithmetic(op, x, y) for x, y in zip(a_items, b_items)]
+    if op is ast.Div:
+        return a / b if b else float("nan")
+    return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}[op]
+
+
+def _evaluate(node: ast.AST, values: dict[str, float]):
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body, values)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in values:
+        return values[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        operand = _evaluate(node.operand, values)
+        return _each(lambda v: -v if isinstance(node.op, ast.USub) else v)(operand)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+        return _arithmetic(type(node.op), _evaluate(node.left, values), _evaluate(node.right, values))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS:
+        return FUNCTIONS[node.func.id](*(_evaluate(arg, values) for arg in node.args))
+    raise NumberError(f"not a number expression this script evaluates: {ast.unparse(node)!r}")
+
+
+def number(spec: str, fmt: str) -> str:
+    """The marked number ``spec`` (one ``FILE:PATH``, or an expression of ``{FILE:PATH}`` fields) formatted by
+    ``fmt``."""
+    if "{" not in spec:
+        match = FIELD.fullmatch(spec.strip())
+        if not match:
+            raise NumberError(f"not FILE.json:PATH: {spec!r}")
+        value = field(match["file"], match["path"])
+    else:
+        values: dict[str, float] = {}
+
+        def name(match: re.Match) -> str:
+            ref = FIELD.fullmatch(match.group(1).strip())
+            if not ref:
+                raise NumberError(f"not FILE.json:PATH: {match.group(1)!r}")
+            values[f"_f{len(values)}"] = field(ref["file"], ref["path"])
+            return f"_f{len(values) - 1}"
+
+        expression = re.sub(r"\{([^{}]*)\}", name, spec)
+        try:
+            tree = ast.parse(expression.strip(), mode="eval")
+        except SyntaxError:
+            raise NumberError(f"not an expression: {spec!r}") from None
+        try:
+            value = _evaluate(tree, values)
+        except (TypeError, ValueError, ZeroDivisionError) as error:  # a field that is an object, min() of nothing, ...
+            raise NumberError(f"{spec}: {error}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise NumberError(f"{spec} is {value!r}, not a number")
+    if fmt.endswith("d") and isinstance(value, float) and value.is_integer():
+        value = int(value)  # a count computed in floats (300 / 3)
+    try:
+        text = format(value, fmt)
+    except ValueError as error:
+        raise NumberError(f"fmt={fmt}: {error}") from None
+    if fmt.endswith("e"):  # a short exponent, as the tables write it: 1e-7, 2.5e3
+        text = re.sub(r"e([+-])0*(\d)", lambda m: "e" + ("-" if m[1] == "-" else "") + m[2], text)
+    return text
+
+
+def numbers(text: str, where: str = "page") -> tuple[str, list[str]]:
+    """``text`` with every marked number rewritten from its JSON, and ``where:line: ...`` for each one that differed
+    (its field, the JSON's value and the page's) or could not be read (left as it was)."""
+    lines, found = text.split("\n"), []
+    for n, line in enumerate(lines):
+
+        def fill(match: re.Match, n: int = n) -> str:
+            label = f"{where}:{n + 1}: {match['spec']} (fmt={match['fmt']})"
+            try:
+                value = number(match["spec"], match["fmt"])
+            except NumberError as error:
+                found.append(f"{label}: cannot read it: {error}")
+                return match.group(0)
+            if value != match["text"]:
+                found.append(f"{label}: the JSON gives {value!r}, the page says {match['text']!r}")
+            return match.group(0)[: match.start("text") - match.start()] + value + "<!-- /num -->"
+
+        lines[n] = NUMBER.sub(fill, line)
+    return "\n".join(lines), found
+
+
+def stale_tables() -> list[str]:
     """``page: table`` for every marked table whose committed text differs from its JSON's rendering."""
     found = []
     for page in pages():
         text = page.read_text()
         for match in MARKED.finditer(text):
             if render(match.group(0), str(page)) != match.group(0):
-                found.append(f"{page.relative_to(ROOT)}: {match.group(2)}")
+                found.append(f"{page_name(page)}: {match.group(2)}")
     return found
 
 
+def stale_numbers() -> list[str]:
+    """``page:line: FIELD (fmt=...): the JSON gives ..., the page says ...`` for every marked number of prose that
+    differs from its JSON (or cannot be read from it)."""
+    return [line for page in pages() for line in numbers(page.read_text(), page_name(page))[1]]
+
+
+def stale() -> list[str]:
+    """Every marked table and number that differs from its JSON."""
+    return stale_tables() + stale_numbers()
+
+
 def write_pages() -> list[str]:
-    """Rewrite every page's marked tables; return the pages changed."""
+    """Rewrite every page's marked tables and numbers; return the pages changed. Each rewritten number (and one
+    whose field cannot be read, left as it is) is printed: the sentence around it may need reading again."""
     changed = []
     for page in pages():
         text = page.read_text()
-        new = render(text, str(page))
+        new, rewritten = numbers(render(text, str(page)), page_name(page))
+        for line in rewritten:
+            print(f"number: {line}")
         if new != text:
             page.write_text(new)
-            changed.append(str(page.relative_to(ROOT)))
+            changed.append(page_name(page))
     return changed
 
 
@@ -862,7 +1520,11 @@ def save_results(path: Path, data, **dumps) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if a table differs from its JSON (write nothing)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if a table or a marked number differs from its JSON (write nothing)",
+    )
     args = parser.parse_args(argv)
     if args.check:
         differing = stale()

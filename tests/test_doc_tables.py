@@ -1,5 +1,6 @@
 """The results tables of the docs are their JSON's: ``benchmarks/doc_tables.py`` renders every one of them from
-``docs/results/``, and the committed pages equal its output."""
+``docs/results/``, and the committed pages equal its output. So are the numbers of their prose that restate a JSON
+number: each is marked with its field, and the committed text equals the field's value."""
 
 from __future__ import annotations
 
@@ -17,7 +18,62 @@ BEFORE_JSON: set[str] = set()
 
 def test_every_committed_table_equals_its_json():
     doc_tables = load_benchmark("doc_tables")
-    assert doc_tables.stale() == [], "run: python benchmarks/doc_tables.py"
+    assert doc_tables.stale_tables() == [], "run: python benchmarks/doc_tables.py"
+
+
+def test_every_marked_number_of_the_docs_and_the_readme_equals_its_json():
+    doc_tables = load_benchmark("doc_tables")
+    assert doc_tables.stale_numbers() == [], "run: python benchmarks/doc_tables.py, then reread each sentence"
+    marked = {doc_tables.page_name(p): len(doc_tables.NUMBER.findall(p.read_text())) for p in doc_tables.pages()}
+    for name in ("benchmarks/stars_cost.md", "benchmarks/solvers.md", "experiments.md", "demo.md"):
+        name = f"docs/{name}"
+        assert marked[name] > 0, f"{name}: its prose restates JSON numbers, marked"
+
+
+def test_a_wrong_marked_number_fails_the_check_naming_page_line_field_and_values(tmp_path, monkeypatch, capsys):
+    doc_tables = load_benchmark("doc_tables")
+    page = tmp_path / "stars_cost.md"
+    text = (ROOT / "docs" / "benchmarks" / "stars_cost.md").read_text()
+    marker = "<!-- num: {stars_cost.json:by_loops.4.plain_seconds} - {stars_cost.json:by_loops.4.breakdown.lm_forward_backward} fmt=.2f -->"
+    assert marker + "0.09<!-- /num -->" in text
+    page.write_text(text.replace(marker + "0.09<!-- /num -->", marker + "0.07<!-- /num -->"))
+    line = next(n for n, row in enumerate(page.read_text().split("\n"), 1) if marker in row)
+    monkeypatch.setattr(doc_tables, "pages", lambda: [page])
+    assert doc_tables.main(["--check"]) == 1
+    out = capsys.readouterr().out
+    assert f"{page}:{line}: " in out and "by_loops.4.breakdown.lm_forward_backward" in out
+    assert "the JSON gives '0.09', the page says '0.07'" in out
+    assert doc_tables.main([]) == 0  # rewriting puts the JSON's number back, and says so
+    assert marker + "0.09<!-- /num -->" in page.read_text() and "number: " in capsys.readouterr().out
+    assert doc_tables.main(["--check"]) == 0
+
+
+def test_a_marked_number_whose_field_is_missing_is_reported_not_guessed():
+    doc_tables = load_benchmark("doc_tables")
+    text = "a\nit costs <!-- num: stars_cost.json:by_loops.5.plain_seconds fmt=.2f -->0.71<!-- /num --> s"
+    new, found = doc_tables.numbers(text, "page.md")
+    assert new == text and len(found) == 1
+    assert found[0].startswith("page.md:2: stars_cost.json:by_loops.5.plain_seconds") and "no key '5'" in found[0]
+    for spec in ("nofile.json:x", "{stars_cost.json:args} + 1", "__import__('os')"):
+        assert "cannot read it" in doc_tables.numbers(f"<!-- num: {spec} fmt=.2f -->1<!-- /num -->")[1][0]
+
+
+def test_marked_numbers_evaluate_fields_lists_and_seed_files(tmp_path, monkeypatch):
+    doc_tables = load_benchmark("doc_tables")
+    monkeypatch.setattr(doc_tables, "RESULTS", tmp_path)
+    for seed, (a, b) in enumerate([(1.0, 0.5), (2.0, 1.0), (3.0, 1.5)]):
+        (tmp_path / "runs").mkdir(exist_ok=True)
+        (tmp_path / "runs" / f"a{seed}.json").write_text(json.dumps({"x": a, "rows": [{"y": a}, {"y": b}], "n": "300"}))
+        (tmp_path / "runs" / f"b{seed}.json").write_text(json.dumps({"x": b, "k": {"0.5": b}}))
+    number = doc_tables.number
+    assert number("runs/a0.json:rows.-1.y", ".2f") == "0.50"
+    assert number('runs/b1.json:k["0.5"]', ".1%") == "100.0%"
+    assert number("{runs/a0.json:n} / 3", "d") == "100"  # the benchmarks' string arguments read as numbers
+    assert number("min({runs/a2.json:rows.*.y})", ".1f") == "1.5"
+    assert number("mean({runs/a*.json:x} - {runs/b*.json:x})", ".2f") == "1.00"  # per-seed differences
+    assert number("se({runs/a*.json:x} - {runs/b*.json:x})", ".2f") == "0.29"
+    assert number("count({runs/a*.json:x})", "d") == "3"
+    assert number("{runs/a0.json:x} / 1e7", ".0e") == "1e-7"  # a short exponent
 
 
 def test_every_table_is_on_a_page_once():
@@ -35,8 +91,11 @@ def test_a_changed_json_makes_its_table_stale(tmp_path, monkeypatch):
     data["by_loops"]["4"]["vjp@1"] = 9.99
     path.write_text(json.dumps(data))
     monkeypatch.setattr(doc_tables, "RESULTS", results)
-    assert doc_tables.stale() == ["docs/benchmarks/stars_cost.md: stars-cost"]
+    assert doc_tables.stale_tables() == ["README.md: readme-results", "docs/benchmarks/stars_cost.md: stars-cost"]
     assert "9.99x" in doc_tables.render((ROOT / "docs" / "benchmarks" / "stars_cost.md").read_text())
+    changed = doc_tables.stale_numbers()  # the prose that restates it: the cost page, the estimator page, ...
+    assert any(line.startswith("docs/benchmarks/stars_cost.md:") and "'9.99'" in line for line in changed)
+    assert any(line.startswith("docs/experiments.md:") for line in changed)
 
 
 def test_every_results_table_of_a_benchmark_page_is_generated_or_labelled():
