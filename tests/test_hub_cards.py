@@ -284,3 +284,74 @@ def test_intermediate_pushes_carry_the_remote_code_and_the_card_and_the_history_
     card = ModelCard.load(tmp_path / "second" / "README.md")
     assert "**Stage 1 of 2**: 2 steps with `EquilibriaTrainer`" in card.text
     assert "**Stage 2 of 2**: 3 steps with `EquilibriaTrainer`" in card.text
+
+
+@pytest.fixture(scope="module")
+def adder(tmp_path_factory):
+    """A tiny Ouro trained 2 steps on generated addition (its config's task: addition)."""
+    from test_user_path import QUIET
+
+    from equilibria.cli import main
+
+    out = tmp_path_factory.mktemp("adder") / "ouro"
+    argv = ["train", "--output_dir", str(out), "--max_steps", "2", "--train_size", "32", "--test_size", "4"]
+    assert main([*argv, "--hidden_size", "16", "--eval_loops", "2", "--save_strategy", "no", *QUIET]) == 0
+    return out
+
+
+def test_a_model_last_trained_on_rows_of_its_own_is_not_scored_on_the_task_before_them(adder, tmp_path, capsys):
+    """Fine-tuned on rows that reverse numbers with none held out: the folder says its last task was those rows,
+    eval and audit refuse to score generated addition unless --task asks for it, and the card's usage snippet does
+    not show an addition prompt."""
+    import json
+
+    from test_user_path import fine_tune, write_jsonl
+
+    from equilibria.cli import main
+
+    rows = write_jsonl(
+        tmp_path / "reverse.jsonl", [{"prompt": f"{n}=", "completion": str(n)[::-1]} for n in range(10, 70)]
+    )
+    out = tmp_path / "reverser"
+    assert fine_tune(adder, rows, out, "--max_steps", "1", "--save_strategy", "no", "--test_size", "0") == 0
+    assert json.loads((out / "config.json").read_text())["equilibria_task"] == "rows"
+    capsys.readouterr()
+    for command in (["eval", str(out), "--loops", "1"], ["audit", str(out), "--num-examples", "8"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "was last trained on rows of your own (60 prompt/completion rows of reverse.jsonl" in err
+        assert "--dataset_name FILE" in err and "--task addition" in err
+    assert main(["eval", str(out), "--task", "addition", "--loops", "1", "--num-examples", "4"]) == 0
+    assert "4 generated addition problems (seed 1234)" in capsys.readouterr().out
+    card = (out / "README.md").read_text()
+    assert 'tokenizer("<a prompt like those of reverse.jsonl>", return_tensors="pt")' in card
+    assert "12+34=" not in card
+
+
+def test_the_card_names_the_split_of_rows_held_out_of_training_and_what_card_wrote(adder, tmp_path, capsys):
+    """Rows held out of the train split are not called the test split in model-index; `equilibria card` lists
+    every result it put in the card, lm-eval's too; one row or sequence is not "1 rows"."""
+    import json
+
+    from test_user_path import fine_tune, write_jsonl
+
+    from equilibria.cli import main
+    from equilibria.provenance import weights_fingerprint
+
+    rows = write_jsonl(tmp_path / "sums.jsonl", [{"prompt": f"{a}+1=", "completion": str(a + 1)} for a in range(11)])
+    out = tmp_path / "tuned"
+    assert fine_tune(adder, rows, out, "--max_steps", "1", "--save_strategy", "no", "--test_size", "1") == 0
+    card = ModelCard.load(out / "README.md")
+    assert {r.dataset_split for r in card.data.eval_results} == {"train, held out before training"}
+    assert {r.dataset_name for r in card.data.eval_results} == {"1 held-out row of sums.jsonl"}
+    assert main(["audit", str(out), "--output-dir", str(out)]) == 0
+    lm_eval = {"tasks": {"tiny": {"acc": {"1": 0.5}}}, "weights": weights_fingerprint(out)}
+    (out / "lm_eval.json").write_text(json.dumps(lm_eval))
+    capsys.readouterr()
+    assert main(["card", str(out)]) == 0
+    assert capsys.readouterr().out.strip().endswith("(with loop scaling, audit, lm-eval)")
+    card = ModelCard.load(out / "README.md")
+    assert {r.dataset_split for r in card.data.eval_results if r.source_name is None} == {
+        "train, held out before training"
+    }
+    assert "on 1 sequence of 1 held-out row of sums.jsonl" in card.text

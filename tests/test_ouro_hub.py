@@ -315,3 +315,44 @@ def test_the_tokenizer_loads_without_the_package_and_without_the_remote_code_que
     assert result.returncode == 0, result.stderr[-2000:]
     assert "TOKENS [5, 6, 14, 7, 15]" in result.stdout
     assert "Do you wish to run the custom code" not in result.stdout + result.stderr
+    assert "You are using a model of type" not in result.stdout + result.stderr  # the config's standalone part
+
+
+def test_a_prompt_the_tokenizer_cannot_read_warns_naming_its_characters(model, tmp_path):
+    """The user's path from the card: the folder's tokenizer through AutoTokenizer, a prompt with characters it
+    lacks: a warning names them (they become <unk>); a known prompt is silent. The package's own readers refuse
+    such text themselves and get the tokenizer without the warning."""
+    from transformers import AutoTokenizer
+
+    from equilibria.tasks.tokenization import CharTokenizer, UnknownCharactersWarning, char_tokenizer, load_tokenizer
+
+    char_tokenizer("0123456789+=").save_pretrained(tmp_path)
+    model.save_pretrained(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    assert isinstance(tokenizer, CharTokenizer)
+    with pytest.warns(UnknownCharactersWarning, match=r"holds \['#', 'é'\], which the tokenizer does not know") as got:
+        ids = tokenizer("12+é=#", return_tensors="pt")["input_ids"]
+    assert got[0].filename == __file__  # it points at the caller's line
+    assert (ids == tokenizer.unk_token_id).sum() == 2
+    with pytest.warns(UnknownCharactersWarning, match=r"\['x'\]"):
+        tokenizer(["12+3=", "4x"], padding=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tokenizer(["12+3=", "40+2="], padding=True)
+        load_tokenizer(str(tmp_path), "prompts")("12+é=")
+
+
+def test_a_token_id_past_the_vocabulary_is_a_clear_error(model):
+    """Not the embedding's IndexError: a ValueError naming input_ids, the id and vocab_size (both language
+    families share the check)."""
+    from conftest import tiny_attractor
+
+    vocab = model.config.vocab_size
+    for bad, lm in ((vocab, model), (-1, model), (vocab + 7, tiny_attractor())):
+        ids = torch.tensor([[3, 4, bad]])
+        with pytest.raises(
+            ValueError, match=rf"input_ids holds token id {bad}, outside the vocabulary \(vocab_size={vocab}"
+        ):
+            lm(ids)
+        with pytest.raises(ValueError, match="input_ids holds token id"):
+            lm.generate(ids, max_new_tokens=2)

@@ -65,7 +65,7 @@ SIZES = [
     ("--loops 16,64 --breadth 16", "--loops 4 --breadth 2 --num-examples 8"),
     ("--num-examples 500", "--num-examples 20"),
     ("--loops 1,2,4,8,16", "--loops 1,4 --num-examples 8"),
-    ("--max_length 512 --max_steps 1000", "--max_length 64 --max_steps 2"),
+    ("--use_peft --max_steps 1000", "--use_peft --max_steps 2"),
     ("equilibria audit out --output-dir out", "equilibria audit out --output-dir out --num-examples 16"),
 ]
 
@@ -90,7 +90,7 @@ NOT_RUN = {
     "equilibria eval ouro-chat --lm-eval-tasks gsm8k,arc_easy --loops 1,2,4,8 --lm-eval-fewshot 5 --output-dir "
     "ouro-chat": "downloads the tasks' data from the Hub; test_lm_eval runs the harness offline",
     "equilibria train --model_name_or_path ByteDance/Ouro-1.4B --dataset_name trl-lib/Capybara --output_dir ouro-chat "
-    "--use_peft --max_length 2048 --bf16 --max_steps 2000": "downloads from the Hub and needs a GPU",
+    "--use_peft --max_length 2048 --bf16 --max_steps 2000 --exit_loss final": "downloads from the Hub and needs a GPU",
 }
 
 
@@ -153,43 +153,36 @@ def workdir(tmp_path_factory):
     build_reachability_dataset(num_train=8, num_test=16, num_nodes=16, seed=3).save_to_disk(work / "my_saved_dataset")
     rows = [f'{{"prompt": "{a}+{b}=", "completion": "{a + b}"}}' for a in range(10) for b in range(4)]
     (work / "my_rows.jsonl").write_text("\n".join(rows) + "\n")  # what the README fine-tunes on
-    _lm_eval_tasks(work / "my_tasks")
-    return work
+    return work  # the README's lm-eval tasks are the shipped examples/lm_eval_tasks (paths under examples/ are ROOT's)
 
 
-def _lm_eval_tasks(folder: Path) -> None:
-    """The README's `my_tasks`: two lm-eval tasks over a local jsonl of sums (multiple choice and generation)."""
-    import json
-
-    folder.mkdir()
-    rows = [
-        {"prompt": f"{a}+{b}=", "answer": str(a + b), "choices": [str(a + b), str(a + b + 1)]}
-        for a, b in [(1, 2), (3, 4)]
+def recipe_warnings(caplog, caught: list) -> list[str]:
+    """What a documented recipe must not trigger: ``StarsTrainer``'s warning against its own settings (sampled loop
+    counts under a loss that leaves the deep loops untrained) and ``train``'s one against a ``--max_length`` past
+    the model's positions."""
+    stars = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "equilibria.trainers.stars" and "exit_loss" in r.getMessage()
     ]
-    (folder / "sums.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    head = f"dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder / 'sums.jsonl'}\ntest_split: test\n"
-    (folder / "mc.yaml").write_text(
-        f"task: tiny_sums_mc\n{head}output_type: multiple_choice\ndoc_to_text: '{{{{prompt}}}}'\n"
-        "doc_to_choice: '{{choices}}'\ndoc_to_target: 0\nmetric_list:\n  - metric: acc\n"
-    )
-    (folder / "gen.yaml").write_text(
-        f"task: tiny_sums_gen\n{head}output_type: generate_until\ndoc_to_text: '{{{{prompt}}}}'\n"
-        "doc_to_target: '{{answer}}'\ngeneration_kwargs:\n  until: ['.']\n  max_gen_toks: 3\n"
-        "metric_list:\n  - metric: exact_match\n"
-    )
+    return stars + [str(w.message) for w in caught if "--max_length" in str(w.message)]
 
 
 @pytest.mark.parametrize(
     "page, line, block", code_blocks("python"), ids=[f"{page}:{line}" for page, line, _ in code_blocks("python")]
 )
-def test_the_python_blocks_run(workdir, monkeypatch, page, line, block):
+def test_the_python_blocks_run(workdir, monkeypatch, caplog, page, line, block):
     monkeypatch.chdir(workdir)
-    exec(compile(tiny(block), f"{page}, block at line {line}", "exec"), {"__name__": "__readme__"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(tiny(block), f"{page}, block at line {line}", "exec"), {"__name__": "__readme__"})
+    assert not recipe_warnings(caplog, caught), f"{page} line {line}: the block is not the recommended recipe"
 
 
-def test_every_command_is_run_or_listed_with_its_reason(workdir, monkeypatch):
+def test_every_command_is_run_or_listed_with_its_reason(workdir, monkeypatch, caplog):
     """``equilibria ...`` commands run in this process (``equilibria.cli.main``, what the console script calls),
-    the others in a shell."""
+    the others in a shell; none of those run in this process warns against its own settings (the README's STARS
+    fine-tune included)."""
     from equilibria.cli import main
 
     monkeypatch.chdir(workdir)
@@ -201,7 +194,11 @@ def test_every_command_is_run_or_listed_with_its_reason(workdir, monkeypatch):
         runnable = tiny(command).replace(".venv/bin/python", shlex.quote(sys.executable))
         runnable = re.sub(r"\b(examples|benchmarks)/", f"{ROOT}/\\1/", runnable)
         if runnable.startswith("equilibria "):
-            assert main(shlex.split(runnable)[1:]) == 0, f"{page} line {line}: {command}"
+            caplog.clear()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                assert main(shlex.split(runnable)[1:]) == 0, f"{page} line {line}: {command}"
+            assert not recipe_warnings(caplog, caught), f"{page} line {line}: {command} is not the recommended recipe"
             continue
         started = time.time()
         code, output = run_in_own_session(runnable, workdir, env, timeout=300)

@@ -217,7 +217,8 @@ def run_card(args) -> Path:
     )
     for name in other:
         print(f"left out {name}: computed on other weights than the ones in {folder}")
-    found = [name for name, ok in (("loop scaling", scaling), ("audit", audit_data)) if ok]
+    shown = (("loop scaling", scaling), ("audit", audit_data), ("lm-eval", current.get("lm_eval.json")))
+    found = [name for name, ok in shown if ok]
     print(f"wrote {path}" + (f" (with {', '.join(found)})" if found else ""))
     return path
 

@@ -10,7 +10,9 @@ The rows, in order of precedence:
 2. ``task``: fresh generated problems of that task;
 3. the held-out rows the folder's training record names, for a model trained on rows of its own: read again from
    their file (refused if it has changed since), scored with the metric training used;
-4. fresh generated problems of the task the model was trained on.
+4. fresh generated problems of the task the model was trained on; refused for a language model whose last training
+   stage read rows of text of your own (``config.equilibria_task`` is ``"rows"``) and held none of them out
+   (``--test_size 0``): its task is not a generated one, so ``--task`` or ``--dataset_name`` says what to score.
 
 Generated problems leave out every question of the model's training record (``training_data.json``).
 """
@@ -24,7 +26,16 @@ from datasets import Dataset
 
 from .families import family_of, model_task
 from .provenance import data_fingerprint
-from .tasks import TRAINING_RECORD, eval_split, fingerprints, kept_rows, load_training_record, task_record
+from .tasks import (
+    TRAINING_RECORD,
+    eval_split,
+    fingerprints,
+    held_out_split,
+    kept_rows,
+    load_training_record,
+    task_record,
+    trained_on_rows,
+)
 from .tasks.held_out import content_keys, numbered
 from .tasks.records import TASK_RECORDS
 from .tasks.text_data import FORMATS, METRICS, evaluation_rows, held_out_rows, row_format, row_keys, text_source
@@ -72,6 +83,14 @@ def evaluation_data(
     elif task is None and training.get("held_out"):
         data = _recorded_data(model_path, training, options)
     else:
+        if task is None and model.can_generate() and trained_on_rows(model.config, training):
+            trained = f" ({training['description']})" if training.get("description") else ""
+            raise ValueError(
+                f"{model_path} was last trained on rows of your own{trained} and holds none of them out (--test_size "
+                "0), so there is nothing of its own to score: pass --dataset_name FILE (rows like them; those asking "
+                f"a training question are dropped) or --task {family_of(model).head_of(model).tasks[0]} (fresh "
+                "generated problems of a task, scored although it was not trained on them last)"
+            )
         data = _generated_data(model, training, task, num_examples or default_count, seed, digits)
     if not len(data.rows):
         raise ValueError(f"nothing to evaluate: {data.record['name']} ({data.record['note']})")
@@ -126,7 +145,7 @@ def _generated_data(model, training: dict, task: str | None, count: int, seed: i
     head = family_of(model).head_of(model)  # the task must fit the loaded head, not only its family
     if task not in head.tasks:
         raise ValueError(
-            f"--task {task} does not fit a {model.config.model_type} model ({type(model).__name__} fits {head.tasks})"
+            f"--task {task} does not fit {_a(model.config.model_type)} model ({type(model).__name__} fits {head.tasks})"
         )
     exclude, classes, held = _exclusion(training, question_kind(task))
     # drawn distinct by class only when the training classes are known: a model without them (an older record, none
@@ -140,7 +159,7 @@ def _generated_data(model, training: dict, task: str | None, count: int, seed: i
             "of them may be among these",
         }
     record = {
-        "name": f"{len(rows)} generated {task} problems (seed {seed})",
+        "name": f"{len(rows)} generated {task} problem{'s' if len(rows) != 1 else ''} (seed {seed})",
         "dataset": None,
         "fingerprint": data_fingerprint(fingerprints(task, rows)),
         **held,
@@ -155,6 +174,7 @@ def _recorded_data(model_path: str, training: dict, options: dict) -> EvalData:
     source = training["source"]
     record = {
         "dataset": None if source.get("path") else source["name"],
+        "split": held_out_split(training),
         "held_out": True,
         "note": training["held_out"]["description"] + f" (named by {TRAINING_RECORD})",
     }
@@ -169,8 +189,15 @@ def _recorded_data(model_path: str, training: dict, options: dict) -> EvalData:
 
 
 def _named(rows: Dataset, what: str) -> dict:
-    """The name and the content fingerprint of a record of ``rows``."""
+    """The name (``what`` after the count, "rows" in it said "row" of a single row) and the content fingerprint of
+    a record of ``rows``."""
+    what = what.replace("rows", "row", 1) if len(rows) == 1 else what
     return {"name": f"{len(rows)} {what}", "fingerprint": data_fingerprint(content_keys(rows))}
+
+
+def _a(word: str) -> str:
+    """``word`` with its indefinite article: ``an ouro``, ``a phdeq``."""
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
 
 
 def _with_options(source: dict, options: dict) -> dict:
@@ -203,9 +230,13 @@ def _file_data(
     dropped, raw = len(rows) - len(keep), _first(rows.select(keep), options["limit"])
     if held["held_out"]:
         held = {**held, "dropped_training_rows": dropped}
-        held["note"] += f"; {dropped} rows asking a training question (or of its class) were dropped" if dropped else ""
+        noun, were = ("row", "was") if dropped == 1 else ("rows", "were")
+        held["note"] += (
+            f"; {dropped} {noun} asking a training question (or of its class) {were} dropped" if dropped else ""
+        )
     label = Path(name).name if Path(name).exists() else name
     record = {**_named(raw, f"rows of {label} ({split} split)"), "dataset": None if Path(name).exists() else name}
+    record["split"] = split
     if metric is None:
         return EvalData(raw, {**record, **held})
     rows = evaluation_rows(raw, source, load_tokenizer(model_path, "prompts"))

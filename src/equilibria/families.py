@@ -34,7 +34,7 @@ from .modeling import (
     PHDEQForSequenceClassification,
     PHDEQModel,
 )
-from .tasks.tokenization import tokenizer_fields
+from .tasks.tokenization import CharTokenizer, tokenizer_fields
 
 LM_USAGE = (
     "from transformers import AutoTokenizer",
@@ -458,6 +458,8 @@ def register_auto_classes() -> None:
         transformers.AutoModel.register(family.config_class, family.base_class, exist_ok=True)
         for head in family.heads:
             getattr(transformers, head.auto_class).register(family.config_class, head.model_class, exist_ok=True)
+        if family.heads[0].auto_class == "AutoModelForCausalLM":  # so a saved CharTokenizer loads as one
+            transformers.AutoTokenizer.register(family.config_class, fast_tokenizer_class=CharTokenizer, exist_ok=True)
 
 
 __all__ = [

@@ -323,7 +323,7 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
     or the task's generated splits with its tokenizer and training-question fingerprints) and the model: the
     checkpoint ``--model_name_or_path``, or a new one of the family with a small config sized by ``model_args``."""
     from .families import model_task
-    from .tasks import check_task
+    from .tasks import ROWS_TASK, check_task
     from .tasks.text_data import training_collator
 
     family = FAMILIES[model_args.family]
@@ -354,8 +354,8 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
         if config is not None and data.tokenizer is not None:
             _check_task_tokenizer(checkpoint, data.tokenizer, task)
     model = _model(model_args, family, head, data, config)
-    if task is not None:
-        model.config.equilibria_task = task
+    # the last stage's task: a generated task, or rows of your own (no generated task is then the model's)
+    model.config.equilibria_task = task if task is not None else ROWS_TASK
     if model_args.use_peft:
         model = with_lora(model, model_args, family)
     collator = training_collator(data.tokenizer) if data.tokenizer is not None else None  # text: right padding
@@ -609,7 +609,8 @@ def write_results(trainer, model_args: ModelArguments, data_args: DataArguments,
         trainer.lora = {**lora_settings(model), "saved": model_args.lora_save}  # for the training history
         model = save_lora(model, out, model_args.lora_save)
         trainer.model = model  # a later save (push_to_hub) saves what the folder holds
-    save_training_record(out, data.name, data.train_fingerprints, data.description, **data.record)
+    split = {"train_split": data_args.dataset_train_split} if data_args.dataset_name else {}  # held_out_split reads it
+    save_training_record(out, data.name, data.train_fingerprints, data.description, **data.record, **split)
     removed = remove_results_of_other_weights(out)
     if removed:
         print(f"removed {', '.join(removed)} from {out}: computed on other weights than the ones just trained")
@@ -661,7 +662,7 @@ def _evaluation_record(data, dataset_name: str | None, hub_dataset: str | None) 
             **({"split_census": census} if census is not None else {}),
         }
     return {
-        "name": f"{len(data.test)} held-out rows of {data.record['source']['label']}",
+        "name": f"{len(data.test)} held-out row{'s' if len(data.test) != 1 else ''} of {data.record['source']['label']}",
         "dataset": hub_dataset,
         "fingerprint": data.record["held_out"]["fingerprint"],
         "held_out": True,

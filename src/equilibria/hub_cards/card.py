@@ -16,7 +16,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import TrainingArguments
 
 from ..families import Family, family_of, model_task
-from ..tasks.records import task_record
+from ..tasks.catalog import held_out_split, trained_on_rows
+from ..tasks.records import TASK_RECORDS, task_record
 
 OPTIMISER_KEYS = (
     "learning_rate",
@@ -74,7 +75,7 @@ def _audit_units(audit: dict) -> str:
     data = audit.get("data") or {}
     where = f" of {data['name']} ({data['note']})" if data.get("name") else ""
     count = audit.get("num_units")
-    return f"{count} {unit}s{where}" if count else f"its evaluation data{where}"
+    return f"{count} {unit}{'s' if count != 1 else ''}{where}" if count else f"its evaluation data{where}"
 
 
 def _audit_evidence(audit: dict) -> list[str]:
@@ -167,7 +168,8 @@ def build_model_card(
     rows = _loop_rows(loop_scaling)
     metric = _metric(loop_scaling)
     halting = _halting(loop_scaling)
-    eval_results = _eval_results(head, task_name, rows, dataset_type, dataset_label, metric, halting)
+    split = _split(evaluated, training_record)
+    eval_results = _eval_results(head, task_name, rows, dataset_type, dataset_label, metric, halting, split)
     eval_results += _lm_eval_results(head, lm_eval)
     base_model = base_model or _adapter_base(adapter)
     tags = ["equilibria", config.model_type, *info.tags, *(extra_tags or [])]
@@ -175,7 +177,7 @@ def build_model_card(
     note = f" ({evaluated['note']})" if evaluated and evaluated.get("note") else ""
     sections = [
         _intro(model, info, title, base_model, adapter),
-        _loading(head, repo_id or "path/to/this/folder", adapter, task_record(model_task(model)).prompt_format),
+        _loading(head, repo_id or "path/to/this/folder", adapter, _example_prompt(model, training_record)),
         _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name, metric, halting),
         _lm_eval_section(lm_eval, lm_eval_plot),
         _audit_section(audit_data),
@@ -232,8 +234,30 @@ def _halting(loop_scaling) -> tuple[float, dict[int, float]] | None:
     return float(loop_scaling["halt_threshold"]), {int(k): float(v) for k, v in loop_scaling["mean_nfe"].items()}
 
 
+def _split(evaluated: dict | None, training_record: dict | None) -> str:
+    """The ``model-index`` split of the results: what their record says (``split``), else, for the held-out rows a
+    training record names (results written before they recorded it), their split, else ``test``."""
+    if evaluated and evaluated.get("split"):
+        return evaluated["split"]
+    held = (training_record or {}).get("held_out") or {}
+    if evaluated and held and evaluated.get("fingerprint") == held.get("fingerprint"):
+        return held_out_split(training_record)
+    return "test"
+
+
+def _example_prompt(model, training_record: dict | None) -> str:
+    """The prompt of the card's usage snippet: one in the format of the model's task (its record's), or, for a model
+    last trained on rows of your own, a placeholder naming them (the card is published; the training record keeps
+    fingerprints of the rows, never the rows themselves)."""
+    task = model_task(model)
+    if task in TASK_RECORDS and not trained_on_rows(model.config, training_record):
+        return task_record(task).prompt_format or ""
+    label = ((training_record or {}).get("source") or {}).get("label")
+    return f"<a prompt like those of {label}>" if label else "<a prompt like those it was trained on>"
+
+
 def _eval_results(
-    head, task_name, rows, dataset_type: str, dataset_label: str, metric: str, halting=None
+    head, task_name, rows, dataset_type: str, dataset_label: str, metric: str, halting=None, split: str = "test"
 ) -> list[EvalResult]:
     """One ``model-index`` result per loop count (per maximum depth, naming the threshold, when halting)."""
     halt = f", halting at p={halting[0]}" if halting else ""
@@ -243,7 +267,7 @@ def _eval_results(
             task_name=task_name,
             dataset_type=dataset_type,
             dataset_name=dataset_label,
-            dataset_split="test",
+            dataset_split=split,
             metric_type=METRICS[metric][0],
             metric_name=f"{metric.replace('_', ' ')} @ {'up to ' if halting else ''}{loops} loops{halt}",
             metric_value=round(accuracy, 4),

@@ -65,6 +65,7 @@ class CausalLoopMixin:
         if inputs_embeds is None:
             if input_ids.dim() != 2:
                 raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}.")
+            check_token_ids(input_ids, self.embed_tokens.num_embeddings)
             inputs_embeds = self.embed_tokens(input_ids)
         cache = (cache if cache is not None else self._cache_class()) if use_cache else None
         past = cache.get_seq_length() if cache is not None else 0
@@ -76,6 +77,23 @@ class CausalLoopMixin:
         check_positions(self, last)
         hidden = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return LMInputs(inputs_embeds, cache, position_ids, bool(hidden), attentions)
+
+
+def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
+    """``ValueError`` naming the offending id and ``vocab_size`` when ``input_ids`` holds an id outside
+    ``[0, vocab_size)`` (the embedding's rows), instead of the embedding's bare ``IndexError`` (or, on a GPU, a
+    device-side assert). One min/max reduction per forward; skipped while compiling."""
+    if input_ids.numel() == 0 or torch.compiler.is_compiling():
+        return
+    if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
+        raise ValueError(f"input_ids must hold integer token ids (a LongTensor), got dtype {input_ids.dtype}.")
+    low, high = (int(v) for v in torch.stack(torch.aminmax(input_ids)).tolist())
+    if low < 0 or high >= vocab_size:
+        bad = high if high >= vocab_size else low
+        raise ValueError(
+            f"input_ids holds token id {bad}, outside the vocabulary (vocab_size={vocab_size}: ids 0 to "
+            f"{vocab_size - 1}); was it tokenised with another tokenizer than the model's?"
+        )
 
 
 def check_positions(model, last: int | None) -> None:
@@ -136,6 +154,7 @@ __all__ = [
     "LMInputs",
     "LOSS_KWARGS",
     "check_positions",
+    "check_token_ids",
     "pop_loss_kwargs",
     "recorded_calls",
     "recording_attentions",

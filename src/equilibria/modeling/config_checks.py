@@ -21,6 +21,13 @@ from typing import Literal, get_args, get_origin
 from huggingface_hub.dataclasses import as_validated_field
 from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
 
+# A key LoopConfigMixin writes into every family's config.json: ``{"model_type": ""}``. Where the family is unknown and
+# remote code is not trusted, ``AutoTokenizer.from_pretrained(folder, trust_remote_code=False)`` reads the config with
+# ``PreTrainedConfig`` (``model_type`` ""), which warns "You are using a model of type `ouro` to instantiate a model
+# of type ``" unless the config holds a dict of that model type (transformers' way to find a composite model's
+# part); it reads this one, and the tokenizer loads from its own files without the warning.
+STANDALONE_KEY = "standalone_tokenizer"
+
 
 class LoopConfigMixin:
     """Mixed into every family's config class (before ``PreTrainedConfig``): a ``config.json`` written for another
@@ -44,7 +51,9 @@ class LoopConfigMixin:
 
     def __post_init__(self, **kwargs):
         rename_legacy_keys(self, kwargs, self._renamed_keys)
+        kwargs.pop(STANDALONE_KEY, None)  # what an earlier save wrote; set again below
         super().__post_init__(**kwargs)
+        setattr(self, STANDALONE_KEY, {"model_type": ""})
 
 
 def or_none(validated_field):

@@ -116,6 +116,34 @@ def load_training_record(folder: str | Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+# ``config.equilibria_task`` of a language model whose last training stage read rows of text of your own
+# (``--dataset_name``): no generated task is its task, so nothing is evaluated on one unless asked (``--task``)
+ROWS_TASK = "rows"
+
+
+def trained_on_rows(config, record: dict | None = None) -> bool:
+    """Whether the last training stage of a model (its ``config``, and its folder's training ``record`` when it has
+    one) read rows of text of your own rather than a task's problems: the config says so (``equilibria_task`` is
+    :data:`ROWS_TASK`, written since 0.2), or the record names such rows (folders written before)."""
+    if getattr(config, "equilibria_task", None) == ROWS_TASK:
+        return True
+    from .text_data import FORMATS
+
+    source = (record or {}).get("source") or {}
+    return source.get("format") in FORMATS
+
+
+def held_out_split(record: dict | None) -> str | None:
+    """Which split the held-out rows a training ``record`` names come from, for a result's ``split``: the split's
+    name when the data had a split of its own for them (``test``), else ``"train, held out before training"``
+    (rows kept out of the training split); ``None`` when the record names no held-out rows."""
+    held = (record or {}).get("held_out")
+    if not held:
+        return None
+    train = record.get("train_split", "train")  # recorded since 0.2; "train", the default, before
+    return f"{held['split']}, held out before training" if held["split"] == train else held["split"]
+
+
 def check_task(task: str) -> str:
     """``task``, when it is the name of a task (:data:`~equilibria.tasks.records.TASK_RECORDS`), else ``ValueError``
     naming the tasks there are."""
@@ -311,6 +339,9 @@ __all__ = [
     "eval_split",
     "fingerprints",
     "load_training_record",
+    "ROWS_TASK",
+    "held_out_split",
+    "trained_on_rows",
     "save_training_record",
     "split_census",
     "task_record",
