@@ -257,7 +257,12 @@ def test_flags_after_a_config_file_override_it(tmp_path, capsys):
     assert (args.max_steps, data_args.size, model_args.hidden_size) == (5, 6, 32)
     config.write_text(f"output_dir: {tmp_path}\nmax_step: 2\n")
     assert main(["train", str(config)]) == 2
-    assert "unknown keys ['max_step']" in capsys.readouterr().err
+    assert "unknown key `max_step` (did you mean `max_steps`?)" in capsys.readouterr().err
+    config.write_text(f"family: eqr\noutput_dir: {tmp_path}\njsrr_weight: 0.2\n")
+    assert main(["train", str(config)]) == 2
+    assert "key `jsrr_weight` is a flag of the ouro family (StarsTrainingArguments), not of eqr" in (
+        capsys.readouterr().err
+    )
 
 
 def test_train_help_is_readable(capsys):
@@ -277,6 +282,46 @@ def test_train_errors_are_one_line(tmp_path, capsys):
     assert "--family must be one of" in capsys.readouterr().err
     assert main(["train", "--family", "eqr", "--task", "addition", "--output_dir", str(tmp_path)]) == 2
     assert "--task addition does not fit --family eqr" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        # a flag of another family, or of another command, says whose it is (not HfArgumentParser's "not used")
+        (
+            ["--family", "eqr", "--jsrr_weight", "0.2"],
+            "--jsrr_weight is a flag of the ouro family (StarsTrainingArguments), not of eqr, the family trained here",
+        ),
+        (
+            ["--family", "ouro", "--breadth", "4"],
+            "--breadth is not a flag of `equilibria train`: it is one of `equilibria eval` (EqR's test-time scaling)",
+        ),
+        (["--family", "ouro", "--max-segments", "2"], "--max_segments is a flag of the eqr family"),
+        (["--family", "ouro", "--jsrr_wieght", "0.2"], "unknown flag --jsrr_wieght (did you mean --jsrr_weight?)"),
+        # values that used to fail only once training started, without the flag's name
+        (["--family", "ouro", "--num_loops", "0"], "--num_loops must be an integer >= 1 for ouro (recurrence steps"),
+        (["--family", "eqr", "--num_loops", "0"], "--num_loops must be an integer >= 1 for eqr"),
+        (["--family", "attractor_lm", "--num_loops", "-1"], "--num_loops must be an integer >= 0 for attractor_lm"),
+        (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be an integer >= 1, got 0"),
+        (["--learning_rate", "-1"], "--learning_rate must be a number >= 0 (the optimizer's step size"),
+        (["--output_dir", "{file}"], "--output_dir {file} is an existing file, not a folder"),
+        (["--output_dir", "{file}/run"], "--output_dir {file}/run is inside {file}, an existing file, not a folder"),
+    ],
+)
+def test_train_names_the_flag_and_its_values_before_building_anything(tmp_path, capsys, monkeypatch, flags, message):
+    import equilibria.train
+
+    def never(*args, **kwargs):
+        raise AssertionError("the data and model were built before the flags were checked")
+
+    monkeypatch.setattr(equilibria.train, "build", never)
+    file = tmp_path / "a-file"
+    file.write_text("")
+    argv = ["train", "--output_dir", str(tmp_path / "out"), *(f.format(file=file) for f in flags)]
+    assert main([*argv, "--use_cpu", "--report_to", "none"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and "not used by the HfArgumentParser" not in err
+    assert message.format(file=file) in err.splitlines()[-1], err
 
 
 def readme_train_command() -> list[str]:

@@ -208,6 +208,45 @@ def test_held_out_rows_never_ask_what_a_training_row_asks(tmp_path):
     assert not trained & tested
 
 
+SUMS = [{"prompt": f"{a}+{b}=", "completion": str(a + b)} for a in range(15) for b in range(10)]  # 150 rows
+CHATS = [{"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["completion"]}]}
+         for r in SUMS]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "good, bad, message",
+    [
+        (SUMS, lambda row: {**row, "completion": "x" + row["completion"]}, "`completion` contains ['x']"),
+        (SUMS, lambda row: {**row, "completion": int(row["completion"])}, "`completion` must be a string, got int"),
+        (CHATS, lambda row: {"messages": row["messages"][:1]}, "`messages` has no assistant turn"),
+    ],
+)
+def test_a_file_of_bad_rows_names_its_first_line_and_how_many_are_bad(base, tmp_path, capsys, good, bad, message):
+    """The training rows are shuffled before they are encoded: the error names the file's first bad line (not
+    whichever bad row came first after the shuffle) and says how many are bad."""
+
+    def refused(rows) -> str:
+        path = write_jsonl(tmp_path / "bad.jsonl", rows)
+        argv = ["train", "--model_name_or_path", str(base), "--dataset_name", path, "--output_dir", str(tmp_path)]
+        assert main([*argv, "--max_steps", "1", *COMMON]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "Traceback" not in err
+        return err.splitlines()[-1]
+
+    err = refused([bad(row) for row in good])
+    assert f"bad.jsonl, line 1: {message}" in err, err
+    assert "(150 of its 150 rows are bad; this is the first, then lines 2, 3, 4, 5, 6, ...)" in err
+    if good is CHATS:
+        return  # the base's addition tokenizer cannot render a conversation (good or bad) in ChatML
+    few = [bad(row) if i in (40, 100) else row for i, row in enumerate(good)]  # two bad rows
+    err = refused(few)
+    if isinstance(few[40].get("completion"), int):  # a column of strings with an int: refused as the file is read
+        assert "bad.jsonl, line 41: `completion` is int, but str in the rows before" in err, err
+    else:
+        assert f"bad.jsonl, line 41: {message}" in err, err
+        assert "(2 of its 150 rows are bad; this is the first, then line 101)" in err
+
+
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     """A tiny Ouro trained 2 steps on generated addition by `equilibria train`."""

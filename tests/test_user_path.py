@@ -190,13 +190,15 @@ def test_eval_on_other_data_says_it_replaces_the_result_and_leaves_out_training_
         (["--test_size", "-1"], "--test_size must be >= 0"),
         (["--output_dir", "{base}"], "is the checkpoint being fine-tuned (--model_name_or_path)"),
         (["--output_dir"], "--output_dir is required"),
+        (["--num_loops", "0"], "--num_loops must be an integer >= 1 for ouro"),  # the checkpoint's family
+        (["--output_dir", "{rows}"], "is an existing file, not a folder"),
     ],
 )
 def test_train_refuses_bad_flags_before_training(base, rows, tmp_path, capsys, flags, message):
     argv = ["train", "--model_name_or_path", str(base), "--dataset_name", rows]
     if flags != ["--output_dir"]:
         argv += ["--output_dir", str(tmp_path / "out")]
-    argv += [f.format(base=base) for f in flags if f != "--output_dir" or len(flags) > 1]
+    argv += [f.format(base=base, rows=rows) for f in flags if f != "--output_dir" or len(flags) > 1]
     assert main([*argv, *QUIET]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
@@ -207,7 +209,27 @@ def test_a_small_file_holds_out_a_tenth_and_says_so_first(base, rows, tmp_path, 
     assert fine_tune(base, rows, tmp_path / "out", "--max_steps", "1", "--save_strategy", "no") == 0
     first = capsys.readouterr().out.splitlines()
     line = next(line for line in first if line.startswith("training on"))
-    assert line.startswith("training on 108 prompt/completion rows of rows.jsonl (train split); 12 held out")
+    assert line.startswith(
+        "training on 108 prompt/completion rows of rows.jsonl (train split); held out 12, dropped 0 as repeats of "
+        "training questions, kept 12 for the loop-scaling evaluation"
+    )
+
+
+def test_train_says_how_many_held_out_rows_it_dropped_as_repeats_of_training_questions(base, tmp_path, capsys):
+    """A file asking each question twice: of the 30 rows held out (a tenth), those whose twin is trained on are
+    dropped; train says how many were held out, dropped and kept, and the training record keeps the counts."""
+    sums = [{"prompt": f"{a}+{b}=", "completion": str(a + b)} for a in range(15) for b in range(10)]
+    path = write_jsonl(tmp_path / "twice.jsonl", sums + sums)  # 300 rows, 150 questions
+    out = tmp_path / "out"
+    assert fine_tune(base, path, out, "--max_steps", "1", "--save_strategy", "no") == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("training on"))
+    counts = json.loads((out / "training_data.json").read_text())["held_out_counts"]
+    assert counts["held_out"] == 30 and counts["dropped"] > 0 and counts["dropped"] + counts["kept"] == 30
+    assert (
+        f"; held out 30, dropped {counts['dropped']} as repeats of training questions, kept {counts['kept']} for the "
+        "loop-scaling evaluation" in line
+    )
+    assert json.loads((out / "loop_scaling.json").read_text())["data"]["units"] == counts["kept"]
 
 
 def test_ctrl_c_says_how_to_resume(monkeypatch, tmp_path, capsys):
@@ -257,7 +279,7 @@ def test_eqr_trains_on_a_published_format_csv_and_eval_reads_its_held_out_puzzle
     assert "54 rows asking a training question (or of its class) were dropped" in capsys.readouterr().out
 
 
-def test_held_out_rows_of_a_file_share_no_class_with_its_training_rows(tmp_path):
+def test_held_out_rows_of_a_file_share_no_class_with_its_training_rows(tmp_path, capsys):
     """4x4 puzzles fall in 36 classes: of a file's held-out rows, those in a training puzzle's class are dropped
     (so the loop-scaling evaluation is held out), and ``--split_by`` is refused with a file."""
     from equilibria.tasks import build_sudoku_dataset, build_task_rows
@@ -270,8 +292,25 @@ def test_held_out_rows_of_a_file_share_no_class_with_its_training_rows(tmp_path)
     assert len(data.test) < 12 and data.record["split_census"]["held_out"]
     assert not set(class_fingerprints("sudoku", data.test)) & set(data.record["class_fingerprints"])
     assert "nor in a training puzzle's class" in data.test_description
+    counts = data.record["held_out_counts"]
+    assert counts["held_out"] == 12 and counts["dropped"] == 12 - len(data.test) == counts["dropped_same_class"]
     argv = ["train", "--family", "eqr", "--task", "sudoku", "--dataset_name", str(path), "--split_by", "board"]
     assert main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
+    # train says how many it held out and dropped, also when none is left to evaluate on
+    argv = ["train", "--family", "eqr", "--task", "sudoku", "--dataset_name", str(path), "--test_size", "12"]
+    argv += ["--output_dir", str(tmp_path / "out"), "--max_steps", "1", "--hidden_size", "32"]
+    capsys.readouterr()
+    assert main([*argv, "--num_attention_heads", "2", "--eval_loops", "1", "--save_strategy", "no", *QUIET]) == 0
+    out = capsys.readouterr().out
+    counts = json.loads((tmp_path / "out" / "training_data.json").read_text())["held_out_counts"]
+    kept = counts["kept"] or "none"
+    assert (
+        f"training on 48 sudoku rows of puzzles.csv; held out 12, dropped {counts['dropped']} as repeats of training "
+        f"questions ({counts['dropped_same_class']} of them up to the task's symmetries: in a training puzzle's "
+        f"class), kept {kept}" in out
+    )
+    if not counts["kept"]:
+        assert "no held-out rows left (each of the 12 held out repeats a training question)" in out
 
 
 def test_early_exit_on_a_gate_never_trained_warns_once_and_the_card_says_so(tmp_path):

@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(argv: list[str], debug: bool) -> int:
-    from .train import interrupted_hint, run_train
+    from .train import UnusedFlags, interrupted_hint, run_train
 
     try:
         run_train(argv)
@@ -270,11 +270,31 @@ def _train(argv: list[str], debug: bool) -> int:
     except (ValueError, OSError) as err:
         if debug:
             raise
-        print(f"equilibria train: error: {err}", file=sys.stderr)
+        message = err.describe(_other_commands(err.stray)) if isinstance(err, UnusedFlags) else err
+        print(f"equilibria train: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"\nequilibria train: interrupted. {interrupted_hint(argv)}", file=sys.stderr)
         return 130
+
+
+def _other_commands(names: list[str]) -> dict[str, str]:
+    """For each flag name (``breadth``) that another ``equilibria`` command takes: which commands, and the group
+    its help lists it in (``--breadth`` on ``train``: "`equilibria eval` (EqR's test-time scaling)")."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    found: dict[str, list[str]] = {}
+    for name in names:
+        spellings = {f"--{name}", f"--{name.replace('_', '-')}"}
+        for command, sub in commands.items():
+            action = next((a for a in sub._actions if spellings & set(a.option_strings)), None)
+            if action is None:
+                continue
+            group = next((g.title for g in sub._action_groups if action in g._group_actions), None) or ""
+            group = group.split(" (default")[0].split(";")[0]  # its name, not its explanation
+            plain = group in ("", "options", "optional arguments", "positional arguments")
+            found.setdefault(name, []).append(f"`equilibria {command}`" + ("" if plain else f" ({group})"))
+    return {name: " and ".join(where) for name, where in found.items()}
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ behind ``torchrun`` or ``accelerate launch`` (``torchrun --nproc_per_node 2 -m e
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,6 +83,32 @@ class ModelArguments:
         },
     )
 
+    def __post_init__(self):
+        for name, meaning in (
+            ("hidden_size", "a new model's width"),
+            ("num_layers", "a new model's layers"),
+            ("num_attention_heads", "a new model's attention heads"),
+            ("lora_r", "the LoRA rank"),
+        ):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"--{name} must be an integer >= 1 ({meaning}), got {value!r}")
+        check_num_loops(self.num_loops, self.family)
+
+
+def check_num_loops(value, family: str | None) -> None:
+    """``--num_loops`` must be an integer no smaller than the family's fewest loops (``family`` ``None``: not known
+    yet, the fewest of any family); the error names the flag and what each family takes."""
+    if value is None:
+        return
+    records = [FAMILIES[family]] if family in FAMILIES else list(FAMILIES.values())
+    if not (isinstance(value, bool) or not isinstance(value, int) or value < min(r.min_loops for r in records)):
+        return
+    takes = "; ".join(
+        f">= {r.min_loops} for {r.model_type} ({r.loop_meaning}, saved as the config's {r.loops_key})" for r in records
+    )
+    raise ValueError(f"--num_loops must be an integer {takes}, got {value!r}")
+
 
 NEW_MODEL_SIZES = {"hidden_size": 128, "num_layers": 2, "num_attention_heads": 4, "num_loops": 4}
 
@@ -144,6 +171,13 @@ class DataArguments:
     )
     eval_loops: str = field(default="1,2,4,8", metadata={"help": "loop counts of the loop-scaling evaluation"})
     data_seed_offset: int = field(default=0, metadata={"help": "added to --seed for the data"})
+
+    def __post_init__(self):
+        for name, value in (("max_length", self.max_length), ("train_size", self.train_size)):
+            if value is not None and value < 1:
+                raise ValueError(f"--{name} must be >= 1, got {value}")
+        if self.test_size is not None and self.test_size < 0:
+            raise ValueError(f"--test_size must be >= 0 (0: no held-out evaluation), got {self.test_size}")
 
 
 TRAIN_HELP = (
@@ -241,11 +275,12 @@ def parse_train_args(argv: list[str]):
     # --help: the model and data groups first, then the (long) training flags, titled
     parser._optionals.title = f"training: transformers' TrainingArguments, then {family}'s own (at the end)"
     parser._action_groups.append(parser._action_groups.pop(parser._action_groups.index(parser._optionals)))
+    parser.set_defaults(family=family)  # the arguments' own checks know the family (the checkpoint's, or the default)
+    known = {action.dest for action in parser._actions}
     if file_values:
-        known = {action.dest for action in parser._actions}
         unknown = sorted(set(file_values) - known)
         if unknown:
-            raise ValueError(f"{argv[0]}: unknown keys {unknown}; the keys are the flags of `equilibria train --help`")
+            raise UnusedFlags(family, unknown, known, source=argv[0])
         for action in parser._actions:  # the file stands in for the flags it sets, required ones included
             if action.dest in file_values:
                 action.required = False
@@ -253,10 +288,67 @@ def parse_train_args(argv: list[str]):
         argv = argv[1:]
     if _flag(argv, file_values, "output_dir") is None and not {"-h", "--help"} & set(argv):
         raise ValueError("--output_dir is required: the folder the trained model, its results and card are written to")
+    _, remaining = parser.parse_known_args(args=argv)  # before any argument is checked: a misspelt flag comes first
+    if remaining:
+        flags = [arg.split("=", 1)[0].lstrip("-").replace("-", "_") for arg in remaining if _FLAG.match(arg)]
+        if not flags:
+            raise ValueError(
+                f"unexpected argument(s) {remaining}: `equilibria train` takes --flag value pairs (and a config file, "
+                "ending in .yaml, .yml or .json, first)"
+            )
+        raise UnusedFlags(family, flags, known)
     model_args, data_args, args = parser.parse_args_into_dataclasses(args=argv)
     model_args.family = family
     check_train_args(model_args, data_args, args)
     return model_args, data_args, args
+
+
+_FLAG = re.compile(r"^--?[A-Za-z]")
+
+
+class UnusedFlags(ValueError):
+    """Flags (or keys of the config file ``source``) that ``equilibria train`` of ``family`` does not take: those of
+    another family's training arguments, named with their families, and the others (``stray``), with the nearest
+    name it takes. :meth:`describe` says so; its ``others`` adds which other commands take a stray flag (the CLI
+    knows its commands)."""
+
+    def __init__(self, family: str, names: list[str], known: set[str], source: str | None = None):
+        from dataclasses import fields
+
+        self.family, self.known, self.source = family, known, source
+        self.owners = {}  # name -> the other families whose training arguments have it
+        for other, record in FAMILIES.items():
+            if other != family:
+                for f in fields(record.arguments_class()):
+                    if f.name in names:
+                        self.owners.setdefault(f.name, []).append(other)
+        self.stray = [name for name in dict.fromkeys(names) if name not in self.owners]
+        super().__init__(self.describe())
+
+    def describe(self, others: dict[str, str] | None = None) -> str:
+        import difflib
+
+        def label(name: str) -> str:
+            return f"key `{name}`" if self.source else f"--{name}"
+
+        parts = []
+        for name, families in self.owners.items():
+            classes = ", ".join(FAMILIES[f].arguments_class().__name__ for f in families)
+            parts.append(
+                f"{label(name)} is a flag of the {' and '.join(families)} "
+                f"{'families' if len(families) > 1 else 'family'} ({classes}), not of {self.family}, the family "
+                "trained here"
+            )
+        for name in self.stray:
+            if others and name in others:
+                parts.append(f"{label(name)} is not a flag of `equilibria train`: it is one of {others[name]}")
+                continue
+            close = difflib.get_close_matches(name, sorted(self.known), n=1, cutoff=0.7)
+            guess = (f"`{close[0]}`" if self.source else f"--{close[0]}") if close else None
+            kind = "" if self.source else "flag "
+            parts.append(f"unknown {kind}{label(name)}" + (f" (did you mean {guess}?)" if guess else ""))
+        where = f"{self.source}: " if self.source else ""
+        return f"{where}{'; '.join(parts)}; `equilibria train --family {self.family} --help` lists the flags"
 
 
 def check_train_args(model_args: ModelArguments, data_args: DataArguments, args) -> None:
@@ -268,12 +360,10 @@ def check_train_args(model_args: ModelArguments, data_args: DataArguments, args)
             f"--max_steps must be a number of optimizer steps >= 1 (or -1: train --num_train_epochs epochs), got "
             f"{args.max_steps}"
         )
-    for name, value in (("max_length", data_args.max_length), ("train_size", data_args.train_size)):
-        if value is not None and value < 1:
-            raise ValueError(f"--{name} must be >= 1, got {value}")
-    if data_args.test_size is not None and data_args.test_size < 0:
-        raise ValueError(f"--test_size must be >= 0 (0: no held-out evaluation), got {data_args.test_size}")
-    parse_loops(data_args.eval_loops, "--eval_loops", FAMILIES[model_args.family].min_loops)
+    family = FAMILIES[model_args.family]
+    check_num_loops(model_args.num_loops, family.model_type)
+    check_training_arguments(args)
+    parse_loops(data_args.eval_loops, "--eval_loops", family.min_loops)
     checkpoint = model_args.model_name_or_path
     if checkpoint and Path(checkpoint).exists() and Path(checkpoint).resolve() == Path(args.output_dir).resolve():
         raise ValueError(
@@ -281,6 +371,37 @@ def check_train_args(model_args: ModelArguments, data_args: DataArguments, args)
             "overwritten; write the fine-tuned model to another folder"
         )
     args.resume_from_checkpoint = resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
+
+
+def check_training_arguments(args) -> None:
+    """Refuse ``TrainingArguments`` values that fail only once training starts, far from the flag (a DataLoader's
+    "batch_size should be a positive integer value", the optimizer's "Invalid learning rate", "[Errno 17] File
+    exists"), naming the flag and the values it takes."""
+    import math
+
+    for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+        value = getattr(args, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name} must be an integer >= 1, got {value!r}")
+    rate = args.learning_rate
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (math.isfinite(rate) and rate >= 0):
+        raise ValueError(
+            f"--learning_rate must be a number >= 0 (the optimizer's step size, e.g. 5e-5; 0 leaves the weights as "
+            f"they are), got {rate!r}"
+        )
+    if args.max_steps == -1 and not args.num_train_epochs > 0:
+        raise ValueError(
+            f"--num_train_epochs must be > 0 (with --max_steps -1 it is how long training runs), got "
+            f"{args.num_train_epochs}"
+        )
+    out = Path(args.output_dir)
+    existing = next((path for path in (out, *out.parents) if path.exists()), None)
+    if existing is not None and not existing.is_dir():
+        where = "is an existing file" if existing == out else f"is inside {existing}, an existing file"
+        raise ValueError(
+            f"--output_dir {args.output_dir} {where}, not a folder: give a folder to write the trained model into (a "
+            "new one, or an earlier run's)"
+        )
 
 
 def interrupted_hint(argv: list[str]) -> str:
@@ -571,10 +692,7 @@ def train_and_evaluate(argv: list[str]):
     set_seed(args.seed)
     model, data, collator = build(model_args, data_args, args.seed)
     if args.process_index == 0:
-        held = f"{len(data.test)} held out for the loop-scaling evaluation" if len(data.test) else "none held out"
-        print(
-            f"training on {data.description}; {held}" + (f" ({data.test_description})" if data.test_description else "")
-        )
+        print(f"training on {data.description}; {_held_out_line(data)}")
     family = FAMILIES[model_args.family]
     trainer = family.trainer_class()(
         model=model,
@@ -624,11 +742,29 @@ def write_results(trainer, model_args: ModelArguments, data_args: DataArguments,
         weights = weights_fingerprint(out)
         print("\n".join(loop_scaling_report(result, model.config.model_type, out, record, weights=weights)))
         trainer.loop_scaling = {"weights": weights, "data": record, "accuracy": {str(k): v for k, v in result.items()}}
+    elif data.record.get("held_out_counts"):
+        held = data.record["held_out_counts"]["held_out"]
+        print(f"no held-out rows left (each of the {held} held out repeats a training question): no loop scaling")
     else:
         print("no held-out rows (--test_size 0): no loop-scaling evaluation")
     trainer.create_model_card(dataset=hub_dataset)
     print(f"wrote the model, its remote code, card and plot to {out}")
     return result
+
+
+def _held_out_line(data) -> str:
+    """What ``equilibria train`` says first of the held-out rows: how many, and for rows of a file how many were
+    held out and how many of those dropped as repeats of training questions (``held out 30, dropped 9 ..., kept
+    21``)."""
+    from .tasks.held_out import describe_held_out_counts
+
+    counts = data.record.get("held_out_counts")
+    if counts:
+        if not counts["kept"]:
+            return f"{describe_held_out_counts(counts)}: no loop-scaling evaluation"
+        return f"{describe_held_out_counts(counts)} for the loop-scaling evaluation ({data.test_description})"
+    held = f"{len(data.test)} held out for the loop-scaling evaluation" if len(data.test) else "none held out"
+    return held + (f" ({data.test_description})" if data.test_description else "")
 
 
 def _census_note(census: dict) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from datasets import Dataset, DatasetDict
 
 from .addition import tokenize_for_training
-from .held_out import held_out_record, hold_out, numbered, read_held_out, source_of
+from .held_out import held_out_counts, held_out_record, hold_out, numbered, read_held_out, source_of
 from .records import TASK_RECORDS, TASKS, Task, task_record
 from .row_files import load_rows
 from .task_data import TaskData
@@ -226,15 +226,19 @@ def build_task_rows(
     held-out rows so that evaluation reads them again."""
     splits = task_splits(name, task, config_name)
     keys = functools.partial(fingerprints, task)
-    train, test, held_split, trained = hold_out(splits, train_split, test_split, test_size, train_size, seed, keys)
-    classes = set(class_fingerprints(task, train))
+    train, test, held_split, trained, held = hold_out(
+        splits, train_split, test_split, test_size, train_size, seed, keys
+    )
+    classes, distinct = set(class_fingerprints(task, train)), len(test)
     if classes:  # held out up to symmetry: a rotated maze or relabelled Sudoku is the same puzzle
         test = test.select([i for i, key in enumerate(class_fingerprints(task, test)) if key not in classes])
     source = {**source_of(name, config_name), "format": f"task:{task}", "task": task}
     where = "its test split" if held_split != train_split else "held out of it before training"
     none = "none a training question" + (" nor in a training puzzle's class" if classes else "")
-    held = f"{len(test)} {task} rows of {source['label']} ({where}), {none}"
-    record = {"source": source, **({"held_out": held_out_record(held_split, test, held)} if len(test) else {})}
+    what = f"{len(test)} {task} rows of {source['label']} ({where}), {none}"
+    record = {"source": source, **({"held_out": held_out_record(held_split, test, what)} if len(test) else {})}
+    if held:
+        record["held_out_counts"] = held_out_counts(held, len(test), distinct - len(test))
     record.update(class_record(task, train, test))
     columns = ["inputs", "labels"]
     return TaskData(
@@ -246,7 +250,7 @@ def build_task_rows(
         trained,
         f"{len(train)} {task} rows of {source['label']}",
         "task",
-        held,
+        what,
         record,
     )
 

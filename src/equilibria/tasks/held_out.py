@@ -63,9 +63,10 @@ def hold_out(
     seed: int,
     keys: Callable[[Dataset], list[str]],
 ):
-    """``(train, test, the split the test rows come from, the training questions' keys)``: :func:`split_rows`,
-    the first ``train_size`` training rows, and the test rows without those asking a training question
-    (``keys(rows)``: what each row asks, e.g. :func:`~equilibria.tasks.text_data.row_key`)."""
+    """``(train, test, the split the test rows come from, the training questions' keys, how many rows were held out
+    before those asking a training question were dropped)``: :func:`split_rows`, the first ``train_size`` training
+    rows, and the test rows without those asking a training question (``keys(rows)``: what each row asks, e.g.
+    :func:`~equilibria.tasks.text_data.row_key`); :func:`held_out_counts` says what was dropped."""
     if train_split not in splits:
         raise ValueError(f"--dataset_train_split {train_split!r} is not in the data (splits: {sorted(splits)})")
     train, test, held_split = split_rows(splits, train_split, test_split, test_size, seed)
@@ -73,8 +74,26 @@ def hold_out(
         train = train.select(range(min(train_size, len(train))))
     trained = keys(train)
     seen = set(trained)
+    held = len(test)
     test = test.select([i for i, key in enumerate(keys(test)) if key not in seen])
-    return train, test, held_split, trained
+    return train, test, held_split, trained, held
+
+
+def held_out_counts(held: int, kept: int, same_class: int = 0) -> dict:
+    """The training record's ``held_out_counts``: ``held`` rows held out, ``kept`` of them left for the evaluation,
+    the others dropped as repeats of training questions (``same_class`` of those only up to the task's
+    symmetries)."""
+    counts = {"held_out": held, "dropped": held - kept, "kept": kept}
+    return {**counts, "dropped_same_class": same_class} if same_class else counts
+
+
+def describe_held_out_counts(counts: dict) -> str:
+    """``held out 30, dropped 9 as repeats of training questions, kept 21`` (what ``equilibria train`` prints)."""
+    classes = counts.get("dropped_same_class", 0)
+    dropped = f"dropped {counts['dropped']} as repeats of training questions" + (
+        f" ({classes} of them up to the task's symmetries: in a training puzzle's class)" if classes else ""
+    )
+    return f"held out {counts['held_out']}, {dropped}, kept {counts['kept'] or 'none'}"
 
 
 def content_keys(rows: Dataset) -> list[str]:
@@ -155,7 +174,9 @@ def read_held_out(record: dict, read: Callable[[str, str], Dataset], folder: str
 __all__ = [
     "POSITION",
     "content_keys",
+    "describe_held_out_counts",
     "hold_out",
+    "held_out_counts",
     "source_of",
     "held_out_count",
     "held_out_record",

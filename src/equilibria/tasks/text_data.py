@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 
-from .held_out import POSITION, held_out_record, hold_out, numbered, read_held_out, source_of
+from .held_out import POSITION, held_out_counts, held_out_record, hold_out, numbered, read_held_out, source_of
 from .row_files import DATA_FILES, LINE, load_rows
 from .tokenization import describe_characters, unknown_characters
 
@@ -223,6 +223,27 @@ def encode_rows(rows: Dataset, encoder: RowEncoder) -> Dataset:
     return pack(encoded, encoder.max_length) if encoder.packing else encoded
 
 
+def first_bad_row(splits: list[Dataset], encoder: RowEncoder) -> ValueError | None:
+    """The error of the first row (in the file's order) of ``splits`` that ``encoder`` refuses, saying how many of
+    their rows it refuses and where the next few are; ``None`` when it refuses none. Training rows are encoded
+    after a shuffle, so the row an encoding error names is any bad row, not the first."""
+    for rows in splits:
+        first, lines = None, []
+        for index, row in enumerate(rows):
+            try:
+                encoder(row, index)
+            except ValueError as err:
+                first = first or err
+                lines.append(where_is(row, index, encoder.name).rsplit(", ", 1)[-1])
+        if first is not None:
+            if len(lines) == 1:
+                return ValueError(f"{first} (the only bad one of its {len(rows)} rows)") if len(rows) > 1 else first
+            unit, numbers = lines[1].split()[0], [line.split()[-1] for line in lines[1:6]]
+            rest = f"{unit}{'s' if len(lines) > 2 else ''} {', '.join(numbers)}" + (", ..." if len(lines) > 6 else "")
+            return ValueError(f"{first} ({len(lines)} of its {len(rows)} rows are bad; this is the first, then {rest})")
+    return None
+
+
 def pack(encoded: Dataset, block: int | None) -> Dataset:
     """Rows concatenated and cut into blocks of ``block`` tokens (the last block may be shorter)."""
     if not block:
@@ -265,7 +286,7 @@ def build_text_data(
         raise ValueError(f"--dataset_train_split {train_split!r} is not in {name} (splits: {sorted(splits)})")
     fmt = row_format(splits[train_split].column_names, name, text_field)
     source = text_source(name, config_name, fmt, text_field, max_length, metric)
-    train, test, held_split, trained = hold_out(
+    train, test, held_split, trained, held = hold_out(
         splits, train_split, test_split, test_size, train_size, seed, lambda rows: row_keys(rows, source)
     )
     label = source["label"]
@@ -276,10 +297,18 @@ def build_text_data(
     )
     description = f"{len(test)} rows of {label} {where}, none asking what a training row asks"
     record = {"source": source, **({"held_out": held_out_record(held_split, test, description)} if len(test) else {})}
+    if held:
+        record["held_out_counts"] = held_out_counts(held, len(test))
+    encoder = RowEncoder(tokenizer, fmt, name, text_field, max_length, packing)
+    try:
+        encoded, evaluated = encode_rows(train, encoder), evaluation_rows(test, source, tokenizer)
+    except ValueError as err:  # a bad row: name the file's first one, not the first met after the shuffle
+        other = [splits[held_split]] if held_split != train_split else []
+        raise first_bad_row([splits[train_split], *other], encoder) or err from None
     return TaskData(
         f"dataset:{name}",
-        encode_rows(train, RowEncoder(tokenizer, fmt, name, text_field, max_length, packing)),
-        evaluation_rows(test, source, tokenizer),
+        encoded,
+        evaluated,
         tokenizer=tokenizer,
         train_fingerprints=trained,
         description=f"{len(train)} {fmt.replace('_', '/')} rows of {label} ({train_split} split)",
