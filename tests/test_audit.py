@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -535,6 +536,46 @@ def test_ouro_audit_asks_whether_the_extra_steps_compute():
     assert any("T4: not applicable" in r for r in report.reasons)
     # the convergence is measured: a random loop step still moves its state
     assert report.iterations["converged_share"] == 0.0
+
+
+CONTROL = Path(__file__).resolve().parent / "data" / "ouro-audit-control"
+
+
+def test_a_trained_ouro_whose_extra_steps_do_the_task_is_computing(tmp_path, capsys):
+    """The positive control with an informative start (``benchmarks/build_audit_control.py``): an Ouro trained at
+    four steps on 2-digit addition fails at one loop and succeeds at four on problems it never trained on
+    (``equilibria eval`` leaves training questions out), and ``audit()`` and ``equilibria audit`` both call it
+    `computing`: substituting the one-step state costs accuracy, and a second sign agrees."""
+    from transformers import AutoModelForCausalLM
+
+    from equilibria.cli import main
+    from equilibria.evaluation import evaluation_data
+    from equilibria.tasks import tokenize_for_training
+    from equilibria.tasks.tokenization import load_tokenizer
+
+    assert sum(f.stat().st_size for f in CONTROL.iterdir()) < 1_100_000  # small enough to live in the repository
+    argv = ["--num-examples", "200", "--output-dir", str(tmp_path)]
+    assert main(["eval", str(CONTROL), "--loops", "1,4", *argv]) == 0
+    scaling = json.loads((tmp_path / "loop_scaling.json").read_text())
+    assert scaling["data"]["held_out"] and scaling["accuracy"]["1"] < 0.3 < 0.9 < scaling["accuracy"]["4"], scaling
+    assert main(["audit", str(CONTROL), *argv]) == 0
+    from_cli = json.loads((tmp_path / "audit.json").read_text())
+    assert from_cli["verdict"] == "computing", from_cli["reasons"]
+    model = AutoModelForCausalLM.from_pretrained(CONTROL)
+    rows = evaluation_data(model, str(CONTROL), num_examples=200, seed=1234).rows
+    rows = tokenize_for_training(rows, load_tokenizer(str(CONTROL), "prompts"))
+    report = audit(model, rows, progress=False)
+    assert report.verdict == "computing", report
+    assert report.accuracy == pytest.approx(from_cli["accuracy"]) and report.accuracy > 0.9
+    assert report.substitution["change_points"] < -50 and any("independently" in r for r in report.reasons)
+
+
+def test_the_audit_control_builder_quick_mode_runs(tmp_path):
+    build = load_benchmark("build_audit_control")
+    results = build.main(["--quick", "--folder", str(tmp_path / "control"), "--output-dir", str(tmp_path)])
+    saved = read_benchmark_json(tmp_path / "audit_control.json", results)
+    assert saved["folder_bytes"] == sum(f.stat().st_size for f in (tmp_path / "control").iterdir())
+    assert set(saved["loop_scaling"]["accuracy"]) == {"1", "2", "4"} and saved["audit"]["verdict"] in VERDICTS
 
 
 def test_ouro_convergence_is_the_last_steps_relative_change_below_the_tolerance():

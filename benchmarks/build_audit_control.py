@@ -1,0 +1,105 @@
+"""The audit's positive control: a small Ouro trained on 2-digit addition whose extra loop steps do the task's work.
+
+It is trained at four loop steps with the last step's loss (``--exit_loss final``) by ``equilibria train``, the
+way a user trains one, so its one-step state is an informative start (the same stack, the same decoder, one pass)
+from which the remaining three steps compute the answer: it fails at one loop and succeeds at four on the 200
+held-out problems. The folder (under 1 MB) goes to ``tests/data/ouro-audit-control``; ``tests/test_audit.py``
+audits it through ``audit()`` and ``equilibria audit`` and expects ``computing``. This script also audits it on
+500 fresh problems (none a training question) and records the loop scaling, the audit and the folder's size.
+
+    python benchmarks/build_audit_control.py           # about 5 minutes on 2 CPU cores
+    python benchmarks/build_audit_control.py --quick   # seconds (a test runs it): a few steps into a temporary folder
+
+Results: ``docs/results/audit_control.json`` (``--output-dir`` to change; ``--quick`` writes beside its folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import doc_tables
+
+from equilibria.cli import main as equilibria
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDER = ROOT / "tests" / "data" / "ouro-audit-control"
+KEEP = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+        "special_tokens_map.json", "training_data.json", "loop_scaling.json")  # fmt: skip
+RECIPE = [
+    "--family", "ouro", "--task", "addition", "--digits", "2", "--hidden_size", "96", "--num_layers", "2",
+    "--num_loops", "4", "--min_loops", "4", "--max_loops", "4", "--exit_loss", "final", "--jsrr_weight", "0",
+    "--learning_rate", "1e-3", "--per_device_train_batch_size", "64", "--lr_scheduler_type", "cosine",
+    "--warmup_steps", "0.05", "--weight_decay", "0.01", "--eval_loops", "1,2,4", "--use_cpu", "--seed", "42",
+    "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
+]  # fmt: skip
+
+
+def train(out: Path, steps: int) -> None:
+    """``equilibria train`` with the recipe above for ``steps`` optimizer steps, into ``out``."""
+    code = equilibria(["train", *RECIPE, "--max_steps", str(steps), "--output_dir", str(out)])
+    if code != 0:
+        raise SystemExit(f"equilibria train failed (exit {code})")
+
+
+def keep_what_loads(trained: Path, folder: Path) -> None:
+    """Copy the files the model, its tokenizer and its training record need (not the card, plots or remote code:
+    the tests load it with the package) into ``folder``, replacing what was there."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for name in KEEP:
+        if (trained / name).exists():
+            shutil.copy2(trained / name, folder / name)
+
+
+def audit_folder(folder: Path, num_examples: int) -> dict:
+    """``equilibria audit`` on ``num_examples`` fresh problems (training questions left out); its audit.json."""
+    with tempfile.TemporaryDirectory() as out:
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = equilibria(["audit", str(folder), "--num-examples", str(num_examples), "--output-dir", out])
+        if code != 0:
+            raise SystemExit(f"equilibria audit failed (exit {code})")
+        return json.loads((Path(out) / "audit.json").read_text())
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a few steps into a temporary folder (for tests)")
+    parser.add_argument("--steps", type=int, default=1500, help="optimizer steps (default 1500; --quick: 4)")
+    parser.add_argument("--folder", type=Path, default=None, help=f"where the control goes (default {FOLDER})")
+    parser.add_argument("--output-dir", type=Path, default=None, help="where audit_control.json goes")
+    args = parser.parse_args(argv)
+    steps = 4 if args.quick else args.steps
+    scratch = Path(tempfile.mkdtemp(prefix="audit-control-"))
+    folder = args.folder or (scratch / "control" if args.quick else FOLDER)
+    output_dir = args.output_dir or (scratch if args.quick else doc_tables.RESULTS)
+    start = time.perf_counter()
+    train(scratch / "trained", steps)
+    keep_what_loads(scratch / "trained", folder)
+    report = audit_folder(folder, 40 if args.quick else 500)
+    scaling = json.loads((folder / "loop_scaling.json").read_text())
+    results = {
+        "command": "python benchmarks/build_audit_control.py" + (" --quick" if args.quick else ""),
+        "train": "equilibria train " + " ".join(RECIPE) + f" --max_steps {steps}",
+        "folder": str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(folder),
+        "folder_bytes": sum(p.stat().st_size for p in folder.iterdir()),
+        "loop_scaling": {"data": scaling["data"], "accuracy": scaling["accuracy"]},
+        "audit": {key: report[key] for key in ("verdict", "reasons", "accuracy", "substitution", "probe", "data")},
+        "seconds": round(time.perf_counter() - start),
+    }
+    doc_tables.save_results(output_dir / "audit_control.json", results, indent=1)
+    if not args.quick:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(json.dumps({k: results[k] for k in ("folder_bytes", "seconds")}), results["loop_scaling"]["accuracy"])
+    print("audit:", results["audit"]["verdict"])
+    return results
+
+
+if __name__ == "__main__":
+    main()
