@@ -633,7 +633,10 @@ def _no_recurrence_models() -> dict:
         "phdeq one iteration": (PHDEQForSequenceClassification(PHDEQConfig(**reach, num_loops=1)), []),
         "eqr one step": (EqRForPuzzleSolving(EqRConfig(**sizes, num_loops=1)), ["--task", "sudoku"]),
         "eqr untied": (EqRForPuzzleSolving(EqRConfig(**sizes, num_loops=4, untied_depth=4)), ["--task", "sudoku"]),
-        "eqr at one loop": (EqRForPuzzleSolving(EqRConfig(**sizes, num_loops=4)), ["--task", "sudoku", "--num-loops", "1"]),
+        "eqr at one loop": (
+            EqRForPuzzleSolving(EqRConfig(**sizes, num_loops=4)),
+            ["--task", "sudoku", "--num-loops", "1"],
+        ),
     }
 
 

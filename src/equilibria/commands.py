@@ -20,6 +20,7 @@ from .scaling import loop_scaling, loop_scaling_report, parse_loops, solver_scal
 from .tasks import tokenize_for_training
 from .tasks.records import task_record
 from .tasks.tokenization import describe_characters, load_tokenizer, unknown_characters
+from .wording import with_article
 
 
 def data_options(args) -> dict:
@@ -65,7 +66,7 @@ def run_eval(args) -> dict:
     threshold, breadth = getattr(args, "halt_threshold", None), getattr(args, "breadth", 1)
     if (threshold is not None or breadth != 1) and not hasattr(model, "solve"):
         raise ValueError(
-            f"--halt-threshold and --breadth need an EqR model (a puzzle solver); this is a {model.config.model_type}"
+            f"--halt-threshold and --breadth need an EqR model (a puzzle solver); this is {with_article(model.config.model_type)}"
         )
     if getattr(args, "lm_eval_tasks", None):
         return _run_lm_eval(model, loops, args)

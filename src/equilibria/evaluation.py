@@ -40,6 +40,7 @@ from .tasks.held_out import content_keys, numbered
 from .tasks.records import TASK_RECORDS
 from .tasks.text_data import FORMATS, METRICS, evaluation_rows, held_out_rows, row_format, row_keys, text_source
 from .tasks.tokenization import load_tokenizer
+from .wording import counted, with_article
 
 
 @dataclass
@@ -145,7 +146,7 @@ def _generated_data(model, training: dict, task: str | None, count: int, seed: i
     head = family_of(model).head_of(model)  # the task must fit the loaded head, not only its family
     if task not in head.tasks:
         raise ValueError(
-            f"--task {task} does not fit {_a(model.config.model_type)} model ({type(model).__name__} fits {head.tasks})"
+            f"--task {task} does not fit {with_article(model.config.model_type)} model ({type(model).__name__} fits {head.tasks})"
         )
     exclude, classes, held = _exclusion(training, question_kind(task))
     # drawn distinct by class only when the training classes are known: a model without them (an older record, none
@@ -159,7 +160,7 @@ def _generated_data(model, training: dict, task: str | None, count: int, seed: i
             "of them may be among these",
         }
     record = {
-        "name": f"{len(rows)} generated {task} problem{'s' if len(rows) != 1 else ''} (seed {seed})",
+        "name": f"{counted(len(rows), f'generated {task} problem')} (seed {seed})",
         "dataset": None,
         "fingerprint": data_fingerprint(fingerprints(task, rows)),
         **held,
@@ -193,11 +194,6 @@ def _named(rows: Dataset, what: str) -> dict:
     a record of ``rows``."""
     what = what.replace("rows", "row", 1) if len(rows) == 1 else what
     return {"name": f"{len(rows)} {what}", "fingerprint": data_fingerprint(content_keys(rows))}
-
-
-def _a(word: str) -> str:
-    """``word`` with its indefinite article: ``an ouro``, ``a phdeq``."""
-    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
 
 
 def _with_options(source: dict, options: dict) -> dict:

@@ -35,6 +35,7 @@ from .modeling import (
     PHDEQModel,
 )
 from .tasks.tokenization import CharTokenizer, tokenizer_fields
+from .wording import with_article
 
 LM_USAGE = (
     "from transformers import AutoTokenizer",
@@ -132,7 +133,7 @@ class Family:
         for head in self.heads:
             if task in head.tasks:
                 return head
-        what = what or f"a {self.model_type} model"
+        what = what or f"{with_article(self.model_type)} model"
         raise ValueError(f"--task {task} does not fit {what} (it fits {self.tasks})")
 
     def trainer_class(self) -> type:

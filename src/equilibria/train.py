@@ -17,6 +17,7 @@ from pathlib import Path
 from .families import FAMILIES
 from .scaling import loop_scaling, loop_scaling_report, parse_loops
 from .tasks.records import TASKS, puzzle_cells, tasks_help
+from .wording import counted, with_article
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")  # what from_pretrained(dtype=...) takes by name
 
@@ -229,7 +230,7 @@ def _family_of(argv: list[str], file_values: dict) -> str:
     if checkpoint:
         found = checkpoint_config(checkpoint).model_type
         if family not in (None, found):
-            raise ValueError(f"--family {family}, but {checkpoint} is a {found} model: drop --family")
+            raise ValueError(f"--family {family}, but {checkpoint} is {with_article(found)} model: drop --family")
         family = found
     family = family or next(iter(FAMILIES))  # the first record: Ouro
     if family not in FAMILIES:
@@ -798,7 +799,7 @@ def _evaluation_record(data, dataset_name: str | None, hub_dataset: str | None) 
             **({"split_census": census} if census is not None else {}),
         }
     return {
-        "name": f"{len(data.test)} held-out row{'s' if len(data.test) != 1 else ''} of {data.record['source']['label']}",
+        "name": f"{counted(len(data.test), 'held-out row')} of {data.record['source']['label']}",
         "dataset": hub_dataset,
         "fingerprint": data.record["held_out"]["fingerprint"],
         "held_out": True,

@@ -19,6 +19,7 @@ from ..families import family_of, family_using
 from ..modeling.modeling_ouro import exit_distribution
 from ..modeling.puzzles import puzzle_solved
 from ..modeling.solvers import fixed_point, residual, solver_options
+from ..wording import with_article
 
 
 @dataclass
@@ -115,7 +116,7 @@ def _require(batch: dict, *names: str, family: str) -> None:
     missing = [n for n in names if n not in batch]
     if missing:
         raise ValueError(
-            f"the audit of a {family} model needs dataset columns {list(names)}; missing {missing} "
+            f"the audit of {with_article(family)} model needs dataset columns {list(names)}; missing {missing} "
             f"(columns present: {sorted(batch)})"
         )
 

@@ -18,6 +18,7 @@ from transformers import TrainingArguments
 from ..families import Family, family_of, model_task
 from ..tasks.catalog import held_out_split, trained_on_rows
 from ..tasks.records import TASK_RECORDS, task_record
+from ..wording import counted, with_article
 
 OPTIMISER_KEYS = (
     "learning_rate",
@@ -75,7 +76,7 @@ def _audit_units(audit: dict) -> str:
     data = audit.get("data") or {}
     where = f" of {data['name']} ({data['note']})" if data.get("name") else ""
     count = audit.get("num_units")
-    return f"{count} {unit}{'s' if count != 1 else ''}{where}" if count else f"its evaluation data{where}"
+    return f"{counted(count, unit)}{where}" if count else f"its evaluation data{where}"
 
 
 def _audit_evidence(audit: dict) -> list[str]:
@@ -317,11 +318,6 @@ def _lm_eval_section(lm_eval: dict | None, plot: str | None) -> list[str]:
         "",
     ]
     return lines + ([f"![lm-eval at each loop count]({plot})", ""] if plot else [])
-
-
-def with_article(name: str) -> str:
-    """``"an Ouro looped language model"``, ``"a Port-Hamiltonian ..."``."""
-    return ("an " if name[:1].lower() in "aeiou" else "a ") + name
 
 
 def _intro(model, info, title: str, base_model: str | None, adapter: dict | None) -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .card import build_model_card, card_metadata_round_trips, training_arguments_that_matter
@@ -158,7 +158,7 @@ def _thin(points: list, keep: int = 8) -> list:
 def _run_id(trainer) -> str:
     """One id per Trainer run (an intermediate push and the final card update the same stage)."""
     if not getattr(trainer, "_equilibria_run_id", None):
-        trainer._equilibria_run_id = f"{type(trainer).__name__}@{datetime.now(timezone.utc).isoformat()}"
+        trainer._equilibria_run_id = f"{type(trainer).__name__}@{datetime.now(UTC).isoformat()}"
     return trainer._equilibria_run_id
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 
+from ..wording import counted
 from .held_out import POSITION, held_out_counts, held_out_record, hold_out, numbered, read_held_out, source_of
 from .row_files import DATA_FILES, LINE, load_rows
 from .tokenization import describe_characters, unknown_characters
@@ -295,7 +296,7 @@ def build_text_data(
         if held_split != train_split
         else f"(held out of the {train_split} split before training)"
     )
-    description = f"{len(test)} rows of {label} {where}, none asking what a training row asks"
+    description = f"{counted(len(test), 'row')} of {label} {where}, none asking what a training row asks"
     record = {"source": source, **({"held_out": held_out_record(held_split, test, description)} if len(test) else {})}
     if held:
         record["held_out_counts"] = held_out_counts(held, len(test))
@@ -311,7 +312,7 @@ def build_text_data(
         evaluated,
         tokenizer=tokenizer,
         train_fingerprints=trained,
-        description=f"{len(train)} {fmt.replace('_', '/')} rows of {label} ({train_split} split)",
+        description=f"{counted(len(train), fmt.replace('_', '/') + ' row')} of {label} ({train_split} split)",
         metric=metric,
         test_description=description,
         record=record,
