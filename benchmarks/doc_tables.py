@@ -593,6 +593,12 @@ INTERNALIZATION_RUNS = (  # folders under attractor_internalization/: <task>-<fo
 )
 
 
+def internalization_run(name: str) -> dict | None:
+    """The internalization run ``name`` (a folder of :data:`INTERNALIZATION_RUNS`); ``None`` until it is made."""
+    path = RESULTS / "attractor_internalization" / name / "internalization.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def attractor_internalization() -> str:
     """A row per run (one not made yet says so): the solver's iterations at the first and last evaluation (and
     their minimum), the held-out accuracy at T=0, T=1 and T* at the end, and the gap T* - T=0."""
@@ -600,11 +606,10 @@ def attractor_internalization() -> str:
     for name in INTERNALIZATION_RUNS:
         task, form, gradient = name.split("-", 2)
         label = [task, f"`{form}`", gradient.replace("-", "_")]
-        path = RESULTS / "attractor_internalization" / name / "internalization.json"
-        if not path.exists():
+        run = internalization_run(name)
+        if run is None:
             rows.append([*label, "not run yet", "", "", ""])
             continue
-        run = json.loads(path.read_text())
         first, last = run["rows"][0], run["rows"][-1]
         steps = [r["iterations"] for r in run["rows"]]
         at = [last["accuracy"].get(t) for t in ("0", "1", run["args"]["budget"])]  # T=0 (none for deq), T=1, T*
@@ -621,89 +626,88 @@ def attractor_internalization() -> str:
     return markdown(header, rows)
 
 
+FORMS = ("paper", "gated", "deq")  # the columns of the Attractor page's comparison, one per ``residual_form``
+FORM_LINKS = {
+    "internalization": "[internalization](benchmarks/attractor_internalization.md)",
+    "memory": "[memory](benchmarks/attractor_memory.md)",
+    "lm": "[LM](benchmarks/attractor_lm.md)",
+}
+
+
+def _form_iterations(name: str) -> str:
+    """The internalization run's iterations to tolerance: start -> least -> end."""
+    run = internalization_run(name)
+    if run is None:
+        return "not run yet"
+    steps = [r["iterations"] for r in run["rows"]]
+    return f"{steps[0]:.1f} -> {min(steps):.1f} -> {steps[-1]:.1f}"
+
+
+def _form_exact(name: str) -> str:
+    """The internalization run's held-out exact match at the end, at T=0 / T=1 / T* (``-`` where it has none)."""
+    run = internalization_run(name)
+    if run is None:
+        return "not run yet"
+    last = run["rows"][-1]["accuracy"]
+    cells = [last.get(t) for t in ("0", "1", run["args"]["budget"])]
+    return " / ".join("-" if a is None else f"{100 * a:.1f}%" for a in cells)
+
+
+def _form_saved(memory: dict, form: str) -> str:
+    """The map's one-step saved-for-backward MiB, one number when every budget agrees."""
+    bytes_ = {memory[k]["saved_bytes"] for k in memory if k.startswith(f"{form}/one_step@")}
+    return f"{bytes_.pop() / 2**20:.1f} MiB" if len(bytes_) == 1 else "differs by budget"
+
+
+def _form_perplexity(lm: dict[str, dict[int, dict]], kind: str) -> str:
+    """The kind's mean validation perplexity, and its paired difference from the transformer's."""
+    if not lm[kind]:
+        return "not run yet"
+    mean = mean_se([r["val_perplexity"] for r in lm[kind].values()])[0]
+    return f"{mean:.2f} ({difference_cell(lm_paired(lm, kind), digits=2)})"
+
+
 def attractor_forms() -> str:
     """The Attractor page's comparison of its maps, from the internalization, memory and language-model runs: a row
     per measure, a column per ``residual_form``."""
-
-    def run(name: str) -> dict | None:
-        path = RESULTS / "attractor_internalization" / name / "internalization.json"
-        return json.loads(path.read_text()) if path.exists() else None
-
-    def iterations(name: str) -> str:
-        data = run(name)
-        if data is None:
-            return "not run yet"
-        steps = [r["iterations"] for r in data["rows"]]
-        return f"{steps[0]:.1f} -> {min(steps):.1f} -> {steps[-1]:.1f}"
-
-    def exact(name: str) -> str:
-        data = run(name)
-        if data is None:
-            return "not run yet"
-        last = data["rows"][-1]["accuracy"]
-        cells = [last.get(t) for t in ("0", "1", data["args"]["budget"])]
-        return " / ".join("-" if a is None else f"{100 * a:.1f}%" for a in cells)
-
-    memory = (
-        load("attractor_memory/memory.json")["runs"] if (RESULTS / "attractor_memory" / "memory.json").exists() else {}
-    )
-    lm = {
-        kind: [json.loads(p.read_text()) for p in sorted((RESULTS / "attractor_lm" / kind).glob("seed*.json"))]
-        for kind in ("llama", "attractor-paper", "attractor-gated")
-    }
-
-    def saved(form: str) -> str:
-        bytes_ = {memory[k]["saved_bytes"] for k in memory if k.startswith(f"{form}/one_step@")}
-        return f"{bytes_.pop() / 2**20:.1f} MiB" if len(bytes_) == 1 else "differs by budget"
-
-    def perplexity(kind: str) -> str:
-        runs, base = lm[kind], {r["seed"]: r["val_perplexity"] for r in lm["llama"]}
-        if not runs:
-            return "not run yet"
-        diffs = [r["val_perplexity"] - base[r["seed"]] for r in runs if r["seed"] in base]
-        return f"{mean_se([r['val_perplexity'] for r in runs])[0]:.2f} ({difference_cell(diffs, digits=2)})"
-
-    def lm_steps(kind: str) -> str:
-        return lm_iterations(lm[kind]).replace("→", "->") or "not run yet"
-
-    links = {
-        "internalization": "[internalization](benchmarks/attractor_internalization.md)",
-        "memory": "[memory](benchmarks/attractor_memory.md)",
-        "lm": "[LM](benchmarks/attractor_lm.md)",
-    }
-    first = run("addition-paper-one-step")
+    memory, lm = memory_runs(), lm_runs()
+    first = internalization_run("addition-paper-one-step")
     steps = first["args"]["steps"] if first else "?"
-    seeds = len(lm["llama"])
-    params = f"{lm['llama'][0]['parameters'] / 1e6:.1f}M" if lm["llama"] else "?"
-    tol = lm["llama"][0]["args"]["tol"] if lm["llama"] else "?"
-    forms = ("paper", "gated", "deq")
+    llama = list(lm["llama"].values())
+    params = f"{llama[0]['parameters'] / 1e6:.1f}M" if llama else "?"
+    tol = llama[0]["args"]["tol"] if llama else "?"
+    lm_steps = {
+        kind: lm_iterations(lm[kind].values()).replace("→", "->") or "not run yet"
+        for kind in ("attractor-paper", "attractor-gated")
+    }
     rows = [
         [f"addition, {steps} steps: iterations to tolerance (start -> least -> end)"]
-        + [iterations(f"addition-{f}-one-step") for f in forms]
-        + [links["internalization"]],
+        + [_form_iterations(f"addition-{f}-one-step") for f in FORMS]
+        + [FORM_LINKS["internalization"]],
         ["addition: held-out exact at T=0 / T=1 / T*"]
-        + [exact(f"addition-{f}-one-step") for f in forms]
-        + [links["internalization"]],
+        + [_form_exact(f"addition-{f}-one-step") for f in FORMS]
+        + [FORM_LINKS["internalization"]],
         [
             "training memory saved for backward, one-step, any budget",
-            saved("paper"),
-            saved("gated"),
+            _form_saved(memory, "paper"),
+            _form_saved(memory, "gated"),
             "",
-            links["memory"],
+            FORM_LINKS["memory"],
         ],
         [
-            f"language model ({params} parameters, {seeds} seeds): validation perplexity, mean (minus the transformer's)",
-            perplexity("attractor-paper"),
-            perplexity("attractor-gated"),
+            f"language model ({params} parameters, {len(llama)} seeds): validation perplexity, mean (minus the "
+            "transformer's)",
+            _form_perplexity(lm, "attractor-paper"),
+            _form_perplexity(lm, "attractor-gated"),
             "",
-            links["lm"],
+            FORM_LINKS["lm"],
         ],
         [
             f"language model: iterations to {float(tol):.0e} in training (start -> least -> end)".replace("e-0", "e-"),
-            lm_steps("attractor-paper"),
-            lm_steps("attractor-gated"),
+            lm_steps["attractor-paper"],
+            lm_steps["attractor-gated"],
             "",
-            links["lm"],
+            FORM_LINKS["lm"],
         ],
     ]
     return markdown(["on", '`"paper"`', '`"gated"`', '`"deq"`', "page"], rows)
@@ -778,13 +782,18 @@ def attractor_puzzles_select() -> str:
     return markdown(header, rows)
 
 
+def memory_runs() -> dict[str, dict]:
+    """The memory benchmark's runs, ``"<form>/<mode>@<budget>"`` -> its measurement; empty until it is run."""
+    path = RESULTS / "attractor_memory" / "memory.json"
+    return json.loads(path.read_text())["runs"] if path.exists() else {}
+
+
 def attractor_memory() -> str:
     """A row per map and gradient mode: saved-for-backward and peak-increase MiB at each budget, and the ratios of
     the largest budget to the smallest."""
-    path = RESULTS / "attractor_memory" / "memory.json"
-    if not path.exists():
+    runs = memory_runs()
+    if not runs:
         return markdown(["map", "gradient", "saved / peak (MiB) at each budget"], [["not run yet", "", ""]])
-    runs = load("attractor_memory/memory.json")["runs"]
     budgets = sorted({int(key.split("@")[1]) for key in runs})  # keys: "<form>/<mode>@<budget>"
     rows = []
     for form, mode in dict.fromkeys(tuple(key.split("@")[0].split("/")) for key in runs):
@@ -824,16 +833,26 @@ LM_KINDS = {
 }
 
 
-def attractor_lm() -> str:
-    """A row per model kind: validation perplexity per seed and its mean, the paired difference from the
-    transformer (mean ± SE over the seeds both have), and each run's mean cost."""
-    runs = {
+def lm_runs() -> dict[str, dict[int, dict]]:
+    """Kind of :data:`LM_KINDS` -> seed -> its language-model run (``attractor_lm/<kind>/seed<N>.json``), by seed."""
+    return {
         kind: {
             int(p.stem[4:]): json.loads(p.read_text())
             for p in sorted((RESULTS / "attractor_lm" / kind).glob("seed*.json"))
         }
         for kind in LM_KINDS
     }
+
+
+def lm_paired(lm: dict[str, dict[int, dict]], kind: str, other: str = "llama") -> list[float]:
+    """``kind``'s validation perplexity minus ``other``'s, per seed that both have (of :func:`lm_runs`)."""
+    return [r["val_perplexity"] - lm[other][s]["val_perplexity"] for s, r in lm[kind].items() if s in lm[other]]
+
+
+def attractor_lm() -> str:
+    """A row per model kind: validation perplexity per seed and its mean, the paired difference from the
+    transformer (mean ± SE over the seeds both have), and each run's mean cost."""
+    runs = lm_runs()
     rows = []
     for kind, label in LM_KINDS.items():
         by_seed = runs[kind]
@@ -841,9 +860,7 @@ def attractor_lm() -> str:
             rows.append([label, "not run yet", "", "", "", "", "", ""])
             continue
         ppl = [r["val_perplexity"] for r in by_seed.values()]
-        paired = [
-            r["val_perplexity"] - runs["llama"][s]["val_perplexity"] for s, r in by_seed.items() if s in runs["llama"]
-        ]
+        paired = lm_paired(runs, kind)
         diff = (
             "" if kind == "llama" or not paired else f"{difference_cell(paired, digits=2)} ({seeds_label(len(paired))})"
         )
@@ -913,36 +930,46 @@ def _paired(a: dict[int, dict], b: dict[int, dict], depth: str) -> str:
 
 
 def readme_results() -> str:
-    """The README's results table: a row per headline result, each with the command that produced it, every number
-    read from the JSON its page's tables are generated from."""
-    rows = []
-    # STARS on addition
-    stars = load("stars_addition/results.json")["results"]
-    three = load("stars_addition_3digit/results.json")["results"]
+    """The README's results table: a row per headline result (:data:`README_ROWS`), each with the command that
+    produced it, every number read from the JSON its page's tables are generated from."""
+    return markdown(README_HEADER, [row() for row in README_ROWS])
+
+
+README_HEADER = ["result", "measured here", "against the paper", "page", "command (`python benchmarks/...`)"]
+
+
+def _stars_at(kind: str, loops: int, relative: str = "stars_addition/results.json") -> float:
+    """Exact match of the STARS addition run ``kind`` (2-digit unless ``relative`` says otherwise) at ``loops``."""
+    return load(relative)["results"][kind]["accuracy"][str(loops)]
+
+
+def stars_depth_row() -> list[str]:
     n_test = load("stars_addition/results.json")["args"]["test_size"]
-    acc = lambda runs, kind, n: runs[kind]["accuracy"][str(n)]  # noqa: E731
-    rows.append(
-        [
-            "STARS keeps a looped LM accurate deeper than trained",
-            f"2-digit addition: STARS {_span([acc(stars, 'stars', n) for n in (2, 4, 8, 16)])} at 2-16 loops, "
-            f"{pct(acc(stars, 'stars', 32))} at 32 (plain: {pct(acc(stars, 'plain', 8))} at 8); its settings were "
-            f"chosen on these {n_test} test problems, and no rerun has chosen them on a validation split",
-            "the paper's 100% at every depth is not reproduced at 32; 3-digit (same settings): >= "
-            f"{100 * min(acc(three, 'stars', n) for n in (2, 4, 8, 16, 32)):.0f}% from 2 to 32",
-            "[stars_addition](docs/benchmarks/stars_addition.md)",
-            "`bench_stars_addition.py` (3-digit: `--digits 3 --reverse-answer --pad-operands --kinds plain,stars`)",
-        ]
-    )
-    rows.append(
-        [
-            "what carries the extrapolation",
-            f"loop sampling alone {100 * acc(stars, 'sampling', 32):.0f}% at 32 loops; the penalty alone collapses "
-            f"off its trained count ({pct(acc(stars, 'jsrr', 8))} at 8); settings chosen on the test problems",
-            "suggests sampling, not the penalty, carries it; one seed each, so not established (3+ seeds needed)",
-            "[stars_addition](docs/benchmarks/stars_addition.md)",
-            "`bench_stars_addition.py`",
-        ]
-    )
+    three = min(_stars_at("stars", n, "stars_addition_3digit/results.json") for n in (2, 4, 8, 16, 32))
+    return [
+        "STARS keeps a looped LM accurate deeper than trained",
+        f"2-digit addition: STARS {_span([_stars_at('stars', n) for n in (2, 4, 8, 16)])} at 2-16 loops, "
+        f"{pct(_stars_at('stars', 32))} at 32 (plain: {pct(_stars_at('plain', 8))} at 8); its settings were "
+        f"chosen on these {n_test} test problems, and no rerun has chosen them on a validation split",
+        f"the paper's 100% at every depth is not reproduced at 32; 3-digit (same settings): >= {100 * three:.0f}% "
+        "from 2 to 32",
+        "[stars_addition](docs/benchmarks/stars_addition.md)",
+        "`bench_stars_addition.py` (3-digit: `--digits 3 --reverse-answer --pad-operands --kinds plain,stars`)",
+    ]
+
+
+def stars_ablation_row() -> list[str]:
+    return [
+        "what carries the extrapolation",
+        f"loop sampling alone {100 * _stars_at('sampling', 32):.0f}% at 32 loops; the penalty alone collapses "
+        f"off its trained count ({pct(_stars_at('jsrr', 8))} at 8); settings chosen on the test problems",
+        "suggests sampling, not the penalty, carries it; one seed each, so not established (3+ seeds needed)",
+        "[stars_addition](docs/benchmarks/stars_addition.md)",
+        "`bench_stars_addition.py`",
+    ]
+
+
+def jsrr_cost_row() -> list[str]:
     cost = load("stars_cost.json")["by_loops"]
     met = [n for n, row in cost.items() if row["vjp@1"] <= 1.5]
     missed = [n for n in cost if n not in met]
@@ -954,102 +981,100 @@ def readme_results() -> str:
         )
         if part
     )
-    rows.append(
-        [
-            "the JSRR penalty's cost",
-            ", ".join(
-                f"{row['vjp@1']:.2f}x" + (" a plain step" if i == 0 else "") + f" at {n}{' loops' if i == 0 else ''}"
-                for i, (n, row) in enumerate(cost.items())
-            )
-            + " (one vjp iteration)",
-            f"the 1.5x target {verdict}",
-            "[stars_cost](docs/benchmarks/stars_cost.md)",
-            "`bench_stars_cost.py`",
-        ]
-    )
-    maps = load("jsrr_estimator.json")["maps"].values()
-    ratios = [m["cost"]["vjp@1"] / m["cost"]["jvp@1"] for m in maps]
-    rows.append(
-        [
-            "backward (vjp) power iteration",
-            f"as accurate as the paper's jvp; in one measurement at width 32 an estimate cost {min(ratios):.2f}-"
-            f"{max(ratios):.2f}x jvp's at 1 iteration (a whole STARS step: {cost['4']['vjp@1']:.2f}x vs "
-            f"{cost['4']['jvp@1']:.2f}x a plain one)",
-            "ours is the default; `jvp` is offered",
-            "[jsrr_estimator](docs/benchmarks/jsrr_estimator.md)",
-            "`bench_jsrr_estimator.py`",
-        ]
-    )
+    return [
+        "the JSRR penalty's cost",
+        ", ".join(
+            f"{row['vjp@1']:.2f}x" + (" a plain step" if i == 0 else "") + f" at {n}{' loops' if i == 0 else ''}"
+            for i, (n, row) in enumerate(cost.items())
+        )
+        + " (one vjp iteration)",
+        f"the 1.5x target {verdict}",
+        "[stars_cost](docs/benchmarks/stars_cost.md)",
+        "`bench_stars_cost.py`",
+    ]
+
+
+def vjp_estimator_row() -> list[str]:
+    cost = load("stars_cost.json")["by_loops"]
+    ratios = [m["cost"]["vjp@1"] / m["cost"]["jvp@1"] for m in load("jsrr_estimator.json")["maps"].values()]
+    return [
+        "backward (vjp) power iteration",
+        f"as accurate as the paper's jvp; in one measurement at width 32 an estimate cost {min(ratios):.2f}-"
+        f"{max(ratios):.2f}x jvp's at 1 iteration (a whole STARS step: {cost['4']['vjp@1']:.2f}x vs "
+        f"{cost['4']['jvp@1']:.2f}x a plain one)",
+        "ours is the default; `jvp` is offered",
+        "[jsrr_estimator](docs/benchmarks/jsrr_estimator.md)",
+        "`bench_jsrr_estimator.py`",
+    ]
+
+
+def exit_gate_row() -> list[str]:
     paper = load("exit_gate.json")["losses"]["expected"]
     frozen, fixed = paper["frozen"]["0.5"], paper["fixed"]["3"]
-    rows.append(
-        [
-            "Ouro's exit gate, per loss",
-            f"the paper's objective: {pct(frozen['accuracy'])} at {frozen['mean_steps']:.2f} computed steps; "
-            f"3 fixed loops: {pct(fixed['accuracy'])} (thresholds read on the test problems)",
-            "no saving at equal accuracy here; the published loss's gate hurts when exits are frozen",
-            "[exit_gate](docs/benchmarks/exit_gate.md)",
-            "`bench_exit_gate.py`",
-        ]
-    )
+    return [
+        "Ouro's exit gate, per loss",
+        f"the paper's objective: {pct(frozen['accuracy'])} at {frozen['mean_steps']:.2f} computed steps; "
+        f"3 fixed loops: {pct(fixed['accuracy'])} (thresholds read on the test problems)",
+        "no saving at equal accuracy here; the published loss's gate hurts when exits are frozen",
+        "[exit_gate](docs/benchmarks/exit_gate.md)",
+        "`bench_exit_gate.py`",
+    ]
+
+
+def ouro_decode_row() -> list[str]:
     decode = load("ouro_decode.json")
-    rows.append(
-        [
-            "Ouro decoding",
-            f"loop overhead {decode['loop_overhead']['ratio']:.2f}x a Llama of equal depth; early exit "
-            f"{decode['early_exit']['ratio']:.2f}x the time; the cache {decode['cache']['speedup']:.1f}x faster",
-            "",
-            "[ouro_decode](docs/benchmarks/ouro_decode.md)",
-            "`bench_ouro_decode.py`",
-        ]
-    )
-    memory = load("attractor_memory/memory.json")["runs"]
+    return [
+        "Ouro decoding",
+        f"loop overhead {decode['loop_overhead']['ratio']:.2f}x a Llama of equal depth; early exit "
+        f"{decode['early_exit']['ratio']:.2f}x the time; the cache {decode['cache']['speedup']:.1f}x faster",
+        "",
+        "[ouro_decode](docs/benchmarks/ouro_decode.md)",
+        "`bench_ouro_decode.py`",
+    ]
+
+
+def attractor_memory_row() -> list[str]:
+    memory = memory_runs()
     flat = [r["saved_ratio"] for k, r in memory.items() if "/unrolled@" not in k]
     unrolled = [r["saved_ratio"] for k, r in memory.items() if k.endswith("/unrolled@32")]
     budgets = sorted({int(k.split("@")[1]) for k in memory})
     same = "equal" if max(abs(r - 1) for r in flat) < 0.005 else f"within {max(abs(r - 1) for r in flat):.0%}"
-    rows.append(
-        [
-            "Attractor LM trains in constant memory",
-            f"saved activations {same} at budgets {', '.join(map(str, budgets))} with one-step and implicit "
-            f"gradients, both maps; unrolled: linear, {min(unrolled):.1f}-{max(unrolled):.1f}x more at "
-            f"{budgets[-1]} than at {budgets[0]}",
-            "reproduced (one run; saved bytes are exact)",
-            "[attractor_memory](docs/benchmarks/attractor_memory.md)",
-            "`bench_attractor_memory.py`",
-        ]
-    )
+    return [
+        "Attractor LM trains in constant memory",
+        f"saved activations {same} at budgets {', '.join(map(str, budgets))} with one-step and implicit "
+        f"gradients, both maps; unrolled: linear, {min(unrolled):.1f}-{max(unrolled):.1f}x more at "
+        f"{budgets[-1]} than at {budgets[0]}",
+        "reproduced (one run; saved bytes are exact)",
+        "[attractor_memory](docs/benchmarks/attractor_memory.md)",
+        "`bench_attractor_memory.py`",
+    ]
 
+
+def internalization_row() -> list[str]:
     def last(name: str) -> dict:
-        return load(f"attractor_internalization/{name}/internalization.json")["rows"][-1]["accuracy"]
+        return internalization_run(name)["rows"][-1]["accuracy"]
 
     ap, ag, ai = last("addition-paper-one-step"), last("addition-gated-one-step"), last("addition-paper-implicit")
     sudoku = [last(f"sudoku-{f}-one-step") for f in ("paper", "gated")]
-    rows.append(
-        [
-            "equilibrium internalization",
-            f"on addition (one seed per map) iterations rise with every map; with the paper's map the proposal alone "
-            f"decodes {pct(ap['0'])} against {pct(ap['30'])} solved (the gated map's: {pct(ag['0'])} against "
-            f"{pct(ag['30'])}); the implicit gradient the same ({pct(ai['0'])} against {pct(ai['30'])}); 6x6 Sudoku, "
-            f"both maps: {_span([s[t] for s in sudoku for t in ('0', '1')], 0)} at T=0 and T=1 against "
-            f"{_span([s['30'] for s in sudoku], 0)} solved, iterations rising",
-            "not reproduced at this scale",
-            "[attractor_internalization](docs/benchmarks/attractor_internalization.md)",
-            "`bench_attractor_internalization.py --form F` (`--task sudoku`, `--gradient-mode implicit`)",
-        ]
-    )
-    lm = {
-        kind: {
-            r["seed"]: r
-            for r in (json.loads(p.read_text()) for p in (RESULTS / "attractor_lm" / kind).glob("seed*.json"))
-        }
-        for kind in LM_KINDS
-    }
+    return [
+        "equilibrium internalization",
+        f"on addition (one seed per map) iterations rise with every map; with the paper's map the proposal alone "
+        f"decodes {pct(ap['0'])} against {pct(ap['30'])} solved (the gated map's: {pct(ag['0'])} against "
+        f"{pct(ag['30'])}); the implicit gradient the same ({pct(ai['0'])} against {pct(ai['30'])}); 6x6 Sudoku, "
+        f"both maps: {_span([s[t] for s in sudoku for t in ('0', '1')], 0)} at T=0 and T=1 against "
+        f"{_span([s['30'] for s in sudoku], 0)} solved, iterations rising",
+        "not reproduced at this scale",
+        "[attractor_internalization](docs/benchmarks/attractor_internalization.md)",
+        "`bench_attractor_internalization.py --form F` (`--task sudoku`, `--gradient-mode implicit`)",
+    ]
+
+
+def attractor_lm_row() -> list[str]:
+    lm = lm_runs()
     base = lm["llama"]
 
-    def vs(kind: str, other: str = "llama") -> str:
-        diffs = [r["val_perplexity"] - lm[other][s]["val_perplexity"] for s, r in lm[kind].items() if s in lm[other]]
-        return difference_cell(diffs, digits=2)
+    def vs(kind: str) -> str:
+        return difference_cell(lm_paired(lm, kind), digits=2)
 
     def mean_of(kind: str, key: str) -> float:
         return mean_se([r[key] for r in lm[kind].values()])[0]
@@ -1058,43 +1083,46 @@ def readme_results() -> str:
         1 - mean_of(k, "train_flops") / mean_of("looped", "train_flops") for k in ("attractor-paper", "attractor-gated")
     ]
     first = next(iter(base.values()))
-    rows.append(
-        [
-            "Attractor LM vs transformer and looped baseline",
-            f"Python standard library source, {first['parameters'] / 1e6:.1f}M parameters, "
-            f"{first['training_tokens'] / 1e6:.1f}M tokens, {len(base)} seeds: perplexity not separated (gated map "
-            f"{vs('attractor-gated')} vs the transformer, paper's map {vs('attractor-paper')}, looped {vs('looped')}); "
-            f"{100 * min(fewer):.0f}-{100 * max(fewer):.0f}% fewer training FLOPs than the looped model; saved "
-            "activations equal to the transformer's, the looped model's "
-            f"{mean_of('looped', 'saved_bytes') / mean_of('llama', 'saved_bytes'):.2f}x",
-            "FLOPs and memory reproduced; lower perplexity not reproduced at this scale (nor contradicted)",
-            "[attractor_lm](docs/benchmarks/attractor_lm.md)",
-            "`bench_attractor_lm.py --kind K --seed N`",
-        ]
-    )
+    return [
+        "Attractor LM vs transformer and looped baseline",
+        f"Python standard library source, {first['parameters'] / 1e6:.1f}M parameters, "
+        f"{first['training_tokens'] / 1e6:.1f}M tokens, {len(base)} seeds: perplexity not separated (gated map "
+        f"{vs('attractor-gated')} vs the transformer, paper's map {vs('attractor-paper')}, looped {vs('looped')}); "
+        f"{100 * min(fewer):.0f}-{100 * max(fewer):.0f}% fewer training FLOPs than the looped model; saved "
+        "activations equal to the transformer's, the looped model's "
+        f"{mean_of('looped', 'saved_bytes') / mean_of('llama', 'saved_bytes'):.2f}x",
+        "FLOPs and memory reproduced; lower perplexity not reproduced at this scale (nor contradicted)",
+        "[attractor_lm](docs/benchmarks/attractor_lm.md)",
+        "`bench_attractor_lm.py --kind K --seed N`",
+    ]
+
+
+def attractor_puzzles_row() -> list[str]:
     chosen, eqr, tied, split1 = (
         _sudoku_runs(k) for k in ("attractor (chosen settings)", "eqr", "weight_tied", "attractor")
     )
     at64 = lambda runs: [r["accuracy_by_depth"]["64"] for r in runs.values()]  # noqa: E731
     w64 = lambda folder, kind: load(f"{folder}/{kind}/eqr_sudoku.json")[kind]["accuracy_by_depth"]["64"]  # noqa: E731
-    rows.append(
-        [
-            "Attractor on puzzles vs EqR",
-            f"6x6 Sudoku held out by class, {chosen[0]['parameters'] / 1e6:.2f}M parameters, {len(chosen)} seeds, "
-            f"equal budget: with its layers split 2 + 2 (chosen on a validation split) the Attractor solves "
-            f"{_span(at64(chosen))} at 64 iterations, EqR {_span(at64(eqr))} ({_paired(chosen, eqr, '64')} points), "
-            f"weight-tied {_span(at64(tied))} ({_paired(chosen, tied, '64')}); with EqR's 1 + 1 split, "
-            f"{_span(at64(split1))}; at width 64 (one seed) the 2 + 2 Attractor keeps "
-            f"{pct(w64('attractor_puzzles_width64_chosen', 'attractor'))}, EqR and weight-tied with the same 4-layer "
-            f"shape {pct(w64('attractor_puzzles_width64_4layer', 'eqr'))} and "
-            f"{pct(w64('attractor_puzzles_width64_4layer', 'weight_tied'))} (with their 2-layer block "
-            f"{pct(w64('attractor_puzzles_width64', 'eqr'))} and {pct(w64('attractor_puzzles_width64', 'weight_tied'))})",
-            "not separated from EqR or weight-tied; the paper's gap (recursive models fail, 27M Attractor 91.4% on "
-            "Sudoku-Extreme) not seen at this scale; only the Attractor's settings were searched",
-            "[attractor_puzzles](docs/benchmarks/attractor_puzzles.md)",
-            "`bench_eqr_sudoku.py --kinds attractor` (settings, seeds and widths on the page)",
-        ]
-    )
+    return [
+        "Attractor on puzzles vs EqR",
+        f"6x6 Sudoku held out by class, {chosen[0]['parameters'] / 1e6:.2f}M parameters, {len(chosen)} seeds, "
+        f"equal budget: with its layers split 2 + 2 (chosen on a validation split) the Attractor solves "
+        f"{_span(at64(chosen))} at 64 iterations, EqR {_span(at64(eqr))} ({_paired(chosen, eqr, '64')} points), "
+        f"weight-tied {_span(at64(tied))} ({_paired(chosen, tied, '64')}); with EqR's 1 + 1 split, "
+        f"{_span(at64(split1))}; at width 64 (one seed) the 2 + 2 Attractor keeps "
+        f"{pct(w64('attractor_puzzles_width64_chosen', 'attractor'))}, EqR and weight-tied with the same 4-layer "
+        f"shape {pct(w64('attractor_puzzles_width64_4layer', 'eqr'))} and "
+        f"{pct(w64('attractor_puzzles_width64_4layer', 'weight_tied'))} (with their 2-layer block "
+        f"{pct(w64('attractor_puzzles_width64', 'eqr'))} and {pct(w64('attractor_puzzles_width64', 'weight_tied'))})",
+        "not separated from EqR or weight-tied; the paper's gap (recursive models fail, 27M Attractor 91.4% on "
+        "Sudoku-Extreme) not seen at this scale; only the Attractor's settings were searched",
+        "[attractor_puzzles](docs/benchmarks/attractor_puzzles.md)",
+        "`bench_eqr_sudoku.py --kinds attractor` (settings, seeds and widths on the page)",
+    ]
+
+
+def eqr_depth_breadth_row() -> list[str]:
+    eqr, tied = _sudoku_runs("eqr"), _sudoku_runs("weight_tied")
     depth16 = [r["accuracy_by_depth"]["16"] for r in eqr.values()]
     gains = {s: r["grid"]["16x16"]["halt"] - r["grid"]["16x1"]["halt"] for s, r in eqr.items()}
     top = max(gains, key=gains.get)
@@ -1110,23 +1138,24 @@ def readme_results() -> str:
         mean_se([eqr[s]["accuracy_by_depth"][d] - tied[s]["accuracy_by_depth"][d] for s in eqr if s in tied])
         for d in ("8", "16", "32", "64")
     ]
-    rows.append(
-        [
-            "EqR depth x breadth",
-            f"6x6 Sudoku (18+ clues, held out up to symmetry), {len(eqr)} seeds: {_span(depth16)} at depth 16; 16 "
-            f"restarts add {100 * gains[top]:.0f} points in one seed of {WORDS.get(len(eqr), len(eqr))} "
-            f"({100 * eqr[top]['grid']['16x1']['halt']:.1f} -> {pct(eqr[top]['grid']['16x16']['halt'])}, the answer "
-            "picked by the halting head, the best of three rules as read on the test puzzles) and at most "
-            f"{100 * max(others):.0f} point{'s' if round(100 * max(others)) != 1 else ''} either way in the other two "
-            "(4x4: a memorisation check)",
-            "the depth gain reproduces, the breadth gain in one seed of three; EqR and the plain weight-tied model "
-            f"are not separated from depth 8 on (mean difference {100 * min(m for m, _ in deep):+.1f} to "
-            f"{100 * max(m for m, _ in deep):+.1f} points, SE {100 * min(se for _, se in deep):.1f}-"
-            f"{100 * max(se for _, se in deep):.1f})",
-            "[eqr_sudoku](docs/benchmarks/eqr_sudoku.md), [eqr_ablations](docs/benchmarks/eqr_ablations.md)",
-            "`bench_eqr_sudoku.py --size 6 --min-clues 18 --steps 2400 --augmentations 2 --kinds K --seed S`",
-        ]
-    )
+    return [
+        "EqR depth x breadth",
+        f"6x6 Sudoku (18+ clues, held out up to symmetry), {len(eqr)} seeds: {_span(depth16)} at depth 16; 16 "
+        f"restarts add {100 * gains[top]:.0f} points in one seed of {WORDS.get(len(eqr), len(eqr))} "
+        f"({100 * eqr[top]['grid']['16x1']['halt']:.1f} -> {pct(eqr[top]['grid']['16x16']['halt'])}, the answer "
+        "picked by the halting head, the best of three rules as read on the test puzzles) and at most "
+        f"{100 * max(others):.0f} point{'s' if round(100 * max(others)) != 1 else ''} either way in the other two "
+        "(4x4: a memorisation check)",
+        "the depth gain reproduces, the breadth gain in one seed of three; EqR and the plain weight-tied model "
+        f"are not separated from depth 8 on (mean difference {100 * min(m for m, _ in deep):+.1f} to "
+        f"{100 * max(m for m, _ in deep):+.1f} points, SE {100 * min(se for _, se in deep):.1f}-"
+        f"{100 * max(se for _, se in deep):.1f})",
+        "[eqr_sudoku](docs/benchmarks/eqr_sudoku.md), [eqr_ablations](docs/benchmarks/eqr_ablations.md)",
+        "`bench_eqr_sudoku.py --size 6 --min-clues 18 --steps 2400 --augmentations 2 --kinds K --seed S`",
+    ]
+
+
+def eqr_halting_row() -> list[str]:
     halting = [
         load(f"eqr_halting_6x6/seed{s}/eqr_halting.json")["chosen"]
         for s in (1, 2)
@@ -1135,17 +1164,18 @@ def readme_results() -> str:
     ratios = [h[split]["nfe_ratio"] for h in halting for split in ("easy", "all")]
     equal = {split: sum(h[split]["equal_accuracy_on_test"] for h in halting) for split in ("easy", "all")}
     said = lambda k: "both seeds" if k == len(halting) == 2 else "one" if k == 1 else f"{k} of {len(halting)}"  # noqa: E731
-    rows.append(
-        [
-            "EqR halting",
-            f"6x6, {len(halting)} seeds, depth and threshold chosen on a validation half: {min(ratios):.1f}-"
-            f"{max(ratios):.1f}x fewer evaluations than the cheapest fixed depth of equal accuracy; equal accuracy on "
-            f"easy puzzles in {said(equal['easy'])}, on all puzzles in {said(equal['all'])}",
-            "the >= 3x target is not met; the paper's 11.34x is a different comparison",
-            "[eqr_halting](docs/benchmarks/eqr_halting.md)",
-            "`bench_eqr_halting.py --size 6 --min-clues 18 --model ... --seed S`",
-        ]
-    )
+    return [
+        "EqR halting",
+        f"6x6, {len(halting)} seeds, depth and threshold chosen on a validation half: {min(ratios):.1f}-"
+        f"{max(ratios):.1f}x fewer evaluations than the cheapest fixed depth of equal accuracy; equal accuracy on "
+        f"easy puzzles in {said(equal['easy'])}, on all puzzles in {said(equal['all'])}",
+        "the >= 3x target is not met; the paper's 11.34x is a different comparison",
+        "[eqr_halting](docs/benchmarks/eqr_halting.md)",
+        "`bench_eqr_halting.py --size 6 --min-clues 18 --model ... --seed S`",
+    ]
+
+
+def eqr_maze_row() -> list[str]:
     maze = {
         k: [load(f"{MAZE9_RUNS[s]}/{k}/eqr_sudoku.json") for s in MAZE9_RUNS] for k in ("eqr", "weight_tied", "untied")
     }
@@ -1155,52 +1185,83 @@ def readme_results() -> str:
         for a, b in zip(maze["eqr"], maze["weight_tied"])
     ]
     margs = maze["eqr"][0]["args"]
-    rows.append(
-        [
-            "EqR on 9x9 mazes (held out by class)",
-            f"{len(MAZE9_RUNS)} seeds, {margs['steps']} steps, width {margs['width']}: EqR {_span(best('eqr'))} and "
-            f"weight-tied {_span(best('weight_tied'))} at their best depth; the untied baseline (8x the parameters) "
-            f"{_span([run['untied']['accuracy_by_depth']['8'] for run in maze['untied']])}",
-            f"not reproduced at this scale; EqR and weight-tied not separated ({difference_cell(d32, scale=100)} "
-            "points at depth 32)",
-            "[eqr_ablations](docs/benchmarks/eqr_ablations.md)",
-            "`bench_eqr_sudoku.py --task maze --size 9 --width 96 --train-size 2000 --steps 2000 --kinds K --seed S`",
-        ]
-    )
+    return [
+        "EqR on 9x9 mazes (held out by class)",
+        f"{len(MAZE9_RUNS)} seeds, {margs['steps']} steps, width {margs['width']}: EqR {_span(best('eqr'))} and "
+        f"weight-tied {_span(best('weight_tied'))} at their best depth; the untied baseline (8x the parameters) "
+        f"{_span([run['untied']['accuracy_by_depth']['8'] for run in maze['untied']])}",
+        f"not reproduced at this scale; EqR and weight-tied not separated ({difference_cell(d32, scale=100)} "
+        "points at depth 32)",
+        "[eqr_ablations](docs/benchmarks/eqr_ablations.md)",
+        "`bench_eqr_sudoku.py --task maze --size 9 --width 96 --train-size 2000 --steps 2000 --kinds K --seed S`",
+    ]
+
+
+def lazy_identity_audit_row() -> list[str]:
     audits = [json.loads(p.read_text()) for p in sorted((RESULTS / "audit_reachability").glob("*-seed*/audit.json"))]
-    rows.append(
-        [
-            "the lazy-identity study's audit",
-            f"iterations do not track difficulty (yes: Pearson r within ±"
-            f"{max(abs(a['iterations']['pearson']) for a in audits):.2f} in {len(audits)} runs); `h* = z0` with "
-            f"solves at the cap (no: at most {max(a['iterations']['cap_share'] for a in audits):.0%} at the cap, "
-            "only without the anchor)",
-            "partly reproduced at small scale",
-            "[audit_reachability](docs/benchmarks/audit_reachability.md)",
-            "`bench_audit_reachability.py --models M --summary-name S`",
-        ]
-    )
+    return [
+        "the lazy-identity study's audit",
+        f"iterations do not track difficulty (yes: Pearson r within ±"
+        f"{max(abs(a['iterations']['pearson']) for a in audits):.2f} in {len(audits)} runs); `h* = z0` with "
+        f"solves at the cap (no: at most {max(a['iterations']['cap_share'] for a in audits):.0%} at the cap, "
+        "only without the anchor)",
+        "partly reproduced at small scale",
+        "[audit_reachability](docs/benchmarks/audit_reachability.md)",
+        "`bench_audit_reachability.py --models M --summary-name S`",
+    ]
+
+
+def audit_control_row() -> list[str]:
+    """The trained Ouro that computes (``build_audit_control.py``): it fails at one loop and solves at four, and
+    ``equilibria audit`` says so."""
+    control = load("audit_control.json")
+    accuracy, audit = control["loop_scaling"]["accuracy"], control["audit"]
+    return [
+        "the audit's positive control",
+        f"a trained Ouro ({control['folder_bytes'] / 1000:.0f} KB) on 2-digit addition: {pct(accuracy['1'], 0)} at "
+        f"1 loop, {pct(accuracy['4'], 0)} at 4 on held-out problems; `equilibria audit` on "
+        f"{audit['data']['units']} fresh problems: {audit['verdict']} (T1 "
+        f"{audit['substitution']['change_points']:+.0f} points, probe {audit['probe']['change_points']:+.0f} points)",
+        "",
+        "[audit](docs/audit.md)",
+        "`build_audit_control.py`",
+    ]
+
+
+def anderson_row() -> list[str]:
     solved = load("solvers.json")
-    extra = [
-        b["iterations"] - solved["results"][f"{name} | equilibria anderson (m=5)"]["iterations"]
-        for name, b in solved["best_torchdeq"].items()
+    ours = {name: solved["results"][f"{name} | equilibria anderson (m=5)"] for name in solved["best_torchdeq"]}
+    extra = [b["iterations"] - ours[name]["iterations"] for name, b in solved["best_torchdeq"].items()]
+    times = [abs(b["seconds"] / ours[name]["seconds"] - 1) for name, b in solved["best_torchdeq"].items()]
+    return [
+        "our Anderson against torchdeq's",
+        f"torchdeq at its best ridge takes {min(extra) if min(extra) == max(extra) else f'{min(extra)}-{max(extra)}'}"
+        f" iteration{'s' if max(extra) != 1 else ''} "
+        f"more than ours on each map, its time within {max(times):.1%} of ours (one run)",
+        "",
+        "[solvers](docs/benchmarks/solvers.md)",
+        "`bench_solvers.py`",
     ]
-    times = [
-        abs(b["seconds"] / solved["results"][f"{name} | equilibria anderson (m=5)"]["seconds"] - 1)
-        for name, b in solved["best_torchdeq"].items()
-    ]
-    rows.append(
-        [
-            "our Anderson against torchdeq's",
-            f"torchdeq at its best ridge takes {min(extra) if min(extra) == max(extra) else f'{min(extra)}-{max(extra)}'}"
-            f" iteration{'s' if max(extra) != 1 else ''} "
-            f"more than ours on each map, its time within {max(times):.1%} of ours (one run)",
-            "",
-            "[solvers](docs/benchmarks/solvers.md)",
-            "`bench_solvers.py`",
-        ]
-    )
-    return markdown(["result", "measured here", "against the paper", "page", "command (`python benchmarks/...`)"], rows)
+
+
+README_ROWS: tuple[Callable[[], list[str]], ...] = (  # the README's results table, a row each, in its order
+    stars_depth_row,
+    stars_ablation_row,
+    jsrr_cost_row,
+    vjp_estimator_row,
+    exit_gate_row,
+    ouro_decode_row,
+    attractor_memory_row,
+    internalization_row,
+    attractor_lm_row,
+    attractor_puzzles_row,
+    eqr_depth_breadth_row,
+    eqr_halting_row,
+    eqr_maze_row,
+    lazy_identity_audit_row,
+    audit_control_row,
+    anderson_row,
+)
 
 
 TABLES: dict[str, Callable[[], str]] = {
