@@ -252,3 +252,56 @@ def test_padded_operands_have_a_fixed_width():
         a, b = row["prompt"][:-1].split("+")
         assert len(a) == len(b) == 4 and len(row["answer"]) == 5
         assert int(row["answer"][::-1]) == int(a) + int(b)
+
+
+def load_dist_check():
+    """``.ci/dist_check.py`` as a module (a CI script, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dist_check", ROOT / ".ci" / "dist_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_release_check_knows_every_file_a_saved_folder_carries(tmp_path):
+    """The remote-code files ``.ci/dist_check.py`` requires in the wheel are exactly the ``.py`` files that
+    ``save_pretrained`` writes into the folders of every family and head."""
+    load_benchmark("compat_matrix").write_folders(tmp_path)
+    saved = {path.name for path in tmp_path.glob("*/*.py")}
+    assert len(list(tmp_path.iterdir())) == 5 and saved == load_dist_check().remote_code_files()
+
+
+def test_the_release_check_names_what_is_wrong_with_a_wheel(tmp_path):
+    """A wheel with the wrong license, a dropped dependency, a stale changelog, a missing remote-code file and the
+    tests inside is refused with each of those named."""
+    import tomllib
+    import zipfile
+
+    dist_check = load_dist_check()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    info = f"equilibria-{project['version']}.dist-info"
+    requires = [f"Requires-Dist: {r}" for r in project["dependencies"] if not r.startswith("torch")]
+    metadata = "\n".join([
+        "Metadata-Version: 2.4", "Name: equilibria", f"Version: {project['version']}", "License-Expression: MIT",
+        "License-File: LICENSE", f"Requires-Python: {project['requires-python']}", *requires,
+    ])  # fmt: skip
+    wheel = tmp_path / f"equilibria-{project['version']}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"{info}/METADATA", metadata + "\n\n")
+        archive.writestr("equilibria/__init__.py", "")
+        archive.writestr("tests/test_core.py", "")
+    problems = dist_check.wheel_problems(wheel, project, {"CHANGELOG.md's top release": "0.0.1"})
+    text = "\n".join(problems)
+    for expected in ("License-Expression is 'MIT'", "'torch>=2.4'", "CHANGELOG.md's top release 0.0.1",
+                     "equilibria/modeling/modeling_ouro.py", "tests/test_core.py", "licenses/LICENSE"):  # fmt: skip
+        assert expected in text, (expected, problems)
+    assert dist_check.changelog_release((ROOT / "CHANGELOG.md").read_text()) == equilibria.__version__
+
+
+def test_the_installed_metadata_declares_the_license_and_the_tested_python():
+    from importlib.metadata import metadata
+
+    meta = metadata("equilibria")
+    assert meta["License-Expression"] == "Apache-2.0" and meta["Requires-Python"] == ">=3.11"
+    assert (ROOT / "LICENSE").read_text().split()[:3] == ["Apache", "License", "Version"]
