@@ -246,7 +246,7 @@ def test_the_cli_reads_a_puzzle_checkpoints_own_task(tmp_path, capsys):
     model.save_pretrained(tmp_path / "ckpt")
     assert main(["eval", str(tmp_path / "ckpt"), "--task", "addition"]) == 2  # the family has it, the head has not
     assert (
-        "--task addition does not fit a attractor_lm model (AttractorForPuzzleSolving fits" in capsys.readouterr().err
+        "--task addition does not fit an attractor_lm model (AttractorForPuzzleSolving fits" in capsys.readouterr().err
     )
     rows = build_sudoku_dataset(size=4, num_train=40, num_test=1, seed=3, split_by="board")["train"]
     rows.select_columns(["source", "question", "answer", "rating"]).to_csv(tmp_path / "p.csv", index=False)
