@@ -11,7 +11,8 @@ the index). The check then asserts, and lists every problem it finds:
   their own: each module named in a ``_remote_auto_map`` and every module it imports with ``from .x import``), the
   ``LICENSE``; nothing but the package and its ``dist-info`` (no ``tests/``, ``docs/``, ``benchmarks/``,
   ``examples/``), no compiled ``.pyc``;
-- the sdist: ``LICENSE``, ``README.md``, ``pyproject.toml``, ``PKG-INFO`` and the package's sources.
+- the sdist: ``LICENSE``, ``README.md``, ``pyproject.toml``, ``PKG-INFO`` and the package's sources, and no
+  ``tests/``, ``benchmarks/`` or ``docs/`` (``MANIFEST.in``).
 
     python .ci/dist_check.py [--outdir DIR] [--no-isolation]
 """
@@ -207,7 +208,11 @@ def sdist_problems(sdist: Path, version: str) -> list[str]:
     required = ["LICENSE", "README.md", "pyproject.toml", "PKG-INFO", "src/equilibria/__init__.py"]
     required += [f"src/equilibria/modeling/{name}" for name in sorted(remote_code_files())]
     missing = [name for name in required if f"{top}/{name}" not in names]
-    return [f"the sdist {sdist.name} lacks {missing}"] if missing else []
+    problems = [f"the sdist {sdist.name} lacks {missing}"] if missing else []
+    strays = sorted(n for n in names if n.split("/")[1:2] in (["tests"], ["benchmarks"], ["docs"]))
+    if strays:  # a part of the suite without its conftest and data cannot run: MANIFEST.in prunes them
+        problems.append(f"the sdist holds tests, benchmarks or docs (see MANIFEST.in): {strays[:10]}")
+    return problems
 
 
 def check(wheel: Path, sdist: Path) -> list[str]:
