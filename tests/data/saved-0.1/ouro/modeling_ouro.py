@@ -1,0 +1,869 @@
+"""The Ouro looped language model (Zhu et al., 2025, "Scaling Latent Reasoning via Looped Language Models").
+
+A stack of ``L`` decoder layers with shared weights is applied ``T`` times ("loop steps", the published
+config calls ``T`` ``total_ut_steps``). Each layer uses sandwich normalisation (an RMSNorm before *and*
+after attention and after the MLP), the final RMSNorm is applied at the end of every loop step (so the
+next step starts from a normalised state), and an exit gate ``sigmoid(w . h_t + b)`` read at every step
+gives each token a distribution over exit steps:
+
+    p_t = lambda_t * prod_{j<t} (1 - lambda_j)   for t < T,   p_T = prod_{j<T} (1 - lambda_j).
+
+Weights, config keys and numbers match the published Ouro-1.4B / 2.6B checkpoints and their reference
+code; on top of that this implementation gives
+
+* ``num_loops`` in ``forward`` and ``generate`` (any value >= 1, deeper than trained included);
+* a KV cache ([`OuroCache`]) with one entry per (loop step, layer) that works with ``generate`` of
+  transformers 5.x, including left-padded batches;
+* early exit that saves compute during decoding (see [`OuroModel.forward`] for the exact semantics).
+
+This module travels to the Hub as remote code: it imports only torch, transformers and its siblings in
+``equilibria/modeling`` (``configuration_ouro``, the shared pieces ``argument_checks``, ``causal_lm``,
+``loop_generation``, ``loop_map``, ``strict_loading``, ``regularization`` and ``solvers``), which travel with it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.utils import can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
+
+from .argument_checks import as_int
+from .causal_lm import CausalLoopMixin, LMInputs, recording_attentions
+from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD, keep_positions
+from .configuration_ouro import OuroConfig, check_exit_readout, check_exit_threshold
+from .loop_generation import LoopGenerationMixin, TelemetryCache
+from .loop_map import LoopMap
+from .regularization import check_estimator_fits, spectral_radius
+from .solvers import residual
+from .strict_loading import StrictLoadingMixin
+
+# --------------------------------------------------------------------------------------------------
+# Building blocks (standard Llama/Qwen2 pieces)
+# --------------------------------------------------------------------------------------------------
+
+
+class OuroRMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+
+
+class OuroRotaryEmbedding(nn.Module):
+    def __init__(self, config: OuroConfig):
+        super().__init__()
+        self.max_seq_len_cached = config.max_position_embeddings
+        self.original_max_seq_len = config.max_position_embeddings
+        self.config = config
+        self.rope_type = config.rope_parameters["rope_type"]
+        rope_init_fn: Callable = self.compute_default_rope_parameters
+        if self.rope_type != "default":
+            rope_init_fn = ROPE_INIT_FUNCTIONS[self.rope_type]
+        inv_freq, self.attention_scaling = rope_init_fn(config)
+        self.inv_freq = nn.Buffer(inv_freq, persistent=False)
+        self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
+
+    @staticmethod
+    def compute_default_rope_parameters(config: OuroConfig, **kwargs) -> tuple[torch.Tensor, float]:
+        base = config.rope_parameters["rope_theta"]
+        dim = config.head_dim
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        return inv_freq, 1.0
+
+    @dynamic_rope_update
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = emb.cos() * self.attention_scaling
+        sin = emb.sin() * self.attention_scaling
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim: int = 1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+
+
+def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """(batch, kv_heads, seq, dim) -> (batch, kv_heads * n_rep, seq, dim)."""
+    if n_rep == 1:
+        return hidden_states
+    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
+    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
+    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+
+
+def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    key_states = repeat_kv(key, module.num_key_value_groups)
+    value_states = repeat_kv(value, module.num_key_value_groups)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            attn_weights = attn_weights.masked_fill(~attention_mask, torch.finfo(attn_weights.dtype).min)
+        else:
+            attn_weights = attn_weights + attention_mask
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value_states)
+    return attn_output.transpose(1, 2).contiguous(), attn_weights
+
+
+class OuroMLP(nn.Module):
+    def __init__(self, config: OuroConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.act_fn = ACT2FN[config.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+# --------------------------------------------------------------------------------------------------
+# Cache and early-exit bookkeeping
+# --------------------------------------------------------------------------------------------------
+
+
+class OuroCache(TelemetryCache):
+    """A dynamic KV cache with one entry per (loop step, layer): entry ``step * num_hidden_layers + layer``.
+
+    Entries are created on first use, so the same class serves any number of loops. A cache is bound to
+    the loop count of the forward that first filled it; continuing it with another ``num_loops`` raises
+    ``ValueError`` (its deeper entries would be missing for the past tokens).
+
+    Besides keys and values it records telemetry for every cached position: ``exit_steps`` (a
+    ``(batch, seq_len)`` LongTensor, the number of loop steps each position ran). After
+    ``generate(..., return_dict_in_generate=True)`` it is ``outputs.cache.exit_steps``.
+    """
+
+    telemetry_names = ("exit_steps",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.num_loops: int | None = None
+
+    def bind(self, num_loops: int) -> None:
+        """Check (or record, on first use) the loop count this cache holds entries for."""
+        if self.get_seq_length() == 0:
+            self.num_loops = num_loops
+            self.exit_steps = None
+        elif self.num_loops != num_loops:
+            raise ValueError(
+                f"This OuroCache holds keys/values for num_loops={self.num_loops}; it cannot be continued with "
+                f"num_loops={num_loops}. Use the same num_loops for the whole generation, or start a new cache."
+            )
+
+
+class OuroEarlyExit:
+    """Early exit within one forward (see [`OuroModel.forward`] for the semantics); it owns all of it:
+
+    * the exit distribution's running state (``survive``, ``cdf``) and each token's exit step (``exit_steps``);
+    * the frozen tokens: ``exited[b, s]``, and per layer the keys/values the current tokens used at the last step
+      computed, which :meth:`merge` (called by the attention) substitutes for exited tokens;
+    * row dropping during single-token decoding: ``rows``, the batch rows still looping, on which the layers run;
+    * the cache back-fill once every row has exited, and each token's residual at its last computed step.
+    """
+
+    def __init__(self, threshold: float, batch_size: int, seq_len: int, num_loops: int, device, drop_rows: bool):
+        self.threshold = threshold
+        self.drop_rows = drop_rows
+        self.exited = torch.zeros(batch_size, seq_len, dtype=torch.bool, device=device)
+        self.any_exited = False
+        self.exit_steps = torch.full((batch_size, seq_len), num_loops, dtype=torch.long, device=device)
+        self.survive = torch.ones(batch_size, seq_len, device=device, dtype=torch.float32)
+        self.cdf = torch.zeros_like(self.survive)
+        self.rows: torch.Tensor | None = None
+        self.kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.residual: torch.Tensor | None = None
+
+    def start_step(self) -> bool:
+        """Before a step: pick the rows still looping (single-token decoding); False once every row has exited,
+        when the remaining steps are skipped."""
+        if self.any_exited and self.drop_rows:
+            active = ~self.exited[:, 0]
+            if not bool(active.any()):
+                return False
+            self.rows = active.nonzero().squeeze(1)
+        return True
+
+    def gather_rows(self, hidden: torch.Tensor, position_embeddings: tuple, masks: dict):
+        """The step's inputs restricted to the rows still looping (all of them when no row is dropped)."""
+        rows = self.rows
+        if rows is None:
+            return hidden, position_embeddings, masks
+        position_embeddings = tuple(t.index_select(0, rows) if t.shape[0] > 1 else t for t in position_embeddings)
+        masks = {
+            k: m.index_select(0, rows) if isinstance(m, torch.Tensor) and m.shape[0] > 1 else m
+            for k, m in masks.items()
+        }
+        return hidden.index_select(0, rows), position_embeddings, masks
+
+    def merge(self, layer_idx: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys/values of the whole batch at this layer: the computed rows' new ones, the exited tokens'
+        frozen ones."""
+        if self.rows is not None:
+            prev_key, prev_value = self.kv[layer_idx]
+            key = prev_key.index_copy(0, self.rows, key)
+            value = prev_value.index_copy(0, self.rows, value)
+        elif self.any_exited:
+            prev_key, prev_value = self.kv[layer_idx]
+            frozen = self.exited[:, None, :, None]
+            key = torch.where(frozen, prev_key, key)
+            value = torch.where(frozen, prev_value, value)
+        self.kv[layer_idx] = (key, value)
+        return key, value
+
+    def keys_for_attention(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (cached) keys/values of the rows being computed."""
+        if self.rows is None:
+            return key, value
+        return key.index_select(0, self.rows), value.index_select(0, self.rows)
+
+    def end_step(self, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        """After a step: scatter the computed rows back, keep exited tokens' states, and track each token's
+        residual at its last computed step."""
+        if self.rows is not None:
+            new = old.index_copy(0, self.rows, new)
+            self.rows = None
+        if self.any_exited:
+            new = torch.where(self.exited[..., None], old, new)
+        step_residual = _relative_change(new, old)
+        self.residual = (
+            step_residual if self.residual is None else torch.where(self.exited, self.residual, step_residual)
+        )
+        return new
+
+    def observe_gate(self, step: int, gate_logit: torch.Tensor) -> None:
+        """Read the exit gate after ``step``: tokens whose cumulative exit probability reaches the threshold exit."""
+        lam = torch.sigmoid(gate_logit.float())
+        self.cdf = self.cdf + lam * self.survive
+        self.survive = self.survive * (1.0 - lam)
+        newly = (~self.exited) & (self.cdf >= self.threshold)
+        if bool(newly.any()):
+            self.exit_steps = torch.where(newly, step + 1, self.exit_steps)
+            self.exited |= newly
+            self.any_exited = True
+
+    def backfill(self, cache: Cache | None, first_step: int, num_loops: int, num_layers: int) -> None:
+        """Every row has exited: write the frozen keys/values into the cache entries of the remaining steps."""
+        if cache is None:
+            return
+        for later in range(first_step, num_loops):
+            for layer_idx in range(num_layers):
+                key, value = self.kv[layer_idx]
+                cache.update(key, value, later * num_layers + layer_idx)
+
+
+# --------------------------------------------------------------------------------------------------
+# Attention and decoder layer
+# --------------------------------------------------------------------------------------------------
+
+
+class OuroAttention(nn.Module):
+    def __init__(self, config: OuroConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.num_key_value_groups = config.num_attention_heads // config.num_key_value_heads
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = config.attention_dropout
+        self.is_causal = True
+        self.q_proj = nn.Linear(config.hidden_size, config.num_attention_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(config.hidden_size, config.num_key_value_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(config.num_attention_heads * self.head_dim, config.hidden_size, bias=False)
+        self.sliding_window = config.sliding_window if config.layer_types[layer_idx] == "sliding_attention" else None
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_mask: torch.Tensor | None,
+        cache: Cache | None = None,
+        cache_index: int | None = None,
+        frozen: OuroEarlyExit | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+
+        if frozen is not None:
+            key_states, value_states = frozen.merge(self.layer_idx, key_states, value_states)
+        if cache is not None:
+            key_states, value_states = cache.update(key_states, value_states, cache_index)
+        if frozen is not None:
+            key_states, value_states = frozen.keys_for_attention(key_states, value_states)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout,
+            scaling=self.scaling,
+            sliding_window=self.sliding_window,
+            **kwargs,
+        )
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.o_proj(attn_output), attn_weights
+
+
+class OuroDecoderLayer(GradientCheckpointingLayer):
+    """One layer of the shared stack, with Ouro's sandwich norms:
+    ``h = h + norm2(attn(norm1(h)))``, then ``h = h + norm4(mlp(norm3(h)))``."""
+
+    def __init__(self, config: OuroConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = OuroAttention(config=config, layer_idx=layer_idx)
+        self.mlp = OuroMLP(config)
+        self.input_layernorm = OuroRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.input_layernorm_2 = OuroRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = OuroRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm_2 = OuroRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.attention_type = config.layer_types[layer_idx]
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: Cache | None = None,
+        cache_index: int | None = None,
+        frozen: OuroEarlyExit | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        residual = hidden_states
+        hidden_states, _ = self.self_attn(
+            self.input_layernorm(hidden_states),
+            position_embeddings=position_embeddings,
+            attention_mask=attention_mask,
+            cache=cache,
+            cache_index=cache_index,
+            frozen=frozen,
+            **kwargs,
+        )
+        hidden_states = residual + self.input_layernorm_2(hidden_states)
+        residual = hidden_states
+        hidden_states = self.mlp(self.post_attention_layernorm(hidden_states))
+        return residual + self.post_attention_layernorm_2(hidden_states)
+
+
+# --------------------------------------------------------------------------------------------------
+# Outputs
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class OuroModelOutput(BaseModelOutputWithPast):
+    r"""
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, seq_len, hidden_size)`):
+        Each token's state at its exit step (the last step when no token exits early), after the final norm.
+    hidden_states (`tuple(torch.FloatTensor)`, returned with `output_hidden_states=True`):
+        The loop states: the input embeddings, then the state after each loop step (``num_loops + 1`` tensors).
+    attentions (`tuple(torch.FloatTensor)`, returned with `output_attentions=True` and the eager attention):
+        The attention weights ``(batch, heads, seq_len, key_len)`` per (loop step, layer), in that order
+        (``num_loops * num_hidden_layers`` tensors; entry ``step * num_hidden_layers + layer``, as the cache).
+        Once every row has exited early, the skipped steps add none.
+    exit_steps (`torch.LongTensor` of shape `(batch, seq_len)`):
+        Number of loop steps each token ran (``num_loops`` unless it exited early).
+    exit_probs (`torch.FloatTensor` of shape `(batch, seq_len, num_loops)`):
+        The exit gate's distribution over exit steps, per token.
+    loop_residual (`torch.FloatTensor` of shape `(batch, seq_len)`):
+        Relative residual of each token's last loop step, ``||h_t - h_{t-1}|| / ||h_t||`` (the solvers' residual
+        ``||f(h) - h|| / ||f(h)||`` at ``h = h_{t-1}``).
+    spectral_radius (`torch.FloatTensor` of shape `(batch,)`, returned with `spectral_radius_iters > 0`):
+        The power-iteration estimate of the spectral radius of the loop step's Jacobian at the final state, per
+        sequence, differentiable in the parameters (STARS' JSRR penalty is a function of it).
+    """
+
+    exit_steps: torch.LongTensor | None = None
+    exit_probs: torch.FloatTensor | None = None
+    loop_residual: torch.FloatTensor | None = None
+    spectral_radius: torch.FloatTensor | None = None
+
+
+@dataclass
+class OuroCausalLMOutput(CausalLMOutputWithPast):
+    r"""Causal-LM output with the loop telemetry of [`OuroModelOutput`] (`exit_steps`, `exit_probs`,
+    `loop_residual`, and `spectral_radius` when asked for)."""
+
+    exit_steps: torch.LongTensor | None = None
+    exit_probs: torch.FloatTensor | None = None
+    loop_residual: torch.FloatTensor | None = None
+    spectral_radius: torch.FloatTensor | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------------
+
+
+def check_num_loops(num_loops) -> int:
+    """Return ``num_loops`` as an int, or raise ``ValueError`` unless it is an integer >= 1."""
+    return as_int(num_loops, "num_loops", 1, "the number of loop steps")
+
+
+class OuroPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
+    config_class = OuroConfig
+    config: OuroConfig
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["OuroDecoderLayer"]
+    _supports_flash_attn = True
+    _supports_sdpa = True
+    _supports_attention_backend = True
+
+    _remote_auto_map = {
+        "AutoConfig": "configuration_ouro.OuroConfig",
+        "AutoModel": "modeling_ouro.OuroModel",
+        "AutoModelForCausalLM": "modeling_ouro.OuroForCausalLM",
+    }
+
+
+class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
+    """The looped decoder: embeddings, ``L`` shared layers applied ``num_loops`` times, per-step final norm
+    and exit gate. Returns [`OuroModelOutput`]."""
+
+    _cache_class = OuroCache
+
+    def __init__(self, config: OuroConfig):
+        super().__init__(config)
+        self.padding_idx = config.pad_token_id
+        self.vocab_size = config.vocab_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
+        self.layers = nn.ModuleList([OuroDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
+        self.norm = OuroRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = OuroRotaryEmbedding(config=config)
+        self.early_exit_gate = nn.Linear(config.hidden_size, 1)
+        # With exit_loss="final" no loss reaches the gate: it is then frozen (loaded, never trained), so that every
+        # trainable parameter gets a gradient (plain DDP, gradient checkpointing)
+        self.early_exit_gate.requires_grad_(config.exit_loss != "final")
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def _masks(self, inputs_embeds, attention_mask, cache, position_ids) -> dict:
+        if isinstance(attention_mask, dict):  # already prepared by the caller
+            return attention_mask
+        kwargs = dict(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            **{MASK_CACHE_KEYWORD: cache},
+        )
+        masks = {"full_attention": create_causal_mask(**kwargs)}
+        if "sliding_attention" in self.config.layer_types:
+            masks["sliding_attention"] = create_sliding_window_causal_mask(**kwargs)
+        return masks
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        use_cache: bool | None = None,
+        num_loops: int | None = None,
+        exit_threshold: float | None = None,
+        exit_readout: str | None = None,
+        output_hidden_states: bool | None = None,
+        spectral_radius_iters: int = 0,
+        spectral_radius_estimator: str = "vjp",
+        spectral_radius_start: torch.Tensor | None = None,
+        **kwargs,
+    ) -> OuroModelOutput:
+        r"""Run the loop.
+
+        Args:
+            num_loops (`int`, *optional*): Loop steps for this call (>= 1); defaults to ``config.total_ut_steps``.
+            exit_threshold (`float`, *optional*): Early-exit threshold in ``(0, 1]`` for this call; when not given,
+                ``config.early_exit_threshold``. ``1.0`` (or a config value of ``None``) disables early exit.
+                Ignored (all tokens run every step) in training mode with gradients enabled.
+            exit_readout (`str`, *optional*): ``"frozen"`` (below) or ``"reference"`` (the published code's: every
+                step is computed, each token is read out at its exit step); defaults to ``config.exit_readout``.
+            spectral_radius_iters (`int`): With ``K > 0``, also estimate the spectral radius of the loop step's
+                Jacobian at the final state by ``K`` power iterations (``spectral_radius`` in the output,
+                differentiable: the JSRR penalty). Computed inside ``forward``, so it works under any wrapper
+                (DDP, FSDP, DeepSpeed) like the loss. ``spectral_radius_estimator``: ``"vjp"`` or ``"jvp"`` (the
+                STARS paper's); ``spectral_radius_start``: the start vectors (the state's shape), else random.
+
+        Early exit. A token exits at the first step ``t < num_loops`` where the cumulative probability of its
+        exit distribution reaches the threshold; its output is its state at that step. From then on it is
+        frozen: at every later loop step ``s`` and layer ``l``, later (and concurrent) tokens attend to the
+        keys/values the exited token had at its exit step for layer ``l``. The cache entries for steps after
+        the exit are filled with those copies, so the cache always holds all ``num_loops x L`` entries, and a
+        cached run equals an uncached one. During single-token decoding the layers run only on the batch
+        rows still looping, and once every row has exited the remaining steps are skipped altogether (only
+        the copies are written). During a multi-token forward (prefill) all tokens are computed and exited
+        ones are masked, which gives the same numbers without the saving.
+        """
+        num_loops = check_num_loops(self.config.total_ut_steps if num_loops is None else num_loops)
+        inputs = self.prepare_lm_inputs(
+            input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs
+        )
+        cache, hidden = inputs.cache, inputs.inputs_embeds
+        if cache is not None:
+            _check_cache(cache, num_loops, self.config.num_hidden_layers)
+        masks = self._masks(hidden, attention_mask, cache, inputs.position_ids)
+        position_embeddings = self.rotary_emb(hidden, inputs.position_ids)
+        early, reference = self._early_exit(exit_threshold, exit_readout, hidden, num_loops, masks, inputs)
+        keep_states = inputs.output_hidden_states or reference is not None
+        with recording_attentions([layer.self_attn for layer in self.layers], inputs.output_attentions) as attentions:
+            hidden, states, gate_logits, residual = self._loop(
+                hidden, num_loops, masks, position_embeddings, cache, early, keep_states, **kwargs
+            )
+        exit_probs, final = self._exit_probs(gate_logits, hidden), hidden
+        if reference is None:
+            exit_steps = (
+                early.exit_steps if early is not None else torch.full_like(residual, num_loops, dtype=torch.long)
+            )
+        else:  # every step was computed: read each token out at its exit step
+            hidden, exit_steps = read_at_exit(states[1:], exit_probs, reference)
+            states = states if inputs.output_hidden_states else None
+        if isinstance(cache, OuroCache):
+            cache.record("exit_steps", exit_steps)
+        rho = None
+        if spectral_radius_iters:  # the JSRR estimate, inside forward so that any wrapper sees it
+            step = self._step_map(position_embeddings, masks)
+            rho = self._jsrr_estimate(
+                step, final, attention_mask, spectral_radius_iters, spectral_radius_estimator, spectral_radius_start
+            )
+        return OuroModelOutput(
+            last_hidden_state=hidden,
+            **{OUTPUT_CACHE_FIELD: cache},
+            hidden_states=states,
+            attentions=tuple(attentions) if attentions is not None else None,
+            exit_steps=exit_steps,
+            exit_probs=exit_probs,
+            loop_residual=residual,
+            spectral_radius=rho,
+        )
+
+    def _early_exit(
+        self, exit_threshold, exit_readout, hidden: torch.Tensor, num_loops: int, masks: dict, inputs: LMInputs
+    ) -> tuple[OuroEarlyExit | None, float | None]:
+        """``(bookkeeping, None)`` for the compute-saving early exit of this forward, ``(None, threshold)`` for the
+        reference readout, ``(None, None)`` when no token can exit (threshold ``None`` or 1, or training with
+        gradients). Rows are dropped only in single-token decoding with tensor masks, and not while attention
+        weights are recorded (for the whole batch)."""
+        threshold = self.config.early_exit_threshold if exit_threshold is None else exit_threshold
+        check_exit_threshold(threshold)
+        readout = check_exit_readout(self.config.exit_readout if exit_readout is None else exit_readout)
+        if threshold is None or threshold >= 1.0 or (self.training and torch.is_grad_enabled()):
+            return None, None
+        warn_if_gate_untrained(self, f"early exit (exit_threshold={threshold})")
+        if readout == "reference":
+            return None, float(threshold)
+        batch_size, seq_len = hidden.shape[:2]
+        drop_rows = (
+            not inputs.output_attentions
+            and seq_len == 1
+            and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
+        )
+        return OuroEarlyExit(threshold, batch_size, seq_len, num_loops, hidden.device, drop_rows), None
+
+    def _exit_probs(self, gate_logits: list[torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
+        """:func:`exit_distribution`. At one loop step every token exits there and the gate has no say; when it
+        trains, its weights then join the graph with weight 0, so that every trainable parameter gets a gradient at
+        every sampled loop count (DDP without ``find_unused_parameters``)."""
+        probs = exit_distribution(gate_logits, hidden)
+        gate = self.early_exit_gate
+        if not gate_logits and gate.weight.requires_grad and self.training and torch.is_grad_enabled():
+            probs = probs + 0.0 * (gate.weight.sum() + gate.bias.sum())
+        return probs
+
+    def _loop(self, hidden, num_loops: int, masks, position_embeddings, cache, early, keep_states: bool, **kwargs):
+        """Run the loop steps: ``(final state, all states or None, exit-gate logits, per-token residual)``."""
+        states = (hidden,) if keep_states else None
+        gate_logits: list[torch.Tensor] = []  # the exit gate read after every step but the last
+        previous = hidden
+        for step in range(num_loops):
+            if early is not None and not early.start_step():  # every row has exited: copies for the rest
+                early.backfill(cache, step, num_loops, self.config.num_hidden_layers)
+                gate_logits += [self.early_exit_gate(hidden).squeeze(-1)] * (num_loops - 1 - step)
+                states = states + (hidden,) * (num_loops - step) if keep_states else None
+                break
+            new = self.loop_step(hidden, step, position_embeddings, masks, cache=cache, frozen=early, **kwargs)
+            previous, hidden = hidden, (new if early is None else early.end_step(hidden, new))
+            states = states + (hidden,) if keep_states else None
+            if step < num_loops - 1:
+                gate_logits.append(self.early_exit_gate(hidden).squeeze(-1))
+                if early is not None:
+                    early.observe_gate(step, gate_logits[-1])
+        residual = early.residual if early is not None else _relative_change(hidden, previous)
+        return hidden, states, gate_logits, residual
+
+    def loop_map(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+    ) -> LoopMap:
+        """``(f, h_0)``: the loop body for these inputs as a function ``f(h) = norm(stack(h))`` of the state alone
+        (no cache), ``h_{t+1} = f(h_t)`` for every step ``t``, and the start ``h_0`` (the input embeddings). Use
+        it for Jacobian analysis (STARS' spectral-radius penalty, fixed-point diagnostics):
+        ``torch.func.jvp(f, (h,), (v,))`` or ``autograd.grad(f(h), h, v)``."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        if position_ids is None:
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device).unsqueeze(0)
+        masks = self._masks(inputs_embeds, attention_mask, None, position_ids)
+        position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
+        return LoopMap(self._step_map(position_embeddings, masks), inputs_embeds)
+
+    def _jsrr_estimate(self, step, final, attention_mask, iters: int, estimator: str, start) -> torch.Tensor:
+        """The spectral radius of ``step``'s Jacobian at ``final`` per sequence (``forward``'s
+        ``spectral_radius_*`` arguments), over the real tokens of a 2-D ``attention_mask``."""
+        check_estimator_fits(self.layers, estimator)
+        valid = attention_mask if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 else None
+        return spectral_radius(step, final, num_iters=iters, valid=valid, estimator=estimator, start=start)
+
+    def _step_map(self, position_embeddings, masks: dict) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The loop body ``h -> norm(stack(h))`` at these positions and masks, without a cache."""
+
+        def step(hidden_states: torch.Tensor) -> torch.Tensor:
+            return self.loop_step(hidden_states, 0, position_embeddings=position_embeddings, attention_masks=masks)
+
+        return step
+
+    def loop_step(
+        self,
+        hidden_states: torch.Tensor,
+        step: int,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_masks: dict,
+        cache: Cache | None = None,
+        frozen: OuroEarlyExit | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        """One application of the loop body ``h -> norm(stack(h))`` at loop step ``step`` (0-based; the step
+        only selects the cache entries). This is the map whose Jacobian STARS regularises. With early exit
+        (``frozen``) it runs on the rows still looping only; ``frozen.end_step`` puts them back."""
+        hidden, position_embeddings, attention_masks = (
+            (hidden_states, position_embeddings, attention_masks)
+            if frozen is None
+            else frozen.gather_rows(hidden_states, position_embeddings, attention_masks)
+        )
+        num_layers = self.config.num_hidden_layers
+        for layer_idx, layer in enumerate(self.layers):
+            hidden = layer(
+                hidden,
+                attention_mask=attention_masks[layer.attention_type],
+                position_embeddings=position_embeddings,
+                cache=cache,
+                cache_index=step * num_layers + layer_idx,
+                frozen=frozen,
+                **kwargs,
+            )
+        return self.norm(hidden)
+
+
+def exit_distribution(gate_logits: list[torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
+    """Exit probabilities over ``len(gate_logits) + 1`` steps from the gate logits read after each step but
+    the last: ``p_t = lambda_t * prod_{j<t} (1 - lambda_j)``, the last step taking what remains (float32)."""
+    if not gate_logits:  # a single step: everything exits there
+        return torch.ones(*hidden.shape[:-1], 1, device=hidden.device, dtype=torch.float32)
+    lam = torch.sigmoid(torch.stack(gate_logits, dim=-1).float())
+    survive = torch.cumprod(1.0 - lam, dim=-1)
+    before = torch.cat([torch.ones_like(survive[..., :1]), survive[..., :-1]], dim=-1)
+    return torch.cat([lam * before, survive[..., -1:]], dim=-1)
+
+
+def expected_exit_loss(step_logits: list, probs: torch.Tensor, labels, loss_kwargs: dict, entropy_weight: float):
+    """The Ouro paper's objective: per token, ``sum_t p_t CE_t - entropy_weight * H(p)`` over the loop steps ``t``
+    (``CE_t`` the next-token cross-entropy of step ``t``'s logits, ``p`` the exit distribution), summed over the
+    labelled tokens and divided by their number (or by ``num_items_in_batch``, as the Trainer passes it)."""
+    ignore = loss_kwargs.get("ignore_index", -100)
+    targets = loss_kwargs.get("shift_labels")
+    if targets is None:  # the usual shift: the logits at i predict the token at i + 1
+        step_logits, probs = [logits[:, :-1] for logits in step_logits], probs[:, :-1]
+        targets = labels[:, 1:]
+    targets = targets.to(step_logits[0].device)
+    per_step = torch.stack(
+        [
+            nn.functional.cross_entropy(
+                logits.flatten(0, 1).float(), targets.flatten(), ignore_index=ignore, reduction="none"
+            ).view(targets.shape)
+            for logits in step_logits
+        ],
+        dim=-1,
+    )
+    entropy = -(probs * probs.clamp_min(1e-12).log()).sum(-1)
+    per_token = (probs * per_step).sum(-1) - entropy_weight * entropy
+    valid = targets != ignore
+    count = loss_kwargs.get("num_items_in_batch")
+    count = valid.sum() if count is None else count
+    return (per_token * valid).sum() / torch.as_tensor(count, device=per_token.device).clamp_min(1)
+
+
+def read_at_exit(states, exit_probs: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The published readout: each token's state at the first step where its cumulative exit probability reaches
+    ``threshold`` (the last step if none does), and that step (1-based), from the states after every step."""
+    reached = exit_probs.cumsum(-1) >= threshold
+    reached[..., -1] = True
+    step = reached.float().argmax(-1)  # the first step reaching it
+    stacked = torch.stack(states, dim=2)  # (batch, seq, steps, hidden)
+    index = step[..., None, None].expand(*step.shape, 1, stacked.shape[-1])
+    return stacked.gather(2, index).squeeze(2), step + 1
+
+
+def _relative_change(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """Per token, the relative residual ``||f(h) - h|| / ||f(h)||`` of the step ``old -> new``."""
+    return residual(old, new, keep_dims=2)[1]
+
+
+def _check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
+    needed = num_loops * num_layers
+    if isinstance(cache, OuroCache):
+        cache.bind(num_loops)
+        return
+    if getattr(cache, "layer_class_to_replicate", None) is None and len(cache.layers) < needed:
+        raise ValueError(
+            f"Ouro needs a cache with one entry per (loop step, layer) = {needed} entries for num_loops={num_loops}, "
+            f"but got a {type(cache).__name__} with {len(cache.layers)} layers. Pass an OuroCache() (or nothing)."
+        )
+    if cache.get_seq_length() > 0 and len(cache.layers) != needed:
+        raise ValueError(
+            f"The cache holds {len(cache.layers)} (loop step, layer) entries, but num_loops={num_loops} needs "
+            f"{needed}. Use the same num_loops for the whole generation."
+        )
+
+
+class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin):
+    """[`OuroModel`] with a language-modelling head (the forward is [`LoopGenerationMixin.forward`]): logits and,
+    with ``labels``, the shifted cross-entropy of ``config.exit_loss``: of the gate-weighted mixture of every step's
+    logits (``"expected_logits"``, the default), the gate-weighted mean of every step's loss (``"expected"``), or the
+    last step's logits (``"final"``); see :meth:`head_output`. Without ``labels`` the logits are each token's
+    exit-step readout (the last step without early exit). ``forward`` and ``generate`` accept ``num_loops`` and ``exit_threshold`` (see [`OuroModel.forward`] for the
+    early-exit semantics); ``generate`` falls back to ``generation_config.num_loops`` (when set, e.g. saved in
+    ``generation_config.json``) and then to ``config.total_ut_steps``. Returns [`OuroCausalLMOutput`]."""
+
+    _base_model_class = OuroModel
+    _output_class = OuroCausalLMOutput
+    _generation_cache_class = OuroCache
+    _loop_generate_kwargs = {
+        "num_loops": lambda value: check_num_loops(value),
+        "exit_threshold": lambda value: check_exit_threshold(value) or value,
+        "exit_at_step": lambda value: as_int(value, "exit_at_step", 0, "the loop step to read out, 0-based"),
+        "use_weighted_exit": bool,
+        "exit_readout": check_exit_readout,
+    }
+    _head_kwargs = ("exit_at_step", "use_weighted_exit")
+
+    def needs_step_states(self, labels, head_kwargs: dict) -> bool:
+        if labels is not None:
+            return self.config.exit_loss != "final"
+        return head_kwargs.get("exit_at_step") is not None or bool(head_kwargs.get("use_weighted_exit"))
+
+    def head_output(self, outputs, labels, loss_kwargs: dict, logits_to_keep, head_kwargs: dict):
+        """The readout and the loss of ``config.exit_loss`` (see [`OuroConfig`]). Without ``labels``: the state of
+        step ``exit_at_step`` (0-based, as in the published code), the expected logits with
+        ``use_weighted_exit=True``, else each token's exit-step state. With ``labels`` the loss decides the logits
+        returned, and those two keywords are refused (they would be ignored)."""
+        exit_at_step, weighted = head_kwargs.get("exit_at_step"), bool(head_kwargs.get("use_weighted_exit"))
+        if labels is not None and self.training and torch.is_grad_enabled():
+            self._record_gate_training()
+        if weighted and labels is None:
+            warn_if_gate_untrained(self, "use_weighted_exit")
+        if labels is not None and (exit_at_step is not None or weighted):
+            raise ValueError(
+                "exit_at_step / use_weighted_exit choose the readout without labels; with labels the loss and its "
+                f"logits are config.exit_loss's ({self.config.exit_loss!r})"
+            )
+        states = outputs.hidden_states[1:] if outputs.hidden_states is not None else None
+        if exit_at_step is not None:
+            if not 0 <= exit_at_step < len(states):
+                raise ValueError(f"exit_at_step must be in [0, {len(states) - 1}] for num_loops={len(states)}")
+            return self.lm_logits_and_loss(states[exit_at_step], None, loss_kwargs, logits_to_keep)[0], None, {}
+        mode = self.config.exit_loss if labels is not None else ("expected_logits" if weighted else "final")
+        if mode == "final":
+            return super().head_output(outputs, labels, loss_kwargs, logits_to_keep, head_kwargs)
+        probs = keep_positions(outputs.exit_probs, logits_to_keep)
+        step_logits = [self.lm_logits_and_loss(h, None, loss_kwargs, logits_to_keep)[0] for h in states]
+        logits = sum(p[..., None].to(x.dtype) * x for p, x in zip(probs.unbind(-1), step_logits))
+        if labels is None or mode == "expected_logits":
+            loss = None
+            if labels is not None:
+                loss = self.loss_function(
+                    logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs
+                )
+            return logits, loss, {}
+        return logits, expected_exit_loss(step_logits, probs, labels, loss_kwargs, self.config.exit_entropy_weight), {}
+
+    def _record_gate_training(self) -> None:
+        """``config.exit_gate_trained`` after a training step: ``True`` when the loss trains the gate, ``False`` when
+        the weights are trained without it (``exit_loss="final"``: a gate trained before no longer matches them);
+        unchanged when the gate is frozen by other means (LoRA trains adapters only)."""
+        if self.config.exit_loss == "final":
+            self.config.exit_gate_trained = False
+        elif self.model.early_exit_gate.weight.requires_grad:
+            self.config.exit_gate_trained = True
+
+
+def warn_if_gate_untrained(module: nn.Module, what: str) -> None:
+    """Warn (once per model) that ``what`` reads an exit gate that was not trained with these weights."""
+    if module.config.exit_gate_trained is False and not getattr(module, "_gate_warning_given", False):
+        module._gate_warning_given = True
+        warnings.warn(
+            f"{what} reads the exit gate, which was not trained with these weights (config.exit_gate_trained=False: "
+            "they were trained with exit_loss='final', whose loss does not reach the gate), so the exit steps it "
+            "picks are arbitrary and the answers can be wrong; run a fixed num_loops instead, or train the gate "
+            "(exit_loss='expected_logits').",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+__all__ = [
+    "OuroCache",
+    "OuroCausalLMOutput",
+    "OuroForCausalLM",
+    "OuroModel",
+    "OuroModelOutput",
+    "OuroPreTrainedModel",
+]
