@@ -136,6 +136,7 @@ LAYERS = (
     "tasks",
     "provenance",
     "modeling",
+    "wording",
 )
 
 
