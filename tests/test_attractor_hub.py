@@ -31,10 +31,8 @@ def test_saved_equals_loaded(model, tmp_path):
         "modeling_attractor.py",
         "solvers.py",
         "strict_loading.py",
-        "loop_generation.py",
-        "causal_lm.py",
+        "looped_lm.py",
         "loop_map.py",
-        "argument_checks.py",
         "config.json",
     } <= files
     loaded = AttractorForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()

@@ -3,10 +3,11 @@
 Every file in this folder can travel to the Hub as remote code: the files import only torch, transformers (with its
 dependencies safetensors and huggingface_hub) and each other (``from .name import ...``), never the rest of
 ``equilibria``. Besides each family's ``configuration_<family>.py`` and ``modeling_<family>.py``, the shared pieces
-by concern: ``layers`` (the standard transformer pieces), ``loop_map`` (the loop as a function of its state),
-``strict_loading`` (loading, saving, publishing), ``loop_generation`` (what the causal-LM heads share, the
-telemetry cache), ``causal_lm`` (a looped LM's forward preamble), ``compat`` (where transformers releases differ),
-``argument_checks``, ``config_checks``, ``solvers`` and ``regularization``.
+by concern: ``layers`` (the standard transformer pieces), ``looped_lm`` (the checks of forward's arguments, and what
+the looped language models share: the forward's preamble, the causal-LM heads' pieces, generate's loop arguments,
+the telemetry cache), ``loop_map`` (the loop as a function of its state), ``solvers`` (the fixed-point entry, the
+residual), ``regularization`` (Jacobian estimators), ``config_checks`` (config validation), ``compat`` (where
+transformers releases differ) and ``strict_loading`` (loading, saving, publishing).
 """
 
 from .configuration_attractor import AttractorConfig

@@ -1,5 +1,6 @@
-"""The standard transformer pieces the Attractor LM and EqR are built from: RMSNorm, rotary embeddings, the SwiGLU
-MLP, multi-head attention with grouped key/value heads and a pre-norm decoder layer. Their parameter names are those
+"""The standard transformer pieces the families are built from: RMSNorm, rotary embeddings, the SwiGLU MLP,
+multi-head attention with grouped key/value heads (Ouro's included: its attention reads the cache entry of a (loop
+step, layer) and takes the early exit's frozen keys/values) and a pre-norm decoder layer. Their parameter names are those
 of transformers' Llama classes (``self_attn.q_proj``, ``mlp.gate_proj``, ``input_layernorm`` ...), which these
 families used before, so checkpoints saved then load unchanged (``tests/test_saved_checkpoints.py``).
 
@@ -72,15 +73,14 @@ class RotaryEmbedding(nn.Module):
         return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
 def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim: int = 1):
+    """``(q, k)`` rotated by the rotary embedding ``(cos, sin)``: each half-pair ``(x1, x2)`` of the head dimension
+    turns into ``(x1 cos - x2 sin, x2 cos + x1 sin)``."""
     cos = cos.unsqueeze(unsqueeze_dim)
     sin = sin.unsqueeze(unsqueeze_dim)
-    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+    q1, q2 = q.chunk(2, dim=-1)
+    k1, k2 = k.chunk(2, dim=-1)
+    return (q * cos) + (torch.cat((-q2, q1), dim=-1) * sin), (k * cos) + (torch.cat((-k2, k1), dim=-1) * sin)
 
 
 def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -125,8 +125,13 @@ class MLP(nn.Module):
 
 class Attention(nn.Module):
     """Multi-head attention with rotary positions and grouped key/value heads; causal unless ``is_causal`` is set
-    to False. With a cache, the new keys/values are appended to it (``cache.update(keys, values, layer_idx)``) and
-    attention reads all of them."""
+    to False, over a sliding window on a config's ``"sliding_attention"`` layers. With a cache, the new keys/values
+    are appended to it (``cache.update(keys, values, cache_index)``, ``cache_index`` the layer's index unless a
+    looped model passes its (loop step, layer) entry) and attention reads all of them.
+
+    ``early_exit``: a looped model's early-exit state (Ouro's), which holds the keys/values of tokens that stopped
+    looping: ``early_exit.merge(layer_idx, key, value)`` puts those in place of the new ones before the cache sees
+    them, and ``early_exit.keys_for_attention(key, value)`` keeps the rows still looping."""
 
     def __init__(self, config, layer_idx: int):
         super().__init__()
@@ -137,6 +142,9 @@ class Attention(nn.Module):
         self.scaling = self.head_dim**-0.5
         self.attention_dropout = config.attention_dropout
         self.is_causal = True
+        layer_types = getattr(config, "layer_types", None)
+        sliding = layer_types is not None and layer_types[layer_idx] == "sliding_attention"
+        self.sliding_window = config.sliding_window if sliding else None
         heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
         bias = getattr(config, "attention_bias", False)
         self.q_proj = nn.Linear(config.hidden_size, heads * self.head_dim, bias=bias)
@@ -150,27 +158,27 @@ class Attention(nn.Module):
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
         attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
+        cache_index: int | None = None,
+        early_exit=None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        query, key, value = self.project(hidden_states, position_embeddings)
-        if cache is not None:
-            key, value = cache.update(key, value, self.layer_idx)
-        return self.attend(query, key, value, attention_mask, **kwargs)
-
-    def project(self, hidden_states: torch.Tensor, position_embeddings) -> tuple[torch.Tensor, ...]:
-        """``(query, key, value)``, each ``(batch, heads, seq, head_dim)``, with the rotary positions applied."""
+        """``(output, weights or None)``: the attention with the configured kernel, then the output projection."""
         hidden_shape = (*hidden_states.shape[:-1], -1, self.head_dim)
         query = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         key = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
-        return query, key, value
-
-    def attend(self, query, key, value, attention_mask, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attention with the configured kernel, then the output projection: ``(output, weights or None)``."""
+        if early_exit is not None:
+            key, value = early_exit.merge(self.layer_idx, key, value)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx if cache_index is None else cache_index)
+        if early_exit is not None:
+            key, value = early_exit.keys_for_attention(key, value)
         attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
+        if self.sliding_window is not None:
+            kwargs["sliding_window"] = self.sliding_window
         dropout = 0.0 if not self.training else self.attention_dropout
         output, weights = attention(
             self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs

@@ -29,12 +29,18 @@ With causal attention a prefix's fixed point does not depend on later tokens, so
 generation agree once the solver has converged.
 
 This module travels to the Hub as remote code: it imports only torch, transformers and its siblings.
+
+The file reads in call order: the outputs, the cache, the attractor module, the model (its ``forward`` runs the
+backbone and the solve), then the two heads. From ``input_ids`` to logits a forward uses this file, ``layers`` (norm,
+rotary embedding, attention, MLP, decoder layer), ``looped_lm`` (the input preamble and argument checks the looped
+LMs share) and ``solvers`` (the fixed-point entry and Anderson's method).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
@@ -49,120 +55,32 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 
-from .argument_checks import as_int, check_keywords, shared_fields
-from .causal_lm import CausalLoopMixin, pop_loss_kwargs, recorded_calls, recording_attentions
-from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD, cache_alias
+from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD
 from .configuration_attractor import AttractorConfig
 from .layers import DecoderLayer, RMSNorm, RotaryEmbedding
-from .loop_generation import LoopGenerationMixin, TelemetryCache
 from .loop_map import LoopMap
+from .looped_lm import (
+    LOSS_KWARGS,
+    LoopedLMBase,
+    LoopedLMHead,
+    TelemetryCache,
+    as_int,
+    check_keywords,
+    keep_positions,
+    recorded_calls,
+    recording_attentions,
+    shared_fields,
+)
 from .puzzles import check_puzzle_labels, puzzle_inputs
 from .regularization import IterateSampler, hutchinson_frobenius
-from .solvers import GRADIENT_MODES, SolverStats, SolverTelemetry, check_tol, fixed_point, solver_options
+from .solvers import GRADIENT_MODES, SolverTelemetry, check_tol, fixed_point, solver_options
 from .strict_loading import StrictLoadingMixin
-
-
-def check_budget(num_loops) -> int:
-    """Return the solver budget as an int, or raise ``ValueError`` unless it is an integer >= 0."""
-    return as_int(num_loops, "num_loops", 0, "the solver's iteration budget; 0 runs the backbone alone")
 
 
 def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:
     """Root mean square over the last dimension (computed in at least float32), keeping that dimension."""
     wide = x if x.dtype in (torch.float32, torch.float64) else x.float()
     return (wide.pow(2).mean(-1, keepdim=True) + eps).sqrt().to(x.dtype)
-
-
-# --------------------------------------------------------------------------------------------------
-# Cache
-# --------------------------------------------------------------------------------------------------
-
-
-class AttractorCache(TelemetryCache):
-    """A dynamic KV cache for [`AttractorForCausalLM`] (one entry per backbone and attractor layer) that also
-    records, per cached position, the solver's telemetry of the forward that computed it:
-
-    * ``solver_steps`` (``(batch, seq_len)`` LongTensor): iterations the solver ran;
-    * ``converged`` (``(batch, seq_len)`` BoolTensor): whether it reached the tolerance.
-
-    A prefill solves all its positions together, so they share one value. After
-    ``generate(..., cache=AttractorCache(), return_dict_in_generate=True)`` these are ``outputs.cache.solver_steps``
-    and ``outputs.cache.converged`` (``generate``'s own ``DynamicCache`` works too, without them).
-    """
-
-    telemetry_names = ("solver_steps", "converged")
-
-    def record_solve(self, stats: SolverStats | None, batch_size: int, seq_len: int, device: torch.device) -> None:
-        """Record one forward's solve for its ``seq_len`` new positions (no solve: 0 steps, converged)."""
-        if stats is None:
-            steps = torch.zeros(batch_size, dtype=torch.long, device=device)
-            done = torch.ones(batch_size, dtype=torch.bool, device=device)
-        else:
-            steps, done = stats.steps, stats.converged
-        self.record("solver_steps", steps[:, None].expand(batch_size, seq_len))
-        self.record("converged", done[:, None].expand(batch_size, seq_len))
-
-
-class _ReadOnlyCache:
-    """Lets the attractor layers attend to a cache's past keys/values during the solver's iterations without
-    appending the iterates' keys/values to it (they are appended once, at the solution)."""
-
-    def __init__(self, cache: Cache):
-        self.cache = cache
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        layers = self.cache.layers
-        if layer_idx < len(layers) and getattr(layers[layer_idx], "is_initialized", False):
-            past_keys, past_values = layers[layer_idx].keys, layers[layer_idx].values
-            if past_keys is not None and past_keys.shape[-2] > 0:
-                return torch.cat([past_keys, key_states], dim=-2), torch.cat([past_values, value_states], dim=-2)
-        return key_states, value_states
-
-
-# --------------------------------------------------------------------------------------------------
-# The attractor module
-# --------------------------------------------------------------------------------------------------
-
-
-class AttractorModule(nn.Module):
-    """The weight-tied map ``T(y, y0)`` with ``x = inject(y, y0)``: ``y0 + layers(x) - x`` (``residual_form="paper"``:
-    the proposal plus the layers' residual update), ``y0 + gate * rms(y0) * norm(layers(x))`` (``"gated"``) or
-    ``layers(x) - x`` from a zero start (``"deq"``: the proposal is only an input injection)."""
-
-    def __init__(self, config: AttractorConfig):
-        super().__init__()
-        self.injection = config.injection
-        self.eps = config.rms_norm_eps
-        hidden = config.hidden_size
-        self.in_proj = nn.Linear(2 * hidden, hidden, bias=False) if config.injection == "concat" else None
-        first = config.num_backbone_layers
-        self.layers = nn.ModuleList([DecoderLayer(config, first + i) for i in range(config.num_attractor_layers)])
-        self.form = config.residual_form
-        if config.residual_form == "gated":
-            self.gate = nn.Parameter(torch.full((hidden,), float(config.attractor_gate_init)))
-        else:
-            self.register_parameter("gate", None)
-
-    def start(self, y0: torch.Tensor) -> torch.Tensor:
-        """The solver's start: the proposal, or zero for the ``"deq"`` control."""
-        return torch.zeros_like(y0) if self.form == "deq" else y0
-
-    def forward(
-        self,
-        y: torch.Tensor,
-        y0: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor],
-        cache: Cache | _ReadOnlyCache | None = None,
-        **kwargs,
-    ) -> torch.Tensor:
-        x = y + y0 if self.in_proj is None else self.in_proj(torch.cat([y, y0], dim=-1))
-        h = x
-        for layer in self.layers:
-            h = layer(h, attention_mask=attention_mask, position_embeddings=position_embeddings, cache=cache, **kwargs)
-        if self.form == "gated":
-            return y0 + self.gate * _rms(y0, self.eps) * (h / _rms(h, self.eps))
-        return h - x if self.form == "deq" else y0 + (h - x)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -210,8 +128,101 @@ class AttractorCausalLMOutput(SolverTelemetry, CausalLMOutputWithPast):
     correction_loss: torch.FloatTensor | None = None
 
 
+@dataclass
+class AttractorPuzzleOutput(SolverTelemetry, TokenClassifierOutput):
+    r"""Per-cell answers of [`AttractorForPuzzleSolving`]: ``logits`` ``(batch, cells, vocab_size)`` read from the
+    fixed point, with ``labels`` the per-cell cross-entropy ``loss`` (cells labelled -100 skipped), the solver
+    telemetry and regularisers of [`AttractorModelOutput`] (`proposal`, `solver_steps`, `abs_residual`,
+    `rel_residual`, `converged`, `diverged`, `backward_steps`, `backward_rel_residual`, `jacobian_penalty`) and
+    `correction_loss` (as in [`AttractorCausalLMOutput`], per cell)."""
+
+    proposal: torch.FloatTensor | None = None
+    jacobian_penalty: torch.FloatTensor | None = None
+    correction_loss: torch.FloatTensor | None = None
+
+
 # --------------------------------------------------------------------------------------------------
-# Models
+# Cache
+# --------------------------------------------------------------------------------------------------
+
+
+class AttractorCache(TelemetryCache):
+    """A dynamic KV cache for [`AttractorForCausalLM`] (one entry per backbone and attractor layer) that also
+    records, per cached position, the solver's telemetry of the forward that computed it:
+
+    * ``solver_steps`` (``(batch, seq_len)`` LongTensor): iterations the solver ran;
+    * ``converged`` (``(batch, seq_len)`` BoolTensor): whether it reached the tolerance.
+
+    A prefill solves all its positions together, so they share one value. After
+    ``generate(..., cache=AttractorCache(), return_dict_in_generate=True)`` these are ``outputs.cache.solver_steps``
+    and ``outputs.cache.converged`` (``generate``'s own ``DynamicCache`` works too, without them).
+    """
+
+    telemetry_names = ("solver_steps", "converged")
+    solver_steps: torch.Tensor | None = None
+    converged: torch.Tensor | None = None
+
+
+@dataclass
+class _ReadOnlyCache:
+    """Lets the attractor layers attend to a cache's past keys/values during the solver's iterations without
+    appending the iterates' keys/values to it (they are appended once, at the solution)."""
+
+    cache: Cache
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        layers = self.cache.layers
+        if layer_idx < len(layers) and getattr(layers[layer_idx], "is_initialized", False):
+            past_keys, past_values = layers[layer_idx].keys, layers[layer_idx].values
+            if past_keys is not None and past_keys.shape[-2] > 0:
+                return torch.cat([past_keys, key_states], dim=-2), torch.cat([past_values, value_states], dim=-2)
+        return key_states, value_states
+
+
+# --------------------------------------------------------------------------------------------------
+# The attractor module
+# --------------------------------------------------------------------------------------------------
+
+
+class AttractorModule(nn.Module):
+    """The weight-tied map ``T(y, y0)`` with ``x = inject(y, y0)``: ``y0 + layers(x) - x`` (``residual_form="paper"``:
+    the proposal plus the layers' residual update), ``y0 + gate * rms(y0) * norm(layers(x))`` (``"gated"``) or
+    ``layers(x) - x`` from a zero start (``"deq"``: the proposal is only an input injection)."""
+
+    def __init__(self, config: AttractorConfig):
+        super().__init__()
+        self.injection = config.injection
+        self.eps = config.rms_norm_eps
+        hidden = config.hidden_size
+        self.in_proj = nn.Linear(2 * hidden, hidden, bias=False) if config.injection == "concat" else None
+        first = config.num_backbone_layers
+        self.layers = nn.ModuleList([DecoderLayer(config, first + i) for i in range(config.num_attractor_layers)])
+        self.form = config.residual_form
+        if config.residual_form == "gated":
+            self.gate = nn.Parameter(torch.full((hidden,), float(config.attractor_gate_init)))
+        else:
+            self.register_parameter("gate", None)
+
+    def forward(
+        self,
+        y: torch.Tensor,
+        y0: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        cache: Cache | _ReadOnlyCache | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        x = y + y0 if self.in_proj is None else self.in_proj(torch.cat([y, y0], dim=-1))
+        h = x
+        for layer in self.layers:
+            h = layer(h, attention_mask=attention_mask, position_embeddings=position_embeddings, cache=cache, **kwargs)
+        if self.form == "gated":
+            return y0 + self.gate * _rms(y0, self.eps) * (h / _rms(h, self.eps))
+        return h - x if self.form == "deq" else y0 + (h - x)
+
+
+# --------------------------------------------------------------------------------------------------
+# Model
 # --------------------------------------------------------------------------------------------------
 
 
@@ -250,14 +261,44 @@ class _SolveOptions(NamedTuple):
     correction_states: int
 
 
-class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
+def config_for_head(config: AttractorConfig, causal: bool, head: str) -> AttractorConfig:
+    """``config`` with its attention settled: itself when ``is_causal`` is already ``causal``, a copy with
+    ``is_causal=causal`` when it is unset (the caller's object is left as it was: another head may read it), else
+    ``ValueError`` (a folder saved by the other head). transformers' mask functions read an unset ``is_causal`` as
+    bidirectional, so no model runs with it unset."""
+    if config.is_causal is None:
+        config = copy.deepcopy(config)
+        config.is_causal = causal
+        return config
+    if bool(config.is_causal) != causal:
+        other = "AttractorForPuzzleSolving (AutoModelForTokenClassification)"
+        if not causal:
+            other = "AttractorForCausalLM (AutoModelForCausalLM)"
+        raise ValueError(
+            f"{head} attends {'causally' if causal else 'bidirectionally'}, but this config has "
+            f"is_causal={config.is_causal!r}: it belongs to {other}; load it with that class, or leave is_causal "
+            "unset in a new config."
+        )
+    return config
+
+
+def _valid_positions(attention_mask, seq_len: int) -> torch.Tensor | None:
+    """The current positions' column of a 2-D padding mask (which may also cover cached positions), else None."""
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 and attention_mask.shape[1] >= seq_len:
+        return attention_mask[:, -seq_len:]
+    return None
+
+
+class AttractorModel(LoopedLMBase, AttractorPreTrainedModel):
     """Embeddings, the backbone, the attractor solved to its fixed point, and the final norm. Returns
     [`AttractorModelOutput`]."""
 
     _cache_class = AttractorCache
 
     def __init__(self, config: AttractorConfig):
-        config = _settled(config, config.is_causal is not False, type(self).__name__)  # unset: causal (old configs)
+        config = config_for_head(
+            config, config.is_causal is not False, type(self).__name__
+        )  # unset: causal (old configs)
         super().__init__(config)
         self.padding_idx = config.pad_token_id
         self.vocab_size = config.vocab_size
@@ -272,77 +313,6 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    @cache_alias
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
-        use_cache: bool | None = None,
-        num_loops: int | None = None,
-        solver_tol: float | None = None,
-        gradient_mode: str | None = None,
-        jacobian_samples: int = 0,
-        correction_states: int = 0,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> AttractorModelOutput:
-        r"""Run the backbone and solve the attractor.
-
-        Args:
-            num_loops (`int`, *optional*): The solver's iteration budget for this call (>= 0; 0 runs the
-                backbone alone); defaults to ``config.num_loops``.
-            solver_tol (`float`, *optional*): Relative-residual tolerance for this call (> 0); defaults to
-                ``config.solver_tol``.
-            gradient_mode (`str`, *optional*): ``"one_step"``, ``"implicit"`` or ``"unrolled"`` for this call
-                (it matters only with gradients enabled); defaults to ``config.gradient_mode``.
-            jacobian_samples (`int`): Random probes for the Hutchinson estimate of the attractor's Jacobian
-                norm at the fixed point (0: not computed). The estimate is differentiable (a regulariser).
-            correction_states (`int`): Iterates of the solve (the proposal and the intermediate ones, evenly spread
-                over the iterations actually run; kept in constant memory), at which ``T`` is re-applied with a
-                one-step graph (for the fixed-point correction loss).
-        """
-        options = self._solve_options(num_loops, solver_tol, gradient_mode, jacobian_samples, correction_states)
-        if not self.is_causal:
-            if cache is not None or use_cache:
-                raise ValueError(
-                    "this Attractor model attends bidirectionally (config.is_causal=False, a puzzle model): it has no "
-                    "KV cache; call it without cache and with use_cache unset or False."
-                )
-            use_cache = False
-        inputs = self.prepare_lm_inputs(
-            input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs
-        )
-        cache = inputs.cache
-        if cache is not None:
-            self._check_cache(cache, options.budget)
-        record = inputs.output_attentions
-        with recording_attentions([layer.self_attn for layer in self.backbone], record) as attentions:
-            y0, mask, position_embeddings, states = self._propose(
-                inputs.inputs_embeds, attention_mask, inputs.position_ids, cache, **kwargs
-            )
-        step = partial(self.attractor, y0=y0, attention_mask=mask, position_embeddings=position_embeddings, **kwargs)
-        final_attentions = [] if record else None  # of the application at the solution only
-        attractor_attention = [layer.self_attn for layer in self.attractor.layers]
-        readout = recorded_calls(partial(step, cache=cache), attractor_attention, final_attentions)
-        y_star, stats, extras = self._solve(
-            step, readout, y0, cache, _valid_positions(attention_mask, y0.shape[1]), options
-        )
-        if isinstance(cache, AttractorCache):
-            cache.record_solve(stats, *y0.shape[:2], device=y0.device)
-        return AttractorModelOutput(
-            last_hidden_state=self.norm(y_star),
-            **{OUTPUT_CACHE_FIELD: cache},
-            hidden_states=states + (y_star,) if inputs.output_hidden_states else None,
-            attentions=tuple(attentions + final_attentions) if record else None,
-            proposal=y0,
-            **extras,
-            **(stats.telemetry() if stats is not None else {}),
-        )
-
     def _solve_options(
         self, num_loops, solver_tol, gradient_mode, jacobian_samples, correction_states
     ) -> _SolveOptions:
@@ -350,7 +320,8 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         gradient_mode = config.gradient_mode if gradient_mode is None else gradient_mode
         if gradient_mode not in GRADIENT_MODES:
             raise ValueError(f"gradient_mode must be one of {GRADIENT_MODES}, got {gradient_mode!r}.")
-        budget = check_budget(config.num_loops if num_loops is None else num_loops)
+        budget = config.num_loops if num_loops is None else num_loops
+        budget = as_int(budget, "num_loops", 0, "the solver's iteration budget; 0 runs the backbone alone")
         if budget == 0 and config.residual_form == "deq":
             raise ValueError(
                 "num_loops=0 reads the solver's start, and the DEQ control (residual_form='deq') starts from zero: "
@@ -365,18 +336,25 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         )
 
     def _solve(
-        self, step: Callable, readout: Callable, y0: torch.Tensor, cache: Cache | None, valid, options: _SolveOptions
+        self,
+        step: Callable,
+        readout: Callable,
+        y0: torch.Tensor,
+        cache: Cache | None,
+        attention_mask,
+        options: _SolveOptions,
     ):
         """``(y*, stats, extras)``: the fixed point with its gradient, the solver's stats (``None`` with budget 0)
         and the regularisers asked for. The iterations attend to the cache without appending; the one
         application at the solution (``readout``) appends its keys/values."""
-        start = self.attractor.start(y0)
+        start = torch.zeros_like(y0) if self.config.residual_form == "deq" else y0  # the DEQ control starts at zero
         if options.budget == 0:
             return start, None, {}
-        peek = partial(step, cache=_ReadOnlyCache(cache) if cache is not None else None)
+        # the map the iterations apply: it attends to the cache's past without appending to it
+        iteration = partial(step, cache=_ReadOnlyCache(cache) if cache is not None else None)
         sampler = IterateSampler(options.correction_states) if options.correction_states else None
         y_star, stats = fixed_point(
-            peek if sampler is None else sampler.wrap(peek),
+            iteration if sampler is None else sampler.wrap(iteration),
             start,
             readout=readout,
             max_iter=options.budget,
@@ -386,9 +364,12 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
         )
         extras = {}
         if options.jacobian_samples:
-            extras["jacobian_penalty"] = hutchinson_frobenius(peek, y_star.detach(), options.jacobian_samples, valid)
+            valid = _valid_positions(attention_mask, y0.shape[1])
+            extras["jacobian_penalty"] = hutchinson_frobenius(
+                iteration, y_star.detach(), options.jacobian_samples, valid
+            )
         if sampler is not None:
-            extras["correction_states"] = tuple(peek(z) for z in sampler.select(stats.max_steps))
+            extras["correction_states"] = tuple(iteration(z) for z in sampler.select(stats.max_steps))
         return y_star, stats, extras
 
     def _propose(self, inputs_embeds, attention_mask, position_ids, cache, **kwargs):
@@ -435,6 +416,81 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
                 "with num_loops=0, backbone only); it cannot be continued with num_loops > 0. Start a new cache."
             )
 
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        use_cache: bool | None = None,
+        num_loops: int | None = None,
+        solver_tol: float | None = None,
+        gradient_mode: str | None = None,
+        jacobian_samples: int = 0,
+        correction_states: int = 0,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> AttractorModelOutput:
+        r"""Run the backbone and solve the attractor.
+
+        Args:
+            num_loops (`int`, *optional*): The solver's iteration budget for this call (>= 0; 0 runs the
+                backbone alone); defaults to ``config.num_loops``.
+            solver_tol (`float`, *optional*): Relative-residual tolerance for this call (> 0); defaults to
+                ``config.solver_tol``.
+            gradient_mode (`str`, *optional*): ``"one_step"``, ``"implicit"`` or ``"unrolled"`` for this call
+                (it matters only with gradients enabled); defaults to ``config.gradient_mode``.
+            jacobian_samples (`int`): Random probes for the Hutchinson estimate of the attractor's Jacobian
+                norm at the fixed point (0: not computed). The estimate is differentiable (a regulariser).
+            correction_states (`int`): Iterates of the solve (the proposal and the intermediate ones, evenly spread
+                over the iterations actually run; kept in constant memory), at which ``T`` is re-applied with a
+                one-step graph (for the fixed-point correction loss).
+        """
+        options = self._solve_options(num_loops, solver_tol, gradient_mode, jacobian_samples, correction_states)
+        if not self.is_causal:
+            if cache is not None or use_cache:
+                raise ValueError(
+                    "this Attractor model attends bidirectionally (config.is_causal=False, a puzzle model): it has no "
+                    "KV cache; call it without cache and with use_cache unset or False."
+                )
+            use_cache = False
+        inputs = self.prepare_inputs(
+            input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs
+        )
+        cache = inputs.cache
+        if cache is not None:
+            self._check_cache(cache, options.budget)
+        record = inputs.output_attentions
+        backbone_attention = [layer.self_attn for layer in self.backbone]
+        with recording_attentions(backbone_attention) if record else nullcontext() as attentions:
+            y0, mask, position_embeddings, states = self._propose(
+                inputs.inputs_embeds, attention_mask, inputs.position_ids, cache, **kwargs
+            )
+        step = partial(self.attractor, y0=y0, attention_mask=mask, position_embeddings=position_embeddings, **kwargs)
+        readout = partial(step, cache=cache)  # the application at the solution appends to the cache
+        final_attentions = [] if record else None  # of the application at the solution only
+        if record:
+            readout = recorded_calls(readout, [layer.self_attn for layer in self.attractor.layers], final_attentions)
+        y_star, stats, extras = self._solve(step, readout, y0, cache, attention_mask, options)
+        if isinstance(cache, AttractorCache):  # no solve: 0 steps, converged
+            batch, seq_len = y0.shape[:2]
+            steps = stats.steps if stats is not None else torch.zeros(batch, dtype=torch.long, device=y0.device)
+            done = stats.converged if stats is not None else torch.ones(batch, dtype=torch.bool, device=y0.device)
+            cache.record(
+                solver_steps=steps[:, None].expand(batch, seq_len), converged=done[:, None].expand(batch, seq_len)
+            )
+        return AttractorModelOutput(
+            last_hidden_state=self.norm(y_star),
+            **{OUTPUT_CACHE_FIELD: cache},
+            hidden_states=states + (y_star,) if inputs.output_hidden_states else None,
+            attentions=tuple(attentions + final_attentions) if record else None,
+            proposal=y0,
+            **extras,
+            **(stats.telemetry() if stats is not None else {}),
+        )
+
     def loop_map(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -453,47 +509,22 @@ class AttractorModel(CausalLoopMixin, AttractorPreTrainedModel):
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device).unsqueeze(0)
         y0, mask, position_embeddings, _ = self._propose(inputs_embeds, attention_mask, position_ids, None)
         f = partial(self.attractor, y0=y0, attention_mask=mask, position_embeddings=position_embeddings)
-        return LoopMap(f, self.attractor.start(y0))
+        return LoopMap(f, torch.zeros_like(y0) if self.config.residual_form == "deq" else y0)
 
 
-def _valid_positions(attention_mask, seq_len: int) -> torch.Tensor | None:
-    """The current positions' column of a 2-D padding mask (which may also cover cached positions), else None."""
-    if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 and attention_mask.shape[1] >= seq_len:
-        return attention_mask[:, -seq_len:]
-    return None
+# --------------------------------------------------------------------------------------------------
+# Heads
+# --------------------------------------------------------------------------------------------------
 
 
-def _correction_loss(model: AttractorModel, outputs: AttractorModelOutput, labels, loss_at: Callable) -> dict:
+def _correction_loss(model: AttractorModel, outputs: AttractorModelOutput, loss_at: Callable) -> dict:
     """``{"correction_loss": ...}``: the mean of the head's loss (``loss_at(hidden)[1]``) on the logits read from
-    ``T`` at the correction states (empty without ``labels`` or correction states)."""
-    if labels is None or not outputs.correction_states:
-        return {}
+    ``T`` at the correction states (``forward`` with ``labels`` and ``correction_states > 0``)."""
     losses = [loss_at(model.norm(z))[1] for z in outputs.correction_states]
     return {"correction_loss": torch.stack(losses).mean()}
 
 
-def _settled(config: AttractorConfig, causal: bool, head: str) -> AttractorConfig:
-    """``config`` with its attention settled: itself when ``is_causal`` is already ``causal``, a copy with
-    ``is_causal=causal`` when it is unset (the caller's object is left as it was: another head may read it), else
-    ``ValueError`` (a folder saved by the other head). transformers' mask functions read an unset ``is_causal`` as
-    bidirectional, so no model runs with it unset."""
-    if config.is_causal is None:
-        config = copy.deepcopy(config)
-        config.is_causal = causal
-        return config
-    if bool(config.is_causal) != causal:
-        other = "AttractorForPuzzleSolving (AutoModelForTokenClassification)"
-        if not causal:
-            other = "AttractorForCausalLM (AutoModelForCausalLM)"
-        raise ValueError(
-            f"{head} attends {'causally' if causal else 'bidirectionally'}, but this config has "
-            f"is_causal={config.is_causal!r}: it belongs to {other}; load it with that class, or leave is_causal "
-            "unset in a new config."
-        )
-    return config
-
-
-class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, GenerationMixin):
+class AttractorForCausalLM(LoopedLMHead, AttractorPreTrainedModel, GenerationMixin):
     """[`AttractorModel`] with a language-modelling head on the fixed point. ``forward`` and ``generate`` take
     ``num_loops`` (the solver budget, 0 = backbone only) and ``solver_tol``, ``forward`` also ``gradient_mode``,
     ``jacobian_samples`` and ``correction_states`` (see [`AttractorModel.forward`]); their defaults are in the
@@ -503,14 +534,13 @@ class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, Genera
     _loop_defaults = {"num_loops": "num_loops", "solver_tol": "solver_tol", "gradient_mode": "gradient_mode"}
 
     def __init__(self, config: AttractorConfig):
-        config = _settled(config, True, type(self).__name__)
+        config = config_for_head(config, True, type(self).__name__)
         super().__init__(config)
         self.model = AttractorModel(config)
         self.vocab_size = config.vocab_size
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
-    @cache_alias
     @can_return_tuple
     def forward(
         self,
@@ -532,7 +562,7 @@ class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, Genera
     ) -> AttractorCausalLMOutput:
         r"""The backbone and the solve ([`AttractorModel.forward`], whose are the loop arguments), then ``lm_head`` on
         the kept positions and, with ``labels``, the shifted cross-entropy (and ``correction_loss``)."""
-        loss_kwargs = pop_loss_kwargs(kwargs)
+        loss_kwargs = {key: kwargs.pop(key) for key in LOSS_KWARGS if key in kwargs}
         check_keywords(self, kwargs)
         outputs = self.model(
             input_ids=input_ids,
@@ -549,25 +579,17 @@ class AttractorForCausalLM(LoopGenerationMixin, AttractorPreTrainedModel, Genera
             correction_states=correction_states,
             **kwargs,
         )
-        logits, loss = self.lm_logits_and_loss(outputs.last_hidden_state, labels, loss_kwargs, logits_to_keep)
-        fields_ = self.passed_on(outputs, AttractorCausalLMOutput, False, output_hidden_states)
-        loss_at = partial(self.lm_logits_and_loss, labels=labels, loss_kwargs=loss_kwargs)
+        logits = self.lm_head(keep_positions(outputs.last_hidden_state, logits_to_keep))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)
+        correction = {}
+        if labels is not None and outputs.correction_states:
+            loss_at = partial(self.lm_logits_and_loss, labels=labels, loss_kwargs=loss_kwargs)
+            correction = _correction_loss(self.model, outputs, loss_at)
         return AttractorCausalLMOutput(
-            loss=loss, logits=logits, **fields_, **_correction_loss(self.model, outputs, labels, loss_at)
+            loss=loss, logits=logits, **shared_fields(outputs, AttractorCausalLMOutput), **correction
         )
-
-
-@dataclass
-class AttractorPuzzleOutput(SolverTelemetry, TokenClassifierOutput):
-    r"""Per-cell answers of [`AttractorForPuzzleSolving`]: ``logits`` ``(batch, cells, vocab_size)`` read from the
-    fixed point, with ``labels`` the per-cell cross-entropy ``loss`` (cells labelled -100 skipped), the solver
-    telemetry and regularisers of [`AttractorModelOutput`] (`proposal`, `solver_steps`, `abs_residual`,
-    `rel_residual`, `converged`, `diverged`, `backward_steps`, `backward_rel_residual`, `jacobian_penalty`) and
-    `correction_loss` (as in [`AttractorCausalLMOutput`], per cell)."""
-
-    proposal: torch.FloatTensor | None = None
-    jacobian_penalty: torch.FloatTensor | None = None
-    correction_loss: torch.FloatTensor | None = None
 
 
 class AttractorForPuzzleSolving(AttractorPreTrainedModel):
@@ -582,7 +604,7 @@ class AttractorForPuzzleSolving(AttractorPreTrainedModel):
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}  # with config.tie_word_embeddings
 
     def __init__(self, config: AttractorConfig):
-        config = _settled(config, False, type(self).__name__)
+        config = config_for_head(config, False, type(self).__name__)
         super().__init__(config)
         self.loss_type = "ForMaskedLM"  # self.loss_function: per-cell cross-entropy over the vocabulary, -100 skipped
         self.model = AttractorModel(config)
@@ -608,7 +630,7 @@ class AttractorForPuzzleSolving(AttractorPreTrainedModel):
         r"""Propose, solve and read one answer per cell; with ``labels`` (``(batch, cells)``, -100 to skip a cell)
         also the loss (and ``correction_loss`` with ``correction_states > 0``). The puzzles come as ``inputs`` or
         ``input_ids`` (the name token-classification pipelines and collators use); there is no cache."""
-        loss_kwargs = pop_loss_kwargs(kwargs)
+        loss_kwargs = {key: kwargs.pop(key) for key in LOSS_KWARGS if key in kwargs}
         check_keywords(self, kwargs)
         limit = self.config.max_position_embeddings
         inputs = puzzle_inputs(inputs, input_ids, self.config.vocab_size, limit, "max_position_embeddings")
@@ -628,11 +650,11 @@ class AttractorForPuzzleSolving(AttractorPreTrainedModel):
         )
         loss_at = partial(self._logits_and_loss, labels=labels, loss_kwargs=loss_kwargs)
         logits, loss = loss_at(outputs.last_hidden_state)
+        correction = (
+            _correction_loss(self.model, outputs, loss_at) if labels is not None and outputs.correction_states else {}
+        )
         return AttractorPuzzleOutput(
-            loss=loss,
-            logits=logits,
-            **shared_fields(outputs, AttractorPuzzleOutput),
-            **_correction_loss(self.model, outputs, labels, loss_at),
+            loss=loss, logits=logits, **shared_fields(outputs, AttractorPuzzleOutput), **correction
         )
 
     def _logits_and_loss(self, hidden: torch.Tensor, labels, loss_kwargs: dict):

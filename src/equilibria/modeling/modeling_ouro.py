@@ -17,9 +17,14 @@ code; on top of that this implementation gives
   records each position's exit step);
 * early exit that saves compute during decoding (see [`OuroModel.forward`] for the exact semantics).
 
+The file reads in call order: the outputs, the cache, the decoder layer, the early-exit state, the model (its
+``forward`` runs the loop), the readouts, the causal-LM head. From ``input_ids`` to logits a forward uses this file,
+``layers`` (norm, rotary embedding, attention, MLP), ``looped_lm`` (the input preamble and argument checks the
+looped LMs share) and ``solvers`` (the residual).
+
 This module travels to the Hub as remote code: it imports only torch, transformers and its siblings in
-``equilibria/modeling`` (``configuration_ouro``, the shared pieces ``argument_checks``, ``causal_lm``,
-``loop_generation``, ``loop_map``, ``strict_loading``, ``regularization`` and ``solvers``), which travel with it.
+``equilibria/modeling`` (``configuration_ouro``, the shared pieces ``compat``, ``layers``, ``looped_lm``,
+``loop_map``, ``strict_loading``, ``regularization`` and ``solvers``), which travel with it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -39,19 +45,72 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 
-from .argument_checks import as_int, check_keywords
-from .causal_lm import CausalLoopMixin, LMInputs, pop_loss_kwargs, recording_attentions
-from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD, cache_alias, keep_positions
+from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD
 from .configuration_ouro import OuroConfig, check_exit_readout, check_exit_threshold
 from .layers import MLP, Attention, RMSNorm, RotaryEmbedding
-from .loop_generation import LoopGenerationMixin, TelemetryCache
 from .loop_map import LoopMap
+from .looped_lm import (
+    LOSS_KWARGS,
+    LMInputs,
+    LoopedLMBase,
+    LoopedLMHead,
+    TelemetryCache,
+    as_int,
+    check_keywords,
+    keep_positions,
+    recording_attentions,
+)
 from .regularization import check_estimator_fits, spectral_radius
 from .solvers import residual
 from .strict_loading import StrictLoadingMixin
 
 # --------------------------------------------------------------------------------------------------
-# Cache and early-exit bookkeeping
+# Outputs
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class OuroModelOutput(BaseModelOutputWithPast):
+    r"""
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, seq_len, hidden_size)`):
+        Each token's state at its exit step (the last step when no token exits early), after the final norm.
+    hidden_states (`tuple(torch.FloatTensor)`, returned with `output_hidden_states=True`):
+        The loop states: the input embeddings, then the state after each loop step (``num_loops + 1`` tensors).
+    attentions (`tuple(torch.FloatTensor)`, returned with `output_attentions=True` and the eager attention):
+        The attention weights ``(batch, heads, seq_len, key_len)`` per (loop step, layer), in that order
+        (``num_loops * num_hidden_layers`` tensors; entry ``step * num_hidden_layers + layer``, as the cache).
+        Once every row has exited early, the skipped steps add none.
+    exit_steps (`torch.LongTensor` of shape `(batch, seq_len)`):
+        Number of loop steps each token ran (``num_loops`` unless it exited early).
+    exit_probs (`torch.FloatTensor` of shape `(batch, seq_len, num_loops)`):
+        The exit gate's distribution over exit steps, per token.
+    loop_residual (`torch.FloatTensor` of shape `(batch, seq_len)`):
+        Relative residual of each token's last loop step, ``||h_t - h_{t-1}|| / ||h_t||`` (the solvers' residual
+        ``||f(h) - h|| / ||f(h)||`` at ``h = h_{t-1}``).
+    spectral_radius (`torch.FloatTensor` of shape `(batch,)`, returned with `spectral_radius_iters > 0`):
+        The power-iteration estimate of the spectral radius of the loop step's Jacobian at the final state, per
+        sequence, differentiable in the parameters (STARS' JSRR penalty is a function of it).
+    """
+
+    exit_steps: torch.LongTensor | None = None
+    exit_probs: torch.FloatTensor | None = None
+    loop_residual: torch.FloatTensor | None = None
+    spectral_radius: torch.FloatTensor | None = None
+
+
+@dataclass
+class OuroCausalLMOutput(CausalLMOutputWithPast):
+    r"""Causal-LM output with the loop telemetry of [`OuroModelOutput`] (`exit_steps`, `exit_probs`,
+    `loop_residual`, and `spectral_radius` when asked for)."""
+
+    exit_steps: torch.LongTensor | None = None
+    exit_probs: torch.FloatTensor | None = None
+    loop_residual: torch.FloatTensor | None = None
+    spectral_radius: torch.FloatTensor | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Cache
 # --------------------------------------------------------------------------------------------------
 
 
@@ -68,25 +127,94 @@ class OuroCache(TelemetryCache):
     """
 
     telemetry_names = ("exit_steps",)
+    exit_steps: torch.Tensor | None = None
+    num_loops: int | None = None  # the loop count its entries are for, once filled
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.num_loops: int | None = None
 
-    def bind(self, num_loops: int) -> None:
-        """Check (or record, on first use) the loop count this cache holds entries for."""
-        if self.get_seq_length() == 0:
-            self.num_loops = num_loops
-            self.exit_steps = None
-        elif self.num_loops != num_loops:
+def check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
+    """Check that ``cache`` can hold (or holds) this loop count's entries. An empty ``DynamicCache`` with one layer
+    per decoder layer (what ``generate`` builds from the config) gets a copy of its layers for each further loop
+    step, as transformers' Dory does."""
+    needed = num_loops * num_layers
+    if isinstance(cache, OuroCache):  # bound to the loop count of the forward that first filled it
+        if cache.get_seq_length() == 0:
+            cache.num_loops, cache.exit_steps = num_loops, None
+        elif cache.num_loops != num_loops:
             raise ValueError(
-                f"This OuroCache holds keys/values for num_loops={self.num_loops}; it cannot be continued with "
+                f"This OuroCache holds keys/values for num_loops={cache.num_loops}; it cannot be continued with "
                 f"num_loops={num_loops}. Use the same num_loops for the whole generation, or start a new cache."
             )
+        return
+    fixed = getattr(cache, "layer_class_to_replicate", None) is None
+    if fixed and isinstance(cache, DynamicCache) and len(cache.layers) == num_layers and cache.get_seq_length() == 0:
+        cache.layers += [copy.deepcopy(layer) for layer in cache.layers * (num_loops - 1)]
+    if fixed and len(cache.layers) < needed:
+        raise ValueError(
+            f"Ouro needs a cache with one entry per (loop step, layer) = {needed} entries for num_loops={num_loops}, "
+            f"but got a {type(cache).__name__} with {len(cache.layers)} layers (cache_implementation='static' and other "
+            "fixed-size caches hold one per decoder layer). Use the default dynamic cache, or pass an OuroCache()."
+        )
+    if cache.get_seq_length() > 0 and len(cache.layers) != needed:
+        raise ValueError(
+            f"The cache holds {len(cache.layers)} (loop step, layer) entries, but num_loops={num_loops} needs "
+            f"{needed}. Use the same num_loops for the whole generation."
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Decoder layer
+# --------------------------------------------------------------------------------------------------
+
+
+class OuroDecoderLayer(GradientCheckpointingLayer):
+    """One layer of the shared stack, with Ouro's sandwich norms:
+    ``h = h + norm2(attn(norm1(h)))``, then ``h = h + norm4(mlp(norm3(h)))``. Its attention reads and writes the
+    cache entry of this (loop step, layer), ``cache_index``, and takes the early exit's frozen keys/values
+    (``early_exit``; see [`Attention`])."""
+
+    def __init__(self, config: OuroConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = Attention(config=config, layer_idx=layer_idx)
+        self.mlp = MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.input_layernorm_2 = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm_2 = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.attention_type = config.layer_types[layer_idx]
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: Cache | None = None,
+        cache_index: int | None = None,
+        early_exit: OuroEarlyExit | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        residual = hidden_states
+        hidden_states, _ = self.self_attn(
+            self.input_layernorm(hidden_states),
+            position_embeddings=position_embeddings,
+            attention_mask=attention_mask,
+            cache=cache,
+            cache_index=cache_index,
+            early_exit=early_exit,
+            **kwargs,
+        )
+        hidden_states = residual + self.input_layernorm_2(hidden_states)
+        residual = hidden_states
+        hidden_states = self.mlp(self.post_attention_layernorm(hidden_states))
+        return residual + self.post_attention_layernorm_2(hidden_states)
+
+
+# --------------------------------------------------------------------------------------------------
+# Early exit
+# --------------------------------------------------------------------------------------------------
 
 
 class OuroEarlyExit:
-    """Early exit within one forward (see [`OuroModel.forward`] for the semantics); it owns all of it:
+    """The early-exit state of one forward (see [`OuroModel.forward`] for the semantics); it owns all of it:
 
     * the exit distribution's running state (``survive``, ``cdf``) and each token's exit step (``exit_steps``);
     * the frozen tokens: ``exited[b, s]``, and per layer the keys/values the current tokens used at the last step
@@ -158,7 +286,7 @@ class OuroEarlyExit:
             self.rows = None
         if self.any_exited:
             new = torch.where(self.exited[..., None], old, new)
-        step_residual = _relative_change(new, old)
+        step_residual = residual(old, new, keep_dims=2)[1]
         self.residual = (
             step_residual if self.residual is None else torch.where(self.exited, self.residual, step_residual)
         )
@@ -185,132 +313,45 @@ class OuroEarlyExit:
                 cache.update(key, value, later * num_layers + layer_idx)
 
 
-# --------------------------------------------------------------------------------------------------
-# Attention and decoder layer
-# --------------------------------------------------------------------------------------------------
+def exit_distribution(gate_logits: list[torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
+    """Exit probabilities over ``len(gate_logits) + 1`` steps from the gate logits read after each step but
+    the last: ``p_t = lambda_t * prod_{j<t} (1 - lambda_j)``, the last step taking what remains (float32)."""
+    if not gate_logits:  # a single step: everything exits there
+        return torch.ones(*hidden.shape[:-1], 1, device=hidden.device, dtype=torch.float32)
+    lam = torch.sigmoid(torch.stack(gate_logits, dim=-1).float())
+    survive = torch.cumprod(1.0 - lam, dim=-1)
+    before = torch.cat([torch.ones_like(survive[..., :1]), survive[..., :-1]], dim=-1)
+    return torch.cat([lam * before, survive[..., -1:]], dim=-1)
 
 
-class OuroAttention(Attention):
-    """[`Attention`] over Ouro's cache, one entry per (loop step, layer) (``cache_index``), with the early exit's
-    frozen keys/values merged in (``frozen``) and, on sliding-attention layers, the window."""
-
-    def __init__(self, config: OuroConfig, layer_idx: int):
-        super().__init__(config, layer_idx)
-        self.sliding_window = config.sliding_window if config.layer_types[layer_idx] == "sliding_attention" else None
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor],
-        attention_mask: torch.Tensor | None,
-        cache: Cache | None = None,
-        cache_index: int | None = None,
-        frozen: OuroEarlyExit | None = None,
-        **kwargs,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        query, key, value = self.project(hidden_states, position_embeddings)
-        if frozen is not None:
-            key, value = frozen.merge(self.layer_idx, key, value)
-        if cache is not None:
-            key, value = cache.update(key, value, cache_index)
-        if frozen is not None:
-            key, value = frozen.keys_for_attention(key, value)
-        return self.attend(query, key, value, attention_mask, sliding_window=self.sliding_window, **kwargs)
+def read_at_exit(states, exit_probs: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The published readout: each token's state at the first step where its cumulative exit probability reaches
+    ``threshold`` (the last step if none does), and that step (1-based), from the states after every step."""
+    reached = exit_probs.cumsum(-1) >= threshold
+    reached[..., -1] = True
+    step = reached.float().argmax(-1)  # the first step reaching it
+    stacked = torch.stack(states, dim=2)  # (batch, seq, steps, hidden)
+    index = step[..., None, None].expand(*step.shape, 1, stacked.shape[-1])
+    return stacked.gather(2, index).squeeze(2), step + 1
 
 
-class OuroDecoderLayer(GradientCheckpointingLayer):
-    """One layer of the shared stack, with Ouro's sandwich norms:
-    ``h = h + norm2(attn(norm1(h)))``, then ``h = h + norm4(mlp(norm3(h)))``."""
-
-    def __init__(self, config: OuroConfig, layer_idx: int):
-        super().__init__()
-        self.self_attn = OuroAttention(config=config, layer_idx=layer_idx)
-        self.mlp = MLP(config)
-        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.input_layernorm_2 = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm_2 = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.attention_type = config.layer_types[layer_idx]
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        cache: Cache | None = None,
-        cache_index: int | None = None,
-        frozen: OuroEarlyExit | None = None,
-        **kwargs,
-    ) -> torch.Tensor:
-        residual = hidden_states
-        hidden_states, _ = self.self_attn(
-            self.input_layernorm(hidden_states),
-            position_embeddings=position_embeddings,
-            attention_mask=attention_mask,
-            cache=cache,
-            cache_index=cache_index,
-            frozen=frozen,
-            **kwargs,
+def warn_if_gate_untrained(module: nn.Module, what: str) -> None:
+    """Warn (once per model) that ``what`` reads an exit gate that was not trained with these weights."""
+    if module.config.exit_gate_trained is False and not getattr(module, "_gate_warning_given", False):
+        module._gate_warning_given = True
+        warnings.warn(
+            f"{what} reads the exit gate, which was not trained with these weights (config.exit_gate_trained=False: "
+            "they were trained with exit_loss='final', whose loss does not reach the gate), so the exit steps it "
+            "picks are arbitrary and the answers can be wrong; run a fixed num_loops instead, or train the gate "
+            "(exit_loss='expected_logits').",
+            UserWarning,
+            stacklevel=3,
         )
-        hidden_states = residual + self.input_layernorm_2(hidden_states)
-        residual = hidden_states
-        hidden_states = self.mlp(self.post_attention_layernorm(hidden_states))
-        return residual + self.post_attention_layernorm_2(hidden_states)
 
 
 # --------------------------------------------------------------------------------------------------
-# Outputs
+# Model
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class OuroModelOutput(BaseModelOutputWithPast):
-    r"""
-    last_hidden_state (`torch.FloatTensor` of shape `(batch, seq_len, hidden_size)`):
-        Each token's state at its exit step (the last step when no token exits early), after the final norm.
-    hidden_states (`tuple(torch.FloatTensor)`, returned with `output_hidden_states=True`):
-        The loop states: the input embeddings, then the state after each loop step (``num_loops + 1`` tensors).
-    attentions (`tuple(torch.FloatTensor)`, returned with `output_attentions=True` and the eager attention):
-        The attention weights ``(batch, heads, seq_len, key_len)`` per (loop step, layer), in that order
-        (``num_loops * num_hidden_layers`` tensors; entry ``step * num_hidden_layers + layer``, as the cache).
-        Once every row has exited early, the skipped steps add none.
-    exit_steps (`torch.LongTensor` of shape `(batch, seq_len)`):
-        Number of loop steps each token ran (``num_loops`` unless it exited early).
-    exit_probs (`torch.FloatTensor` of shape `(batch, seq_len, num_loops)`):
-        The exit gate's distribution over exit steps, per token.
-    loop_residual (`torch.FloatTensor` of shape `(batch, seq_len)`):
-        Relative residual of each token's last loop step, ``||h_t - h_{t-1}|| / ||h_t||`` (the solvers' residual
-        ``||f(h) - h|| / ||f(h)||`` at ``h = h_{t-1}``).
-    spectral_radius (`torch.FloatTensor` of shape `(batch,)`, returned with `spectral_radius_iters > 0`):
-        The power-iteration estimate of the spectral radius of the loop step's Jacobian at the final state, per
-        sequence, differentiable in the parameters (STARS' JSRR penalty is a function of it).
-    """
-
-    exit_steps: torch.LongTensor | None = None
-    exit_probs: torch.FloatTensor | None = None
-    loop_residual: torch.FloatTensor | None = None
-    spectral_radius: torch.FloatTensor | None = None
-
-
-@dataclass
-class OuroCausalLMOutput(CausalLMOutputWithPast):
-    r"""Causal-LM output with the loop telemetry of [`OuroModelOutput`] (`exit_steps`, `exit_probs`,
-    `loop_residual`, and `spectral_radius` when asked for)."""
-
-    exit_steps: torch.LongTensor | None = None
-    exit_probs: torch.FloatTensor | None = None
-    loop_residual: torch.FloatTensor | None = None
-    spectral_radius: torch.FloatTensor | None = None
-
-
-# --------------------------------------------------------------------------------------------------
-# Models
-# --------------------------------------------------------------------------------------------------
-
-
-def check_num_loops(num_loops) -> int:
-    """Return ``num_loops`` as an int, or raise ``ValueError`` unless it is an integer >= 1."""
-    return as_int(num_loops, "num_loops", 1, "the number of loop steps")
 
 
 class OuroPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
@@ -329,7 +370,7 @@ class OuroPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     }
 
 
-class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
+class OuroModel(LoopedLMBase, OuroPreTrainedModel):
     """The looped decoder: embeddings, ``L`` shared layers applied ``num_loops`` times, per-step final norm
     and exit gate. Returns [`OuroModelOutput`]."""
 
@@ -365,7 +406,75 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             masks["sliding_attention"] = create_sliding_window_causal_mask(**kwargs)
         return masks
 
-    @cache_alias
+    def _early_exit(
+        self, exit_threshold, exit_readout, hidden: torch.Tensor, num_loops: int, masks: dict, inputs: LMInputs
+    ) -> tuple[OuroEarlyExit | None, float | None]:
+        """``(bookkeeping, None)`` for the compute-saving early exit of this forward, ``(None, threshold)`` for the
+        reference readout, ``(None, None)`` when no token can exit (threshold ``None`` or 1, or training with
+        gradients). Rows are dropped only in single-token decoding with tensor masks, and not while attention
+        weights are recorded (for the whole batch)."""
+        threshold = self.config.early_exit_threshold if exit_threshold is None else exit_threshold
+        check_exit_threshold(threshold)
+        readout = check_exit_readout(self.config.exit_readout if exit_readout is None else exit_readout)
+        if threshold is None or threshold >= 1.0 or (self.training and torch.is_grad_enabled()):
+            return None, None
+        warn_if_gate_untrained(self, f"early exit (exit_threshold={threshold})")
+        if readout == "reference":
+            return None, float(threshold)
+        batch_size, seq_len = hidden.shape[:2]
+        drop_rows = (
+            not inputs.output_attentions
+            and seq_len == 1
+            and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
+        )
+        return OuroEarlyExit(threshold, batch_size, seq_len, num_loops, hidden.device, drop_rows), None
+
+    def loop_step(
+        self,
+        hidden_states: torch.Tensor,
+        step: int,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        attention_masks: dict,
+        cache: Cache | None = None,
+        early_exit: OuroEarlyExit | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        """One application of the loop body ``h -> norm(stack(h))`` at loop step ``step`` (0-based; the step
+        only selects the cache entries). This is the map whose Jacobian STARS regularises. With early exit
+        (``early_exit``) it runs on the rows still looping only; ``early_exit.end_step`` puts them back."""
+        hidden, position_embeddings, attention_masks = (
+            (hidden_states, position_embeddings, attention_masks)
+            if early_exit is None
+            else early_exit.gather_rows(hidden_states, position_embeddings, attention_masks)
+        )
+        num_layers = self.config.num_hidden_layers
+        for layer_idx, layer in enumerate(self.layers):
+            hidden = layer(
+                hidden,
+                attention_mask=attention_masks[layer.attention_type],
+                position_embeddings=position_embeddings,
+                cache=cache,
+                cache_index=step * num_layers + layer_idx,
+                early_exit=early_exit,
+                **kwargs,
+            )
+        return self.norm(hidden)
+
+    def _step_map(self, position_embeddings, masks: dict) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The loop body ``h -> norm(stack(h))`` at these positions and masks, without a cache."""
+
+        def step(hidden_states: torch.Tensor) -> torch.Tensor:
+            return self.loop_step(hidden_states, 0, position_embeddings=position_embeddings, attention_masks=masks)
+
+        return step
+
+    def _jsrr_estimate(self, step, final, attention_mask, iters: int, estimator: str, start) -> torch.Tensor:
+        """The spectral radius of ``step``'s Jacobian at ``final`` per sequence (``forward``'s
+        ``spectral_radius_*`` arguments), over the real tokens of a 2-D ``attention_mask``."""
+        check_estimator_fits(self.layers, estimator)
+        valid = attention_mask if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 else None
+        return spectral_radius(step, final, num_iters=iters, valid=valid, estimator=estimator, start=start)
+
     @can_return_tuple
     def forward(
         self,
@@ -409,36 +518,65 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
         the copies are written). During a multi-token forward (prefill) all tokens are computed and exited
         ones are masked, which gives the same numbers without the saving.
         """
-        num_loops = check_num_loops(self.config.total_ut_steps if num_loops is None else num_loops)
-        inputs = self.prepare_lm_inputs(
+        config = self.config
+        num_loops = as_int(config.total_ut_steps if num_loops is None else num_loops, "num_loops", 1, "loop steps")
+        inputs = self.prepare_inputs(
             input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs
         )
         cache, hidden = inputs.cache, inputs.inputs_embeds
         if cache is not None:
-            _check_cache(cache, num_loops, self.config.num_hidden_layers)
+            check_cache(cache, num_loops, config.num_hidden_layers)
         masks = self._masks(hidden, attention_mask, cache, inputs.position_ids)
         position_embeddings = self.rotary_emb(hidden, inputs.position_ids)
-        early, reference = self._early_exit(exit_threshold, exit_readout, hidden, num_loops, masks, inputs)
+        early, reference = None, None  # the compute-saving early exit's state, or the reference readout's threshold
+        threshold = config.early_exit_threshold if exit_threshold is None else exit_threshold
+        if exit_threshold is not None or exit_readout is not None or (threshold is not None and threshold < 1.0):
+            early, reference = self._early_exit(exit_threshold, exit_readout, hidden, num_loops, masks, inputs)
         keep_states = inputs.output_hidden_states or reference is not None
-        with recording_attentions([layer.self_attn for layer in self.layers], inputs.output_attentions) as attentions:
-            hidden, states, gate_logits, residual = self._loop(
-                hidden, num_loops, masks, position_embeddings, cache, early, keep_states, **kwargs
-            )
-        exit_probs, final = self._exit_probs(gate_logits, hidden), hidden
+        states = (hidden,) if keep_states else None
+        gate_logits: list[torch.Tensor] = []  # the exit gate read after every step but the last
+        previous = hidden
+        layers_attention = [layer.self_attn for layer in self.layers]
+        with recording_attentions(layers_attention) if inputs.output_attentions else nullcontext() as attentions:
+            for step in range(num_loops):
+                if early is not None and not early.start_step():  # every row has exited: copies for the rest
+                    early.backfill(cache, step, num_loops, config.num_hidden_layers)
+                    gate_logits += [self.early_exit_gate(hidden).squeeze(-1)] * (num_loops - 1 - step)
+                    states = states + (hidden,) * (num_loops - step) if keep_states else None
+                    break
+                new = self.loop_step(hidden, step, position_embeddings, masks, cache=cache, early_exit=early, **kwargs)
+                previous, hidden = hidden, (new if early is None else early.end_step(hidden, new))
+                states = states + (hidden,) if keep_states else None
+                if step < num_loops - 1:
+                    gate_logits.append(self.early_exit_gate(hidden).squeeze(-1))
+                    if early is not None:
+                        early.observe_gate(step, gate_logits[-1])
+        loop_residual = early.residual if early is not None else residual(previous, hidden, keep_dims=2)[1]
+        exit_probs = exit_distribution(gate_logits, hidden)
+        gate = self.early_exit_gate
+        if not gate_logits and gate.weight.requires_grad and self.training and torch.is_grad_enabled():
+            # one step: every token exits there and the gate has no say; a training gate joins the graph with
+            # weight 0, so that every trainable parameter gets a gradient at every sampled loop count (plain DDP)
+            exit_probs = exit_probs + 0.0 * (gate.weight.sum() + gate.bias.sum())
+        final = hidden
         if reference is None:
             exit_steps = (
-                early.exit_steps if early is not None else torch.full_like(residual, num_loops, dtype=torch.long)
+                early.exit_steps if early is not None else torch.full_like(loop_residual, num_loops, dtype=torch.long)
             )
         else:  # every step was computed: read each token out at its exit step
             hidden, exit_steps = read_at_exit(states[1:], exit_probs, reference)
             states = states if inputs.output_hidden_states else None
         if isinstance(cache, OuroCache):
-            cache.record("exit_steps", exit_steps)
+            cache.record(exit_steps=exit_steps)
         rho = None
         if spectral_radius_iters:  # the JSRR estimate, inside forward so that any wrapper sees it
-            step = self._step_map(position_embeddings, masks)
             rho = self._jsrr_estimate(
-                step, final, attention_mask, spectral_radius_iters, spectral_radius_estimator, spectral_radius_start
+                self._step_map(position_embeddings, masks),
+                final,
+                attention_mask,
+                spectral_radius_iters,
+                spectral_radius_estimator,
+                spectral_radius_start,
             )
         return OuroModelOutput(
             last_hidden_state=hidden,
@@ -447,63 +585,9 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
             attentions=tuple(attentions) if attentions is not None else None,
             exit_steps=exit_steps,
             exit_probs=exit_probs,
-            loop_residual=residual,
+            loop_residual=loop_residual,
             spectral_radius=rho,
         )
-
-    def _early_exit(
-        self, exit_threshold, exit_readout, hidden: torch.Tensor, num_loops: int, masks: dict, inputs: LMInputs
-    ) -> tuple[OuroEarlyExit | None, float | None]:
-        """``(bookkeeping, None)`` for the compute-saving early exit of this forward, ``(None, threshold)`` for the
-        reference readout, ``(None, None)`` when no token can exit (threshold ``None`` or 1, or training with
-        gradients). Rows are dropped only in single-token decoding with tensor masks, and not while attention
-        weights are recorded (for the whole batch)."""
-        threshold = self.config.early_exit_threshold if exit_threshold is None else exit_threshold
-        check_exit_threshold(threshold)
-        readout = check_exit_readout(self.config.exit_readout if exit_readout is None else exit_readout)
-        if threshold is None or threshold >= 1.0 or (self.training and torch.is_grad_enabled()):
-            return None, None
-        warn_if_gate_untrained(self, f"early exit (exit_threshold={threshold})")
-        if readout == "reference":
-            return None, float(threshold)
-        batch_size, seq_len = hidden.shape[:2]
-        drop_rows = (
-            not inputs.output_attentions
-            and seq_len == 1
-            and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
-        )
-        return OuroEarlyExit(threshold, batch_size, seq_len, num_loops, hidden.device, drop_rows), None
-
-    def _exit_probs(self, gate_logits: list[torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
-        """:func:`exit_distribution`. At one loop step every token exits there and the gate has no say; when it
-        trains, its weights then join the graph with weight 0, so that every trainable parameter gets a gradient at
-        every sampled loop count (DDP without ``find_unused_parameters``)."""
-        probs = exit_distribution(gate_logits, hidden)
-        gate = self.early_exit_gate
-        if not gate_logits and gate.weight.requires_grad and self.training and torch.is_grad_enabled():
-            probs = probs + 0.0 * (gate.weight.sum() + gate.bias.sum())
-        return probs
-
-    def _loop(self, hidden, num_loops: int, masks, position_embeddings, cache, early, keep_states: bool, **kwargs):
-        """Run the loop steps: ``(final state, all states or None, exit-gate logits, per-token residual)``."""
-        states = (hidden,) if keep_states else None
-        gate_logits: list[torch.Tensor] = []  # the exit gate read after every step but the last
-        previous = hidden
-        for step in range(num_loops):
-            if early is not None and not early.start_step():  # every row has exited: copies for the rest
-                early.backfill(cache, step, num_loops, self.config.num_hidden_layers)
-                gate_logits += [self.early_exit_gate(hidden).squeeze(-1)] * (num_loops - 1 - step)
-                states = states + (hidden,) * (num_loops - step) if keep_states else None
-                break
-            new = self.loop_step(hidden, step, position_embeddings, masks, cache=cache, frozen=early, **kwargs)
-            previous, hidden = hidden, (new if early is None else early.end_step(hidden, new))
-            states = states + (hidden,) if keep_states else None
-            if step < num_loops - 1:
-                gate_logits.append(self.early_exit_gate(hidden).squeeze(-1))
-                if early is not None:
-                    early.observe_gate(step, gate_logits[-1])
-        residual = early.residual if early is not None else _relative_change(hidden, previous)
-        return hidden, states, gate_logits, residual
 
     def loop_map(
         self,
@@ -526,62 +610,10 @@ class OuroModel(CausalLoopMixin, OuroPreTrainedModel):
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
         return LoopMap(self._step_map(position_embeddings, masks), inputs_embeds)
 
-    def _jsrr_estimate(self, step, final, attention_mask, iters: int, estimator: str, start) -> torch.Tensor:
-        """The spectral radius of ``step``'s Jacobian at ``final`` per sequence (``forward``'s
-        ``spectral_radius_*`` arguments), over the real tokens of a 2-D ``attention_mask``."""
-        check_estimator_fits(self.layers, estimator)
-        valid = attention_mask if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 else None
-        return spectral_radius(step, final, num_iters=iters, valid=valid, estimator=estimator, start=start)
 
-    def _step_map(self, position_embeddings, masks: dict) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The loop body ``h -> norm(stack(h))`` at these positions and masks, without a cache."""
-
-        def step(hidden_states: torch.Tensor) -> torch.Tensor:
-            return self.loop_step(hidden_states, 0, position_embeddings=position_embeddings, attention_masks=masks)
-
-        return step
-
-    def loop_step(
-        self,
-        hidden_states: torch.Tensor,
-        step: int,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor],
-        attention_masks: dict,
-        cache: Cache | None = None,
-        frozen: OuroEarlyExit | None = None,
-        **kwargs,
-    ) -> torch.Tensor:
-        """One application of the loop body ``h -> norm(stack(h))`` at loop step ``step`` (0-based; the step
-        only selects the cache entries). This is the map whose Jacobian STARS regularises. With early exit
-        (``frozen``) it runs on the rows still looping only; ``frozen.end_step`` puts them back."""
-        hidden, position_embeddings, attention_masks = (
-            (hidden_states, position_embeddings, attention_masks)
-            if frozen is None
-            else frozen.gather_rows(hidden_states, position_embeddings, attention_masks)
-        )
-        num_layers = self.config.num_hidden_layers
-        for layer_idx, layer in enumerate(self.layers):
-            hidden = layer(
-                hidden,
-                attention_mask=attention_masks[layer.attention_type],
-                position_embeddings=position_embeddings,
-                cache=cache,
-                cache_index=step * num_layers + layer_idx,
-                frozen=frozen,
-                **kwargs,
-            )
-        return self.norm(hidden)
-
-
-def exit_distribution(gate_logits: list[torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
-    """Exit probabilities over ``len(gate_logits) + 1`` steps from the gate logits read after each step but
-    the last: ``p_t = lambda_t * prod_{j<t} (1 - lambda_j)``, the last step taking what remains (float32)."""
-    if not gate_logits:  # a single step: everything exits there
-        return torch.ones(*hidden.shape[:-1], 1, device=hidden.device, dtype=torch.float32)
-    lam = torch.sigmoid(torch.stack(gate_logits, dim=-1).float())
-    survive = torch.cumprod(1.0 - lam, dim=-1)
-    before = torch.cat([torch.ones_like(survive[..., :1]), survive[..., :-1]], dim=-1)
-    return torch.cat([lam * before, survive[..., -1:]], dim=-1)
+# --------------------------------------------------------------------------------------------------
+# Causal-LM head
+# --------------------------------------------------------------------------------------------------
 
 
 def expected_exit_loss(step_logits: list, probs: torch.Tensor, labels, loss_kwargs: dict, entropy_weight: float):
@@ -611,51 +643,26 @@ def expected_exit_loss(step_logits: list, probs: torch.Tensor, labels, loss_kwar
     return (per_token * valid).sum() / torch.as_tensor(count, device=per_token.device).clamp_min(1)
 
 
-def read_at_exit(states, exit_probs: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The published readout: each token's state at the first step where its cumulative exit probability reaches
-    ``threshold`` (the last step if none does), and that step (1-based), from the states after every step."""
-    reached = exit_probs.cumsum(-1) >= threshold
-    reached[..., -1] = True
-    step = reached.float().argmax(-1)  # the first step reaching it
-    stacked = torch.stack(states, dim=2)  # (batch, seq, steps, hidden)
-    index = step[..., None, None].expand(*step.shape, 1, stacked.shape[-1])
-    return stacked.gather(2, index).squeeze(2), step + 1
-
-
-def _relative_change(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    """Per token, the relative residual ``||f(h) - h|| / ||f(h)||`` of the step ``old -> new``."""
-    return residual(old, new, keep_dims=2)[1]
-
-
-def _check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
-    """Check that ``cache`` can hold (or holds) this loop count's entries. An empty ``DynamicCache`` with one layer
-    per decoder layer (what ``generate`` builds from the config) gets a copy of its layers for each further loop
-    step, as transformers' Dory does."""
-    needed = num_loops * num_layers
-    if isinstance(cache, OuroCache):
-        cache.bind(num_loops)
-        return
-    fixed = getattr(cache, "layer_class_to_replicate", None) is None
-    if fixed and isinstance(cache, DynamicCache) and len(cache.layers) == num_layers and cache.get_seq_length() == 0:
-        cache.layers += [copy.deepcopy(layer) for layer in cache.layers * (num_loops - 1)]
-    if fixed and len(cache.layers) < needed:
+def read_step(states: tuple[torch.Tensor, ...], exit_at_step) -> torch.Tensor:
+    """``states[exit_at_step]``, or ``ValueError`` unless ``exit_at_step`` is an integer in ``[0, len(states) - 1]``."""
+    last = len(states) - 1
+    try:
+        step = as_int(exit_at_step, "exit_at_step", 0, "")
+    except ValueError:
+        step = -1
+    if not 0 <= step <= last:
         raise ValueError(
-            f"Ouro needs a cache with one entry per (loop step, layer) = {needed} entries for num_loops={num_loops}, "
-            f"but got a {type(cache).__name__} with {len(cache.layers)} layers (cache_implementation='static' and other "
-            "fixed-size caches hold one per decoder layer). Use the default dynamic cache, or pass an OuroCache()."
+            f"exit_at_step must be in [0, {last}] for num_loops={last + 1} (the 0-based loop step read out), "
+            f"got {exit_at_step!r}."
         )
-    if cache.get_seq_length() > 0 and len(cache.layers) != needed:
-        raise ValueError(
-            f"The cache holds {len(cache.layers)} (loop step, layer) entries, but num_loops={num_loops} needs "
-            f"{needed}. Use the same num_loops for the whole generation."
-        )
+    return states[step]
 
 
-class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin):
+class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
     """[`OuroModel`] with a language-modelling head: logits and, with ``labels``, the shifted cross-entropy of
     ``config.exit_loss``: of the gate-weighted mixture of every step's logits (``"expected_logits"``, the default),
     the gate-weighted mean of every step's loss (``"expected"``), or the last step's logits (``"final"``); see
-    :meth:`head_output`. Without ``labels`` the logits are each token's exit-step readout (the last step without
+    :meth:`read_steps`. Without ``labels`` the logits are each token's exit-step readout (the last step without
     early exit). ``forward`` and ``generate`` take the loop arguments (``num_loops``, ``exit_threshold`` ...; see
     [`OuroModel.forward`] for the early-exit semantics); their defaults are in the config (``total_ut_steps``,
     ``early_exit_threshold``, ``exit_readout``). Returns [`OuroCausalLMOutput`]."""
@@ -675,7 +682,6 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
-    @cache_alias
     @can_return_tuple
     def forward(
         self,
@@ -699,16 +705,23 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
         **kwargs,
     ) -> OuroCausalLMOutput:
         r"""The loop ([`OuroModel.forward`]: ``num_loops``, ``exit_threshold``, ``exit_readout`` and the
-        ``spectral_radius_*`` arguments are its), then the readout and the loss (:meth:`head_output`).
+        ``spectral_radius_*`` arguments are its), then the readout and the loss (the last step's, or :meth:`read_steps`).
 
         Args:
             exit_at_step (`int`, *optional*): Without ``labels``, read the logits out of this loop step (0-based).
             use_weighted_exit (`bool`): Without ``labels``, return the exit-gate-weighted mixture of every step's
                 logits.
         """
-        loss_kwargs = pop_loss_kwargs(kwargs)
+        loss_kwargs = {key: kwargs.pop(key) for key in LOSS_KWARGS if key in kwargs}
         check_keywords(self, kwargs)
-        step_states = self.needs_step_states(labels, exit_at_step, bool(use_weighted_exit))
+        weighted = bool(use_weighted_exit)
+        if labels is not None and (exit_at_step is not None or weighted):
+            raise ValueError(
+                "exit_at_step / use_weighted_exit choose the readout without labels; with labels the loss and its "
+                f"logits are config.exit_loss's ({self.config.exit_loss!r})"
+            )
+        # whether the readout needs the state of every loop step (outputs.hidden_states)
+        every_step = self.config.exit_loss != "final" if labels is not None else exit_at_step is not None or weighted
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -719,53 +732,55 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
             num_loops=num_loops,
             exit_threshold=exit_threshold,
             exit_readout=exit_readout,
-            output_hidden_states=True if step_states else output_hidden_states,
+            output_hidden_states=True if every_step else output_hidden_states,
             spectral_radius_iters=spectral_radius_iters,
             spectral_radius_estimator=spectral_radius_estimator,
             spectral_radius_start=spectral_radius_start,
             **kwargs,
         )
-        logits, loss = self.head_output(outputs, labels, loss_kwargs, logits_to_keep, exit_at_step, use_weighted_exit)
-        fields_ = self.passed_on(outputs, OuroCausalLMOutput, step_states, output_hidden_states)
-        return OuroCausalLMOutput(loss=loss, logits=logits, **fields_)
-
-    def needs_step_states(self, labels, exit_at_step: int | None, use_weighted_exit: bool) -> bool:
-        """Whether :meth:`head_output` reads the state of every loop step (``outputs.hidden_states``)."""
-        if labels is not None:
-            return self.config.exit_loss != "final"
-        return exit_at_step is not None or use_weighted_exit
-
-    def head_output(self, outputs, labels, loss_kwargs: dict, logits_to_keep, exit_at_step, use_weighted_exit):
-        """``(logits, loss)``: the readout and the loss of ``config.exit_loss`` (see [`OuroConfig`]). Without
-        ``labels``: the state of step ``exit_at_step`` (0-based, as in the published code), the expected logits
-        with ``use_weighted_exit=True``, else each token's exit-step state. With ``labels`` the loss decides the
-        logits returned, and those two keywords are refused (they would be ignored)."""
-        weighted = bool(use_weighted_exit)
-        if labels is not None and self.training and torch.is_grad_enabled():
-            self._record_gate_training()
-        if weighted and labels is None:
-            warn_if_gate_untrained(self, "use_weighted_exit")
-        if labels is not None and (exit_at_step is not None or weighted):
-            raise ValueError(
-                "exit_at_step / use_weighted_exit choose the readout without labels; with labels the loss and its "
-                f"logits are config.exit_loss's ({self.config.exit_loss!r})"
-            )
-        states = outputs.hidden_states[1:] if outputs.hidden_states is not None else None
-        if exit_at_step is not None:
-            return self.lm_logits_and_loss(read_step(states, exit_at_step), None, loss_kwargs, logits_to_keep)[0], None
-        mode = self.config.exit_loss if labels is not None else ("expected_logits" if weighted else "final")
-        if mode == "final":
-            return self.lm_logits_and_loss(outputs.last_hidden_state, labels, loss_kwargs, logits_to_keep)
-        probs = keep_positions(outputs.exit_probs, logits_to_keep)
-        step_logits = [self.lm_logits_and_loss(h, None, loss_kwargs, logits_to_keep)[0] for h in states]
-        logits = sum(p[..., None].to(x.dtype) * x for p, x in zip(probs.unbind(-1), step_logits))
-        if labels is None or mode == "expected_logits":
+        if every_step:
+            logits, loss = self.read_steps(outputs, labels, loss_kwargs, logits_to_keep, exit_at_step, weighted)
+        else:  # each token's exit-step state (the last step without early exit)
+            logits = self.lm_head(keep_positions(outputs.last_hidden_state, logits_to_keep))
             loss = None
             if labels is not None:
                 loss = self.loss_function(
                     logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs
                 )
-            return logits, loss
+        if labels is not None and self.training and torch.is_grad_enabled():
+            self._record_gate_training()
+        wanted = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        return OuroCausalLMOutput(
+            loss=loss,
+            logits=logits,
+            **{OUTPUT_CACHE_FIELD: getattr(outputs, OUTPUT_CACHE_FIELD)},
+            hidden_states=outputs.hidden_states if wanted or not every_step else None,
+            attentions=outputs.attentions,
+            exit_steps=outputs.exit_steps,
+            exit_probs=outputs.exit_probs,
+            loop_residual=outputs.loop_residual,
+            spectral_radius=outputs.spectral_radius,
+        )
+
+    def read_steps(self, outputs, labels, loss_kwargs: dict, logits_to_keep, exit_at_step, weighted: bool):
+        """``(logits, loss)`` read from the state of every loop step (``outputs.hidden_states``). Without ``labels``:
+        the state of step ``exit_at_step`` (0-based, as in the published code), else the expected logits
+        (``use_weighted_exit=True``). With ``labels``, ``config.exit_loss``'s: the cross-entropy of the expected
+        logits (``"expected_logits"``) or the expected cross-entropy over the steps (``"expected"``)."""
+        states = outputs.hidden_states[1:]
+        if exit_at_step is not None:
+            return self.lm_head(keep_positions(read_step(states, exit_at_step), logits_to_keep)), None
+        if labels is None:
+            warn_if_gate_untrained(self, "use_weighted_exit")
+        probs = keep_positions(outputs.exit_probs, logits_to_keep)
+        step_logits = [self.lm_head(keep_positions(h, logits_to_keep)) for h in states]
+        logits = sum(p[..., None].to(x.dtype) * x for p, x in zip(probs.unbind(-1), step_logits))
+        if labels is None:
+            return logits, None
+        if self.config.exit_loss == "expected_logits":
+            return logits, self.loss_function(
+                logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs
+            )
         return logits, expected_exit_loss(step_logits, probs, labels, loss_kwargs, self.config.exit_entropy_weight)
 
     def _record_gate_training(self) -> None:
@@ -776,35 +791,6 @@ class OuroForCausalLM(LoopGenerationMixin, OuroPreTrainedModel, GenerationMixin)
             self.config.exit_gate_trained = False
         elif self.model.early_exit_gate.weight.requires_grad:
             self.config.exit_gate_trained = True
-
-
-def read_step(states: tuple[torch.Tensor, ...], exit_at_step) -> torch.Tensor:
-    """``states[exit_at_step]``, or ``ValueError`` unless ``exit_at_step`` is an integer in ``[0, len(states) - 1]``."""
-    last = len(states) - 1
-    try:
-        step = as_int(exit_at_step, "exit_at_step", 0, "")
-    except ValueError:
-        step = -1
-    if not 0 <= step <= last:
-        raise ValueError(
-            f"exit_at_step must be in [0, {last}] for num_loops={last + 1} (the 0-based loop step read out), "
-            f"got {exit_at_step!r}."
-        )
-    return states[step]
-
-
-def warn_if_gate_untrained(module: nn.Module, what: str) -> None:
-    """Warn (once per model) that ``what`` reads an exit gate that was not trained with these weights."""
-    if module.config.exit_gate_trained is False and not getattr(module, "_gate_warning_given", False):
-        module._gate_warning_given = True
-        warnings.warn(
-            f"{what} reads the exit gate, which was not trained with these weights (config.exit_gate_trained=False: "
-            "they were trained with exit_loss='final', whose loss does not reach the gate), so the exit steps it "
-            "picks are arbitrary and the answers can be wrong; run a fixed num_loops instead, or train the gate "
-            "(exit_loss='expected_logits').",
-            UserWarning,
-            stacklevel=3,
-        )
 
 
 __all__ = [

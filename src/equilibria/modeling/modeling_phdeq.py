@@ -24,9 +24,9 @@ from transformers.modeling_outputs import BaseModelOutput, SequenceClassifierOut
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 
-from .argument_checks import as_int, check_keywords, shared_fields
 from .configuration_phdeq import PHDEQConfig
 from .loop_map import LoopMap
+from .looped_lm import as_int, check_keywords, shared_fields
 from .solvers import GRADIENT_MODES, SolverTelemetry, check_tol, fixed_point, solver_options
 from .strict_loading import StrictLoadingMixin
 

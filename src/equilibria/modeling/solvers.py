@@ -18,6 +18,10 @@ whose state ran away far past the start's scale (where a relative residual shrin
 grows), are flagged as diverged, never as converged (and transformers' logger warns once per process), and ``fixed_point`` returns their lowest-residual iterate
 rather than ``f`` of a blown-up state.
 
+While ``torch.export`` or ``torch.compile`` traces, no Python branch may depend on data: the solvers then run their
+whole budget (stopped samples keep their iterate, so the numbers equal eager's) and skip the divergence warning (the
+flags are still returned and the lowest-residual iterates still used).
+
 The residual has one definition, :func:`residual`: ``||f(z) - z||`` and ``||f(z) - z|| / ||f(z)||``, per sample
 here and per token where a family needs that (Ouro's early exit). This module travels to the Hub as remote code:
 it imports only torch and transformers' logging.
@@ -132,17 +136,6 @@ def check_tol(value, name: str = "tol") -> float:
     return float(value)
 
 
-def traced() -> bool:
-    """Whether ``torch.export`` or ``torch.compile`` is tracing: then no Python branch may depend on data, so the
-    solvers run their whole budget (stopped samples keep their iterate, so the numbers equal eager's) and skip the
-    divergence warning (the flags are still returned and the lowest-residual iterates still used)."""
-    return torch.compiler.is_compiling()
-
-
-def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return mask.reshape(-1, *([1] * (like.dim() - 1)))
-
-
 def _check(z0: torch.Tensor, max_iter: int, tol: float, mixing: float) -> None:
     if z0.dim() < 1 or z0.shape[0] < 1:
         raise ValueError(f"z0 must have a batch dimension, got shape {tuple(z0.shape)}")
@@ -154,64 +147,41 @@ def _check(z0: torch.Tensor, max_iter: int, tol: float, mixing: float) -> None:
         raise ValueError(f"mixing must be in (0, 1], got {mixing!r}")
 
 
-@torch.no_grad()
-def _norms(z: torch.Tensor) -> torch.Tensor:
-    """Per-sample norms of a batch of states, in at least float32."""
-    wide = z.dtype if z.dtype in (torch.float32, torch.float64) else torch.float32
-    return z.to(wide).flatten(1).norm(dim=-1)
-
-
-class _Tracker:
-    """Keeps, per sample, the lowest-residual iterate, the stop step and the divergence flag."""
-
-    def __init__(self, z0: torch.Tensor, fz0: torch.Tensor, tol: float):
-        self.tol = tol
-        self.start = residual(z0, fz0)[0]
-        # the states' scale at the start: a state that runs away past it by DIVERGENCE_FACTOR has diverged, even
-        # where its relative residual ||f(z) - z|| / ||f(z)|| shrinks because ||f(z)|| grows without bound
-        self.scale = torch.maximum(_norms(z0), _norms(fz0))
-        self.best_z = z0.clone()
-        self.best_abs = torch.full_like(self.start, float("inf"))
-        self.best_rel = torch.full_like(self.start, float("inf"))
-        self.steps = torch.zeros(z0.shape[0], dtype=torch.long, device=z0.device)
-        self.active = torch.ones(z0.shape[0], dtype=torch.bool, device=z0.device)
-        self.diverged = torch.zeros_like(self.active)
-
-    def update(self, z: torch.Tensor, fz: torch.Tensor, step: int) -> None:
-        """Record iterate ``z`` (with ``f(z) = fz``) reached after ``step`` iterations."""
+def _iterate(f: Map, z0: torch.Tensor, max_iter: int, tol: float, propose: Callable[..., torch.Tensor]) -> Solution:
+    """The loop every solver shares: ``propose(step, z, f(z))`` gives the next iterate and samples that have stopped
+    keep theirs. Per sample it keeps the lowest-residual iterate, the stop step and the divergence flag: a residual
+    NaN/inf or ``DIVERGENCE_FACTOR`` times its start, or a state ``DIVERGENCE_FACTOR`` times the start's scale (where
+    the relative residual ``||f(z) - z|| / ||f(z)||`` shrinks only because ``||f(z)||`` grows without bound)."""
+    batch, device = z0.shape[0], z0.device
+    column = (-1, *([1] * (z0.dim() - 1)))  # a per-sample flag, shaped to select whole states
+    z, fz = z0, f(z0)
+    start = residual(z, fz)[0].clamp_min(1e-12)
+    wide = torch.promote_types(z0.dtype, torch.float32)  # norms in at least float32
+    with torch.no_grad():
+        scale = torch.maximum(z.to(wide).flatten(1).norm(dim=-1), fz.to(wide).flatten(1).norm(dim=-1)).clamp_min(1e-12)
+    best_z = z.clone()
+    best_abs, best_rel = torch.full_like(start, float("inf")), torch.full_like(start, float("inf"))
+    steps = torch.zeros(batch, dtype=torch.long, device=device)
+    active = torch.ones(batch, dtype=torch.bool, device=device)
+    diverged = torch.zeros_like(active)
+    for step in range(max_iter + 1):
+        if step > 0:
+            if not torch.compiler.is_compiling() and not bool(active.any()):
+                break
+            z = torch.where(active.view(column), propose(step, z, fz), z)
+            fz = f(z)
         res, rel = residual(z, fz)
         finite = torch.isfinite(res)
-        better = self.active & finite & (res < self.best_abs)
-        self.best_z = torch.where(_expand(better, z), z, self.best_z)
-        self.best_abs = torch.where(better, res, self.best_abs)
-        self.best_rel = torch.where(better, rel, self.best_rel)
-        grown = (res > DIVERGENCE_FACTOR * self.start.clamp_min(1e-12)) | (
-            _norms(fz) > DIVERGENCE_FACTOR * self.scale.clamp_min(1e-12)
-        )
-        blown = self.active & (~finite | grown)
-        self.diverged |= blown
-        self.steps = torch.where(self.active, step, self.steps)
-        self.active &= ~blown & ~(rel <= self.tol)
-
-    def stats(self) -> SolverStats:
-        best_rel = self.best_rel
-        return SolverStats(self.steps, self.best_abs, best_rel, (best_rel <= self.tol) & ~self.diverged, self.diverged)
-
-
-def _iterate(f: Map, z0: torch.Tensor, max_iter: int, tol: float, propose: Callable[..., torch.Tensor]) -> Solution:
-    """The loop every solver shares: ``propose(step, z, f(z))`` gives the next iterate, samples that have stopped
-    keep theirs, and the tracker records residuals, stops and divergence."""
-    z = z0
-    fz = f(z)
-    tracker = _Tracker(z, fz, tol)
-    tracker.update(z, fz, 0)
-    for step in range(1, max_iter + 1):
-        if not traced() and not bool(tracker.active.any()):
-            break
-        z = torch.where(_expand(tracker.active, z), propose(step, z, fz), z)
-        fz = f(z)
-        tracker.update(z, fz, step)
-    return tracker.best_z, tracker.stats()
+        better = active & finite & (res < best_abs)
+        best_z = torch.where(better.view(column), z, best_z)
+        best_abs, best_rel = torch.where(better, res, best_abs), torch.where(better, rel, best_rel)
+        with torch.no_grad():
+            runaway = fz.to(wide).flatten(1).norm(dim=-1) > DIVERGENCE_FACTOR * scale
+        blown = active & (~finite | (res > DIVERGENCE_FACTOR * start) | runaway)
+        diverged |= blown
+        steps = torch.where(active, step, steps)
+        active &= ~blown & ~(rel <= tol)
+    return best_z, SolverStats(steps, best_abs, best_rel, (best_rel <= tol) & ~diverged, diverged)
 
 
 def picard(f: Map, z0: torch.Tensor, max_iter: int = 50, tol: float = 1e-4, mixing: float = 1.0) -> Solution:
@@ -220,28 +190,31 @@ def picard(f: Map, z0: torch.Tensor, max_iter: int = 50, tol: float = 1e-4, mixi
     return _iterate(f, z0, max_iter, tol, lambda step, z, fz: (1 - mixing) * z + mixing * fz)
 
 
-class _AndersonMixer:
-    """Anderson's update: the last ``memory`` iterates ``x_i`` and their images ``g_i = f(x_i)``, mixed with the
-    weights ``alpha`` that minimise ``||sum_i alpha_i (g_i - x_i)||`` subject to ``sum_i alpha_i = 1`` (regularised
-    normal equations, per sample)."""
+def anderson(
+    f: Map, z0: torch.Tensor, max_iter: int = 50, tol: float = 1e-4, memory: int = 5, mixing: float = 1.0, ridge=1e-4
+) -> Solution:
+    """Anderson acceleration (type II) with ``memory`` past iterates, the weight ``mixing`` of ``f`` in each
+    update and a ridge term on the small least-squares system; batched, each sample with its own weights: the last
+    ``memory`` iterates ``x_i`` and their images ``g_i = f(x_i)`` are mixed with the weights ``alpha`` that minimise
+    ``||sum_i alpha_i (g_i - x_i)||`` subject to ``sum_i alpha_i = 1`` (regularised normal equations)."""
+    _check(z0, max_iter, tol, mixing)
+    if isinstance(memory, bool) or not isinstance(memory, int) or memory < 1:
+        raise ValueError(f"memory must be an integer >= 1, got {memory!r}")
+    batch = z0.shape[0]
+    xs = z0.new_zeros(batch, memory, z0[0].numel())  # past iterates
+    gs = torch.zeros_like(xs)  # f at past iterates
 
-    def __init__(self, z0: torch.Tensor, memory: int, mixing: float, ridge: float):
-        batch = z0.shape[0]
-        self.memory, self.mixing, self.ridge = memory, mixing, ridge
-        self.xs = z0.new_zeros(batch, memory, z0[0].numel())  # past iterates
-        self.gs = torch.zeros_like(self.xs)  # f at past iterates
-
-    def __call__(self, step: int, z: torch.Tensor, fz: torch.Tensor) -> torch.Tensor:
-        batch, memory, last = z.shape[0], self.memory, (step - 1) % self.memory
-        self.xs[:, last], self.gs[:, last] = z.reshape(batch, -1), fz.reshape(batch, -1)
+    def mix(step: int, z: torch.Tensor, fz: torch.Tensor) -> torch.Tensor:
+        last = (step - 1) % memory
+        xs[:, last], gs[:, last] = z.reshape(batch, -1), fz.reshape(batch, -1)
         n = min(step, memory)
         if n == 1:  # a plain step until there are two iterates to mix
             return fz
-        residuals = self.gs[:, :n] - self.xs[:, :n]  # (batch, n, dim)
+        residuals = gs[:, :n] - xs[:, :n]  # (batch, n, dim)
         wide = residuals if residuals.dtype in (torch.float32, torch.float64) else residuals.float()
         gram = torch.bmm(wide, wide.transpose(1, 2)).to(torch.float64)  # the small system is solved in float64
         scale = gram.diagonal(dim1=1, dim2=2).mean(-1).clamp_min(1e-30).reshape(-1, 1, 1)
-        gram = gram + self.ridge * torch.eye(n, dtype=gram.dtype, device=gram.device) * scale
+        gram = gram + ridge * torch.eye(n, dtype=gram.dtype, device=gram.device) * scale
         ones = torch.ones(batch, n, 1, dtype=gram.dtype, device=gram.device)
         try:
             w = torch.linalg.solve(gram, ones)
@@ -249,22 +222,13 @@ class _AndersonMixer:
             w = torch.zeros_like(ones)
             w[:, last] = 1.0
         alpha = (w / w.sum(dim=1, keepdim=True)).to(z.dtype).transpose(1, 2)  # (batch, 1, n)
-        mixed = torch.bmm(alpha, self.gs[:, :n])[:, 0]
-        if self.mixing != 1.0:
-            mixed = self.mixing * mixed + (1 - self.mixing) * torch.bmm(alpha, self.xs[:, :n])[:, 0]
-        mixed = torch.where(torch.isfinite(mixed), mixed, self.gs[:, last])
+        mixed = torch.bmm(alpha, gs[:, :n])[:, 0]
+        if mixing != 1.0:
+            mixed = mixing * mixed + (1 - mixing) * torch.bmm(alpha, xs[:, :n])[:, 0]
+        mixed = torch.where(torch.isfinite(mixed), mixed, gs[:, last])
         return mixed.reshape(z.shape)
 
-
-def anderson(
-    f: Map, z0: torch.Tensor, max_iter: int = 50, tol: float = 1e-4, memory: int = 5, mixing: float = 1.0, ridge=1e-4
-) -> Solution:
-    """Anderson acceleration (type II) with ``memory`` past iterates, the weight ``mixing`` of ``f`` in each
-    update and a ridge term on the small least-squares system; batched, each sample with its own weights."""
-    _check(z0, max_iter, tol, mixing)
-    if isinstance(memory, bool) or not isinstance(memory, int) or memory < 1:
-        raise ValueError(f"memory must be an integer >= 1, got {memory!r}")
-    return _iterate(f, z0, max_iter, tol, _AndersonMixer(z0, memory, mixing, ridge))
+    return _iterate(f, z0, max_iter, tol, mix)
 
 
 DIVERGED = (
@@ -287,7 +251,7 @@ def solve(
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
     with torch.no_grad():
         z, stats = (anderson if solver == "anderson" else picard)(f, z0, max_iter=max_iter, tol=tol, **kwargs)
-    if not traced() and bool(stats.diverged.any()):
+    if not torch.compiler.is_compiling() and bool(stats.diverged.any()):
         logger.warning_once(DIVERGED)  # deduplicated by its text: the counts go to the debug log
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(f"fixed-point solver: {int(stats.diverged.sum())} of {len(stats.diverged)} samples diverged")
@@ -390,9 +354,12 @@ def fixed_point(
         kwargs = dict(solver=solver, max_iter=max_iter, tol=tol, record=stats.backward, **solver_kwargs)
         out = implicit_gradient(readout, z_star, **kwargs)
     else:
-        out = one_step_gradient(readout, z_star)
-    if traced() or bool(stats.diverged.any()):  # never pass f of a blown-up state on: keep the lowest-residual
-        out = torch.where(_expand(stats.diverged, out), z_star.to(out.dtype), out)  # iterate
+        out = readout(z_star.detach())  # the one-step gradient (see one_step_gradient)
+    if torch.compiler.is_compiling() or bool(
+        stats.diverged.any()
+    ):  # never pass f of a blown-up state on: keep the lowest-residual
+        diverged = stats.diverged.view(-1, *([1] * (out.dim() - 1)))  # iterate
+        out = torch.where(diverged, z_star.to(out.dtype), out)
     return out, stats
 
 
