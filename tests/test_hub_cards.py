@@ -144,7 +144,7 @@ def test_push_to_hub_sends_weights_remote_code_and_the_card(tmp_path, monkeypatc
         "solvers.py",
         "strict_loading.py",
         "loop_map.py",
-        "argument_checks.py",
+        "looped_lm.py",
         "config_checks.py",
     } <= files, files
     card = ModelCard.load(tmp_path / "out" / "README.md")
