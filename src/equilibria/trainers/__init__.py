@@ -1,6 +1,7 @@
 """Trainer subclasses that add each family's objective to ``transformers.Trainer``."""
 
 from ..modeling.regularization import spectral_radius
+from .arguments import LoopTrainingArguments
 from .attractor import AttractorTrainer, AttractorTrainingArguments
 from .callbacks import GradientNormCallback, group_norm, phdeq_gradient_groups
 from .common import EquilibriaTrainer, LoopTrainer, ModelCardMixin, finish_distributed
@@ -14,6 +15,7 @@ __all__ = [
     "EquilibriaTrainer",
     "GradientNormCallback",
     "LoopTrainer",
+    "LoopTrainingArguments",
     "ModelCardMixin",
     "EqRTrainingArguments",
     "StarsTrainer",

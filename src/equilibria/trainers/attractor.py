@@ -12,12 +12,13 @@ Multi-GPU: put the same script behind ``accelerate launch`` or ``torchrun`` (see
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
-from transformers import TrainingArguments
 
 from ..modeling.solvers import GRADIENT_MODES
-from .common import LoopTrainer, loss_scales
+from .arguments import Interval, LoopTrainingArguments, OneOf
+from .common import LoopTrainer, TermScale
 
 ATTRACTOR_LOG_KEYS = (
     "lm_loss",
@@ -31,7 +32,7 @@ ATTRACTOR_LOG_KEYS = (
 
 
 @dataclass
-class AttractorTrainingArguments(TrainingArguments):
+class AttractorTrainingArguments(LoopTrainingArguments):
     """[`~transformers.TrainingArguments`] plus the Attractor LM's training options.
 
     The loss is ``LM(y*) + jacobian_weight * J + correction_weight * C`` where
@@ -44,56 +45,28 @@ class AttractorTrainingArguments(TrainingArguments):
       attractor to move toward good predictions from anywhere along the path, not only at the end.
     """
 
-    train_num_loops: int | None = field(
+    train_num_loops: Annotated[int | None, Interval(min=1)] = field(
         default=None, metadata={"help": "Solver budget in training (>= 1; default: the model config's num_loops)."}
     )
-    eval_num_loops: int | None = field(
+    eval_num_loops: Annotated[int | None, Interval(min=0)] = field(
         default=None, metadata={"help": "Solver budget for evaluation losses (>= 0; default: the config's)."}
     )
-    gradient_mode: str | None = field(
+    gradient_mode: Annotated[str | None, OneOf(GRADIENT_MODES)] = field(
         default=None,
         metadata={"help": "'one_step', 'implicit' or 'unrolled' (default: the model config's gradient_mode)."},
     )
-    jacobian_weight: float = field(
+    jacobian_weight: Annotated[float, Interval(min=0)] = field(
         default=0.0, metadata={"help": "Weight of the Jacobian-norm penalty (>= 0; 0 disables it)."}
     )
-    jacobian_samples: int = field(default=1, metadata={"help": "Hutchinson probes per step (>= 1)."})
-    correction_weight: float = field(
+    jacobian_samples: Annotated[int, Interval(min=1)] = field(
+        default=1, metadata={"help": "Hutchinson probes per step (>= 1)."}
+    )
+    correction_weight: Annotated[float, Interval(min=0)] = field(
         default=0.0, metadata={"help": "Weight of the fixed-point correction loss (>= 0; 0 disables it)."}
     )
-    correction_states: int = field(
+    correction_states: Annotated[int, Interval(min=1)] = field(
         default=2, metadata={"help": "Intermediate iterates the correction loss reads (>= 1)."}
     )
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.train_num_loops is not None and not _is_int(self.train_num_loops, 1):
-            raise ValueError(
-                f"AttractorTrainingArguments: train_num_loops must be None or an integer >= 1, got "
-                f"{self.train_num_loops!r}"
-            )
-        if self.eval_num_loops is not None and not _is_int(self.eval_num_loops, 0):
-            raise ValueError(
-                f"AttractorTrainingArguments: eval_num_loops must be None or an integer >= 0, got {self.eval_num_loops!r}"
-            )
-        if self.gradient_mode is not None and self.gradient_mode not in GRADIENT_MODES:
-            raise ValueError(
-                f"AttractorTrainingArguments: gradient_mode must be None or one of {GRADIENT_MODES}, got "
-                f"{self.gradient_mode!r}"
-            )
-        for name in ("jacobian_weight", "correction_weight"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"AttractorTrainingArguments: {name} must be a number >= 0, got {value!r}")
-        for name in ("jacobian_samples", "correction_states"):
-            if not _is_int(getattr(self, name), 1):
-                raise ValueError(
-                    f"AttractorTrainingArguments: {name} must be an integer >= 1, got {getattr(self, name)!r}"
-                )
-
-
-def _is_int(value, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 class AttractorTrainer(LoopTrainer):
@@ -111,56 +84,48 @@ class AttractorTrainer(LoopTrainer):
     arguments_class = AttractorTrainingArguments
     model_description = "an Attractor model (one containing an AttractorModel, such as AttractorForCausalLM)"
     log_keys = ATTRACTOR_LOG_KEYS
+    weighted_log_keys = {"jacobian_penalty": "jacobian_weight", "correction_loss": "correction_weight"}
 
     def double_backward_option(self, args) -> str | None:
         return "the Jacobian penalty (jacobian_weight > 0)" if args.jacobian_weight > 0 else None
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    def model_inputs(self, model, inputs: dict, training: bool) -> dict:
+        """The options set: the solver's budget (evaluation: ``eval_num_loops``), the gradient mode and the options
+        of the terms whose weight is on."""
         args: AttractorTrainingArguments = self.args
-        if not (model.training and torch.is_grad_enabled()):
-            return self.evaluation_loss(model, inputs, return_outputs, use_cache=False, num_loops=args.eval_num_loops)
+        options = {"num_loops": args.eval_num_loops}
+        if training:
+            if inputs.get("labels") is None:
+                raise ValueError("AttractorTrainer: the batch has no `labels`, so the model returns no loss.")
+            options = {
+                "num_loops": args.train_num_loops,
+                "gradient_mode": args.gradient_mode,
+                "jacobian_samples": args.jacobian_samples if args.jacobian_weight > 0 else None,
+                "correction_states": args.correction_states if args.correction_weight > 0 else None,
+            }
+        return {**inputs, "use_cache": False, **{k: v for k, v in options.items() if v is not None}}
 
-        extra = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
-        if args.train_num_loops is not None:
-            extra["num_loops"] = args.train_num_loops
-        if args.gradient_mode is not None:
-            extra["gradient_mode"] = args.gradient_mode
-        if args.jacobian_weight > 0:
-            extra["jacobian_samples"] = args.jacobian_samples
-        if args.correction_weight > 0:
-            extra["correction_states"] = args.correction_states
-        outputs = model(**inputs, use_cache=False, **extra)
-        if outputs.loss is None:
-            raise ValueError("AttractorTrainer: the batch has no `labels`, so the model returned no loss.")
-
-        lm_loss = outputs.loss.mean()  # a vector under nn.DataParallel
-        lm_scale, report_scale, reg_scale = loss_scales(self, num_items_in_batch)
-        loss = lm_loss * lm_scale
+    def add_terms(self, model, lm_loss, outputs, batch: dict, scale: TermScale):
+        """``LM + jacobian_weight * J + correction_weight * C`` (``J`` a mean over the micro-batch, ``C`` normalised
+        like the LM loss), with the solver's statistics."""
+        args: AttractorTrainingArguments = self.args
+        loss = lm_loss
         zero = torch.zeros((), device=lm_loss.device)
         penalty = correction = zero
         if args.jacobian_weight > 0 and outputs.jacobian_penalty is not None:
             penalty = outputs.jacobian_penalty
-            loss = loss + args.jacobian_weight * penalty * reg_scale
+            loss = loss + args.jacobian_weight * penalty * scale.per_batch
         if args.correction_weight > 0 and outputs.correction_loss is not None:
-            correction = outputs.correction_loss.mean()  # the same token normalisation as the LM loss
-            loss = loss + args.correction_weight * correction * lm_scale
-            correction = correction * report_scale
+            correction = outputs.correction_loss.mean() * scale.like_lm
+            loss = loss + args.correction_weight * correction
         steps = outputs.solver_steps
         solved = steps is not None
-        self.means.add(
-            {
-                "lm_loss": lm_loss * report_scale,
-                "solver_steps": steps.float().mean() if solved else zero,
-                "rel_residual": outputs.rel_residual.float().mean() if solved else zero,
-                "converged_rate": outputs.converged.float().mean() if solved else zero,
-                "diverged_rate": outputs.diverged.float().mean() if solved else zero,
-                "jacobian_penalty": penalty,
-                "correction_loss": correction,
-            },
-            lm_loss.device,
-        )
-        return (loss, outputs) if return_outputs else loss
-
-    def logged_means(self, means: dict[str, float]) -> dict[str, float]:
-        off = {"jacobian_penalty": self.args.jacobian_weight == 0, "correction_loss": self.args.correction_weight == 0}
-        return {k: v for k, v in means.items() if not off.get(k, False)}
+        return loss, {
+            "lm_loss": lm_loss * scale.report,
+            "solver_steps": steps.float().mean() if solved else zero,
+            "rel_residual": outputs.rel_residual.float().mean() if solved else zero,
+            "converged_rate": outputs.converged.float().mean() if solved else zero,
+            "diverged_rate": outputs.diverged.float().mean() if solved else zero,
+            "jacobian_penalty": penalty,
+            "correction_loss": correction * scale.report,
+        }

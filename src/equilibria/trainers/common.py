@@ -1,11 +1,12 @@
-"""Pieces the family trainers share: the base class that checks a trainer's arguments and model and logs running
-means of its metrics, scaling a loss made of an LM part and regulariser parts the way ``Trainer`` scales a plain
-loss, and the model card."""
+"""Pieces the family trainers share: the base class (the skeleton of every family's loss: ``Trainer``'s own LM loss
+plus the family's terms through one hook; the checks of a trainer's arguments and model; running means of its
+metrics next to the loss), and the model card."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,25 +29,14 @@ def find_core(model: nn.Module | None, model_type: str) -> nn.Module | None:
     return None
 
 
-def loss_scales(trainer: Trainer, num_items_in_batch) -> tuple[float, float, float]:
-    """Factors ``(lm, report, regulariser)`` for a trainer whose ``compute_loss`` scales its loss itself
-    (``loss_is_scaled_for_ga = True``), as ``Trainer.compute_loss`` + ``training_step`` would:
+@dataclass(frozen=True)
+class TermScale:
+    """Factors that put a family's extra loss terms on the scale of the LM loss ``Trainer.compute_loss`` returned
+    (:meth:`LoopTrainer.term_scale` says when each differs from 1)."""
 
-    * ``lm``: multiply the model's LM loss by this before backward. With ``num_items_in_batch`` the LM loss is
-      already a sum over the tokens of the whole accumulated, all-process batch, and DDP averages gradients over
-      processes, so it is multiplied by the number of data-parallel replicas; otherwise it is a micro-batch mean
-      and is divided by the accumulation steps.
-    * ``report``: multiply the LM loss by this to log it as a per-token mean.
-    * ``regulariser``: multiply a per-micro-batch mean regulariser by this before backward (``1 / accumulation``).
-    """
-    args = trainer.args
-    accumulation = trainer.current_gradient_accumulation_steps
-    if num_items_in_batch is not None:
-        replicas = 1
-        if args.average_tokens_across_devices:
-            replicas = trainer.accelerator.num_processes // trainer.get_tp_size() if args.n_gpu <= 1 else args.n_gpu
-        return float(replicas), float(accumulation * replicas), 1.0 / accumulation
-    return 1.0 / accumulation, 1.0, 1.0 / accumulation
+    per_batch: float = 1.0  # a per-micro-batch mean (a regulariser) times this
+    like_lm: float = 1.0  # a term the model normalised like its LM loss (by ``num_items_in_batch``) times this
+    report: float = 1.0  # the returned LM loss (or a ``like_lm`` term) times this: the per-token mean to log
 
 
 class RunningMeans:
@@ -173,13 +163,19 @@ class EquilibriaTrainer(ModelCardMixin, Trainer):
 class LoopTrainer(ModelCardMixin, Trainer):
     """Base of the family trainers. It checks that ``args`` is the trainer's ``arguments_class`` and that the model
     contains the family's base model (``core``: the same object inside any wrapper added later, PEFT or DDP),
-    refuses options that clash with a loss computed here, and logs the running means of ``log_keys`` next to the
-    loss. ``compute_loss`` scales every loss part for gradient accumulation (and data parallelism) itself."""
+    refuses options that clash with the loss computed here, and logs the running means of ``log_keys`` next to the
+    loss (a key of ``weighted_log_keys`` only while the weight option it names is non-zero).
+
+    The loss (:meth:`compute_loss`) is ``Trainer``'s own: its forward, token counts (``num_items_in_batch``) and
+    scaling for gradient accumulation and data parallelism, on the batch with the family's forward keywords
+    (:meth:`model_inputs`). In training the family then adds its terms, put on that loss's scale, and names the
+    metrics to log (:meth:`add_terms`, the one hook for a new term)."""
 
     arguments_class: type = TrainingArguments
     model_description = ""  # what the error says the model must be
     log_keys: tuple[str, ...] = ()
-    loss_is_scaled_for_ga = True
+    weighted_log_keys: dict[str, str] = {}  # log key -> the weight option whose 0 leaves it out of the logs
+    loss_is_scaled_for_ga = None  # Trainer's rule: the loss is scaled when the model normalised it by the token count
 
     @classmethod
     def family(cls) -> Family:
@@ -213,14 +209,59 @@ class LoopTrainer(ModelCardMixin, Trainer):
         """The name of an enabled option that differentiates through a gradient (a Jacobian penalty), if any."""
         return None
 
-    def evaluation_loss(self, model, inputs, return_outputs: bool, **overrides):
-        """The model's own loss on a batch (evaluation and prediction), with ``overrides`` passed to forward."""
-        outputs = model(**inputs, **{k: v for k, v in overrides.items() if v is not None})
-        return (outputs.loss, outputs) if return_outputs else outputs.loss
+    # -- the loss ---------------------------------------------------------------------------------------
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """``Trainer.compute_loss`` on the batch with the family's forward keywords: the model's loss, for
+        evaluation as is; in training plus the family's terms, whose metrics go into the running means."""
+        training = model.training and torch.is_grad_enabled()
+        batch = self.model_inputs(model, inputs, training)
+        loss, outputs = self.lm_loss(model, batch, num_items_in_batch)
+        if training:
+            loss, metrics = self.add_terms(model, loss.mean(), outputs, batch, self.term_scale(num_items_in_batch))
+            if self.log_keys:
+                self.means.add(metrics, loss.device)
+        return (loss, outputs) if return_outputs else loss
+
+    def lm_loss(self, model, batch: dict, num_items_in_batch=None) -> tuple[torch.Tensor, object]:
+        """``(loss, outputs)`` of one forward on ``batch`` through ``Trainer.compute_loss`` (it passes
+        ``num_items_in_batch`` to a model that takes it and scales the loss across processes); a vector under
+        ``nn.DataParallel``."""
+        return super().compute_loss(model, batch, return_outputs=True, num_items_in_batch=num_items_in_batch)
+
+    def model_inputs(self, model, inputs: dict, training: bool) -> dict:
+        """The keywords of the model's forward: the batch plus the family's options (a loop count, a solver's
+        settings); ``training`` is False for evaluation and prediction."""
+        return inputs
+
+    def add_terms(self, model, lm_loss: torch.Tensor, outputs, batch: dict, scale: TermScale):
+        """The family's hook, in training: ``(loss, metrics)``, the loss to backpropagate (``lm_loss``, the scalar
+        ``Trainer.compute_loss`` returned, plus the family's terms, each multiplied by its factor of ``scale``) and
+        the values of ``log_keys`` for this micro-batch. ``batch`` is what the forward got. Default: the LM loss."""
+        return lm_loss, {}
+
+    def term_scale(self, num_items_in_batch) -> TermScale:
+        """How ``Trainer`` scaled the LM loss, for the terms added to it. When the model took ``num_items_in_batch``
+        (Trainer's rule for ``loss_is_scaled_for_ga = None``), that loss is normalised over the labelled tokens of
+        the whole accumulated batch of every process, ``training_step`` leaves it undivided and ``compute_loss``
+        multiplied it by the data-parallel replicas when it averages tokens across devices (DDP then averages the
+        gradients): a per-micro-batch mean is divided by the accumulation steps and a term normalised like the LM
+        loss takes the replicas. Otherwise the LM loss is a micro-batch mean, ``training_step`` divides the whole
+        loss by the accumulation steps and every factor is 1."""
+        if not (self.model_accepts_loss_kwargs and num_items_in_batch is not None):
+            return TermScale()
+        accumulation, args = self.current_gradient_accumulation_steps, self.args
+        replicas = 1
+        if args.average_tokens_across_devices:  # the factor Trainer.compute_loss applies
+            replicas = self.accelerator.num_processes // self.get_tp_size() if args.n_gpu <= 1 else args.n_gpu
+        return TermScale(per_batch=1.0 / accumulation, like_lm=float(replicas), report=float(accumulation))
+
+    # -- logging ----------------------------------------------------------------------------------------
 
     def logged_means(self, means: dict[str, float]) -> dict[str, float]:
-        """The means to log (a subclass drops or derives some)."""
-        return means
+        """The means to log: without the keys of a term whose weight is 0 (a subclass derives more)."""
+        off = {key for key, weight in self.weighted_log_keys.items() if getattr(self.args, weight) == 0}
+        return {key: value for key, value in means.items() if key not in off}
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:

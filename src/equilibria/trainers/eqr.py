@@ -15,18 +15,21 @@ more segments than easy ones, and the batch stays full.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-from transformers import TrainerCallback, TrainingArguments
+from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 from transformers.utils import logging
 
-from .common import LoopTrainer, loss_scales
+from .arguments import Interval, LoopTrainingArguments, OneOf
+from .common import LoopTrainer, TermScale
 
 logger = logging.get_logger(__name__)
 
@@ -47,38 +50,40 @@ SUPERVISIONS = ("online", "offline", "offline_terminal")
 
 
 @dataclass
-class EqRTrainingArguments(TrainingArguments):
+class EqRTrainingArguments(LoopTrainingArguments):
     """[`~transformers.TrainingArguments`] plus segmented online training for Equilibrium Reasoners."""
 
-    segment_loops: int | None = field(
+    segment_loops: Annotated[int | None, Interval(min=1)] = field(
         default=None, metadata={"help": "Iterations per supervised segment (>= 1; default: the config's num_loops)."}
     )
-    max_segments: int = field(default=4, metadata={"help": "Segments a puzzle runs at most before it is replaced."})
+    max_segments: Annotated[int, Interval(min=1)] = field(
+        default=4, metadata={"help": "Segments a puzzle runs at most before it is replaced."}
+    )
     halt_on_head: bool = field(
         default=True,
         metadata={"help": "Replace a puzzle as soon as the halting head says its answer is right (prob > 0.5)."},
     )
-    train_noise: float | None = field(
+    train_noise: Annotated[float | None, Interval(min=0, max=math.inf, exclude_max=True)] = field(
         default=None, metadata={"help": "Noise beta during training (>= 0; default: the config's train_noise)."}
     )
     random_init: bool | None = field(
         default=None,
         metadata={"help": "Start trajectories from random (True) or learned (False) states (default: the config's)."},
     )
-    eval_num_loops: int | None = field(
+    eval_num_loops: Annotated[int | None, Interval(min=1)] = field(
         default=None,
         metadata={
             "help": "Iterations for evaluation losses (default: segment_loops * max_segments), from a fresh start."
         },
     )
-    ema_decay: float | None = field(
+    ema_decay: Annotated[float | None, Interval(min=0, max=1, exclude_min=True, exclude_max=True)] = field(
         default=None,
         metadata={
             "help": "Keep an exponential moving average of the weights (e.g. 0.999); loaded at the end. Each checkpoint "
             f"holds it ({EMA_WEIGHTS_NAME}) and resume_from_checkpoint restores it."
         },
     )
-    supervision: str = field(
+    supervision: Annotated[str, OneOf(SUPERVISIONS)] = field(
         default="online",
         metadata={
             "help": "online: segmented online training (one supervised segment per step, the state carried on); "
@@ -91,24 +96,6 @@ class EqRTrainingArguments(TrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        for name, minimum in (("segment_loops", 1), ("eval_num_loops", 1)):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-                raise ValueError(f"EqRTrainingArguments: {name} must be None or an integer >= {minimum}, got {value!r}")
-        if isinstance(self.max_segments, bool) or not isinstance(self.max_segments, int) or self.max_segments < 1:
-            raise ValueError(f"EqRTrainingArguments: max_segments must be an integer >= 1, got {self.max_segments!r}")
-        if self.train_noise is not None and not (
-            isinstance(self.train_noise, (int, float)) and 0 <= self.train_noise < float("inf")
-        ):
-            raise ValueError(
-                f"EqRTrainingArguments: train_noise must be None or a number >= 0, got {self.train_noise!r}"
-            )
-        if self.supervision not in SUPERVISIONS:
-            raise ValueError(
-                f"EqRTrainingArguments: supervision must be one of {SUPERVISIONS}, got {self.supervision!r}"
-            )
-        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
-            raise ValueError(f"EqRTrainingArguments: ema_decay must be None or in (0, 1), got {self.ema_decay!r}")
         if self.ddp_find_unused_parameters is None:
             # the learned start is unused with random starts (and vice versa): DDP must allow that
             self.ddp_find_unused_parameters = True
@@ -285,13 +272,19 @@ class EqRTrainer(LoopTrainer):
     def _segment_loops(self) -> int:
         return self.args.segment_loops or self.core.config.num_loops
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    def model_inputs(self, model, inputs: dict, training: bool) -> dict:
+        """Evaluation: a fresh trajectory of ``eval_num_loops`` (default: every segment's). Training: the segment to
+        supervise, for the rows in flight (the batch's puzzles refill the rows that halted): from the carried state
+        (online, fresh rows from a new start), from a new start (offline), or from where a rollout without gradient
+        of all but the last segment ends (offline_terminal)."""
         args: EqRTrainingArguments = self.args
-        if not (model.training and torch.is_grad_enabled()):
-            loops = args.eval_num_loops or self._segment_loops() * args.max_segments
-            batch = {"inputs": inputs["inputs"], "labels": inputs.get("labels")}
-            return self.evaluation_loss(model, batch, return_outputs, num_loops=loops)
-
+        loops = self._segment_loops()
+        if not training:
+            return {
+                "inputs": inputs["inputs"],
+                "labels": inputs.get("labels"),
+                "num_loops": args.eval_num_loops or loops * args.max_segments,
+            }
         carry = self._carry
         if carry is None or carry.batch["inputs"].shape != inputs["inputs"].shape:
             carry = self._carry = _Carry(inputs)
@@ -300,39 +293,35 @@ class EqRTrainer(LoopTrainer):
         core = self.core
         batch, seq_len = carry.batch["inputs"].shape
         start = core.initial_state(batch, seq_len, random_init=args.random_init, dtype=core.embed_tokens.weight.dtype)
-        state = start if carry.state is None else torch.where(carry.fresh[:, None, None], start, carry.state)
         extra = {"noise": args.train_noise} if args.train_noise is not None else {}
         run = dict(inputs=carry.batch["inputs"], attention_mask=carry.batch.get("attention_mask"), **extra)
-        if args.supervision == "online":
-            outputs = model(**run, labels=carry.batch["labels"], state=state, num_loops=self._segment_loops())
-            segment_loss = outputs.loss
-        else:  # every row is fresh: a whole trajectory per step
-            segment_loss, outputs = self._offline_trajectory(model, run, carry.batch["labels"], start)
-        _, _, reg_scale = loss_scales(self, None)  # per-micro-batch means: divide by the accumulation steps
-        loss = segment_loss * reg_scale
-        with torch.no_grad():
-            self._record(carry, outputs, loss.device)
-        return (loss, outputs) if return_outputs else loss
-
-    def _offline_trajectory(self, model, run: dict, labels, start):
-        """``max_segments`` segments from ``start``, the state detached between them: under "offline" every
-        segment's end is supervised (the loss is their mean; one optimizer step for the whole trajectory, so later
-        segments start from states the pre-update weights produced); under "offline_terminal" only the last
-        segment runs with gradient and is supervised. Returns the loss and the last segment's outputs."""
-        args: EqRTrainingArguments = self.args
-        loops, state, losses = self._segment_loops(), start, []
-        if args.supervision == "offline_terminal" and args.max_segments > 1:
+        state = start
+        if args.supervision == "online" and carry.state is not None:
+            state = torch.where(carry.fresh[:, None, None], start, carry.state)
+        elif args.supervision == "offline_terminal" and args.max_segments > 1:
             with torch.no_grad():
                 state = model(**run, state=start, num_loops=loops * (args.max_segments - 1)).state.detach()
-        segments = 1 if args.supervision == "offline_terminal" else args.max_segments
-        for _ in range(segments):
-            outputs = model(**run, labels=labels, state=state, num_loops=loops)
-            losses.append(outputs.loss)
-            state = outputs.state.detach()
-        return torch.stack(losses).mean(), outputs
+        return {**run, "labels": carry.batch["labels"], "state": state, "num_loops": loops}
 
-    def _record(self, carry: _Carry, outputs, device) -> None:
-        """Log the (last) segment's metrics and mark the rows to replace (every row under offline supervision)."""
+    def add_terms(self, model, lm_loss, outputs, batch: dict, scale: TermScale):
+        """EqR's loss is the supervised segments' (a per-micro-batch mean, as the model's ``accepts_loss_kwargs =
+        False`` tells the Trainer, which divides it for accumulation): under "offline" every segment of the fresh
+        trajectory, each from the previous one's detached end (one optimizer step for the whole trajectory, so later
+        segments start from states the pre-update weights produced), the loss being their mean. Then the (last)
+        segment's metrics, and the rows to replace."""
+        args: EqRTrainingArguments = self.args
+        loss = lm_loss
+        if args.supervision == "offline":
+            losses = [lm_loss]
+            for _ in range(args.max_segments - 1):
+                segment, outputs = self.lm_loss(model, {**batch, "state": outputs.state.detach()})
+                losses.append(segment.mean())
+            loss = torch.stack(losses).mean()
+        with torch.no_grad():
+            return loss, self._record(self._carry, outputs)
+
+    def _record(self, carry: _Carry, outputs) -> dict[str, torch.Tensor]:
+        """The (last) segment's metrics; marks the rows to replace (every row under offline supervision)."""
         args: EqRTrainingArguments = self.args
         labels = carry.batch["labels"]
         valid = labels != -100
@@ -343,22 +332,21 @@ class EqRTrainer(LoopTrainer):
         if args.halt_on_head and outputs.halt_logits is not None:
             done |= outputs.halt_logits[:, -1] > 0
         carry.state = outputs.state.detach()
-        zero = torch.zeros((), device=device)
-        self.means.add(
-            {
-                "lm_loss": outputs.lm_loss,
-                "halt_loss": outputs.halt_loss if outputs.halt_loss is not None else zero,
-                "cell_accuracy": right.sum() / valid.sum().clamp_min(1),
-                "exact_accuracy": exact.float().mean(),
-                "residual": outputs.residuals[:, -1].mean(),
-                "halted_rate": done.float().mean(),
-                "halted_segments": carry.segments[done].float().sum(),
-            },
-            device,
-        )
+        zero = torch.zeros((), device=labels.device)
         carry.done = done
+        return {
+            "lm_loss": outputs.lm_loss,
+            "halt_loss": outputs.halt_loss if outputs.halt_loss is not None else zero,
+            "cell_accuracy": right.sum() / valid.sum().clamp_min(1),
+            "exact_accuracy": exact.float().mean(),
+            "residual": outputs.residuals[:, -1].mean(),
+            "halted_rate": done.float().mean(),
+            "halted_segments": carry.segments[done].float().sum(),
+        }
 
     def logged_means(self, means: dict[str, float]) -> dict[str, float]:
+        """The means, with ``segments_at_halt`` (segments per replaced row) derived from the step's sums."""
+        means = super().logged_means(means)
         if means:
             halted_rows = means["halted_rate"] * self._carry.done.numel()  # mean rows replaced per step
             halted_segments = means.pop("halted_segments")

@@ -16,14 +16,15 @@ import hashlib
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
 from torch import nn
-from transformers import TrainingArguments
 from transformers.utils import logging
 
 from ..modeling.regularization import JSRR_ESTIMATORS
-from .common import LoopTrainer, find_core, loss_scales
+from .arguments import Interval, LoopTrainingArguments, OneOf
+from .common import LoopTrainer, TermScale, find_core
 
 logger = logging.get_logger(__name__)
 
@@ -32,7 +33,7 @@ STARS_LOG_KEYS = ("num_loops", "spectral_radius", "lm_loss", "jsrr_penalty")
 
 
 @dataclass
-class StarsTrainingArguments(TrainingArguments):
+class StarsTrainingArguments(LoopTrainingArguments):
     """[`~transformers.TrainingArguments`] plus the STARS options.
 
     Loop sampling: every optimizer step trains with ``num_loops = clip(round(exp(N(loop_log_mean,
@@ -56,73 +57,50 @@ class StarsTrainingArguments(TrainingArguments):
     package's choices. The README's table gives the reason for each.
     """
 
-    min_loops: int = field(default=1, metadata={"help": "Fewest loop steps sampled per training step (>= 1)."})
-    max_loops: int = field(default=16, metadata={"help": "Most loop steps sampled per training step (>= min_loops)."})
+    min_loops: Annotated[int, Interval(min=1)] = field(
+        default=1, metadata={"help": "Fewest loop steps sampled per training step (>= 1)."}
+    )
+    max_loops: Annotated[int, Interval(min=1)] = field(
+        default=16, metadata={"help": "Most loop steps sampled per training step (>= min_loops)."}
+    )
     loop_log_mean: float = field(
         default=1.7, metadata={"help": "Mean of log(num_loops) of the log-normal loop sampler."}
     )
-    loop_log_std: float = field(
+    loop_log_std: Annotated[float, Interval(min=0)] = field(
         default=0.4, metadata={"help": "Std of log(num_loops); 0 trains always at round(exp(loop_log_mean))."}
     )
-    jsrr_weight: float = field(
+    jsrr_weight: Annotated[float, Interval(min=0, max=1, exclude_max=True, symbol="lambda")] = field(
         default=0.1,
         metadata={"help": "lambda in [0, 1): loss = (1 - lambda) * LM + lambda * penalty; 0 disables JSRR."},
     )
-    jsrr_power_iters: int = field(default=4, metadata={"help": "Power iterations per spectral-radius estimate (>= 1)."})
-    jsrr_estimator: str = field(
+    jsrr_power_iters: Annotated[int, Interval(min=1)] = field(
+        default=4, metadata={"help": "Power iterations per spectral-radius estimate (>= 1)."}
+    )
+    jsrr_estimator: Annotated[str, OneOf(JSRR_ESTIMATORS)] = field(
         default="vjp",
         metadata={"help": "'vjp' (vector-Jacobian products) or 'jvp' (forward mode, the STARS paper's)."},
     )
-    jsrr_penalty: str = field(
+    jsrr_penalty: Annotated[str, OneOf(JSRR_PENALTIES)] = field(
         default="square", metadata={"help": "'square' (rho^2) or 'hinge' (max(0, rho - target)^2)."}
     )
-    jsrr_target: float = field(default=1.0, metadata={"help": "The hinge penalty's target radius (> 0)."})
-    jsrr_warmup_steps: int = field(
+    jsrr_target: Annotated[float, Interval(min=0, exclude_min=True)] = field(
+        default=1.0, metadata={"help": "The hinge penalty's target radius (> 0)."}
+    )
+    jsrr_warmup_steps: Annotated[int, Interval(min=0)] = field(
         default=0,
         metadata={
             "help": "Optimizer steps trained on the LM loss alone before the penalty starts (the STARS "
             "reference code's addition run waits 2000 of 10000 steps)."
         },
     )
-    eval_num_loops: int | None = field(
+    eval_num_loops: Annotated[int | None, Interval(min=1)] = field(
         default=None, metadata={"help": "Loop steps for evaluation losses (default: the model config's)."}
     )
 
-    def __post_init__(self):
-        super().__post_init__()
-        for name in ("min_loops", "max_loops", "jsrr_power_iters"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"StarsTrainingArguments: {name} must be an integer >= 1, got {value!r}")
+    def validate_arguments(self) -> None:
         if self.min_loops > self.max_loops:
             raise ValueError(
                 f"StarsTrainingArguments: min_loops ({self.min_loops}) must be <= max_loops ({self.max_loops})"
-            )
-        if not self.loop_log_std >= 0:
-            raise ValueError(f"StarsTrainingArguments: loop_log_std must be >= 0, got {self.loop_log_std}")
-        if not 0.0 <= self.jsrr_weight < 1.0:
-            raise ValueError(f"StarsTrainingArguments: jsrr_weight (lambda) must be in [0, 1), got {self.jsrr_weight}")
-        if self.jsrr_estimator not in JSRR_ESTIMATORS:
-            raise ValueError(
-                f"StarsTrainingArguments: jsrr_estimator must be one of {JSRR_ESTIMATORS}, got {self.jsrr_estimator!r}"
-            )
-        if self.jsrr_penalty not in JSRR_PENALTIES:
-            raise ValueError(
-                f"StarsTrainingArguments: jsrr_penalty must be one of {JSRR_PENALTIES}, got {self.jsrr_penalty!r}"
-            )
-        if (
-            isinstance(self.jsrr_warmup_steps, bool)
-            or not isinstance(self.jsrr_warmup_steps, int)
-            or self.jsrr_warmup_steps < 0
-        ):
-            raise ValueError(
-                f"StarsTrainingArguments: jsrr_warmup_steps must be an integer >= 0, got {self.jsrr_warmup_steps!r}"
-            )
-        if not self.jsrr_target > 0:
-            raise ValueError(f"StarsTrainingArguments: jsrr_target must be > 0, got {self.jsrr_target}")
-        if self.eval_num_loops is not None and (not isinstance(self.eval_num_loops, int) or self.eval_num_loops < 1):
-            raise ValueError(
-                f"StarsTrainingArguments: eval_num_loops must be None or >= 1, got {self.eval_num_loops!r}"
             )
 
 
@@ -179,6 +157,7 @@ class StarsTrainer(LoopTrainer):
     arguments_class = StarsTrainingArguments
     model_description = "a looped model (one containing an Ouro base model with `loop_map`, such as OuroForCausalLM)"
     log_keys = STARS_LOG_KEYS
+    weighted_log_keys = {"spectral_radius": "jsrr_weight", "jsrr_penalty": "jsrr_weight"}
 
     def __init__(self, model=None, args: StarsTrainingArguments | None = None, **kwargs):
         if isinstance(args, StarsTrainingArguments) and args.gradient_checkpointing and args.jsrr_weight > 0:
@@ -207,45 +186,41 @@ class StarsTrainer(LoopTrainer):
             self.state.global_step, a.seed, a.loop_log_mean, a.loop_log_std, a.min_loops, a.max_loops
         )
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        args: StarsTrainingArguments = self.args
-        if not (model.training and torch.is_grad_enabled()):
-            return self.evaluation_loss(model, inputs, return_outputs, use_cache=False, num_loops=args.eval_num_loops)
+    def penalty_on(self) -> bool:
+        """Whether the JSRR penalty trains at this step (a weight and the warm-up passed)."""
+        return self.args.jsrr_weight > 0 and self.state.global_step >= self.args.jsrr_warmup_steps
 
-        loops = self.current_num_loops()
-        use_jsrr = args.jsrr_weight > 0 and self.state.global_step >= args.jsrr_warmup_steps
-        extra = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
-        if use_jsrr:  # estimated inside the model's forward, so that any wrapper (DDP, FSDP, DeepSpeed) sees it
-            extra.update(
+    def model_inputs(self, model, inputs: dict, training: bool) -> dict:
+        """The step's sampled loop count (evaluation: ``eval_num_loops``, else the config's) and, with the penalty
+        on, the spectral-radius estimate's options: it is estimated inside the model's forward, so that any wrapper
+        (DDP, FSDP, DeepSpeed) sees it."""
+        args: StarsTrainingArguments = self.args
+        if not training:
+            loops = {} if args.eval_num_loops is None else {"num_loops": args.eval_num_loops}
+            return {**inputs, "use_cache": False, **loops}
+        batch = {**inputs, "num_loops": self.current_num_loops(), "use_cache": False}
+        if self.penalty_on():
+            step = self.state.global_step
+            batch.update(
                 spectral_radius_iters=args.jsrr_power_iters,
                 spectral_radius_estimator=args.jsrr_estimator,
-                spectral_radius_start=row_probes(
-                    inputs, self.core.config.hidden_size, args.seed, self.state.global_step
-                ),
+                spectral_radius_start=row_probes(inputs, self.core.config.hidden_size, args.seed, step),
             )
-        outputs = model(**inputs, num_loops=loops, use_cache=False, **extra)
-        lm_loss = outputs.loss.mean()  # a vector under nn.DataParallel
-        lm_scale, report_scale, reg_scale = loss_scales(self, num_items_in_batch)
-        scaled_lm = lm_loss * lm_scale
-        report_lm = lm_loss * report_scale
-        loss = scaled_lm
-        rho_mean = torch.zeros((), device=lm_loss.device, dtype=torch.float32)
-        penalty = torch.zeros((), device=lm_loss.device, dtype=torch.float32)
-        if use_jsrr:
-            rho = outputs.spectral_radius
-            if args.jsrr_penalty == "square":
-                penalty = (rho.float() ** 2).mean()
-            else:
-                penalty = (torch.relu(rho.float() - args.jsrr_target) ** 2).mean()
-            rho_mean = rho.detach().float().mean()
-            loss = (1.0 - args.jsrr_weight) * scaled_lm + args.jsrr_weight * penalty * reg_scale
-        self.means.add(
-            {"num_loops": float(loops), "spectral_radius": rho_mean, "lm_loss": report_lm, "jsrr_penalty": penalty},
-            lm_loss.device,
-        )
-        return (loss, outputs) if return_outputs else loss
+        return batch
 
-    def logged_means(self, means: dict[str, float]) -> dict[str, float]:
-        if self.args.jsrr_weight == 0:
-            means = {k: v for k, v in means.items() if k not in ("spectral_radius", "jsrr_penalty")}
-        return means
+    def add_terms(self, model, lm_loss, outputs, batch: dict, scale: TermScale):
+        """``(1 - lambda) * LM + lambda * penalty`` once the penalty is on (the penalty is a mean over the
+        micro-batch's sequences), else the LM loss."""
+        args: StarsTrainingArguments = self.args
+        loss = lm_loss
+        rho_mean = penalty = torch.zeros((), device=lm_loss.device, dtype=torch.float32)
+        if self.penalty_on():
+            rho = outputs.spectral_radius.float()
+            if args.jsrr_penalty == "square":
+                penalty = (rho**2).mean()
+            else:
+                penalty = (torch.relu(rho - args.jsrr_target) ** 2).mean()
+            rho_mean = rho.detach().mean()
+            loss = (1.0 - args.jsrr_weight) * lm_loss + args.jsrr_weight * penalty * scale.per_batch
+        metrics = {"num_loops": float(batch["num_loops"]), "spectral_radius": rho_mean, "jsrr_penalty": penalty}
+        return loss, {**metrics, "lm_loss": lm_loss * scale.report}  # the LM loss as a per-token mean
