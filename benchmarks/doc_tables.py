@@ -476,7 +476,8 @@ def audit_holm(folder: str = "audit_reachability", alpha: float = 0.05) -> str:
     """Every audited run's T1 (its z and two-sided p) and whether T1 is still significant after Holm's correction
     over all the runs of the benchmark, beside the verdict the run got."""
     from equilibria.diagnostics import AuditReport, verdict
-    from equilibria.diagnostics.audit import SCHEMA, holm, two_sided_p
+    from equilibria.diagnostics.statistics import holm, two_sided_p
+    from equilibria.diagnostics.verdict_rules import SCHEMA
 
     runs = sorted((RESULTS / folder).glob("*-seed*/audit.json"))
     reports = [(path.parent.name, AuditReport.from_json(path)) for path in runs]
