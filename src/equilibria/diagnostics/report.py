@@ -58,24 +58,25 @@ class AuditReport:
             f"  accuracy (decoder on h*)            {100 * self.accuracy:7.2f}%   {_chance_text(self.chance)}",
             f"  ||h* - z0||  median / mean / max    {d['median']:.3g} / {d['mean']:.3g} / {d['max']:.3g}"
             f"   (relative median {d['relative_median']:.3g})",
-            f"  T1 substitution (z0 -> decoder)     {100 * s['accuracy']:7.2f}%   change {points_text(s)}",
-            f"  zeroing (h* = 0; confounded)        {100 * z['accuracy']:7.2f}%   change {points_text(z)}",
+            f"  T1 substitution (z0 -> decoder)     {100 * s['accuracy']:7.2f}%   change {points(s)}",
+            f"  zeroing (h* = 0; confounded)        {100 * z['accuracy']:7.2f}%   change {points(z)}",
         ]
         if p.get("solved") is not None:
             lines.append(
-                f"  T2 linear probe  on h* / on z0      {percent_text(p.get('solved'))} / {percent_text(p.get('start'))}"
-                f"   difference {points_text(p)} (majority class {percent_text(p.get('majority'))}, {p.get('test_rows', 0)} "
+                f"  T2 linear probe  on h* / on z0      {pct(p.get('solved'))} / {pct(p.get('start'))}"
+                f"   difference {points(p)} (majority class {pct(p.get('majority'))}, {p.get('test_rows', 0)} "
                 "held-out rows)"
             )
         lines.append(
-            f"  T3 iterations vs difficulty         Pearson {_signed_text(it['pearson'])}, Spearman {_signed_text(it['spearman'])};"
+            f"  T3 iterations vs difficulty         Pearson {_signed(it['pearson'])}, "
+            f"Spearman {_signed(it['spearman'])};"
             f" mean {it['mean_steps']:.1f} of cap {self.max_iter}, {100 * it['cap_share']:.1f}% hit the cap"
         )
         for row in self.displaced:
             lines.append(
                 f"  {'T4 |d| = ' + format(row['scale'], 'g') + ' x |z0|':<36}back at h* {100 * row['returned']:5.1f}%, stayed "
                 f"{100 * row['stayed']:5.1f}%, elsewhere {100 * row['elsewhere']:5.1f}%; accuracy "
-                f"{100 * row['accuracy']:6.2f}% ({points_text(row)})"
+                f"{100 * row['accuracy']:6.2f}% ({points(row)})"
             )
         if not self.family.get("t4_applies", True):
             lines.append("  T4 forced displacement              not applicable (no fixed point to return to)")
@@ -146,7 +147,7 @@ class AuditReport:
         return directory
 
 
-def points_text(row: dict) -> str:
+def points(row: dict) -> str:
     """A change in points with its standard error, e.g. ``-12.50 +/- 2.10 pts``."""
     return f"{row['change_points']:+.2f} +/- {row['se_points']:.2f} pts"
 
@@ -160,11 +161,11 @@ def _chance_text(chance: dict) -> str:
     )
 
 
-def percent_text(x) -> str:
+def pct(x) -> str:
     return "  n/a" if x is None else f"{100 * x:.2f}%"
 
 
-def _signed_text(x) -> str:
+def _signed(x) -> str:
     return "n/a" if x is None else f"{x:+.3f}"
 
 
@@ -172,4 +173,4 @@ def _jsonable(x):
     return x.tolist() if isinstance(x, torch.Tensor) else str(x)
 
 
-__all__ = ["AuditReport", "percent_text", "points_text"]
+__all__ = ["AuditReport", "pct", "points"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .report import AuditReport, percent_text, points_text
+from .report import AuditReport, pct, points
 from .statistics import two_sided_p
 
 SCHEMA = 3  # audit.json's version: the verdict rules it was made with (see AuditReport.schema)
@@ -58,13 +58,13 @@ def verdict(report: AuditReport, thresholds: AuditThresholds | None = None) -> t
         return withheld[0], withheld[1] + support
     if exploded:
         if zero_matters and zero > 0:
-            exploded.append(f"zeroing h* improves accuracy by {points_text(report.zeroing)}: the solved state hurts")
+            exploded.append(f"zeroing h* improves accuracy by {points(report.zeroing)}: the solved state hurts")
         return "solver explosion", exploded + support
     if not t1_matters and d["relative_median"] <= th.identity_displacement:
         reasons = [
             f"median ||h* - z0|| / max(||z0||, ||h*||) = {d['relative_median']:.2g} (<= {th.identity_displacement:g}):"
             " the solved state is its start",
-            f"substituting z0 for h* changes accuracy by {points_text(report.substitution)} (not a change that matters)",
+            f"substituting z0 for h* changes accuracy by {points(report.substitution)} (not a change that matters)",
         ]
         return "lazy identity collapse", reasons + support
     if t1_matters and t1 < 0:
@@ -74,7 +74,7 @@ def verdict(report: AuditReport, thresholds: AuditThresholds | None = None) -> t
         name, reasons = _when_nothing_changes(report, th)
         return name, reasons + support
     reasons = [
-        f"T1 changes accuracy by {points_text(report.substitution)} and zeroing by {points_text(report.zeroing)} with "
+        f"T1 changes accuracy by {points(report.substitution)} and zeroing by {points(report.zeroing)} with "
         f"median relative displacement {d['relative_median']:.2g}: no rule applies cleanly"
     ]
     return "inconclusive", reasons + support
@@ -116,13 +116,13 @@ def _when_nothing_changes(report: AuditReport, th: AuditThresholds) -> tuple[str
         row = large[0]
         test = f"exact sign test p = {row['p']:.2g}" if "p" in row else f"normal p = {two_sided_p(row['z']):.2g}"
         return "inconclusive", [
-            f"{'T1' if row is report.substitution else 'zeroing'} changes accuracy by {points_text(row)}, more than "
+            f"{'T1' if row is report.substitution else 'zeroing'} changes accuracy by {points(row)}, more than "
             f"{th.substitution_points:g} point, but not significantly ({test}): neither a change nor its absence is "
             "shown; more units would decide"
         ]
     return "decoder bypass", [
         f"the loop moves the state (median relative displacement {report.displacement['relative_median']:.2g}) but "
-        f"neither substituting z0 ({points_text(report.substitution)}) nor zeroing h* ({points_text(report.zeroing)}) "
+        f"neither substituting z0 ({points(report.substitution)}) nor zeroing h* ({points(report.zeroing)}) "
         "changes accuracy: the decoder ignores the solved state"
     ]
 
@@ -191,15 +191,15 @@ def _supporting_reasons(report: AuditReport, th: AuditThresholds) -> list[str]:
     p = report.probe
     if p.get("solved") is not None:
         out.append(
-            f"T2: a linear probe reads the answer from h* at {percent_text(p['solved'])}, from z0 at {percent_text(p['start'])} "
-            f"(difference {points_text(p)}; majority class {percent_text(p['majority'])}; {p['test_rows']} held-out rows)"
+            f"T2: a linear probe reads the answer from h* at {pct(p['solved'])}, from z0 at {pct(p['start'])} "
+            f"(difference {points(p)}; majority class {pct(p['majority'])}; {p['test_rows']} held-out rows)"
         )
     for row in report.displaced:
         where = max(("returned", "stayed", "elsewhere"), key=lambda k: row[k])
         label = {"returned": "return to h*", "stayed": "stay at their displaced start", "elsewhere": "end elsewhere"}
         out.append(
             f"T4: from z0 + d with |d| = {row['scale']:g} x |z0|, {100 * row[where]:.0f}% {label[where]}; accuracy "
-            f"{100 * row['accuracy']:.2f}% ({points_text(row)})"
+            f"{100 * row['accuracy']:.2f}% ({points(row)})"
         )
     if not report.family.get("t4_applies", True):
         out.append("T4: not applicable (a fixed number of loop steps has no fixed point to return to)")
