@@ -10,7 +10,7 @@ from functools import partial
 
 import pytest
 import torch
-from conftest import remote_code_run, tiny_ouro
+from conftest import remote_code_run, tiny_ouro, training_args
 from safetensors.torch import load_file, save_file
 from transformers import (
     AutoConfig,
@@ -237,18 +237,16 @@ def test_a_loop_argument_in_a_generation_config_is_not_swallowed(model):
 
 def test_trainer_runs_a_training_step(model, tmp_path):
     from datasets import Dataset
-    from transformers import Trainer, TrainingArguments
+    from transformers import Trainer
 
     data = Dataset.from_dict({"input_ids": IDS.tolist() * 4, "labels": IDS.tolist() * 4})
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
+    args = training_args(
+        tmp_path,
         max_steps=3,
         per_device_train_batch_size=4,
         learning_rate=1e-2,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
         logging_steps=1,
+        seed=42,  # transformers' default, the seed this test has always trained with
     )
     before = model.lm_head.weight.detach().clone()
     trainer = Trainer(model=model, args=args, train_dataset=data)
