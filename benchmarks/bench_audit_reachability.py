@@ -44,7 +44,7 @@ from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
 
 from equilibria import PHDEQConfig, PHDEQForSequenceClassification
 from equilibria.diagnostics import audit
-from equilibria.diagnostics.audit import holm, two_sided_p
+from equilibria.diagnostics.statistics import holm, two_sided_p
 from equilibria.tasks import build_reachability_dataset, reachability_input_size
 from equilibria.trainers import GradientNormCallback
 

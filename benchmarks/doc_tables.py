@@ -39,7 +39,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmark scripts whose table functions are reused
 RESULTS = ROOT / "docs" / "results"
 MARKED = re.compile(r"(<!-- table: ([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
 
@@ -256,9 +255,41 @@ def exit_gate() -> str:
 # ---- EqR -------------------------------------------------------------------------------------------------------
 
 
-def eqr_depths(relative: str, **options) -> str:
-    from eqr_ablation_summary import depth_table
+def depth_table(
+    runs: dict[str, dict], title: str = "exact solve (mean final residual)", suffix: str = "", training: bool = True
+) -> str:
+    """Exact solve by depth (with the mean final residual) of every kind, a row each (``suffix`` after the kind's
+    name), with the training steps and seconds unless ``training`` is off."""
+    depths = sorted({int(d) for r in runs.values() for d in r["accuracy_by_depth"]})
+    header = [title, *(f"depth {d}" for d in depths)] + (["training"] if training else [])
+    lines = ["| " + " | ".join(header) + " |", "| --- " * len(header) + "|"]
+    for kind, r in runs.items():
+        acc, res = r["accuracy_by_depth"], r["residual_by_depth"]
+        cells = [f"{100 * acc[str(d)]:.1f}% ({res[str(d)]:.2g})" if str(d) in acc else "" for d in depths]
+        if training:
+            steps = f"{r['train_steps']} steps, " if "train_steps" in r else ""
+            cells.append(f"{steps}{r['train_seconds']:.0f} s")
+        lines.append(f"| {kind}{suffix} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
+
+def selection_table(runs: dict[str, dict]) -> str:
+    """Among 16 restarts at the deepest depth: exact solve by each selection rule, for the kinds whose restarts
+    differ (empty when none do), and the correlation of the log residual with being right."""
+    picked = {k: r["selection"] for k, r in runs.items() if r.get("selection")}
+    if not picked:
+        return ""
+    lines = [
+        "| selection rule | lowest residual | vote | halting head | r(log residual, right) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for kind, s in picked.items():
+        cells = [f"{100 * s[rule]:.1f}%" if rule in s else "" for rule in ("residual", "vote", "halt")]
+        lines.append(f"| {kind} | " + " | ".join(cells) + f" | {s['residual_correctness_r']:+.2f} |")
+    return "\n".join(lines)
+
+
+def eqr_depths(relative: str, **options) -> str:
     return depth_table(load(relative)["kinds"], **options)
 
 
@@ -375,8 +406,6 @@ def eqr_breadth(seeds: tuple[int, ...] = (0, 1, 2)) -> str:
 
 
 def eqr_selection(relative: str) -> str:
-    from eqr_ablation_summary import selection_table
-
     return selection_table(load(relative)["kinds"])
 
 
@@ -476,7 +505,8 @@ def audit_holm(folder: str = "audit_reachability", alpha: float = 0.05) -> str:
     """Every audited run's T1 (its z and two-sided p) and whether T1 is still significant after Holm's correction
     over all the runs of the benchmark, beside the verdict the run got."""
     from equilibria.diagnostics import AuditReport, verdict
-    from equilibria.diagnostics.audit import SCHEMA, holm, two_sided_p
+    from equilibria.diagnostics.statistics import holm, two_sided_p
+    from equilibria.diagnostics.verdict_rules import SCHEMA
 
     runs = sorted((RESULTS / folder).glob("*-seed*/audit.json"))
     reports = [(path.parent.name, AuditReport.from_json(path)) for path in runs]
@@ -556,9 +586,17 @@ def cli_commands() -> str:
 # ---- puzzle classes ---------------------------------------------------------------------------------------------
 
 
-def puzzle_generators() -> str:
-    from puzzle_census import generator_cell
+def generator_cell(row: dict) -> str:
+    """The class count of a generator row, saying what kind of number it is."""
+    seen = f"{row['seen']} seen in {row['draws']} draws, {row['once']} once"
+    if row["kind"] == "saturated":
+        return f"{row['classes']} (saturated: {seen})"
+    if row["kind"] == "lower bound":
+        return f"more than {row['seen']} (a lower bound: {seen})"
+    return f"about {row['classes']:,} (Chao1 estimate: {seen}, {row['twice']} twice)"
 
+
+def puzzle_generators() -> str:
     rows = [[g["name"], generator_cell(g)] for g in load("puzzle_census.json")["generators"]]
     return markdown(["generator", "classes up to symmetry"], rows)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import doc_tables  # noqa: E402  (benchmarks/ is the script folder)
 from bench_eqr_sudoku import KINDS, looped  # noqa: E402
+from doc_tables import depth_table, selection_table  # noqa: E402
 
 PER_RUN = {"kinds", "only", "output_dir"}  # the options allowed to differ between the merged runs
 
@@ -48,40 +49,6 @@ def load_runs(folder: Path) -> tuple[dict[str, dict], dict]:
     if not runs:
         raise SystemExit(f"no */eqr_sudoku.json under {folder}")
     return {kind: runs[kind] for kind in KINDS if kind in runs}, reference[1]
-
-
-def depth_table(
-    runs: dict[str, dict], title: str = "exact solve (mean final residual)", suffix: str = "", training: bool = True
-) -> str:
-    """Exact solve by depth (with the mean final residual) of every kind, a row each (``suffix`` after the kind's
-    name), with the training steps and seconds unless ``training`` is off."""
-    depths = sorted({int(d) for r in runs.values() for d in r["accuracy_by_depth"]})
-    header = [title, *(f"depth {d}" for d in depths)] + (["training"] if training else [])
-    lines = ["| " + " | ".join(header) + " |", "| --- " * len(header) + "|"]
-    for kind, r in runs.items():
-        acc, res = r["accuracy_by_depth"], r["residual_by_depth"]
-        cells = [f"{100 * acc[str(d)]:.1f}% ({res[str(d)]:.2g})" if str(d) in acc else "" for d in depths]
-        if training:
-            steps = f"{r['train_steps']} steps, " if "train_steps" in r else ""
-            cells.append(f"{steps}{r['train_seconds']:.0f} s")
-        lines.append(f"| {kind}{suffix} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def selection_table(runs: dict[str, dict]) -> str:
-    """Among 16 restarts at the deepest depth: exact solve by each selection rule, for the kinds whose restarts
-    differ (empty when none do), and the correlation of the log residual with being right."""
-    picked = {k: r["selection"] for k, r in runs.items() if r.get("selection")}
-    if not picked:
-        return ""
-    lines = [
-        "| selection rule | lowest residual | vote | halting head | r(log residual, right) |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for kind, s in picked.items():
-        cells = [f"{100 * s[rule]:.1f}%" if rule in s else "" for rule in ("residual", "vote", "halt")]
-        lines.append(f"| {kind} | " + " | ".join(cells) + f" | {s['residual_correctness_r']:+.2f} |")
-    return "\n".join(lines)
 
 
 def markdown(runs: dict[str, dict]) -> str:

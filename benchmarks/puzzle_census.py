@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 import doc_tables
+from doc_tables import generator_cell
 
 from equilibria.tasks import build_maze_dataset, build_sudoku_dataset, generate_maze, generate_sudoku, split_census
 from equilibria.tasks.symmetry import SymmetryClasses, maze_canonical, sudoku_classes
@@ -64,16 +65,6 @@ def generator_classes(task: str, size: int, options: dict, draws: int) -> dict:
     if twice == 0:  # nothing to estimate from: only that there are more
         return {**row, "classes": None, "kind": "lower bound"}
     return {**row, "classes": round(seen + once * once / (2 * twice)), "kind": "Chao1"}
-
-
-def generator_cell(row: dict) -> str:
-    """The class count of a generator row, saying what kind of number it is."""
-    seen = f"{row['seen']} seen in {row['draws']} draws, {row['once']} once"
-    if row["kind"] == "saturated":
-        return f"{row['classes']} (saturated: {seen})"
-    if row["kind"] == "lower bound":
-        return f"more than {row['seen']} (a lower bound: {seen})"
-    return f"about {row['classes']:,} (Chao1 estimate: {seen}, {row['twice']} twice)"
 
 
 def split_row(task: str, size: int, train: int, test: int, seed: int, options: dict) -> dict:

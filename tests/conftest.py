@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainingArguments
 
 import equilibria  # noqa: F401  (registers the Auto classes)
 from equilibria import AttractorConfig, AttractorForCausalLM, AttractorForPuzzleSolving, OuroConfig, OuroForCausalLM
@@ -155,6 +155,31 @@ def ragged_lm_rows(n: int = 16, width: int = 12, seed: int = 0) -> dict[str, lis
     return rows
 
 
+def greedy(model, input_ids, use_cache, max_new_tokens=10, **kwargs):
+    """Greedy generation of ``max_new_tokens`` (no end token, pad 0): ``(sequences, the logits of every new token
+    stacked along dim 1, generate's output)``."""
+    out = model.generate(
+        input_ids,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        use_cache=use_cache,
+        return_dict_in_generate=True,
+        output_logits=True,
+        pad_token_id=0,
+        eos_token_id=None,
+        **kwargs,
+    )
+    return out.sequences, torch.stack(out.logits, dim=1), out
+
+
+def training_args(folder, arguments_class: type = TrainingArguments, **values):
+    """``arguments_class`` (``TrainingArguments`` or a trainer's subclass) for a test's short run in ``folder``:
+    on the CPU, reporting to no tracker, saving nothing, seed 0 and no progress bars, with the test's own
+    ``values`` (which may change any of these)."""
+    common = dict(output_dir=str(folder), use_cpu=True, report_to="none", save_strategy="no", seed=0, disable_tqdm=True)
+    return arguments_class(**{**common, **values})
+
+
 def load_benchmark(name: str):
     """The module ``benchmarks/<name>.py`` (benchmarks are scripts, not a package)."""
     import importlib
@@ -278,36 +303,54 @@ class StopAt(TrainerCallback):
 
 
 def remote_code_run(
-    model, inputs, auto_class: str, tmp_path, num_loops: int | None = None, load: str = "", then: str = ""
+    model,
+    inputs,
+    auto_class: str,
+    tmp_path,
+    num_loops: int | tuple[int, ...] | None = None,
+    load: str = "",
+    then: str = "",
+    saved: dict | None = None,
 ) -> str:
     """Save ``model``, then in a fresh interpreter where ``import equilibria`` fails, load the folder through
     ``transformers.<auto_class>`` with ``trust_remote_code=True`` (and the ``load`` keyword text) and check that
-    it gives ``model``'s logits on ``inputs`` (at ``num_loops``) exactly; ``then`` runs after that, with ``model``
-    and ``data`` in scope. Returns the interpreter's stdout."""
+    it gives ``model``'s logits on ``inputs`` exactly (at each of ``num_loops``: one count or several; ``None``:
+    the config's); ``then`` runs after that, with ``model`` and ``data`` in scope (``data``: ``inputs``, the
+    expected logits and the entries of ``saved``). Returns the interpreter's stdout."""
     import subprocess
     import sys
     import textwrap
 
     model.save_pretrained(tmp_path / "ckpt")
-    loops = {} if num_loops is None else {"num_loops": num_loops}
+    counts = num_loops if isinstance(num_loops, tuple) else (num_loops,)
     with torch.no_grad():
-        expected = model(inputs, **loops).logits
-    torch.save({"inputs": inputs, "expected": expected, "loops": loops}, tmp_path / "expected.pt")
+        expected = {loops: model(inputs, **_loops_keyword(loops)).logits for loops in counts}
+    torch.save({**(saved or {}), "inputs": inputs, "expected": expected}, tmp_path / "expected.pt")
     script = textwrap.dedent(
         f"""
         import sys
-        sys.modules["equilibria"] = None
+        sys.modules["equilibria"] = None  # any `import equilibria` now raises ImportError
+        try:
+            import equilibria  # noqa
+            raise SystemExit("equilibria should not be importable here")
+        except ImportError:
+            pass
         import torch
         from transformers import {auto_class}
         data = torch.load({str(tmp_path / "expected.pt")!r})
         model = {auto_class}.from_pretrained({str(tmp_path / "ckpt")!r}, trust_remote_code=True{load}).eval()
         assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
         with torch.no_grad():
-            got = model(data["inputs"], **data["loops"]).logits
-        assert torch.equal(got, data["expected"]), (got - data["expected"]).abs().max()
+            for loops, expected in data["expected"].items():
+                got = model(data["inputs"], **({{}} if loops is None else {{"num_loops": loops}})).logits
+                assert torch.equal(got, expected), (loops, (got - expected).abs().max())
         """
     ) + textwrap.dedent(then)
     env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
+
+
+def _loops_keyword(num_loops: int | None) -> dict:
+    return {} if num_loops is None else {"num_loops": num_loops}

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 import torch
-from conftest import saved_bytes_of_step, tiny_attractor
+from conftest import greedy, saved_bytes_of_step, tiny_attractor
 
 from equilibria import AttractorCache, AttractorConfig, AttractorForCausalLM
 from equilibria.modeling import solvers
@@ -12,21 +12,6 @@ from equilibria.modeling import solvers
 PROMPT = torch.tensor([[5, 9, 14, 3, 22, 7]])
 IDS = torch.tensor([[5, 9, 14, 3, 22, 7, 8], [11, 4, 30, 17, 2, 9, 13]])
 ATTRACTOR_WEIGHT = "model.attractor.layers.1.mlp.down_proj.weight"  # a weight of T (the gate exists in one form only)
-
-
-def greedy(model, input_ids, use_cache, max_new_tokens=10, **kwargs):
-    out = model.generate(
-        input_ids,
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        use_cache=use_cache,
-        return_dict_in_generate=True,
-        output_logits=True,
-        pad_token_id=0,
-        eos_token_id=None,
-        **kwargs,
-    )
-    return out.sequences, torch.stack(out.logits, dim=1), out
 
 
 @pytest.mark.parametrize("form", ["paper", "gated"])

@@ -2,13 +2,10 @@
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
-from conftest import tiny_attractor
+from conftest import remote_code_run, tiny_attractor
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
@@ -63,44 +60,20 @@ def test_auto_classes_resolve_after_import(model, tmp_path):
 def test_remote_code_loads_without_the_package(model, tmp_path):
     """In a fresh interpreter where `import equilibria` fails, trust_remote_code gives identical logits and the
     same cached generation."""
-    ckpt = tmp_path / "ckpt"
-    model.save_pretrained(ckpt)
     kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, eos_token_id=None)
-    with torch.no_grad():
-        expected = {loops: model(IDS, num_loops=loops).logits for loops in (0, 60)}
     generated = model.generate(IDS[:1], **kwargs)
-    torch.save({"ids": IDS, "expected": expected, "generated": generated}, tmp_path / "expected.pt")
-    script = textwrap.dedent(
-        f"""
-        import sys
-        sys.modules["equilibria"] = None  # any `import equilibria` now raises ImportError
-        try:
-            import equilibria  # noqa
-            raise SystemExit("equilibria should not be importable here")
-        except ImportError:
-            pass
-        import torch
-        from transformers import AutoModel, AutoModelForCausalLM
-        data = torch.load({str(tmp_path / "expected.pt")!r})
-        model = AutoModelForCausalLM.from_pretrained(
-            {str(ckpt)!r}, trust_remote_code=True, attn_implementation="eager"
-        ).eval()
-        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-        with torch.no_grad():
-            for loops, expected in data["expected"].items():
-                got = model(data["ids"], num_loops=loops).logits
-                assert torch.equal(got, expected), (loops, (got - expected).abs().max())
-        out = model.generate(data["ids"][:1], **{kwargs!r})
+    then = f"""
+        from transformers import AutoModel
+        out = model.generate(data["inputs"][:1], **{kwargs!r})
         assert out.tolist() == data["generated"].tolist()
-        base = AutoModel.from_pretrained({str(ckpt)!r}, trust_remote_code=True)
+        base = AutoModel.from_pretrained({str(tmp_path / "ckpt")!r}, trust_remote_code=True)
         assert type(base).__name__ == "AttractorModel"
         print("REMOTE_OK")
-        """
-    )
-    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "REMOTE_OK" in result.stdout
+    """
+    load = ', attn_implementation="eager"'
+    saved = {"generated": generated}
+    stdout = remote_code_run(model, IDS, "AutoModelForCausalLM", tmp_path, (0, 60), load, then, saved)
+    assert "REMOTE_OK" in stdout
 
 
 def test_wrongly_named_or_shaped_weights_are_a_clear_error(model, tmp_path):

@@ -5,7 +5,13 @@ import json
 
 import pytest
 import torch
-from conftest import remote_code_run, saved_bytes_of_step, tiny_attractor_puzzle, tiny_attractor_puzzle_config
+from conftest import (
+    remote_code_run,
+    saved_bytes_of_step,
+    tiny_attractor_puzzle,
+    tiny_attractor_puzzle_config,
+    training_args,
+)
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification
 
 from equilibria import AttractorForCausalLM, AttractorForPuzzleSolving, AttractorModel
@@ -153,17 +159,16 @@ def _sudoku_rows(n: int):
 def test_the_trainer_trains_the_puzzle_head_with_the_regularisers(form, tmp_path):
     torch.manual_seed(0)
     model = AttractorForPuzzleSolving(puzzle_config(residual_form=form, num_loops=8, solver_tol=1e-3))
-    args = AttractorTrainingArguments(
-        output_dir=str(tmp_path),
+    args = training_args(
+        tmp_path,
+        AttractorTrainingArguments,
         max_steps=30,
         per_device_train_batch_size=16,
         learning_rate=3e-3,
         logging_steps=10,
-        report_to="none",
-        save_strategy="no",
         jacobian_weight=0.1,
         correction_weight=0.5,
-        use_cpu=True,
+        seed=42,  # transformers' default, the seed this test has always trained with
     )
     trainer = AttractorTrainer(model=model, args=args, train_dataset=_sudoku_rows(96))
     trainer.train()

@@ -16,6 +16,7 @@ from conftest import (
     run_two_processes,
     tiny_attractor,
     tiny_ouro,
+    training_args,
 )
 from datasets import Dataset
 
@@ -29,20 +30,8 @@ def token_data(n: int = 16, length: int = 10) -> Dataset:
 
 
 def attractor_args(tmp_path, **overrides) -> AttractorTrainingArguments:
-    kwargs = dict(
-        output_dir=str(tmp_path / "out"),
-        max_steps=3,
-        per_device_train_batch_size=4,
-        learning_rate=3e-3,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
-        logging_steps=1,
-        seed=0,
-        disable_tqdm=True,
-    )
-    kwargs.update(overrides)
-    return AttractorTrainingArguments(**kwargs)
+    values = dict(max_steps=3, per_device_train_batch_size=4, learning_rate=3e-3, logging_steps=1)
+    return training_args(tmp_path / "out", AttractorTrainingArguments, **{**values, **overrides})
 
 
 def small_model(**overrides):

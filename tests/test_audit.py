@@ -19,7 +19,7 @@ from equilibria.diagnostics import (
     audit,
     linear_probe,
 )
-from equilibria.diagnostics.audit import _ranks
+from equilibria.diagnostics.statistics import _ranks
 
 HIDDEN = 8
 
@@ -137,7 +137,7 @@ def test_a_converged_solve_from_a_small_start_is_not_an_explosion():
 
 
 def test_an_unconverged_solve_far_beyond_the_states_scale_is_an_explosion():
-    from equilibria.diagnostics.audit import exploded_solves
+    from equilibria.diagnostics.statistics import exploded_solves
 
     cat = {
         "conv": torch.tensor([True, True, False, False, False]),
@@ -163,7 +163,7 @@ def test_the_report_says_which_rules_made_its_verdict(tmp_path):
 
 
 def test_holm_keeps_only_what_survives_the_family_wise_correction():
-    from equilibria.diagnostics.audit import holm, two_sided_p
+    from equilibria.diagnostics.statistics import holm, two_sided_p
 
     assert holm([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]  # 0.03 > 0.05 / 2 stops the steps
     assert holm([0.04] * 15) == [False] * 15  # 15 runs each at p = 0.04: none survives
@@ -194,7 +194,7 @@ def test_small_changes_on_few_units_do_not_decide():
 
 
 def test_chance_baseline_is_the_majority_answer_with_its_binomial_standard_error():
-    from equilibria.diagnostics.audit import chance_baseline
+    from equilibria.diagnostics.statistics import chance_baseline
 
     answers = [("a",)] * 60 + [("b", "c")] * 40
     se = math.sqrt(0.6 * 0.4 / 100)
@@ -405,7 +405,7 @@ def test_a_few_units_right_are_too_few_to_decide():
 
 
 def test_the_sign_test_is_exact():
-    from equilibria.diagnostics.audit import paired_change, sign_test
+    from equilibria.diagnostics.statistics import paired_change, sign_test
 
     assert sign_test(4, 0) == 0.125 and sign_test(0, 0) == 1.0 and sign_test(3, 3) == 1.0
     assert sign_test(10, 0) == pytest.approx(2 / 1024)

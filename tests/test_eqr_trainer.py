@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import StopAt, load_benchmark, run_two_processes
+from conftest import StopAt, load_benchmark, run_two_processes, training_args
 from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import TrainerCallback
@@ -31,23 +31,16 @@ def tiny(seed=0, **overrides):
 
 
 def eqr_args(tmp_path, **overrides):
-    kwargs = dict(
-        output_dir=str(tmp_path / "out"),
+    values = dict(
         max_steps=4,
         per_device_train_batch_size=4,
         learning_rate=3e-3,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
         logging_steps=1,
-        seed=0,
-        disable_tqdm=True,
         dataloader_drop_last=True,
         halt_on_head=False,
         max_segments=2,
     )
-    kwargs.update(overrides)
-    return EqRTrainingArguments(**kwargs)
+    return training_args(tmp_path / "out", EqRTrainingArguments, **{**values, **overrides})
 
 
 def record_calls(model):

@@ -84,10 +84,10 @@ def test_push_to_hub_sends_weights_remote_code_and_the_card(tmp_path, monkeypatc
     """The upload boundary: the commit operations huggingface_hub would send for trainer.push_to_hub()."""
     import huggingface_hub.hf_api
     import transformers.trainer
+    from conftest import training_args
     from datasets import Dataset
     from huggingface_hub import HfApi
     from huggingface_hub.hf_api import CommitInfo, RepoUrl
-    from transformers import TrainingArguments
 
     from equilibria.trainers import EquilibriaTrainer
 
@@ -118,16 +118,13 @@ def test_push_to_hub_sends_weights_remote_code_and_the_card(tmp_path, monkeypatc
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: api)
     model = tiny_models()["phdeq"]
     data = Dataset.from_dict({"inputs": torch.randn(16, 6).tolist(), "labels": [0, 1] * 8})
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "out"),
+    args = training_args(
+        tmp_path / "out",
         max_steps=2,
         per_device_train_batch_size=8,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
         hub_model_id="someone/phdeq-tiny",
         hub_token="hf_fake",
-        disable_tqdm=True,
+        seed=42,  # transformers' default, the seed this test has always trained with
     )
     trainer = EquilibriaTrainer(model=model, args=args, train_dataset=data)
     trainer.train()
@@ -239,8 +236,8 @@ def test_model_push_to_hub_publishes_the_equilibria_card_with_the_folders_result
 
 
 def test_intermediate_pushes_carry_the_remote_code_and_the_card_and_the_history_has_every_stage(tmp_path, monkeypatch):
+    from conftest import training_args
     from datasets import Dataset
-    from transformers import TrainingArguments
 
     from equilibria.trainers import EquilibriaTrainer
 
@@ -248,12 +245,10 @@ def test_intermediate_pushes_carry_the_remote_code_and_the_card_and_the_history_
     data = Dataset.from_dict({"inputs": torch.randn(16, 6).tolist(), "labels": [0, 1] * 8})
 
     def run(model, out, steps):
-        args = TrainingArguments(
-            output_dir=str(out),
+        args = training_args(
+            out,
             max_steps=steps,
             per_device_train_batch_size=8,
-            report_to=[],
-            use_cpu=True,
             save_strategy="steps",
             save_steps=1,
             push_to_hub=True,
@@ -261,8 +256,8 @@ def test_intermediate_pushes_carry_the_remote_code_and_the_card_and_the_history_
             hub_token="hf_fake",
             hub_strategy="every_save",
             hub_always_push=True,
-            disable_tqdm=True,
             logging_steps=1,
+            seed=42,  # transformers' default, the seed this test has always trained with
         )
         trainer = EquilibriaTrainer(model=model, args=args, train_dataset=data)
         trainer.train()

@@ -38,8 +38,10 @@ def imported_modules(path: Path, modules: set[str], root: Path = SRC) -> set[str
     return found
 
 
-def import_graph(root: Path = SRC) -> dict[str, set[str]]:
-    files = {module_name(p, root): p for p in (root / "equilibria").rglob("*.py")}
+def import_graph(root: Path = SRC, folder: str = "equilibria") -> dict[str, set[str]]:
+    """Which of the modules under ``root / folder`` each of them imports (``folder=""``: the scripts of a folder
+    that import each other by their bare names, as the benchmarks do)."""
+    files = {module_name(p, root): p for p in (root / folder).rglob("*.py")}
     return {name: imported_modules(path, set(files), root) for name, path in files.items()}
 
 
@@ -102,6 +104,18 @@ def test_the_import_graph_sees_imports_inside_functions(tmp_path):
 
 def test_src_has_no_import_cycle():
     assert cycles(import_graph()) == []
+
+
+def test_the_benchmarks_import_no_cycle_and_the_docs_table_renderer_imports_no_benchmark(tmp_path):
+    """The benchmarks import ``doc_tables`` (their results' tables and ``save_results``), so it imports none of them,
+    and no two benchmarks import each other, imports inside functions counted."""
+    (tmp_path / "first.py").write_text("def table():\n    from second import cell\n")
+    (tmp_path / "second.py").write_text("import first\n")
+    assert cycles(import_graph(tmp_path, "")) == [["first", "second"]]  # the check sees a script's cycle
+    graph = import_graph(SRC.parent / "benchmarks", "")
+    assert "doc_tables" in graph and "bench_eqr_sudoku" in graph
+    assert cycles(graph) == []
+    assert graph["doc_tables"] == set()
 
 
 def test_the_command_layer_is_imported_by_nothing_below_it():

@@ -2,25 +2,9 @@
 
 import pytest
 import torch
-from conftest import tiny_ouro
+from conftest import greedy, tiny_ouro
 
 from equilibria import OuroCache
-
-
-def greedy(model, input_ids, use_cache, max_new_tokens=10, **kwargs):
-    out = model.generate(
-        input_ids,
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        use_cache=use_cache,
-        return_dict_in_generate=True,
-        output_logits=True,
-        pad_token_id=0,
-        eos_token_id=None,
-        **kwargs,
-    )
-    return out.sequences, torch.stack(out.logits, dim=1), out
-
 
 PROMPT = torch.tensor([[5, 9, 14, 3, 22, 7]])
 

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from conftest import remote_code_run
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, Trainer, TrainingArguments
+from conftest import remote_code_run, training_args
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, Trainer
 
 from equilibria import PHDEQConfig, PHDEQForSequenceClassification, PHDEQModel
 
@@ -225,18 +225,7 @@ def test_trains_with_the_hf_trainer(tmp_path):
     x = torch.randn(256, 6, generator=g)
     data = Dataset.from_dict({"inputs": x.tolist(), "labels": x[:, :3].argmax(1).tolist()})
     model = tiny_phdeq(num_loops=50, solver_tol=1e-4).train()
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
-        max_steps=60,
-        per_device_train_batch_size=32,
-        learning_rate=1e-2,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
-        logging_steps=10,
-        disable_tqdm=True,
-        seed=0,
-    )
+    args = training_args(tmp_path, max_steps=60, per_device_train_batch_size=32, learning_rate=1e-2, logging_steps=10)
     trainer = Trainer(model=model, args=args, train_dataset=data)
     trainer.train()
     model.eval()
@@ -267,18 +256,8 @@ def test_gradient_norm_callback_measures_each_path(tmp_path):
     reference = copy.deepcopy(model)
     reference(x, labels=y).loss.backward()
     expected = {name: float(group_norm(get())) for name, get in phdeq_gradient_groups(reference).items()}
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
-        max_steps=3,
-        per_device_train_batch_size=32,
-        learning_rate=1e-2,
-        max_grad_norm=0.0,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        seed=0,
+    args = training_args(
+        tmp_path, max_steps=3, per_device_train_batch_size=32, learning_rate=1e-2, max_grad_norm=0.0, logging_steps=1
     )
     callback = GradientNormCallback()
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[callback])

@@ -6,7 +6,15 @@ import statistics
 
 import pytest
 import torch
-from conftest import StopAt, load_benchmark, ragged_lm_rows, read_benchmark_json, run_two_processes, tiny_ouro
+from conftest import (
+    StopAt,
+    load_benchmark,
+    ragged_lm_rows,
+    read_benchmark_json,
+    run_two_processes,
+    tiny_ouro,
+    training_args,
+)
 from datasets import Dataset
 from transformers import TrainerCallback
 
@@ -20,25 +28,18 @@ def token_data(n=32, length=10, seed=0):
 
 
 def stars_args(tmp_path, **overrides):
-    kwargs = dict(
-        output_dir=str(tmp_path),
+    values = dict(
         max_steps=4,
         per_device_train_batch_size=4,
         learning_rate=1e-3,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
         logging_steps=1,
         min_loops=1,
         max_loops=6,
         loop_log_mean=math.log(3),
         loop_log_std=0.6,
         jsrr_weight=0.1,
-        seed=0,
-        disable_tqdm=True,
     )
-    kwargs.update(overrides)
-    return StarsTrainingArguments(**kwargs)
+    return training_args(tmp_path, StarsTrainingArguments, **{**values, **overrides})
 
 
 def params(model):

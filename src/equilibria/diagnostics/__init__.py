@@ -5,12 +5,31 @@ from equilibria.diagnostics import audit
 report = audit(model, dataset)      # any family of equilibria; the dataset has the columns its adapter reads
 print(report)                       # a table, the verdict and its reasons
 report.save("audit-out")            # audit.json + audit.png
+
+By concern: ``audit.py`` runs the audit (the evidence, batch by batch), ``adapters.py`` reads each family's loop,
+``statistics.py`` (paired changes, the sign test, the chance baseline, the summaries), ``probes.py`` (T2's linear
+probe), ``verdict_rules.py`` (the verdict and its thresholds), ``report.py`` (the report, its table and plot);
+``memory.py`` measures what a training step saves for its backward.
 """
 
 from . import adapters
-from . import audit as _audit
 from .adapters import *  # noqa: F403  (LoopAdapter, LoopRun, adapter_for and the families' adapters)
-from .audit import *  # noqa: F403  (VERDICTS, AuditReport, AuditThresholds, audit, verdict, ...)
+from .audit import audit
 from .memory import saved_for_backward
+from .probes import linear_probe
+from .report import AuditReport
+from .statistics import chance_baseline, paired_change
+from .verdict_rules import VERDICTS, AuditThresholds, verdict
 
-__all__ = [*adapters.__all__, *_audit.__all__, "saved_for_backward"]
+__all__ = [
+    *adapters.__all__,
+    "VERDICTS",
+    "AuditReport",
+    "AuditThresholds",
+    "audit",
+    "chance_baseline",
+    "linear_probe",
+    "paired_change",
+    "verdict",
+    "saved_for_backward",
+]

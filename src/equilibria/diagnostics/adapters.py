@@ -112,7 +112,7 @@ class LoopAdapter:
         raise NotImplementedError
 
 
-def _require(batch: dict, *names: str, family: str) -> None:
+def _require_columns(batch: dict, *names: str, family: str) -> None:
     missing = [n for n in names if n not in batch]
     if missing:
         raise ValueError(
@@ -130,7 +130,7 @@ class PHDEQAdapter(LoopAdapter):
     solved_name = "h* = z* (the solver's equilibrium)"
 
     def run(self, batch, start=None):
-        _require(batch, "inputs", "labels", family="PH-DEQ")
+        _require_columns(batch, "inputs", "labels", family="PH-DEQ")
         out = self.model(
             batch["inputs"].float(),
             attention_mask=batch.get("attention_mask"),
@@ -199,11 +199,11 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
         return super().untestable()
 
     def run(self, batch, start=None):
-        _require(batch, "inputs", "labels", family="EqR")
+        _require_columns(batch, "inputs", "labels", family="EqR")
         inputs = batch["inputs"]
         num, cells = inputs.shape
         if getattr(self.model.config, "untied_depth", None):  # no step to repeat: `inconclusive` (untestable)
-            return self._run_untied(batch, start)
+            return self._run_untied_blocks(batch, start)
         if start is None:  # the first step from the model's own start; its residual is step 1's
             z0 = self.model.model.initial_state(num, cells, generator=self.generator).detach()
             step = self.model(inputs, state=z0, num_loops=1, noise=0.0)
@@ -229,7 +229,7 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
             else self.decode(batch, None, begin),
         )
 
-    def _run_untied(self, batch, start=None):
+    def _run_untied_blocks(self, batch, start=None):
         """An untied model runs its ``untied_depth`` blocks once, from its own start (or a displaced one): no
         first step of a repeated block to call ``z0``, so ``z0`` is the start itself. The audit reports its accuracy
         and calls it `inconclusive` (see :meth:`untestable`) instead of failing in the model's forward."""
@@ -273,7 +273,7 @@ class _CausalLMAdapter(LoopAdapter):
         pad = self.model.config.pad_token_id or 0
         for begin in range(0, len(data), batch_size):
             rows = data[begin : begin + batch_size]
-            _require(rows, "input_ids", "labels", family=self.family)
+            _require_columns(rows, "input_ids", "labels", family=self.family)
             ids, labels = rows["input_ids"], rows["labels"]
             if isinstance(ids, list):  # ragged: right-pad
                 rows["attention_mask"] = pad_sequence([torch.ones_like(x) for x in ids], batch_first=True)
@@ -283,25 +283,25 @@ class _CausalLMAdapter(LoopAdapter):
             rows.setdefault("attention_mask", torch.ones_like(ids))
             yield rows
 
-    def _mask(self, batch) -> torch.Tensor:
+    def _real_tokens(self, batch) -> torch.Tensor:
         return batch["attention_mask"].bool()
 
-    def _flatten(self, batch, states: torch.Tensor) -> torch.Tensor:
-        return (states * self._mask(batch)[..., None].to(states.dtype)).flatten(1)
+    def _flatten_real(self, batch, states: torch.Tensor) -> torch.Tensor:
+        return (states * self._real_tokens(batch)[..., None].to(states.dtype)).flatten(1)
 
-    def _valid(self, batch, states: torch.Tensor) -> torch.Tensor:
-        return self._mask(batch)[..., None].expand(states.shape).flatten(1)
+    def _real_entries(self, batch, states: torch.Tensor) -> torch.Tensor:
+        return self._real_tokens(batch)[..., None].expand(states.shape).flatten(1)
 
-    def _logits(self, batch, state_flat: torch.Tensor) -> torch.Tensor:
+    def _decoder_logits(self, batch, state_flat: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def _right(self, batch, logits: torch.Tensor) -> torch.Tensor:
+    def _units_right(self, batch, logits: torch.Tensor) -> torch.Tensor:
         targets = batch["labels"][:, 1:]
         predicted = logits[:, :-1].argmax(-1)
         return ((predicted == targets) | (targets == -100)).all(dim=1)
 
     def decode(self, batch, run, state):
-        return self._right(batch, self._logits(batch, state))
+        return self._units_right(batch, self._decoder_logits(batch, state))
 
     def probe_examples(self, batch, run, state):
         num, width = batch["input_ids"].shape
@@ -331,9 +331,9 @@ class AttractorAdapter(_CausalLMAdapter):
         tol = float(config.solver_tol)
         y_star, stats = fixed_point(f, begin, max_iter=self.max_iter, tol=tol, **solver_options(config))
         run = LoopRun(
-            valid=self._valid(batch, y0),
-            start=self._flatten(batch, y0),
-            solved=self._flatten(batch, y_star),
+            valid=self._real_entries(batch, y0),
+            start=self._flatten_real(batch, y0),
+            solved=self._flatten_real(batch, y_star),
             steps=stats.steps.double(),
             converged=stats.converged,
             diverged=stats.diverged,
@@ -342,7 +342,7 @@ class AttractorAdapter(_CausalLMAdapter):
         run.correct = self.decode(batch, run, run.solved)
         return run
 
-    def _logits(self, batch, state_flat):
+    def _decoder_logits(self, batch, state_flat):
         num, width = batch["input_ids"].shape
         return self.model.lm_head(self.model.model.norm(state_flat.view(num, width, -1)))
 
@@ -357,12 +357,12 @@ class AttractorPuzzleAdapter(_PuzzleCells, AttractorAdapter):
 
     def batches(self, dataset, batch_size):
         for rows in LoopAdapter.batches(self, dataset, batch_size):
-            _require(rows, "inputs", "labels", family=self.family)
+            _require_columns(rows, "inputs", "labels", family=self.family)
             rows["input_ids"] = rows["inputs"]
             rows.setdefault("attention_mask", torch.ones_like(rows["inputs"]))
             yield rows
 
-    def _right(self, batch, logits):
+    def _units_right(self, batch, logits):
         return puzzle_solved(logits, batch["labels"])
 
 
@@ -384,33 +384,37 @@ class OuroAdapter(_CausalLMAdapter):
         self.tol = tol
 
     def run(self, batch, start=None):
-        core = self.model.model
-        f, h0 = core.loop_map(batch["input_ids"], attention_mask=batch["attention_mask"])
-        h = f(h0) if start is None else start.view_as(h0)
-        first, previous, gate_logits = h, h, []
-        for _ in range(1, self.max_iter):
-            gate_logits.append(core.early_exit_gate(h).squeeze(-1))
-            previous, h = h, f(h)
-        exit_probs = exit_distribution(gate_logits, h)
-        steps_axis = torch.arange(1, exit_probs.shape[-1] + 1, dtype=torch.float64)
-        expected = (exit_probs.double() * steps_axis).sum(-1)  # (batch, seq)
-        weight = (batch["labels"] != -100).double()
-        weight = torch.where(weight.sum(1, keepdim=True) > 0, weight, batch["attention_mask"].double())
-        change = residual(self._flatten(batch, previous), self._flatten(batch, h), keep_dims=1)[1]
+        loop = self.model.model.loop_map(batch["input_ids"], attention_mask=batch["attention_mask"])
+        first = loop(loop.start) if start is None else start.view_as(loop.start)
+        previous, last, gate_logits = first, first, []
+        for _ in range(1, self.max_iter):  # h_{t+1} = f(h_t) up to h_T; the gate is read after every step but the last
+            gate_logits.append(self.model.model.early_exit_gate(last).squeeze(-1))
+            previous, last = last, loop(last)
+        change = residual(self._flatten_real(batch, previous), self._flatten_real(batch, last), keep_dims=1)[1]
         run = LoopRun(
-            valid=self._valid(batch, h0),
-            start=self._flatten(batch, first),
-            solved=self._flatten(batch, h),
-            steps=(expected * weight).sum(1) / weight.sum(1).clamp_min(1.0),
-            converged=change < self.tol if self.max_iter > 1 else torch.ones(len(h), dtype=torch.bool),
-            diverged=~torch.isfinite(h.flatten(1)).all(1),
+            valid=self._real_entries(batch, loop.start),
+            start=self._flatten_real(batch, first),
+            solved=self._flatten_real(batch, last),
+            steps=self._expected_exit_step(batch, gate_logits, last),
+            converged=change < self.tol if self.max_iter > 1 else torch.ones(len(last), dtype=torch.bool),
+            diverged=~torch.isfinite(last.flatten(1)).all(1),
             correct=torch.zeros(0, dtype=torch.bool),
             extra={"last_change": change},
         )
         run.correct = self.decode(batch, run, run.solved)
         return run
 
-    def _logits(self, batch, state_flat):
+    def _expected_exit_step(self, batch, gate_logits: list[torch.Tensor], last: torch.Tensor) -> torch.Tensor:
+        """Per sequence: the expected exit step under the model's exit distribution, averaged over its labelled
+        tokens (over its real tokens when none is labelled)."""
+        exit_probs = exit_distribution(gate_logits, last)
+        steps_axis = torch.arange(1, exit_probs.shape[-1] + 1, dtype=torch.float64)
+        expected = (exit_probs.double() * steps_axis).sum(-1)  # (batch, seq)
+        weight = (batch["labels"] != -100).double()
+        weight = torch.where(weight.sum(1, keepdim=True) > 0, weight, batch["attention_mask"].double())
+        return (expected * weight).sum(1) / weight.sum(1).clamp_min(1.0)
+
+    def _decoder_logits(self, batch, state_flat):
         num, width = batch["input_ids"].shape
         return self.model.lm_head(state_flat.view(num, width, -1))
 
