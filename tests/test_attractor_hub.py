@@ -27,7 +27,7 @@ def test_saved_equals_loaded(model, tmp_path):
         "configuration_attractor.py",
         "modeling_attractor.py",
         "solvers.py",
-        "strict_loading.py",
+        "checkpoints.py",
         "looped_lm.py",
         "loop_map.py",
         "config.json",

@@ -139,7 +139,7 @@ def test_push_to_hub_sends_weights_remote_code_and_the_card(tmp_path, monkeypatc
         "modeling_phdeq.py",
         "configuration_phdeq.py",
         "solvers.py",
-        "strict_loading.py",
+        "checkpoints.py",
         "loop_map.py",
         "looped_lm.py",
         "config_checks.py",
@@ -269,7 +269,7 @@ def test_intermediate_pushes_carry_the_remote_code_and_the_card_and_the_history_
     pushes = [c for c in hub.commits if "Training in progress" in (c["message"] or "")]
     assert pushes, [c["message"] for c in hub.commits]
     for push in pushes:
-        assert {"config.json", "modeling_phdeq.py", "configuration_phdeq.py", "strict_loading.py", "README.md"} <= set(
+        assert {"config.json", "modeling_phdeq.py", "configuration_phdeq.py", "checkpoints.py", "README.md"} <= set(
             push["files"]
         ), push["files"].keys()
         assert "## Training" in push["files"]["README.md"]

@@ -7,7 +7,7 @@ by concern: ``layers`` (the standard transformer pieces), ``looped_lm`` (the che
 the looped language models share: the forward's preamble, the causal-LM heads' pieces, generate's loop arguments,
 the telemetry cache), ``loop_map`` (the loop as a function of its state), ``solvers`` (the fixed-point entry, the
 residual), ``regularization`` (Jacobian estimators), ``config_checks`` (config validation), ``compat`` (where
-transformers releases differ) and ``strict_loading`` (loading, saving, publishing).
+transformers releases differ) and ``checkpoints`` (loading, saving, publishing).
 """
 
 from .configuration_attractor import AttractorConfig

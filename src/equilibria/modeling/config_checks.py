@@ -33,7 +33,7 @@ class LoopConfigMixin:
     """Mixed into every family's config class (before ``PreTrainedConfig``): a ``config.json`` written for another
     model type is refused (``ValueError``) instead of loaded with a warning, keys renamed since a config was
     saved (``_renamed_keys``, old -> new) are read under their new names with a deprecation warning, and a key
-    added with a new default (``_saved_without``, key -> the old behaviour) keeps a saved config's old behaviour.
+    added with a new default (``_defaults_of_older_saves``, key -> the old behaviour) keeps a saved config's old behaviour.
 
     Validation: see the module's docstring; ``validate_architecture`` sorts before transformers' own RoPE checks, so
     a nonsensical shape gets our error."""
@@ -41,12 +41,12 @@ class LoopConfigMixin:
     _renamed_keys: dict = {}
     # key -> the value a config saved before the key existed meant (its behaviour then), where that differs from
     # the default of a new config: read when loading a config.json without the key
-    _saved_without: dict = {}
+    _defaults_of_older_saves: dict = {}
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
         refuse_foreign_model_type(cls, config_dict)
-        missing = {key: value for key, value in cls._saved_without.items() if key not in config_dict}
+        missing = {key: value for key, value in cls._defaults_of_older_saves.items() if key not in config_dict}
         return super().from_dict({**config_dict, **missing}, **kwargs)
 
     def __post_init__(self, **kwargs):

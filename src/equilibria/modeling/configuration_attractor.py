@@ -145,7 +145,7 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
     eos_token_id: int | list[int] | None = None
 
     _renamed_keys = {"damping": "solver_mixing"}
-    _saved_without = {"residual_form": "gated"}
+    _defaults_of_older_saves = {"residual_form": "gated"}
 
     def __post_init__(self, **kwargs):
         fill_attention_defaults(self)

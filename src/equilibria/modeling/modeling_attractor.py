@@ -55,6 +55,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 
+from .checkpoints import StrictLoadingMixin
 from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD
 from .configuration_attractor import AttractorConfig
 from .layers import DecoderLayer, RMSNorm, RotaryEmbedding
@@ -74,7 +75,6 @@ from .looped_lm import (
 from .puzzles import check_puzzle_labels, puzzle_inputs
 from .regularization import IterateSampler, hutchinson_frobenius
 from .solvers import GRADIENT_MODES, SolverTelemetry, check_tol, fixed_point, solver_options
-from .strict_loading import StrictLoadingMixin
 
 
 def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:

@@ -27,13 +27,13 @@ from transformers.modeling_outputs import BaseModelOutput, ModelOutput, TokenCla
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 
+from .checkpoints import StrictLoadingMixin
 from .configuration_eqr import SELECTIONS, EqRConfig, check_noise
 from .layers import MLP, DecoderLayer, RMSNorm, RotaryEmbedding
 from .loop_map import LoopMap
 from .looped_lm import as_int, check_keywords, shared_fields
 from .puzzles import check_puzzle_labels, puzzle_inputs, puzzle_solved
 from .solvers import residual
-from .strict_loading import StrictLoadingMixin
 
 
 def check_depth(value, name: str = "depth") -> int:

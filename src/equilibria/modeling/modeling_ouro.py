@@ -24,7 +24,7 @@ looped LMs share) and ``solvers`` (the residual).
 
 This module travels to the Hub as remote code: it imports only torch, transformers and its siblings in
 ``equilibria/modeling`` (``configuration_ouro``, the shared pieces ``compat``, ``layers``, ``looped_lm``,
-``loop_map``, ``strict_loading``, ``regularization`` and ``solvers``), which travel with it.
+``loop_map``, ``checkpoints``, ``regularization`` and ``solvers``), which travel with it.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 
+from .checkpoints import StrictLoadingMixin
 from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD
 from .configuration_ouro import OuroConfig, check_exit_readout, check_exit_threshold
 from .layers import MLP, Attention, RMSNorm, RotaryEmbedding
@@ -62,7 +63,6 @@ from .looped_lm import (
 )
 from .regularization import check_estimator_fits, spectral_radius
 from .solvers import residual
-from .strict_loading import StrictLoadingMixin
 
 # --------------------------------------------------------------------------------------------------
 # Outputs

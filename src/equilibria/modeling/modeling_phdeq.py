@@ -24,11 +24,11 @@ from transformers.modeling_outputs import BaseModelOutput, SequenceClassifierOut
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 
+from .checkpoints import StrictLoadingMixin
 from .configuration_phdeq import PHDEQConfig
 from .loop_map import LoopMap
 from .looped_lm import as_int, check_keywords, shared_fields
 from .solvers import GRADIENT_MODES, SolverTelemetry, check_tol, fixed_point, solver_options
-from .strict_loading import StrictLoadingMixin
 
 
 def check_budget(value, name: str = "num_loops") -> int:
