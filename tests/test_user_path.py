@@ -82,7 +82,8 @@ def test_the_whole_path_eval_audit_and_card_report_these_weights_on_the_held_out
     from equilibria import OuroForCausalLM
     from equilibria.tasks import load_training_record
     from equilibria.tasks.held_out import numbered
-    from equilibria.tasks.text_data import RowEncoder, encode_rows, load_rows, row_key, token_accuracy
+    from equilibria.tasks.text_data import RowEncoder, encode_rows, load_rows, row_key
+    from equilibria.tasks.text_scoring import token_accuracy
 
     weights = weights_fingerprint(tuned)
     record = load_training_record(tuned)

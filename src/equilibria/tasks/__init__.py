@@ -1,13 +1,8 @@
-"""Task builders (``datasets.Dataset``), loaders for the published formats, tokenizers and evaluators."""
+"""Task builders (``datasets.Dataset``), loaders for the published formats, tokenizers and the scoring of text
+answers."""
 
 from . import catalog
-from .addition import (
-    addition_tokenizer,
-    build_addition_dataset,
-    evaluate_loop_scaling,
-    exact_match,
-    tokenize_for_training,
-)
+from .addition import addition_tokenizer, build_addition_dataset, tokenize_for_training
 from .catalog import *  # noqa: F403  (the tasks by name, evaluation splits, training records)
 from .embedding import SentenceEmbedder, embed_entailment
 from .entailment import build_entailment_dataset, load_proofwriter_jsonl
@@ -29,6 +24,7 @@ from .symmetry import (
     sudoku_classes,
     sudoku_equivalent,
 )
+from .text_scoring import evaluate_loop_scaling, exact_match, token_accuracy
 from .tokenization import char_tokenizer, tokenizer_fields
 
 __all__ = [
@@ -63,5 +59,6 @@ __all__ = [
     "sudoku_equivalent",
     "solve_sudoku",
     "sudoku_canonical",
+    "token_accuracy",
     "tokenize_for_training",
 ]
