@@ -131,7 +131,7 @@ LAYERS = (
     "trainers",
     "diagnostics",
     "hub_cards",
-    "harness",
+    "lm_eval_loops",
     "plots",
     "families",
     "tasks",
@@ -253,7 +253,7 @@ def test_the_subcommands_runners_import_no_cli_parser(module):
 
 def test_every_task_a_family_names_has_a_record():
     from equilibria.families import FAMILIES
-    from equilibria.tasks.records import TASK_RECORDS
+    from equilibria.tasks.registry import TASK_RECORDS
 
     named = {task for family in FAMILIES.values() for task in family.tasks}
     assert named == set(TASK_RECORDS)
@@ -261,11 +261,11 @@ def test_every_task_a_family_names_has_a_record():
 
 def test_a_new_task_is_one_record(monkeypatch):
     """A task added to the records alone is built, evaluated (held out of its training questions) and shaped for a
-    config by the catalog, with no other change."""
+    config by the task splits (:mod:`equilibria.tasks.named_splits`), with no other change."""
     from datasets import Dataset, DatasetDict
 
-    from equilibria.tasks import build_task, catalog, eval_split, task_shape
-    from equilibria.tasks.records import TASK_RECORDS, Task
+    from equilibria.tasks import build_task, eval_split, named_splits, task_shape
+    from equilibria.tasks.registry import TASK_RECORDS, Task
 
     def generate(width, train, test, seed):
         rows = [{"inputs": [(seed + i) % 7] * width, "labels": i % 2} for i in range(train + test)]
@@ -289,7 +289,7 @@ def test_a_new_task_is_one_record(monkeypatch):
     config = type("Config", (), {"input_size": 3})()
     assert task_shape(config, "toy") == {"nodes": 3}
     first_fresh = Dataset.from_list([{"inputs": [1, 1, 1], "labels": 1}])  # what eval_split would draw first
-    rows = eval_split(config, "toy", 3, seed=0, exclude=set(catalog.fingerprints("toy", first_fresh)))
+    rows = eval_split(config, "toy", 3, seed=0, exclude=set(named_splits.fingerprints("toy", first_fresh)))
     assert len(rows) == 3 and [1, 1, 1] not in rows["inputs"]
     assert [1, 1, 1] in eval_split(config, "toy", 3, seed=0)["inputs"]
     with pytest.raises(ValueError, match="task must be one of"):
@@ -369,3 +369,14 @@ def test_the_portable_classes_override_no_private_transformers_method():
                     if private and name not in allowed and any(hasattr(b, name) for b in theirs):
                         found.add(f"{owner.__name__}.{name}")
     assert not found, f"private transformers methods overridden: {sorted(found)}"
+
+
+def test_the_old_name_of_the_named_splits_module_still_imports_and_warns(monkeypatch):
+    import importlib
+
+    from equilibria.tasks import named_splits
+
+    monkeypatch.delitem(sys.modules, "equilibria.tasks.catalog", raising=False)
+    with pytest.warns(DeprecationWarning, match="equilibria.tasks.named_splits"):
+        old = importlib.import_module("equilibria.tasks.catalog")
+    assert old.split_census is named_splits.split_census

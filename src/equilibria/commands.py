@@ -12,14 +12,14 @@ from transformers import TextStreamer
 from .diagnostics import audit
 from .evaluation import evaluation_data
 from .families import FAMILIES, family_record, model_task
-from .harness import lm_eval_at_loops, lm_eval_table, save_lm_eval
 from .hub_cards.card import evaluation_record
 from .hub_cards.publish import write_model_card
+from .lm_eval_loops import lm_eval_at_loops, lm_eval_table, save_lm_eval
 from .loading import load_saved_model
 from .provenance import describe_weights, folder_results, read_result, weights_fingerprint
 from .scaling import Scoring, loop_scaling_report, loop_scores, parse_loops
 from .tasks import tokenize_for_training
-from .tasks.records import task_record
+from .tasks.registry import task_record
 from .tasks.tokenization import describe_characters, load_tokenizer, unknown_characters
 from .wording import with_article
 
@@ -62,7 +62,7 @@ def run_audit(args) -> None:
 
 def run_eval(args) -> dict:
     """``equilibria eval``: the loop-scaling curve of a saved model on its task, as a table (and JSON + PNG); with
-    ``--lm-eval-tasks``, lm-evaluation-harness tasks at each loop count instead (:mod:`equilibria.harness`)."""
+    ``--lm-eval-tasks``, lm-evaluation-harness tasks at each loop count instead (:mod:`equilibria.lm_eval_loops`)."""
     model = load_saved_model(args.model_path, args.trust_remote_code)
     loops = parse_loops(args.loops, "--loops", family_record(model).min_loops)
     threshold, breadth = getattr(args, "halt_threshold", None), getattr(args, "breadth", 1)

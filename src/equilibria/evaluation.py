@@ -37,7 +37,7 @@ from .tasks import (
     trained_on_rows,
 )
 from .tasks.held_out import content_keys, numbered
-from .tasks.records import TASK_RECORDS
+from .tasks.registry import TASK_RECORDS
 from .tasks.text_data import FORMATS, METRICS, evaluation_rows, held_out_rows, row_format, row_keys, text_source
 from .tasks.tokenization import load_tokenizer
 from .wording import counted, with_article

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .families import FAMILIES
 from .scaling import loop_scaling, loop_scaling_report, parse_loops
-from .tasks.records import TASKS, puzzle_cells, tasks_help
+from .tasks.registry import TASKS, puzzle_cells, tasks_help
 from .wording import counted, with_article
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")  # what from_pretrained(dtype=...) takes by name
@@ -777,7 +777,7 @@ def _held_out_line(data) -> str:
 
 
 def _census_note(census: dict) -> str:
-    """What a generated puzzle split's census (:func:`~equilibria.tasks.catalog.split_census`) says, in words."""
+    """What a generated puzzle split's census (:func:`~equilibria.tasks.named_splits.split_census`) says, in words."""
     counts = f"{census['train_classes']} training and {census['test_classes']} test classes"
     if census["held_out"]:
         return f"held out up to the task's symmetries: no test puzzle is in a training puzzle's class ({counts})"

@@ -16,8 +16,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import TrainingArguments
 
 from ..families import Family, family_record, model_task
-from ..tasks.catalog import held_out_split, trained_on_rows
-from ..tasks.records import TASK_RECORDS, task_record
+from ..tasks.named_splits import held_out_split, trained_on_rows
+from ..tasks.registry import TASK_RECORDS, task_record
 from ..wording import counted, with_article
 from .family_text import FamilyText, family_text
 
@@ -299,7 +299,7 @@ def _lm_eval_results(head, lm_eval: dict | None) -> list[EvalResult]:
 def _lm_eval_section(lm_eval: dict | None, plot: str | None) -> list[str]:
     if not lm_eval or not lm_eval.get("tasks"):
         return []
-    from ..harness import lm_eval_table
+    from ..lm_eval_loops import lm_eval_table
 
     header, rows = lm_eval_table(lm_eval)
     limit = f", at most {lm_eval['limit']} documents per task" if lm_eval.get("limit") else ""
