@@ -69,7 +69,9 @@ class Head:
 
 @dataclass(frozen=True)
 class Family:
-    """Everything about one ``model_type`` that code outside its modeling files needs."""
+    """The modeling facts of one ``model_type`` that code outside its modeling files needs: its config and model
+    classes, its heads, the config key of its loop count and the smallest count, a small-config factory and the
+    default LoRA targets."""
 
     model_type: str
     loop_meaning: str
