@@ -47,7 +47,7 @@ def smoke(family: str, folder: Path, extra: list[str] | None = None) -> None:
         code = main(["train", "--family", family, "--output_dir", str(folder), *TRAIN_FLAGS, *(extra or [])])
     if code != 0:
         raise RuntimeError(f"equilibria train exited with {code}")
-    head = FAMILIES[family].saved_head(transformers.AutoConfig.from_pretrained(folder))
+    head = FAMILIES[family].head_of_config(transformers.AutoConfig.from_pretrained(folder))
     model = getattr(transformers, head.auto_class).from_pretrained(folder).eval()
     if not isinstance(model, head.model_class):
         raise RuntimeError(f"the folder loaded {type(model).__module__}.{type(model).__name__}, not the package's")

@@ -6,7 +6,7 @@ bands, stacks or (square boxes) transposing; a maze after a rotation, a reflecti
 (:mod:`equilibria.tasks.symmetry`). For each generator setting, ``--draws`` puzzles are drawn and sorted into
 classes: the classes seen are a lower bound on what the generator can make; when every class was seen at least
 twice the count is saturated (taken as exact), else the Chao1 estimate (classes + singletons^2 / (2 x doubletons))
-says roughly how many there are. For each benchmark split, :func:`~equilibria.tasks.catalog.split_census` counts the
+says roughly how many there are. For each benchmark split, :func:`~equilibria.tasks.named_splits.split_census` counts the
 classes in the training and test puzzles and the test puzzles that fall in a training class.
 
     python benchmarks/puzzle_census.py            # about 10 minutes on 2 CPU cores; writes docs/results/puzzle_census.json

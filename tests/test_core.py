@@ -12,7 +12,7 @@ from test_phdeq import X as PHDEQ_X
 from test_phdeq import tiny_phdeq
 
 from equilibria import AttractorConfig, EqRConfig, OuroConfig, PHDEQConfig
-from equilibria.families import FAMILIES, family_of, model_task
+from equilibria.families import FAMILIES, family_record, model_task
 from equilibria.modeling.solvers import SolverStats, fixed_point, residual
 
 IDS = torch.tensor([[5, 9, 13, 7, 22, 30, 11, 4]])
@@ -217,6 +217,8 @@ def test_a_renamed_key_is_checked_under_its_new_name():
 
 def test_the_registry_is_what_transformers_knows():
     import equilibria  # noqa: F401
+    from equilibria.diagnostics import adapter_class_for
+    from equilibria.trainers import trainer_for
 
     for model_type, family in FAMILIES.items():
         config = transformers.AutoConfig.for_model(model_type)
@@ -224,11 +226,12 @@ def test_the_registry_is_what_transformers_knows():
         assert transformers.AutoModel._model_mapping[family.config_class] is family.base_class
         for head in family.heads:
             assert getattr(transformers, head.auto_class)._model_mapping[family.config_class] is head.model_class
-        assert family_of(config) is family and model_task(config) == family.default_task
-        assert family.trainer_class().__name__.endswith("Trainer")
-        assert family.adapter_class().__name__.endswith("Adapter")
+        assert family_record(config) is family and model_task(config) == family.default_task
+        assert trainer_for(model_type).__name__.endswith("Trainer")
+        for head in family.heads:
+            assert adapter_class_for(model_type, head.kind).__name__.endswith("Adapter")
     with pytest.raises(ValueError, match="it is not an equilibria family"):
-        family_of(transformers.LlamaConfig())
+        family_record(transformers.LlamaConfig())
 
 
 def test_tasks_import_nothing_from_the_models():

@@ -154,11 +154,11 @@ def test_push_to_hub_sends_weights_remote_code_and_the_card(tmp_path, monkeypatc
     [("ouro", "An Ouro"), ("attractor_lm", "An Attractor"), ("eqr", "An Equilibrium"), ("phdeq", "A Port")],
 )
 def test_every_card_has_its_paper_citation_and_the_right_article(family, article):
-    from equilibria.families import FAMILIES
+    from equilibria.hub_cards import FAMILY_TEXTS
 
     text = build_model_card(tiny_models()[family]).text
     assert f"\n{article}" in text
-    assert "## Citation" in text and FAMILIES[family].citation in text and "@misc{" in text
+    assert "## Citation" in text and FAMILY_TEXTS[family].citation in text and "@misc{" in text
 
 
 def test_a_compared_curve_is_in_the_table_as_in_the_plot():

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -144,7 +145,7 @@ LAYERS = (
     "trainers",
     "diagnostics",
     "hub_cards",
-    "harness",
+    "lm_eval_loops",
     "plots",
     "families",
     "tasks",
@@ -158,18 +159,96 @@ def layer_of(module: str) -> str:
     return module.split(".")[1] if module.count(".") else ""
 
 
-def test_imports_walk_down_the_layers():
-    graph = import_graph()
-    assert {layer_of(m) for m in graph} - {""} - {"__main__"} == set(LAYERS), "a module is missing from LAYERS"
-    rank = {name: i for i, name in enumerate(LAYERS)}
-    upward = sorted(
+def upward_imports(graph: dict[str, set[str]], layers: tuple[str, ...] = LAYERS) -> list[tuple[str, str]]:
+    """``(module, target)`` for every import (top level or inside a function) of a module from a layer above its
+    own."""
+    rank = {name: i for i, name in enumerate(layers)}
+    return sorted(
         (module, target)
         for module, targets in graph.items()
         if layer_of(module) in rank
         for target in targets
         if layer_of(target) in rank and rank[layer_of(target)] < rank[layer_of(module)]
     )
-    assert upward == []
+
+
+def test_imports_walk_down_the_layers():
+    graph = import_graph()
+    assert {layer_of(m) for m in graph} - {""} - {"__main__"} == set(LAYERS), "a module is missing from LAYERS"
+    assert upward_imports(graph) == []
+
+
+def test_the_layer_rule_sees_an_upward_import_inside_a_function(tmp_path):
+    package = tmp_path / "equilibria"
+    (package / "low").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "low" / "__init__.py").write_text("def f():\n    from ..top import g\n")
+    (package / "top.py").write_text("from .low import f\n")
+    graph = import_graph(tmp_path)
+    assert upward_imports(graph, ("top", "low")) == [("equilibria.low", "equilibria.top")]
+    assert upward_imports(graph, ("low", "top")) == [("equilibria.top", "equilibria.low")]
+
+
+# a string naming a class by its module path, "package.module:Class" or "package.module.Class": a link the import
+# graph cannot see
+CLASS_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[:.][A-Z]\w*$")
+# where such strings belong: the auto_map a saved config carries ("modeling_ouro.OuroForCausalLM"), which transformers
+# resolves in the saved folder's own remote code
+SAVED_AUTO_MAPS = {"auto_map", "_remote_auto_map"}
+
+
+def class_path_strings(source: str) -> list[str]:
+    """The string constants of ``source`` that name a class by its module path, except the values of an
+    ``auto_map`` / ``_remote_auto_map`` dict; and any call of ``importlib.import_module`` or ``__import__`` (a
+    module imported by a computed name)."""
+    tree = ast.parse(source)
+    saved = set()
+    for node in ast.walk(tree):
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        names = {getattr(t, "id", None) or getattr(t, "attr", None) for t in targets}
+        if names & SAVED_AUTO_MAPS and isinstance(node.value, ast.Dict):
+            saved.update(id(value) for value in node.value.values)
+    found = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and CLASS_PATH.match(node.value)
+        if id(node) not in saved
+    ]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+            if name in ("import_module", "__import__"):
+                found.append(f"{name}(...)")
+    return found
+
+
+def test_no_class_is_named_by_a_string_in_src():
+    """Trainers, audit adapters and the like are found by what they declare, never by a "module:Class" string a
+    record below them holds (the layer rule above could not see that link)."""
+    found = {
+        str(path.relative_to(SRC)): strings
+        for path in sorted((SRC / "equilibria").rglob("*.py"))
+        if (strings := class_path_strings(path.read_text()))
+    }
+    assert found == {}
+
+
+def test_the_class_path_check_finds_what_it_should():
+    source = (
+        'trainer: str = "equilibria.trainers:StarsTrainer"\n'
+        'OTHER = "equilibria.diagnostics.adapters.OuroAdapter"\n'
+        '_remote_auto_map = {"AutoConfig": "configuration_ouro.OuroConfig"}\n'
+        'self.config.auto_map = {"AutoModel": "modeling_ouro.OuroModel"}\n'
+        'TEXT = "a sentence. It is no class path"\n'
+        "module = importlib.import_module(name)\n"
+    )
+    assert class_path_strings(source) == [
+        "equilibria.trainers:StarsTrainer",
+        "equilibria.diagnostics.adapters.OuroAdapter",
+        "import_module(...)",
+    ]
 
 
 def test_the_development_page_lists_the_layers_in_their_order():
@@ -188,7 +267,7 @@ def test_the_subcommands_runners_import_no_cli_parser(module):
 
 def test_every_task_a_family_names_has_a_record():
     from equilibria.families import FAMILIES
-    from equilibria.tasks.records import TASK_RECORDS
+    from equilibria.tasks.registry import TASK_RECORDS
 
     named = {task for family in FAMILIES.values() for task in family.tasks}
     assert named == set(TASK_RECORDS)
@@ -196,11 +275,11 @@ def test_every_task_a_family_names_has_a_record():
 
 def test_a_new_task_is_one_record(monkeypatch):
     """A task added to the records alone is built, evaluated (held out of its training questions) and shaped for a
-    config by the catalog, with no other change."""
+    config by the task splits (:mod:`equilibria.tasks.named_splits`), with no other change."""
     from datasets import Dataset, DatasetDict
 
-    from equilibria.tasks import build_task, catalog, eval_split, task_shape
-    from equilibria.tasks.records import TASK_RECORDS, Task
+    from equilibria.tasks import build_task, eval_split, named_splits, task_shape
+    from equilibria.tasks.registry import TASK_RECORDS, Task
 
     def generate(width, train, test, seed):
         rows = [{"inputs": [(seed + i) % 7] * width, "labels": i % 2} for i in range(train + test)]
@@ -224,24 +303,43 @@ def test_a_new_task_is_one_record(monkeypatch):
     config = type("Config", (), {"input_size": 3})()
     assert task_shape(config, "toy") == {"nodes": 3}
     first_fresh = Dataset.from_list([{"inputs": [1, 1, 1], "labels": 1}])  # what eval_split would draw first
-    rows = eval_split(config, "toy", 3, seed=0, exclude=set(catalog.fingerprints("toy", first_fresh)))
+    rows = eval_split(config, "toy", 3, seed=0, exclude=set(named_splits.fingerprints("toy", first_fresh)))
     assert len(rows) == 3 and [1, 1, 1] not in rows["inputs"]
     assert [1, 1, 1] in eval_split(config, "toy", 3, seed=0)["inputs"]
     with pytest.raises(ValueError, match="task must be one of"):
         build_task("nonesuch", 5, 2, seed=0)
 
 
-def test_trainers_and_adapters_take_their_family_from_its_record():
-    from equilibria.families import FAMILIES, family_using
-    from equilibria.trainers import LoopTrainer, StarsTrainer
+def test_trainers_and_adapters_take_their_family_from_their_own_declaration():
+    from equilibria.diagnostics import ADAPTERS, adapter_class_for
+    from equilibria.families import FAMILIES
+    from equilibria.trainers import LoopTrainer, StarsTrainer, trainer_for
+    from equilibria.trainers.for_family import TRAINERS
 
     for family in FAMILIES.values():
-        assert family_using("adapter", family.adapter_class()) is family
-        if issubclass(family.trainer_class(), LoopTrainer):
-            assert family.trainer_class().family() is family
+        for head in family.heads:
+            assert family.model_type in adapter_class_for(family.model_type, head.kind).model_types
+        if issubclass(trainer_for(family.model_type), LoopTrainer):
+            assert trainer_for(family.model_type).family() is family
+    for declared in (*ADAPTERS, *TRAINERS):  # each declares one family, and it has a record
+        assert len(declared.model_types) == 1 and declared.model_types[0] in FAMILIES
     assert type("MyStars", (StarsTrainer,), {}).family() is FAMILIES["ouro"]  # a subclass keeps its family
-    with pytest.raises(ValueError, match="no family's record names Orphan"):
+    with pytest.raises(ValueError, match="Orphan declares no family"):
         type("Orphan", (LoopTrainer,), {}).family()
+
+
+def test_every_head_kind_has_one_adapter_one_evaluator_and_its_card_text():
+    from equilibria.diagnostics import ADAPTERS
+    from equilibria.families import FAMILIES, HEAD_KINDS, serving
+    from equilibria.hub_cards import FAMILY_TEXTS
+    from equilibria.scaling import EVALUATORS
+
+    assert set(EVALUATORS) == set(HEAD_KINDS)
+    assert set(FAMILY_TEXTS) == set(FAMILIES)
+    for family in FAMILIES.values():
+        for head in family.heads:
+            assert len(serving(ADAPTERS, family.model_type, head.kind)) == 1, (family.model_type, head.kind)
+            assert head.kind in FAMILY_TEXTS[family.model_type].usage
 
 
 def test_the_portable_files_import_no_other_model_and_nothing_of_the_package_above_them():
@@ -285,3 +383,14 @@ def test_the_portable_classes_override_no_private_transformers_method():
                     if private and name not in allowed and any(hasattr(b, name) for b in theirs):
                         found.add(f"{owner.__name__}.{name}")
     assert not found, f"private transformers methods overridden: {sorted(found)}"
+
+
+def test_the_old_name_of_the_named_splits_module_still_imports_and_warns(monkeypatch):
+    import importlib
+
+    from equilibria.tasks import named_splits
+
+    monkeypatch.delitem(sys.modules, "equilibria.tasks.catalog", raising=False)
+    with pytest.warns(DeprecationWarning, match="equilibria.tasks.named_splits"):
+        old = importlib.import_module("equilibria.tasks.catalog")
+    assert old.split_census is named_splits.split_census

@@ -19,7 +19,6 @@ from equilibria.tasks.maze import (
     load_maze_csv,
     shortest_paths,
 )
-from equilibria.tasks.splits import build_sudoku_dataset
 from equilibria.tasks.sudoku import (
     SUDOKU_VOCAB_SIZE,
     augment_sudoku,
@@ -32,6 +31,7 @@ from equilibria.tasks.sudoku import (
     parse_board,
     solve_sudoku,
 )
+from equilibria.tasks.sudoku_splits import build_sudoku_dataset
 
 DATA = Path(__file__).parent / "data"
 

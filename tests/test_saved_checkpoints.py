@@ -28,7 +28,7 @@ from transformers import AutoConfig
 from transformers.utils import ModelOutput
 
 import equilibria  # noqa: F401  (registers the Auto classes)
-from equilibria.families import FAMILIES, family_of
+from equilibria.families import FAMILIES, family_record
 
 DATA = Path(__file__).resolve().parent / "data"
 _spec = importlib.util.spec_from_file_location("make_saved_folders", DATA.parent / "scripts" / "make_saved_folders.py")
@@ -45,7 +45,7 @@ def load(version: str, name: str):
     class name, inputs, reference logits)``; the Auto class is the one the family's record gives its saved head."""
     folder = DATA / version / name
     config = AutoConfig.from_pretrained(folder)
-    auto_class = family_of(config).saved_head(config).auto_class
+    auto_class = family_record(config).head_of_config(config).auto_class
     model, info = getattr(transformers, auto_class).from_pretrained(
         folder, output_loading_info=True, attn_implementation="eager"
     )

@@ -88,7 +88,7 @@ def test_the_task_records_give_the_class_of_a_row():
 
 
 def test_maze_splits_share_no_maze_up_to_symmetry_and_say_so():
-    from equilibria.tasks.catalog import split_census
+    from equilibria.tasks.named_splits import split_census
 
     data = build_maze_dataset(9, 120, 30, seed=0, min_path=9)
     census = split_census("maze", data["train"], data["test"])
@@ -101,7 +101,7 @@ def test_maze_splits_share_no_maze_up_to_symmetry_and_say_so():
 def test_a_4x4_sudoku_split_is_reported_as_not_held_out():
     """4x4 Sudoku has few classes (36 seen in 5000 draws): its test puzzles are symmetric variants of training
     ones, and the census says so (its results are a memorisation check)."""
-    from equilibria.tasks.catalog import split_census
+    from equilibria.tasks.named_splits import split_census
 
     data = build_sudoku_dataset(4, 300, 40, seed=0, split_by="board")
     census = split_census("sudoku", data["train"], data["test"])
@@ -113,7 +113,7 @@ def test_a_4x4_sudoku_split_is_reported_as_not_held_out():
 
 @pytest.mark.parametrize("size, train, test", [(4, 8, 6), (6, 60, 20), (9, 30, 10)])
 def test_sudoku_splits_are_held_out_by_class(size, train, test):
-    from equilibria.tasks.catalog import split_census
+    from equilibria.tasks.named_splits import split_census
 
     data = build_sudoku_dataset(size, train, test, seed=0, min_clues=18 if size == 6 else None, augmentations=1)
     census = split_census("sudoku", data["train"], data["test"])
@@ -124,7 +124,7 @@ def test_sudoku_splits_are_held_out_by_class(size, train, test):
 
 @pytest.mark.parametrize("split_by", ["class", "board"])
 def test_a_validation_split_is_held_out_from_train_and_test_and_changes_neither(split_by):
-    from equilibria.tasks.catalog import split_census
+    from equilibria.tasks.named_splits import split_census
 
     options = dict(seed=0, min_clues=18, augmentations=2, split_by=split_by)
     plain = build_sudoku_dataset(6, 40, 10, **options)
@@ -189,7 +189,7 @@ def test_the_exact_check_agrees_with_the_canonical_form(size):
 def test_evaluation_leaves_out_the_training_classes():
     """:func:`kept_rows` with the training classes drops a symmetric variant of a training puzzle that the exact
     question check keeps."""
-    from equilibria.tasks.catalog import class_fingerprints, fingerprints, kept_rows
+    from equilibria.tasks.named_splits import class_fingerprints, fingerprints, kept_rows
 
     data = build_sudoku_dataset(4, 12, 30, seed=0, split_by="board")
     train, test = data["train"], data["test"]
@@ -204,7 +204,7 @@ def test_a_generated_training_record_keeps_the_classes_evaluation_excludes():
     """``build_task`` records the training puzzles' class fingerprints and the split's census; evaluation draws
     fresh puzzles outside those classes. A board split (4x4) records that it was one and keeps no classes."""
     from equilibria.evaluation import _exclusion
-    from equilibria.tasks.catalog import build_task, class_fingerprints, eval_split
+    from equilibria.tasks.named_splits import build_task, class_fingerprints, eval_split
 
     data = build_task("sudoku", 12, 4, seed=0, size=4)
     assert data.record["split_census"]["held_out"] and len(data.record["class_fingerprints"]) <= 12

@@ -82,7 +82,8 @@ def test_the_whole_path_eval_audit_and_card_report_these_weights_on_the_held_out
     from equilibria import OuroForCausalLM
     from equilibria.tasks import load_training_record
     from equilibria.tasks.held_out import numbered
-    from equilibria.tasks.text_data import RowEncoder, encode_rows, load_rows, row_key, token_accuracy
+    from equilibria.tasks.text_data import RowEncoder, encode_rows, load_rows, row_key
+    from equilibria.tasks.text_scoring import token_accuracy
 
     weights = weights_fingerprint(tuned)
     record = load_training_record(tuned)
@@ -283,7 +284,7 @@ def test_held_out_rows_of_a_file_share_no_class_with_its_training_rows(tmp_path,
     """4x4 puzzles fall in 36 classes: of a file's held-out rows, those in a training puzzle's class are dropped
     (so the loop-scaling evaluation is held out), and ``--split_by`` is refused with a file."""
     from equilibria.tasks import build_sudoku_dataset, build_task_rows
-    from equilibria.tasks.catalog import class_fingerprints
+    from equilibria.tasks.named_splits import class_fingerprints
 
     puzzles = build_sudoku_dataset(size=4, num_train=60, num_test=1, seed=3, split_by="board")["train"]
     path = tmp_path / "puzzles.csv"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .tasks.records import TASKS, tasks_help
+from .tasks.registry import TASKS, tasks_help
 
 
 def build_parser() -> argparse.ArgumentParser:

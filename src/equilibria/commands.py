@@ -3,6 +3,7 @@ family, make evaluation data for its task, and run ``audit``, ``eval`` (loop sca
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -10,15 +11,15 @@ from transformers import TextStreamer
 
 from .diagnostics import audit
 from .evaluation import evaluation_data
-from .families import FAMILIES, family_of, model_task
-from .harness import lm_eval_at_loops, lm_eval_table, save_lm_eval
+from .families import FAMILIES, family_record, model_task
 from .hub_cards.card import evaluation_record
 from .hub_cards.publish import write_model_card
+from .lm_eval_loops import lm_eval_at_loops, lm_eval_table, save_lm_eval
 from .loading import load_saved_model
 from .provenance import describe_weights, folder_results, read_result, weights_fingerprint
-from .scaling import loop_scaling, loop_scaling_report, parse_loops, solver_scaling
+from .scaling import Scoring, loop_scaling_report, loop_scores, parse_loops
 from .tasks import tokenize_for_training
-from .tasks.records import task_record
+from .tasks.registry import task_record
 from .tasks.tokenization import describe_characters, load_tokenizer, unknown_characters
 from .wording import with_article
 
@@ -47,7 +48,8 @@ def run_audit(args) -> None:
     model = load_saved_model(args.model_path, args.trust_remote_code)
     data = evaluation_data(model, args.model_path, **data_options(args), default_count=500)
     rows = data.rows
-    if model.can_generate() and "input_ids" not in rows.column_names:  # prompt / answer rows
+    language_model = family_record(model).head_of_model(model).kind == "causal_lm"
+    if language_model and "input_ids" not in rows.column_names:  # prompt / answer rows
         rows = tokenize_for_training(rows, _tokenizer(args.model_path))
     report = audit(model, rows, num_loops=args.num_loops, batch_size=args.batch_size, seed=args.seed)
     report.data = {**data.record, "units": report.num_units}
@@ -60,25 +62,23 @@ def run_audit(args) -> None:
 
 def run_eval(args) -> dict:
     """``equilibria eval``: the loop-scaling curve of a saved model on its task, as a table (and JSON + PNG); with
-    ``--lm-eval-tasks``, lm-evaluation-harness tasks at each loop count instead (:mod:`equilibria.harness`)."""
+    ``--lm-eval-tasks``, lm-evaluation-harness tasks at each loop count instead (:mod:`equilibria.lm_eval_loops`)."""
     model = load_saved_model(args.model_path, args.trust_remote_code)
-    loops = parse_loops(args.loops, "--loops", family_of(model).min_loops)
+    loops = parse_loops(args.loops, "--loops", family_record(model).min_loops)
     threshold, breadth = getattr(args, "halt_threshold", None), getattr(args, "breadth", 1)
-    if (threshold is not None or breadth != 1) and not hasattr(model, "solve"):
+    scoring = Scoring(args.model_path, args.batch_size, "task", threshold, breadth, getattr(args, "select", "residual"))
+    if scoring.searches and family_record(model).head_of_model(model).kind != "puzzle_solver":
         raise ValueError(
             f"--halt-threshold and --breadth need an EqR model (a puzzle solver); this is {with_article(model.config.model_type)}"
         )
     if getattr(args, "lm_eval_tasks", None):
         return _run_lm_eval(model, loops, args)
     data = evaluation_data(model, args.model_path, **data_options(args), digits=args.digits)
-    halting = None
-    if hasattr(model, "solve"):
-        result, nfe = solver_scaling(model, data.rows, loops, args.batch_size, threshold, breadth, args.select)
-        halting = (threshold, nfe) if threshold is not None else None
-        if breadth > 1:
-            data.record.update(breadth=breadth, select=args.select)
-    else:
-        result = loop_scaling(model, data.rows, loops, args.model_path, args.batch_size, metric=data.metric)
+    scores = loop_scores(model, data.rows, loops, dataclasses.replace(scoring, metric=data.metric))
+    result = scores.accuracy
+    halting = (threshold, scores.mean_steps) if threshold is not None else None
+    if breadth > 1:
+        data.record.update(breadth=breadth, select=scoring.select)
     scored = (
         task_record(args.task or model_task(model)).metric if data.metric == "task" else data.metric.replace("_", " ")
     )
@@ -170,7 +170,7 @@ def run_generate(args) -> str:
     if args.num_loops is not None:
         kwargs["num_loops"] = args.num_loops
     if args.exit_threshold is not None:
-        family_of(model).require_config_key("early_exit_threshold", "--exit-threshold")
+        family_record(model).require_config_key("early_exit_threshold", "--exit-threshold")
         if not 0 < args.exit_threshold <= 1:
             raise ValueError(f"--exit-threshold must be in (0, 1] (1: no early exit), got {args.exit_threshold}")
         kwargs["exit_threshold"] = args.exit_threshold

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from .families import family_of, model_task
+from .families import family_record, model_task
 from .provenance import data_fingerprint
 from .tasks import (
     TRAINING_RECORD,
@@ -37,7 +37,7 @@ from .tasks import (
     trained_on_rows,
 )
 from .tasks.held_out import content_keys, numbered
-from .tasks.records import TASK_RECORDS
+from .tasks.registry import TASK_RECORDS
 from .tasks.text_data import FORMATS, METRICS, evaluation_rows, held_out_rows, row_format, row_keys, text_source
 from .tasks.tokenization import load_tokenizer
 from .wording import counted, with_article
@@ -84,12 +84,12 @@ def evaluation_data(
     elif task is None and training.get("held_out"):
         data = _recorded_data(model_path, training, options)
     else:
-        if task is None and model.can_generate() and trained_on_rows(model.config, training):
+        if task is None and _reads_text(model) and trained_on_rows(model.config, training):
             trained = f" ({training['description']})" if training.get("description") else ""
             raise ValueError(
                 f"{model_path} was last trained on rows of your own{trained} and holds none of them out (--test_size "
                 "0), so there is nothing of its own to score: pass --dataset_name FILE (rows like them; those asking "
-                f"a training question are dropped) or --task {family_of(model).head_of(model).tasks[0]} (fresh "
+                f"a training question are dropped) or --task {family_record(model).head_of_model(model).tasks[0]} (fresh "
                 "generated problems of a task, scored although it was not trained on them last)"
             )
         data = _generated_data(model, training, task, num_examples or default_count, seed, digits)
@@ -97,6 +97,11 @@ def evaluation_data(
         raise ValueError(f"nothing to evaluate: {data.record['name']} ({data.record['note']})")
     data.record["units"] = len(data.rows)
     return data
+
+
+def _reads_text(model) -> bool:
+    """Whether ``model``'s head is a language model's (its record's head kind), which reads rows of text."""
+    return family_record(model).head_of_model(model).kind == "causal_lm"
 
 
 def question_kind(fmt: str, text_field: str | None = None) -> str:
@@ -143,7 +148,7 @@ def _exclusion(training: dict, kind: str) -> tuple[set[str], set[str], dict]:
 
 def _generated_data(model, training: dict, task: str | None, count: int, seed: int, digits: int) -> EvalData:
     task = task or model_task(model)
-    head = family_of(model).head_of(model)  # the task must fit the loaded head, not only its family
+    head = family_record(model).head_of_model(model)  # the task must fit the loaded head, not only its family
     if task not in head.tasks:
         raise ValueError(
             f"--task {task} does not fit {with_article(model.config.model_type)} model ({type(model).__name__} fits {head.tasks})"
@@ -210,7 +215,7 @@ def _file_data(
     model, model_path: str, training: dict, name: str, config: str | None, split: str | None, options: dict
 ) -> EvalData:
     """Rows of a file / folder / Hub dataset of yours, without those asking a training question."""
-    if not model.can_generate():
+    if not _reads_text(model):
         from .tasks import load_task_rows
 
         task = model_task(model)

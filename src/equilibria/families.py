@@ -1,9 +1,13 @@
 """The model families of equilibria: one record per ``model_type``, the single place that knows which exist.
 
-Everything that varies by family reads its record: ``import equilibria`` registers the Auto classes from it, the
-CLI picks the head, task and trainer, the model card takes its text, the computation audit its adapter. Adding a
-family is its modeling files in :mod:`equilibria.modeling` (plus a trainer or an audit adapter if it needs its
-own) and one :class:`Family` here.
+A record holds a family's modeling facts: its config and model classes, its heads with their Auto classes, the kind
+of head each is and the tasks it is trained on. ``import equilibria`` registers the Auto classes from it, and every
+layer above reads it. Nothing here names a class of a layer above: the trainers
+(:func:`equilibria.trainers.trainer_for`), the audit adapters (:func:`equilibria.diagnostics.adapter_for`), the
+evaluators (:data:`equilibria.scaling.EVALUATORS`) and the card text (:mod:`equilibria.hub_cards.family_text`)
+each declare the model types or head kinds they serve, and their own layer chooses among them. Adding a family is
+its modeling files in :mod:`equilibria.modeling` and one :class:`Family` here (plus a trainer, an audit adapter and
+its card text where it needs its own).
 
 The small-config factories (:func:`small_ouro_config`, :func:`small_attractor_config` and each record's
 ``make_config``) build a config for a task's data: the task fixes the vocabulary or input width, the caller the
@@ -13,8 +17,7 @@ sizes.
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from transformers import PreTrainedConfig, PreTrainedTokenizerBase
@@ -37,37 +40,40 @@ from .modeling import (
 from .tasks.tokenization import CharTokenizer, tokenizer_fields
 from .wording import with_article
 
-LM_USAGE = (
-    "from transformers import AutoTokenizer",
-    "",
-    'tokenizer = AutoTokenizer.from_pretrained("{where}")',
-    'inputs = tokenizer("{prompt}", return_tensors="pt")',
-    "out = model.generate(**inputs, num_loops=8, max_new_tokens=8)",
-)
+#: the kinds of head, each evaluated and audited its own way (:data:`equilibria.scaling.EVALUATORS`)
+HEAD_KINDS = {
+    "causal_lm": "next-token logits: generates text, scored by exact match or token accuracy",
+    "puzzle_cells": "one answer per puzzle cell from one forward, scored by whole puzzles solved",
+    "puzzle_solver": "one answer per puzzle cell from restarts of the loop (solve: depth x breadth), scored by "
+    "whole puzzles solved",
+    "classifier": "one label per example, scored by accuracy",
+}
 
 
 @dataclass(frozen=True)
 class Head:
-    """A task head of a family: its class, the transformers Auto class it is registered with, the tasks it is
-    trained and evaluated on (the first is its default), the Hub ``pipeline_tag`` and a usage snippet for its card
-    (``{where}`` stands for the repo id or folder, ``{prompt}`` for an input in its task's format)."""
+    """A task head of a family: its class, the transformers Auto class it is registered with, its kind (a key of
+    :data:`HEAD_KINDS`), the tasks it is trained and evaluated on (the first is its default) and the Hub
+    ``pipeline_tag`` of its task."""
 
     model_class: type
     auto_class: str
+    kind: str
     tasks: tuple[str, ...]
     pipeline_tag: str
-    usage: tuple[str, ...]
-    adapter: str = ""  # "module:Class": this head's audit adapter, where it is not the family's
+
+    def __post_init__(self):
+        if self.kind not in HEAD_KINDS:
+            raise ValueError(f"Head kind must be one of {tuple(HEAD_KINDS)}, got {self.kind!r}")
 
 
 @dataclass(frozen=True)
 class Family:
-    """Everything about one ``model_type`` that code outside its modeling files needs."""
+    """The modeling facts of one ``model_type`` that code outside its modeling files needs: its config and model
+    classes, its heads, the config key of its loop count and the smallest count, a small-config factory and the
+    default LoRA targets."""
 
     model_type: str
-    name: str
-    paper: str
-    tags: tuple[str, ...]
     loop_meaning: str
     loops_key: str  # the config key holding the default loop count
     min_loops: int  # the smallest loop count forward accepts (0: the backbone / initialiser alone)
@@ -77,12 +83,6 @@ class Family:
     make_config: Callable[
         ..., PreTrainedConfig
     ]  # (task fields, hidden_size, num_layers, num_attention_heads, num_loops)
-    trainer: str = "equilibria.trainers:EquilibriaTrainer"  # "module:Class", imported when asked for
-    arguments: str = "transformers:TrainingArguments"
-    adapter: str = ""
-    callbacks: tuple[str, ...] = ()  # "module:Class" TrainerCallbacks `equilibria train` adds
-    citation: str = ""  # BibTeX of the family's paper(s), for the model card
-    card_notes: Callable[[PreTrainedConfig], list[str]] | None = None  # the card's lines on a config's own choices
     lora_targets: tuple[str, ...] = (
         "q_proj",
         "k_proj",
@@ -109,7 +109,7 @@ class Family:
             having = ", ".join(f.model_type for f in FAMILIES.values() if f.has_config_key(key))
             raise ValueError(f"{flag} applies to the families whose config has {key} ({having}), not {self.model_type}")
 
-    def head_of(self, model) -> Head:
+    def head_of_model(self, model) -> Head:
         """The head ``model`` is an instance of (by class name, so that remote-code classes match; a PEFT model's
         base model), else the first."""
         if hasattr(model, "get_base_model"):
@@ -117,7 +117,7 @@ class Family:
         names = {cls.__name__ for cls in type(model).__mro__}
         return next((head for head in self.heads if head.model_class.__name__ in names), self.heads[0])
 
-    def saved_head(self, config) -> Head:
+    def head_of_config(self, config) -> Head:
         """The head a saved config was written by (its ``architectures``, which ``save_pretrained`` records), else
         the head of the task it was trained on (``equilibria_task``), else the first."""
         names = set(getattr(config, "architectures", None) or ())
@@ -127,7 +127,7 @@ class Family:
         task = getattr(config, "equilibria_task", None)
         return next((head for head in self.heads if task in head.tasks), self.heads[0])
 
-    def head_for(self, task: str, what: str | None = None) -> Head:
+    def head_for_task(self, task: str, what: str | None = None) -> Head:
         """The head trained on ``task``; ``ValueError`` naming the tasks that fit (``what``: how the message
         names the model, default "a <model_type> model")."""
         for head in self.heads:
@@ -135,25 +135,6 @@ class Family:
                 return head
         what = what or f"{with_article(self.model_type)} model"
         raise ValueError(f"--task {task} does not fit {what} (it fits {self.tasks})")
-
-    def trainer_class(self) -> type:
-        return _load(self.trainer)
-
-    def make_callbacks(self) -> list:
-        return [_load(path)() for path in self.callbacks]
-
-    def arguments_class(self) -> type:
-        return _load(self.arguments)
-
-    def adapter_class(self, model=None) -> type:
-        """The audit adapter: ``model``'s head's own where its record names one, else the family's."""
-        head = self.head_of(model) if model is not None else None
-        return _load(head.adapter if head is not None and head.adapter else self.adapter)
-
-
-def _load(path: str) -> type:
-    module, name = path.split(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def small_ouro_config(
@@ -232,142 +213,40 @@ def _phdeq_config(fields: dict, hidden_size: int, num_layers: int, num_attention
     return PHDEQConfig(**fields, hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_loops=num_loops)
 
 
-ATTRACTOR_FORMS = {
-    "paper": "`T(y, y0) = y0 + U(x)`, the attractor layers' residual update `U(x) = layers(x) - x` added to the "
-    "proposal: the map of the paper (its Sec. 3.1; with addition, its code's `FPHead(y + y0) - y`)",
-    "gated": "`T(y, y0) = y0 + gate * rms(y0) * norm(layers(x))`: this package's earlier gated form, not the "
-    "paper's; its per-channel gate bounds each step, and holds the fixed point at a relative distance of about "
-    "`|gate|` from the proposal",
-    "deq": "`T(y, y0) = U(x)` solved from `y = 0`: a plain deep-equilibrium control, not the paper's Attractor (the "
-    "backbone's output is only injected)",
-}
-ATTRACTOR_GRADIENTS = {
-    "one_step": "the one-step gradient (one application of `T` at the detached fixed point; constant memory)",
-    "implicit": "the implicit-function-theorem gradient (a backward fixed-point solve; constant memory)",
-    "unrolled": "backpropagation through every solver iteration (memory grows with the budget)",
-}
-
-
-def _attractor_card_notes(config) -> list[str]:
-    """The Attractor card's lines on the map, the injection, the gradient and the attention a config chose."""
-    inject = "`x = y + y0`" if config.injection == "add" else "`x = W [y; y0]` (concatenation, projected)"
-    attention = (
-        "causal (a language model)" if config.is_causal is not False else "bidirectional over the puzzle's cells"
-    )
-    return [
-        f"**The map.** `residual_form={config.residual_form!r}`: {ATTRACTOR_FORMS[config.residual_form]}; the "
-        f"proposal is injected at every step as {inject}. Solver: {config.solver}, tolerance {config.solver_tol:g}.",
-        "",
-        f"**Training gradient.** `gradient_mode={config.gradient_mode!r}`: {ATTRACTOR_GRADIENTS[config.gradient_mode]}.",
-        "",
-        f"**Attention.** {attention}.",
-        "",
-    ]
-
-
-OURO_BIBTEX = """@misc{zhu2025ouro,
-  title = {Scaling Latent Reasoning via Looped Language Models},
-  author = {Zhu, Rui-Jie and Wang, Zixuan and Hua, Kai and Zhang, Tianyu and Li, Ziniu and Que, Haoran and Wei, Boyi
-    and Wen, Zixin and Yin, Fan and Xing, He and Li, Lu and Shi, Jiajun and Ma, Kaijing and Li, Shanda and Kergan,
-    Taylor and Smith, Andrew and Qu, Xingwei and Hui, Mude and Wu, Bohong and Min, Qiyang and Huang, Hongzhi and Zhou,
-    Xun and Ye, Wei and Liu, Jiaheng and Yang, Jian and Shi, Yunfeng and Lin, Chenghua and Zhao, Enduo and Cai, Tianle
-    and Zhang, Ge and Huang, Wenhao and Bengio, Yoshua and Eshraghian, Jason},
-  year = {2025},
-  eprint = {2510.25741},
-  archivePrefix = {arXiv}
-}
-
-@misc{yang2026stars,
-  title = {Stabilizing Recurrent Dynamics for Test-Time Scalable Latent Reasoning in Looped Language Models},
-  author = {Yang, Xiao-Wen and Han, Zi-Yu and Zhang, Xi-Hua and Wei, Wen-Da and Shao, Jie-Jing and Guo, Lan-Zhe
-    and Li, Yu-Feng},
-  year = {2026},
-  eprint = {2605.26733},
-  archivePrefix = {arXiv}
-}"""
-
-ATTRACTOR_BIBTEX = """@misc{feinashley2026attractor,
-  title = {Solve the Loop: Attractor Models for Language and Reasoning},
-  author = {Fein-Ashley, Jacob and Rashidinejad, Paria},
-  year = {2026},
-  eprint = {2605.12466},
-  archivePrefix = {arXiv}
-}"""
-
-EQR_BIBTEX = """@misc{huang2026equilibrium,
-  title = {Equilibrium Reasoners: Learning Attractors Enables Scalable Reasoning},
-  author = {Huang, Benhao and Geng, Zhengyang and Kolter, Zico},
-  year = {2026},
-  eprint = {2605.21488},
-  archivePrefix = {arXiv}
-}"""
-
-PHDEQ_BIBTEX = """@misc{lazyidentity2026,
-  title = {The Equilibrium Is the Initialization: Lazy Identity Collapse in Physics-Structured Deep Equilibrium
-    Reasoning},
-  year = {2026},
-  eprint = {2607.11116},
-  archivePrefix = {arXiv},
-  note = {authors as listed on arXiv:2607.11116}
-}"""
-
-
 FAMILIES: dict[str, Family] = {
     family.model_type: family
     for family in (
         Family(
             model_type="ouro",
-            name="Ouro looped language model",
-            paper="Zhu et al., 2025, *Scaling Latent Reasoning via Looped Language Models* (Ouro); STARS fine-tuning "
-            "(random loop counts + a Jacobian spectral-radius penalty) from Yang et al., 2026, *Stabilizing Recurrent "
-            "Dynamics for Test-Time Scalable Latent Reasoning in Looped Language Models*",
-            tags=("looped-lm", "recurrent-depth"),
             loop_meaning="recurrence steps of the shared decoder stack",
             loops_key="total_ut_steps",
             min_loops=1,
             config_class=OuroConfig,
             base_class=OuroModel,
-            heads=(Head(OuroForCausalLM, "AutoModelForCausalLM", ("addition",), "text-generation", LM_USAGE),),
+            heads=(Head(OuroForCausalLM, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),),
             make_config=_ouro_config,
-            trainer="equilibria.trainers:StarsTrainer",
-            arguments="equilibria.trainers:StarsTrainingArguments",
-            adapter="equilibria.diagnostics.adapters:OuroAdapter",
-            citation=OURO_BIBTEX,
         ),
         Family(
             model_type="attractor_lm",
-            name="Attractor model",
-            paper="Fein-Ashley and Rashidinejad, 2026, *Solve the Loop: Attractor Models for Language and Reasoning*",
-            tags=("deep-equilibrium", "looped-lm"),
             loop_meaning="the fixed-point solver's iteration budget (0 = backbone only)",
             loops_key="num_loops",
             min_loops=0,
             config_class=AttractorConfig,
             base_class=AttractorModel,
             heads=(
-                Head(AttractorForCausalLM, "AutoModelForCausalLM", ("addition",), "text-generation", LM_USAGE),
+                Head(AttractorForCausalLM, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),
                 Head(
                     AttractorForPuzzleSolving,
                     "AutoModelForTokenClassification",
+                    "puzzle_cells",
                     ("sudoku", "maze"),
                     "token-classification",
-                    ("out = model(puzzles, num_loops=16)  # out.logits.argmax(-1): one answer per cell",),
-                    adapter="equilibria.diagnostics.adapters:AttractorPuzzleAdapter",
                 ),
             ),
             make_config=_attractor_config,
-            trainer="equilibria.trainers:AttractorTrainer",
-            arguments="equilibria.trainers:AttractorTrainingArguments",
-            adapter="equilibria.diagnostics.adapters:AttractorAdapter",
-            citation=ATTRACTOR_BIBTEX,
-            card_notes=_attractor_card_notes,
         ),
         Family(
             model_type="eqr",
-            name="Equilibrium Reasoner",
-            paper="Huang, Geng and Kolter, 2026, *Equilibrium Reasoners: Learning Attractors Enables Scalable "
-            "Reasoning*",
-            tags=("recurrent-reasoning", "deep-equilibrium"),
             loop_meaning="iterations of the weight-tied block (depth)",
             loops_key="num_loops",
             min_loops=1,
@@ -377,24 +256,15 @@ FAMILIES: dict[str, Family] = {
                 Head(
                     EqRForPuzzleSolving,
                     "AutoModelForTokenClassification",
+                    "puzzle_solver",
                     ("sudoku", "maze"),
                     "token-classification",
-                    ('out = model.solve(puzzles, depth=64, breadth=16, select="residual")  # answers per puzzle',),
                 ),
             ),
             make_config=_eqr_config,
-            trainer="equilibria.trainers:EqRTrainer",
-            arguments="equilibria.trainers:EqRTrainingArguments",
-            adapter="equilibria.diagnostics.adapters:EqRAdapter",
-            citation=EQR_BIBTEX,
         ),
         Family(
             model_type="phdeq",
-            name="Port-Hamiltonian deep equilibrium model",
-            paper="a DEQ over phase space with damped, anchored symplectic-Euler dynamics and a learned initialiser, "
-            "the model studied in *The Equilibrium Is the Initialization: Lazy Identity Collapse in Physics-Structured "
-            "Deep Equilibrium Reasoning* (2026)",
-            tags=("deep-equilibrium",),
             loop_meaning="the fixed-point solver's iteration cap (Anderson or Picard: config.solver)",
             loops_key="num_loops",
             min_loops=0,
@@ -404,26 +274,26 @@ FAMILIES: dict[str, Family] = {
                 Head(
                     PHDEQForSequenceClassification,
                     "AutoModelForSequenceClassification",
+                    "classifier",
                     ("reachability", "entailment"),
                     "text-classification",
-                    ("out = model(inputs, num_loops=300)  # logits, solved_state, solver_steps, converged, ...",),
                 ),
             ),
             make_config=_phdeq_config,
-            adapter="equilibria.diagnostics.adapters:PHDEQAdapter",
-            callbacks=("equilibria.trainers:GradientNormCallback",),  # gradient to the dynamics vs the direct path
-            citation=PHDEQ_BIBTEX,
             lora_targets=("potential_q", "potential_c", "port"),  # no attention: the dynamics' maps
         ),
     )
 }
 
 
-def family_of(model_or_config, needed: str | None = None) -> Family:
-    """The record of a model's (or config's) ``model_type``; ``ValueError`` naming the families otherwise (starting
-    "no <needed> for ..." when the caller says what it was looking for)."""
-    config = getattr(model_or_config, "config", model_or_config)
-    model_type = getattr(config, "model_type", None)
+def family_record(model_or_config, needed: str | None = None) -> Family:
+    """The record of a model's (or config's, or a ``model_type`` string's) family; ``ValueError`` naming the
+    families otherwise (starting "no <needed> for ..." when the caller says what it was looking for)."""
+    if isinstance(model_or_config, str):
+        model_type = model_or_config
+    else:
+        config = getattr(model_or_config, "config", model_or_config)
+        model_type = getattr(config, "model_type", None)
     if model_type not in FAMILIES:
         prefix = f"no {needed} for " if needed else ""
         raise ValueError(
@@ -432,22 +302,23 @@ def family_of(model_or_config, needed: str | None = None) -> Family:
     return FAMILIES[model_type]
 
 
-def family_using(role: str, cls: type) -> Family:
-    """The family whose record names ``cls``, or the nearest class it derives from, as its ``role`` (``"trainer"``
-    or ``"adapter"``): how a trainer or an audit adapter knows its family's ``model_type``. ``ValueError`` when no
-    record names it."""
-    for klass in cls.__mro__:
-        for family in FAMILIES.values():
-            if getattr(family, role) and _load(getattr(family, role)) is klass:
-                return family
-    raise ValueError(f"no family's record names {cls.__name__} (or a class it derives from) as its {role}")
+def serving(classes: Iterable[type], model_type: str, head_kind: str | None = None) -> list[type]:
+    """The classes of ``classes`` that declare they serve ``model_type`` (in their ``model_types``) and, where
+    they name head kinds (``head_kinds``, empty: every head), a head of ``head_kind``: how a layer above picks its
+    trainer, audit adapter or callbacks for a family without the record naming them."""
+    return [
+        cls
+        for cls in classes
+        if model_type in getattr(cls, "model_types", ())
+        and (head_kind is None or not getattr(cls, "head_kinds", ()) or head_kind in cls.head_kinds)
+    ]
 
 
 def model_task(model_or_config) -> str:
     """The task a saved model was trained on (``config.equilibria_task``, written by ``equilibria train``), else
     its family's default task."""
     config = getattr(model_or_config, "config", model_or_config)
-    return getattr(config, "equilibria_task", None) or family_of(config).default_task
+    return getattr(config, "equilibria_task", None) or family_record(config).default_task
 
 
 def register_auto_classes() -> None:
@@ -466,10 +337,12 @@ def register_auto_classes() -> None:
 __all__ = [
     "FAMILIES",
     "Family",
+    "HEAD_KINDS",
     "Head",
-    "family_of",
+    "family_record",
     "model_task",
     "register_auto_classes",
+    "serving",
     "small_attractor_config",
     "small_ouro_config",
 ]

@@ -8,7 +8,7 @@ from pathlib import Path
 import transformers
 from transformers import AutoConfig
 
-from .families import family_of
+from .families import family_record
 
 
 def load_saved_model(path: str, trust_remote_code: bool = False):
@@ -24,7 +24,7 @@ def load_saved_model(path: str, trust_remote_code: bool = False):
         config_of = PeftConfig.from_pretrained(path).base_model_name_or_path
     config = AutoConfig.from_pretrained(config_of, trust_remote_code=trust_remote_code)
     try:
-        auto = getattr(transformers, family_of(config).saved_head(config).auto_class)
+        auto = getattr(transformers, family_record(config).head_of_config(config).auto_class)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
     return auto.from_pretrained(path, trust_remote_code=trust_remote_code).eval()

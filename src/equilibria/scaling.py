@@ -1,18 +1,25 @@
 """Loop scaling: a saved model's accuracy at each loop count on evaluation data
 (:func:`~equilibria.evaluation.evaluation_data`), the table and the files (``loop_scaling.json`` / ``.png``) that
-``equilibria eval`` and ``equilibria train`` write, which the model card reads."""
+``equilibria eval`` and ``equilibria train`` write, which the model card reads.
+
+One evaluator per kind of head (:data:`EVALUATORS`, keyed by :data:`~equilibria.families.HEAD_KINDS`); the
+family record's head of the model (:meth:`~equilibria.families.Family.head_of_model`) chooses it.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .families import family_of
+from .families import family_record
 from .modeling.puzzles import puzzle_solved
 from .plots import plot_loop_scaling
 from .provenance import replacement_note
+from .tasks.text_scoring import evaluate_loop_scaling, token_accuracy
 from .tasks.tokenization import load_tokenizer
 
 
@@ -28,28 +35,88 @@ def parse_loops(text: str, flag: str = "--loops", minimum: int = 0) -> list[int]
     return loops
 
 
+@dataclass(frozen=True)
+class Scoring:
+    """How an evaluator scores: ``model_path`` is the folder whose tokenizer a language model reads, ``metric``
+    what a language model is scored by on rows of text (``"task"``: exact match of greedy answers,
+    ``"token_accuracy"``, ``"exact_match"``); ``halt_threshold``, ``breadth`` and ``select`` are a puzzle solver's
+    search (:func:`solver_scaling`)."""
+
+    model_path: str | None = None
+    batch_size: int = 64
+    metric: str = "task"
+    halt_threshold: float | None = None
+    breadth: int = 1
+    select: str = "residual"
+
+    @property
+    def searches(self) -> bool:
+        """Whether a puzzle solver's search differs from one restart without halting."""
+        return self.halt_threshold is not None or self.breadth != 1
+
+
+@dataclass
+class LoopScores:
+    """An evaluator's result: the accuracy at each loop count and, where the head reports them, the mean loop steps
+    per unit at each (a puzzle solver's function evaluations over all its restarts; the puzzle head's solver
+    steps)."""
+
+    accuracy: dict[int, float]
+    mean_steps: dict[int, float] | None = None
+
+
+def _causal_lm(model, data, loops: list[int], scoring: Scoring) -> LoopScores:
+    """A language model: next-token accuracy on the labelled tokens of tokenised rows (``token_accuracy``), else
+    exact match of its greedy answers to the rows' prompts."""
+    tokenizer = load_tokenizer(scoring.model_path, "prompts")
+    if scoring.metric == "token_accuracy":
+        return LoopScores({n: token_accuracy(model, data, n, tokenizer, batch_size=scoring.batch_size) for n in loops})
+    return LoopScores(evaluate_loop_scaling(model, tokenizer, data, loops=loops, batch_size=scoring.batch_size))
+
+
+def _puzzle_cells(model, data, loops: list[int], scoring: Scoring) -> LoopScores:
+    return LoopScores(*puzzle_scaling(model, data, loops, scoring.batch_size))
+
+
+def _puzzle_solver(model, data, loops: list[int], scoring: Scoring) -> LoopScores:
+    found = solver_scaling(
+        model, data, loops, scoring.batch_size, scoring.halt_threshold, scoring.breadth, scoring.select
+    )
+    return LoopScores(*found)
+
+
+def _classifier(model, data, loops: list[int], scoring: Scoring) -> LoopScores:
+    return LoopScores(classifier_scaling(model, data, loops, scoring.batch_size))
+
+
+#: the evaluator of each kind of head: ``(model, data, loops, scoring) -> LoopScores``
+EVALUATORS: dict[str, Callable[..., LoopScores]] = {
+    "causal_lm": _causal_lm,
+    "puzzle_cells": _puzzle_cells,
+    "puzzle_solver": _puzzle_solver,
+    "classifier": _classifier,
+}
+
+
+def loop_scores(model, data, loops: list[int], scoring: Scoring | None = None) -> LoopScores:
+    """``model`` scored at each loop count of ``loops`` by the evaluator of its head's kind; ``ValueError`` for a
+    puzzle solver's search on a model of another kind."""
+    scoring = scoring or Scoring()
+    kind = family_record(model).head_of_model(model).kind
+    if scoring.searches and kind != "puzzle_solver":
+        raise ValueError(f"halt_threshold and breadth apply to a puzzle solver's head, not to a {kind} head")
+    return EVALUATORS[kind](model, data, loops, scoring)
+
+
 def loop_scaling(
     model, data, loops: list[int], model_path: str | None = None, batch_size: int = 64, metric: str = "task"
 ) -> dict[int, float]:
-    """Accuracy at each loop count: exact match of greedy answers (language models), exact solves at that depth
-    (EqR), classification accuracy with that solver cap (PH-DEQ); ``metric="token_accuracy"``: next-token accuracy
-    on the labelled tokens of tokenised rows (:func:`~equilibria.tasks.text_data.token_accuracy`). ``model_path``:
-    the folder whose tokenizer a language model reads."""
-    if metric == "token_accuracy":
-        from .tasks.text_data import token_accuracy
-
-        tokenizer = load_tokenizer(model_path, "prompts")
-        return {n: token_accuracy(model, data, n, tokenizer, batch_size=batch_size) for n in loops}
-    if model.can_generate():  # a language model: exact match of greedy answers
-        from .tasks import evaluate_loop_scaling
-
-        tokenizer = load_tokenizer(model_path, "prompts")
-        return evaluate_loop_scaling(model, tokenizer, data, loops=loops, batch_size=batch_size)
-    if hasattr(model, "solve"):  # a puzzle solver with restarts (EqR): the whole board must be right
-        return solver_scaling(model, data, loops, batch_size)[0]
-    if family_of(model).head_of(model).auto_class == "AutoModelForTokenClassification":  # one answer per cell
-        return puzzle_scaling(model, data, loops, batch_size)[0]
-    return classifier_scaling(model, data, loops, batch_size)
+    """Accuracy at each loop count (:func:`loop_scores`): exact match of greedy answers (language models), exact
+    solves at that depth (puzzle models), classification accuracy with that solver cap (PH-DEQ);
+    ``metric="token_accuracy"``: next-token accuracy on the labelled tokens of tokenised rows
+    (:func:`~equilibria.tasks.text_scoring.token_accuracy`). ``model_path``: the folder whose tokenizer a language
+    model reads."""
+    return loop_scores(model, data, loops, Scoring(model_path, batch_size, metric)).accuracy
 
 
 def puzzle_solves(model, data, loops: int, batch_size: int = 64) -> dict[str, torch.Tensor]:
@@ -186,9 +253,13 @@ def loop_scaling_report(
 
 
 __all__ = [
+    "EVALUATORS",
+    "LoopScores",
+    "Scoring",
     "loop_scaling_report",
     "classifier_scaling",
     "loop_scaling",
+    "loop_scores",
     "loop_scaling_table",
     "parse_loops",
     "save_loop_scaling",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .families import FAMILIES
 from .scaling import loop_scaling, loop_scaling_report, parse_loops
-from .tasks.records import TASKS, puzzle_cells, tasks_help
+from .tasks.registry import TASKS, puzzle_cells, tasks_help
 from .wording import counted, with_article
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")  # what from_pretrained(dtype=...) takes by name
@@ -243,7 +243,7 @@ def checkpoint_config(path: str):
     not of an equilibria family."""
     from transformers import AutoConfig
 
-    from .families import family_of
+    from .families import family_record
 
     try:
         config = AutoConfig.from_pretrained(path)
@@ -253,10 +253,17 @@ def checkpoint_config(path: str):
             f"{str(err).splitlines()[0][:200]})"
         ) from None
     try:
-        family_of(config)
+        family_record(config)
     except ValueError as err:
         raise ValueError(f"--model_name_or_path {path}: {err}") from None
     return config
+
+
+def _arguments_class(model_type: str) -> type:
+    """The ``TrainingArguments`` class of the family's trainer (:func:`~equilibria.trainers.trainer_for`)."""
+    from .trainers import trainer_for
+
+    return trainer_for(model_type).arguments_class
 
 
 def parse_train_args(argv: list[str]):
@@ -267,7 +274,7 @@ def parse_train_args(argv: list[str]):
     file_values = _config_file(argv)
     family = _family_of(argv, file_values)
     parser = HfArgumentParser(
-        (ModelArguments, DataArguments, FAMILIES[family].arguments_class()),
+        (ModelArguments, DataArguments, _arguments_class(family)),
         prog="equilibria train",
         usage=f"equilibria train [CONFIG.yaml] [--model_name_or_path CHECKPOINT | --family {{{','.join(FAMILIES)}}}] "
         "[--dataset_name DATA | --task TASK] [--output_dir DIR] [--FLAG VALUE ...]",
@@ -318,9 +325,9 @@ class UnusedFlags(ValueError):
 
         self.family, self.known, self.source = family, known, source
         self.owners = {}  # name -> the other families whose training arguments have it
-        for other, record in FAMILIES.items():
+        for other in FAMILIES:
             if other != family:
-                for f in fields(record.arguments_class()):
+                for f in fields(_arguments_class(other)):
                     if f.name in names:
                         self.owners.setdefault(f.name, []).append(other)
         self.stray = [name for name in dict.fromkeys(names) if name not in self.owners]
@@ -334,7 +341,7 @@ class UnusedFlags(ValueError):
 
         parts = []
         for name, families in self.owners.items():
-            classes = ", ".join(FAMILIES[f].arguments_class().__name__ for f in families)
+            classes = ", ".join(_arguments_class(f).__name__ for f in families)
             parts.append(
                 f"{label(name)} is a flag of the {' and '.join(families)} "
                 f"{'families' if len(families) > 1 else 'family'} ({classes}), not of {self.family}, the family "
@@ -459,9 +466,9 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
         raise ValueError("--use_peft adapts a trained checkpoint: give --model_name_or_path")
     what = f"--family {model_args.family}"
     if data_args.task is not None:  # the head the data is for: the task's, else a checkpoint's own
-        head = family.head_for(check_task(data_args.task), what)
+        head = family.head_for_task(check_task(data_args.task), what)
     else:
-        head = family.saved_head(config) if config is not None else family.heads[0]
+        head = family.head_of_config(config) if config is not None else family.heads[0]
     puzzle = head.auto_class != "AutoModelForCausalLM"
     text = family.heads[0].auto_class == "AutoModelForCausalLM" and not puzzle  # --dataset_name holds text rows
     if data_args.dataset_name and data_args.task and text:
@@ -471,7 +478,7 @@ def build(model_args: ModelArguments, data_args: DataArguments, seed: int):
     else:
         own = model_task(config) if config is not None else family.default_task
         task = check_task(data_args.task or (own if own in head.tasks else head.tasks[0]))
-        head = family.head_for(task, what)
+        head = family.head_for_task(task, what)
         data = _task_data(task, data_args, config, seed + data_args.data_seed_offset)
         if config is not None and data.tokenizer is not None:
             _check_task_tokenizer(checkpoint, data.tokenizer, task)
@@ -610,7 +617,7 @@ def with_lora(model, model_args: ModelArguments, family):
         raise ValueError(
             f"--lora_target_modules {missing} are not linear layers of this model; it has {sorted(linear)}"
         )
-    lm = family.head_of(model).auto_class == "AutoModelForCausalLM"
+    lm = family.head_of_model(model).auto_class == "AutoModelForCausalLM"
     lora = LoraConfig(
         r=model_args.lora_r,
         lora_alpha=model_args.lora_alpha,
@@ -694,14 +701,15 @@ def train_and_evaluate(argv: list[str]):
     model, data, collator = build(model_args, data_args, args.seed)
     if args.process_index == 0:
         print(f"training on {data.description}; {_held_out_line(data)}")
-    family = FAMILIES[model_args.family]
-    trainer = family.trainer_class()(
+    from .trainers import callbacks_for, trainer_for
+
+    trainer = trainer_for(model_args.family)(
         model=model,
         args=args,
         train_dataset=data.train,
         data_collator=collator,
         processing_class=data.tokenizer,
-        callbacks=family.make_callbacks(),
+        callbacks=callbacks_for(model_args.family),
     )
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model()
@@ -769,7 +777,7 @@ def _held_out_line(data) -> str:
 
 
 def _census_note(census: dict) -> str:
-    """What a generated puzzle split's census (:func:`~equilibria.tasks.catalog.split_census`) says, in words."""
+    """What a generated puzzle split's census (:func:`~equilibria.tasks.named_splits.split_census`) says, in words."""
     counts = f"{census['train_classes']} training and {census['test_classes']} test classes"
     if census["held_out"]:
         return f"held out up to the task's symmetries: no test puzzle is in a training puzzle's class ({counts})"

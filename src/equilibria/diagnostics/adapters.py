@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from ..families import family_of, family_using
+from ..families import family_record, serving
 from ..modeling.modeling_ouro import exit_distribution
 from ..modeling.puzzles import puzzle_solved
 from ..modeling.solvers import fixed_point, residual, solver_options
@@ -37,9 +37,14 @@ class LoopRun:
 
 
 class LoopAdapter:
-    """Base class: one per family (named by its record in :mod:`equilibria.families`). Subclasses implement
-    :meth:`run`, :meth:`decode` and :meth:`probe_examples`; ``max_iter`` is the loop's cap (for the share of solves
-    that hit it)."""
+    """Base class: one per family (and kind of head, where they differ). Subclasses declare the families they
+    audit (``model_types``) and, where not every head of theirs, the head kinds (``head_kinds``, of
+    :data:`~equilibria.families.HEAD_KINDS`); :func:`adapter_for` picks by them among :data:`ADAPTERS`. They
+    implement :meth:`run`, :meth:`decode` and :meth:`probe_examples`; ``max_iter`` is the loop's cap (for the share
+    of solves that hit it)."""
+
+    model_types: tuple[str, ...] = ()
+    head_kinds: tuple[str, ...] = ()
 
     start_name = "z0"
     solved_name = "h*"
@@ -59,16 +64,15 @@ class LoopAdapter:
         """The loop's budget: ``num_loops`` when given, else the config's default (the family's ``loops_key``)."""
         if self.num_loops is not None:
             return self.num_loops
-        return getattr(self.model.config, family_of(self.model).loops_key)
+        return getattr(self.model.config, family_record(self.model).loops_key)
 
     @property
     def family(self) -> str:
-        """The ``model_type`` of the family whose record names this adapter (or the one it derives from); for an
-        adapter of your own that no record names, the audited model's."""
-        try:
-            return family_using("adapter", type(self)).model_type
-        except ValueError:
-            return getattr(self.model.config, "model_type", type(self.model).__name__)
+        """The ``model_type`` of the family this adapter (or the one it derives from) declares; for an adapter of
+        your own that declares none, the audited model's."""
+        if self.model_types:
+            return self.model_types[0]
+        return getattr(self.model.config, "model_type", type(self.model).__name__)
 
     def describe(self) -> dict:
         """What the start state, solved state and decoder are for this family (goes into the report)."""
@@ -126,6 +130,7 @@ class PHDEQAdapter(LoopAdapter):
     (with the direct context path when the model has one). Dataset columns: ``inputs``, ``labels`` (and
     optionally ``attention_mask``, ``difficulty``)."""
 
+    model_types = ("phdeq",)
     start_name = "z0 = initialiser(context)"
     solved_name = "h* = z* (the solver's equilibrium)"
 
@@ -182,6 +187,7 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
     depth when it never does). T4 restarts the remaining ``depth - 1`` steps from a displaced ``z0``. Dataset
     columns: ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
 
+    model_types = ("eqr",)
     start_name = "z1 (the state after the first step from the model's own start: in the decoder's distribution)"
     solved_name = "h* = z_depth (state after the iterations)"
 
@@ -315,6 +321,7 @@ class AttractorAdapter(_CausalLMAdapter):
     """Attractor LM: ``z0`` is the backbone's proposal ``y0``, ``h*`` the attractor's fixed point (before the
     final norm), the decoder ``lm_head(norm(.))``."""
 
+    model_types, head_kinds = ("attractor_lm",), ("causal_lm",)
     start_name = "y0 (the backbone's proposal)"
     solved_name = "y* (the attractor's fixed point)"
 
@@ -352,6 +359,8 @@ class AttractorPuzzleAdapter(_PuzzleCells, AttractorAdapter):
     right when every labelled cell is, and the probe reads each cell's state for its answer. Dataset columns:
     ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
 
+    head_kinds = ("puzzle_cells",)
+
     def answers(self, batch):
         return LoopAdapter.answers(self, batch)
 
@@ -375,6 +384,7 @@ class OuroAdapter(_CausalLMAdapter):
     "Iterations" are the expected exit step under the exit gate, averaged over the labelled tokens. T4 does not
     apply (there is no fixed point to return to), and a one-step loop has no extra steps to test."""
 
+    model_types = ("ouro",)
     start_name = "h_1 (the state after the first loop step)"
     solved_name = "h_T (the state after the last loop step)"
     displacement_applies = False
@@ -419,22 +429,35 @@ class OuroAdapter(_CausalLMAdapter):
         return self.model.lm_head(state_flat.view(num, width, -1))
 
 
+ADAPTERS = (PHDEQAdapter, EqRAdapter, AttractorAdapter, AttractorPuzzleAdapter, OuroAdapter)
+
+
+def adapter_class_for(model_type: str, head_kind: str) -> type[LoopAdapter]:
+    """The adapter of :data:`ADAPTERS` that declares the family ``model_type`` and a head of ``head_kind``;
+    ``ValueError`` when none does."""
+    found = serving(ADAPTERS, model_type, head_kind)
+    if not found:
+        raise ValueError(f"no audit adapter declares model_type {model_type!r} with a {head_kind} head")
+    return found[0]
+
+
 def adapter_for(model, **options) -> LoopAdapter:
-    """The audit adapter of ``model``'s family (its record in :mod:`equilibria.families`); ``options`` go to its
+    """The audit adapter of ``model``'s family and head (:func:`adapter_class_for`); ``options`` go to its
     constructor."""
     try:
-        family = family_of(model, "audit adapter")
+        family = family_record(model, "audit adapter")
     except ValueError as err:
         raise ValueError(f"{err} (or pass adapter=YourAdapter(model), a LoopAdapter subclass)") from None
     if not hasattr(model, "lm_head") and not hasattr(model, "classifier"):
         raise ValueError(
             f"the audit needs the model with its decoder head ({type(model).__name__} has none): load it with "
-            f"{family.saved_head(model.config).auto_class}"
+            f"{family.head_of_config(model.config).auto_class}"
         )
-    return family.adapter_class(model)(model, **options)
+    return adapter_class_for(family.model_type, family.head_of_model(model).kind)(model, **options)
 
 
 __all__ = [
+    "ADAPTERS",
     "AttractorAdapter",
     "AttractorPuzzleAdapter",
     "EqRAdapter",
@@ -442,5 +465,6 @@ __all__ = [
     "LoopRun",
     "OuroAdapter",
     "PHDEQAdapter",
+    "adapter_class_for",
     "adapter_for",
 ]

@@ -15,10 +15,11 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import TrainingArguments
 
-from ..families import Family, family_of, model_task
-from ..tasks.catalog import held_out_split, trained_on_rows
-from ..tasks.records import TASK_RECORDS, task_record
+from ..families import Family, family_record, model_task
+from ..tasks.named_splits import held_out_split, trained_on_rows
+from ..tasks.registry import TASK_RECORDS, task_record
 from ..wording import counted, with_article
+from .family_text import FamilyText, family_text
 
 OPTIMISER_KEYS = (
     "learning_rate",
@@ -29,11 +30,6 @@ OPTIMISER_KEYS = (
     "weight_decay",
     "seed",
 )
-
-
-def family_info(model_or_config) -> Family:
-    """The family record the card is written from (``ValueError`` for a model of no equilibria family)."""
-    return family_of(model_or_config, "model card template")
 
 
 def _loop_rows(loop_scaling) -> list[tuple[int, float]]:
@@ -154,15 +150,17 @@ def build_model_card(
         omitted: Notes on results left out of the card (computed on other weights), listed under "Results not
             shown".
     """
-    info = family_info(model)
-    head = info.head_of(model)
+    text = family_text(model)
+    family = family_record(model)
+    head = family.head_of_model(model)
+    usage = text.usage[head.kind]
     config = model.config
     audit_data = _audit_dict(audit)
     if isinstance(datasets, str):
         datasets = [datasets]
     evaluated = evaluation_record(loop_scaling, audit_data)
     check_card_datasets(datasets, evaluated)
-    title = model_name or repo_id or f"{info.name} ({config.model_type})"
+    title = model_name or repo_id or f"{text.name} ({config.model_type})"
     named = evaluated["name"] if evaluated else None
     dataset_label = dataset_name or named or (datasets[0] if datasets else "held-out evaluation data")
     dataset_type = (evaluated or {}).get("dataset") or (datasets[0] if datasets else "custom")
@@ -173,19 +171,19 @@ def build_model_card(
     eval_results = _eval_results(head, task_name, rows, dataset_type, dataset_label, metric, halting, split)
     eval_results += _lm_eval_results(head, lm_eval)
     base_model = base_model or _adapter_base(adapter)
-    tags = ["equilibria", config.model_type, *info.tags, *(extra_tags or [])]
+    tags = ["equilibria", config.model_type, *text.tags, *(extra_tags or [])]
     data = _card_data(head, license, tags, datasets, base_model, language, title, eval_results, adapter)
     note = f" ({evaluated['note']})" if evaluated and evaluated.get("note") else ""
     sections = [
-        _intro(model, info, title, base_model, adapter),
-        _loading(head, repo_id or "path/to/this/folder", adapter, _example_prompt(model, training_record)),
+        _intro(model, family, text, title, base_model, adapter),
+        _loading(head, usage, repo_id or "path/to/this/folder", adapter, _example_prompt(model, training_record)),
         _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name, metric, halting),
         _lm_eval_section(lm_eval, lm_eval_plot),
         _audit_section(audit_data),
         _omitted_section(omitted),
         _training_section(training_record, training_history, trainer_state, training_args),
         _limitations(limitations),
-        _citation(info),
+        _citation(text),
     ]
     body = "\n".join(line for section in sections for line in section)
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n" + body)
@@ -301,7 +299,7 @@ def _lm_eval_results(head, lm_eval: dict | None) -> list[EvalResult]:
 def _lm_eval_section(lm_eval: dict | None, plot: str | None) -> list[str]:
     if not lm_eval or not lm_eval.get("tasks"):
         return []
-    from ..harness import lm_eval_table
+    from ..lm_eval_loops import lm_eval_table
 
     header, rows = lm_eval_table(lm_eval)
     limit = f", at most {lm_eval['limit']} documents per task" if lm_eval.get("limit") else ""
@@ -320,10 +318,12 @@ def _lm_eval_section(lm_eval: dict | None, plot: str | None) -> list[str]:
     return lines + ([f"![lm-eval at each loop count]({plot})", ""] if plot else [])
 
 
-def _intro(model, info, title: str, base_model: str | None, adapter: dict | None) -> list[str]:
+def _intro(
+    model, family: Family, text: FamilyText, title: str, base_model: str | None, adapter: dict | None
+) -> list[str]:
     config = model.config
     params = sum(p.numel() for p in model.parameters())
-    what = with_article(info.name)
+    what = with_article(text.name)
     tuned = f", fine-tuned from [{base_model}](https://huggingface.co/{base_model})" if base_model else ""
     lines = [
         f"# {title}",
@@ -348,18 +348,20 @@ def _intro(model, info, title: str, base_model: str | None, adapter: dict | None
             "",
         ]
     return lines + [
-        f"**Source.** {info.paper}.",
+        f"**Source.** {text.paper}.",
         "",
-        f"**The loop.** `num_loops` is {info.loop_meaning}; the default saved with the model is "
-        f"{getattr(config, info.loops_key)}.",
+        f"**The loop.** `num_loops` is {family.loop_meaning}; the default saved with the model is "
+        f"{getattr(config, family.loops_key)}.",
         "",
-        *(info.card_notes(config) if info.card_notes else []),
+        *(text.notes(config) if text.notes else []),
     ]
 
 
-def _loading(head, where: str, adapter: dict | None = None, prompt: str | None = None) -> list[str]:
-    """How to load the model, with and without the package, and the head's usage snippet (``{where}``: the repo id or
-    folder; ``{prompt}``: an input in the format of the model's task, from its record)."""
+def _loading(
+    head, usage: tuple[str, ...], where: str, adapter: dict | None = None, prompt: str | None = None
+) -> list[str]:
+    """How to load the model, with and without the package, and the head's ``usage`` snippet (``{where}``: the repo
+    id or folder; ``{prompt}``: an input in the format of the model's task, from its record)."""
     remote = (
         ["Without it, load the base model with `trust_remote_code=True` and apply the adapter with `peft`."]
         if adapter
@@ -390,7 +392,7 @@ def _loading(head, where: str, adapter: dict | None = None, prompt: str | None =
         "## How to use it",
         "",
         "```python",
-        *[line.format(where=where, prompt=prompt or "") for line in head.usage],
+        *[line.format(where=where, prompt=prompt or "") for line in usage],
         "```",
         "",
     ]
@@ -537,10 +539,10 @@ def _limitations(text: str | None) -> list[str]:
     ]
 
 
-def _citation(info: Family) -> list[str]:
-    if not info.citation:
+def _citation(text: FamilyText) -> list[str]:
+    if not text.citation:
         return []
-    return ["## Citation", "", "```bibtex", info.citation, "```", ""]
+    return ["## Citation", "", "```bibtex", text.citation, "```", ""]
 
 
 def card_metadata_round_trips(card: ModelCard) -> bool:
@@ -549,4 +551,4 @@ def card_metadata_round_trips(card: ModelCard) -> bool:
     return again.data.to_dict() == card.data.to_dict()
 
 
-__all__ = ["build_model_card", "card_metadata_round_trips", "family_info"]
+__all__ = ["build_model_card", "card_metadata_round_trips"]

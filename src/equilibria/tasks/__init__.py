@@ -1,17 +1,12 @@
-"""Task builders (``datasets.Dataset``), loaders for the published formats, tokenizers and evaluators."""
+"""Task builders (``datasets.Dataset``), loaders for the published formats, tokenizers and the scoring of text
+answers."""
 
-from . import catalog
-from .addition import (
-    addition_tokenizer,
-    build_addition_dataset,
-    evaluate_loop_scaling,
-    exact_match,
-    tokenize_for_training,
-)
-from .catalog import *  # noqa: F403  (the tasks by name, evaluation splits, training records)
+from . import named_splits
+from .addition import addition_tokenizer, build_addition_dataset, tokenize_for_training
 from .embedding import SentenceEmbedder, embed_entailment
 from .entailment import build_entailment_dataset, load_proofwriter_jsonl
 from .maze import build_maze_dataset, generate_maze, load_maze_csv, solve_maze
+from .named_splits import *  # noqa: F403  (the tasks by name, evaluation splits, training records)
 from .reachability import (
     bfs_distances,
     build_reachability_dataset,
@@ -19,8 +14,8 @@ from .reachability import (
     generate_graph,
     reachability_input_size,
 )
-from .splits import build_sudoku_dataset
 from .sudoku import augment_sudoku, generate_sudoku, load_sudoku_csv, solve_sudoku
+from .sudoku_splits import build_sudoku_dataset
 from .symmetry import (
     SymmetryClasses,
     maze_canonical,
@@ -29,10 +24,11 @@ from .symmetry import (
     sudoku_classes,
     sudoku_equivalent,
 )
+from .text_scoring import evaluate_loop_scaling, exact_match, token_accuracy
 from .tokenization import char_tokenizer, tokenizer_fields
 
 __all__ = [
-    *catalog.__all__,
+    *named_splits.__all__,
     "tokenizer_fields",
     "SentenceEmbedder",
     "addition_tokenizer",
@@ -63,5 +59,6 @@ __all__ = [
     "sudoku_equivalent",
     "solve_sudoku",
     "sudoku_canonical",
+    "token_accuracy",
     "tokenize_for_training",
 ]

@@ -1,10 +1,10 @@
-"""Multi-digit addition, "1234+5678=" -> "6912", as ``datasets.Dataset`` splits with an exact-match evaluator."""
+"""Multi-digit addition, "1234+5678=" -> "6912", as ``datasets.Dataset`` splits (scored by exact match of the
+greedy answer: :func:`~equilibria.tasks.text_scoring.exact_match`)."""
 
 from __future__ import annotations
 
 import random
 
-import torch
 from datasets import Dataset, DatasetDict
 from transformers import PreTrainedTokenizerBase
 
@@ -80,36 +80,3 @@ def tokenize_for_training(dataset: Dataset, tokenizer, max_length: int | None = 
         return {"input_ids": ids[:max_length], "labels": labels[:max_length]}
 
     return dataset.map(encode, remove_columns=dataset.column_names)
-
-
-@torch.no_grad()
-def exact_match(model, tokenizer, dataset: Dataset, num_loops: int, batch_size: int = 64, **generate_kwargs) -> float:
-    """Fraction of problems whose greedy continuation (up to eos) equals the answer, at ``num_loops``."""
-    model.eval()
-    correct = 0
-    max_answer = max(len(a) for a in dataset["answer"]) + 1
-    tokenizer.padding_side = "left"
-    for start in range(0, len(dataset), batch_size):
-        batch = dataset[start : start + batch_size]
-        enc = tokenizer(batch["prompt"], return_tensors="pt", padding=True)  # as in training
-        out = model.generate(
-            **enc.to(model.device),
-            max_new_tokens=max_answer,
-            do_sample=False,
-            num_loops=num_loops,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            **generate_kwargs,
-        )
-        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-        correct += sum(t.strip() == a for t, a in zip(texts, batch["answer"]))
-    return correct / len(dataset)
-
-
-def evaluate_loop_scaling(
-    model, tokenizer, dataset: Dataset, loops=(1, 2, 4, 8, 16, 32), batch_size: int = 64, **generate_kwargs
-) -> dict[int, float]:
-    """Exact-match accuracy of greedy generation at each loop count: ``{num_loops: accuracy}``."""
-    return {
-        n: exact_match(model, tokenizer, dataset, num_loops=n, batch_size=batch_size, **generate_kwargs) for n in loops
-    }

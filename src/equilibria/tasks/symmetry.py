@@ -11,7 +11,7 @@ same puzzle, and get the same canonical form. Evaluation that must not repeat a 
   path walked the other way). :func:`maze_canonical` keeps the smallest of the 16 strings.
 
 :class:`SymmetryClasses` assigns puzzles to classes exactly, from a key and (where the key is only an invariant) an
-equivalence test; split building, :func:`~equilibria.tasks.catalog.split_census` and evaluation use it.
+equivalence test; split building, :func:`~equilibria.tasks.named_splits.split_census` and evaluation use it.
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ import hashlib
 import json
 from pathlib import Path
 
-import torch
 from datasets import Dataset
 
 from ..wording import counted
@@ -391,24 +390,6 @@ def training_collator(tokenizer):
     return DataCollatorForSeq2Seq(right, label_pad_token_id=-100)
 
 
-@torch.no_grad()
-def token_accuracy(model, encoded: Dataset, num_loops: int, tokenizer, batch_size: int = 32) -> float:
-    """The share of labelled tokens (``labels != -100``) that the model predicts as its top choice, reading the
-    right tokens before them (teacher forcing), at ``num_loops``."""
-    model.eval()
-    collate = training_collator(tokenizer)
-    right = total = 0
-    for start in range(0, len(encoded), batch_size):
-        batch = collate(list(encoded.select(range(start, min(start + batch_size, len(encoded))))))
-        labels = batch.pop("labels")
-        logits = model(**batch.to(model.device), num_loops=num_loops).logits
-        predicted, target = logits[:, :-1].argmax(-1).cpu(), labels[:, 1:]
-        scored = target != -100
-        right += int((predicted[scored] == target[scored]).sum())
-        total += int(scored.sum())
-    return right / max(total, 1)
-
-
 __all__ = [
     "DATA_FILES",
     "DEFAULT_CHAT_TEMPLATE",
@@ -422,6 +403,5 @@ __all__ = [
     "pack",
     "row_format",
     "row_key",
-    "token_accuracy",
     "training_collator",
 ]

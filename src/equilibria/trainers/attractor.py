@@ -81,6 +81,7 @@ class AttractorTrainer(LoopTrainer):
     PEFT and checkpoint resume work as with the plain Trainer.
     """
 
+    model_types = ("attractor_lm",)
     arguments_class = AttractorTrainingArguments
     model_description = "an Attractor model (one containing an AttractorModel, such as AttractorForCausalLM)"
     log_keys = ATTRACTOR_LOG_KEYS

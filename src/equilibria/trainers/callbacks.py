@@ -71,6 +71,8 @@ class GradientNormCallback(TrainerCallback):
         groups: ``model -> {name: () -> [gradient tensors]}``; default [`phdeq_gradient_groups`].
     """
 
+    model_types = ("phdeq",)  # `equilibria train` adds it for these families: the dynamics' gradient vs the direct path
+
     def __init__(self, groups: Callable[[nn.Module], GradientGroups] = phdeq_gradient_groups):
         self.make_groups = groups
         self.groups: GradientGroups = {}

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from transformers import Trainer, TrainingArguments
 
-from ..families import Family, family_using
+from ..families import Family, family_record
 
 
 def find_core(model: nn.Module | None, model_type: str) -> nn.Module | None:
@@ -159,6 +159,8 @@ class EquilibriaTrainer(ModelCardMixin, Trainer):
     """The plain ``Trainer`` with the family's model card (for models trained without an extra objective, such as
     the PH-DEQ)."""
 
+    arguments_class = TrainingArguments
+
 
 class LoopTrainer(ModelCardMixin, Trainer):
     """Base of the family trainers. It checks that ``args`` is the trainer's ``arguments_class`` and that the model
@@ -171,6 +173,7 @@ class LoopTrainer(ModelCardMixin, Trainer):
     (:meth:`model_inputs`). In training the family then adds its terms, put on that loss's scale, and names the
     metrics to log (:meth:`add_terms`, the one hook for a new term)."""
 
+    model_types: tuple[str, ...] = ()  # the family it drives: a subclass declares its model_type
     arguments_class: type = TrainingArguments
     model_description = ""  # what the error says the model must be
     log_keys: tuple[str, ...] = ()
@@ -179,9 +182,11 @@ class LoopTrainer(ModelCardMixin, Trainer):
 
     @classmethod
     def family(cls) -> Family:
-        """The family whose base model the trainer drives: the one whose record names it (or the trainer it
-        derives from) as its ``trainer``."""
-        return family_using("trainer", cls)
+        """The record of the family whose base model the trainer drives: the one it (or the trainer it derives
+        from) declares in ``model_types``."""
+        if len(cls.model_types) != 1:
+            raise ValueError(f"{cls.__name__} declares no family: set model_types = ('<its model_type>',)")
+        return family_record(cls.model_types[0])
 
     def __init__(self, model=None, args=None, **kwargs):
         name, wanted = type(self).__name__, self.arguments_class.__name__

@@ -223,6 +223,7 @@ class EqRTrainer(LoopTrainer):
     than restarting the average.
     """
 
+    model_types = ("eqr",)
     arguments_class = EqRTrainingArguments
     model_description = "an Equilibrium Reasoner (a model containing EqRModel, such as EqRForPuzzleSolving)"
     log_keys = EQR_LOG_KEYS

@@ -154,6 +154,7 @@ class StarsTrainer(LoopTrainer):
     penalty on it is refused, since the double backward through checkpointed layers is not supported here.
     """
 
+    model_types = ("ouro",)
     arguments_class = StarsTrainingArguments
     model_description = "a looped model (one containing an Ouro base model with `loop_map`, such as OuroForCausalLM)"
     log_keys = STARS_LOG_KEYS

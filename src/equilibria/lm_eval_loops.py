@@ -11,7 +11,7 @@ import contextlib
 import json
 from pathlib import Path
 
-from .families import family_of
+from .families import family_record
 from .plots import plot_loop_scaling
 from .provenance import replacement_note
 
@@ -33,7 +33,7 @@ def require_lm_eval():
 def loop_count(model, num_loops: int):
     """Within the block, ``model`` runs ``num_loops`` loops by default (the config's loop count, which ``forward``
     and ``generate`` both read); put back afterwards."""
-    key = family_of(model).loops_key
+    key = family_record(model).loops_key
     saved = getattr(model.config, key)
     setattr(model.config, key, num_loops)
     try:

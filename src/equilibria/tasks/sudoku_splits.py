@@ -1,10 +1,12 @@
-"""Train/test splits of generated puzzles that are held out up to the task's symmetries.
+"""The Sudoku dataset builder: train/test splits of generated Sudoku puzzles that are held out up to the task's
+symmetries (in a module of its own because it needs :mod:`~equilibria.tasks.symmetry`, which reads boards with
+:mod:`~equilibria.tasks.sudoku`).
 
 ``split_by="class"`` (the default) draws test puzzles from classes no training puzzle falls in
 (:mod:`~equilibria.tasks.symmetry`: a rotated maze or a relabelled, row-swapped Sudoku is the same puzzle), so a
 score on the test split is evidence of generalisation. ``split_by="board"`` only keeps test boards different from
 training boards (Sudoku: up to a relabelling of the digits): a memorisation check, for sizes whose generator has
-too few classes to hold any out (4x4 Sudoku: 36). :func:`~equilibria.tasks.catalog.split_census` reports which a
+too few classes to hold any out (4x4 Sudoku: 36). :func:`~equilibria.tasks.named_splits.split_census` reports which a
 split is.
 """
 

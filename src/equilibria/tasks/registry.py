@@ -1,7 +1,7 @@
 """The tasks of equilibria: one :class:`Task` record per task, the single place that knows which exist.
 
-Everything that varies by task reads its record: the CLI's ``--task`` choices, the catalog's training and
-evaluation splits (:mod:`equilibria.tasks.catalog`), the held-out check (what makes two rows the same question),
+Everything that varies by task reads its record: the CLI's ``--task`` choices, the training and
+evaluation splits (:mod:`equilibria.tasks.named_splits`), the held-out check (what makes two rows the same question),
 the loader of the task's published file format, and what a task fixes in a model's config. The families name the
 tasks their heads are trained on (:mod:`equilibria.families`).
 
@@ -24,8 +24,8 @@ from .embedding import EMBEDDING_SIZE, SentenceEmbedder, embed_entailment
 from .entailment import build_entailment_dataset
 from .maze import MAZE_VOCAB_SIZE, build_maze_dataset, decode_maze, load_maze_csv
 from .reachability import build_reachability_dataset, reachability_input_size
-from .splits import build_sudoku_dataset
 from .sudoku import SUDOKU_VOCAB_SIZE, board_size, decode_board, load_sudoku_csv
+from .sudoku_splits import build_sudoku_dataset
 from .symmetry import (
     ENUMERATED_SUDOKU_SIZES,
     SymmetryClasses,
@@ -44,7 +44,7 @@ class Task:
 
     ``generate(shape, train_size, test_size, seed)`` draws fresh ``train`` / ``test`` splits that share no question
     (``shape``: the value of the task's ``shape_option``, e.g. the operands' digits); ``question(row)`` is what makes
-    two rows the same question (their fingerprint, :func:`~equilibria.tasks.catalog.fingerprints`); rows of tasks
+    two rows the same question (their fingerprint, :func:`~equilibria.tasks.named_splits.fingerprints`); rows of tasks
     with the same ``question_kind`` compare (addition problems and prompt/completion rows are both keyed by the
     prompt). ``shape_of(config)`` reads the shape a saved model's config was built for, or raises ``ValueError``
     when the config cannot read the task (``None``: the caller's ``shape_option`` decides). A task with a

@@ -1,0 +1,172 @@
+"""The model card's text of each family: its name, the paper(s) it comes from, its Hub tags, a usage snippet for
+each kind of head, its citation and the lines on a config's own choices. One :class:`FamilyText` per ``model_type``
+(the record's modeling facts are in :mod:`equilibria.families`); a card for a family without one is a
+``ValueError``, as it is for a model of no family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..families import family_record
+
+LM_USAGE = (
+    "from transformers import AutoTokenizer",
+    "",
+    'tokenizer = AutoTokenizer.from_pretrained("{where}")',
+    'inputs = tokenizer("{prompt}", return_tensors="pt")',
+    "out = model.generate(**inputs, num_loops=8, max_new_tokens=8)",
+)
+
+
+@dataclass(frozen=True)
+class FamilyText:
+    """What a family's model card says about it: ``usage`` maps a head kind
+    (:data:`~equilibria.families.HEAD_KINDS`) to its usage snippet (``{where}`` stands for the repo id or folder,
+    ``{prompt}`` for an input in its task's format); ``notes`` gives the card's lines on a config's own choices."""
+
+    name: str
+    paper: str
+    tags: tuple[str, ...]
+    usage: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    citation: str = ""  # BibTeX of the family's paper(s)
+    notes: Callable[[object], list[str]] | None = None
+
+
+ATTRACTOR_FORMS = {
+    "paper": "`T(y, y0) = y0 + U(x)`, the attractor layers' residual update `U(x) = layers(x) - x` added to the "
+    "proposal: the map of the paper (its Sec. 3.1; with addition, its code's `FPHead(y + y0) - y`)",
+    "gated": "`T(y, y0) = y0 + gate * rms(y0) * norm(layers(x))`: this package's earlier gated form, not the "
+    "paper's; its per-channel gate bounds each step, and holds the fixed point at a relative distance of about "
+    "`|gate|` from the proposal",
+    "deq": "`T(y, y0) = U(x)` solved from `y = 0`: a plain deep-equilibrium control, not the paper's Attractor (the "
+    "backbone's output is only injected)",
+}
+ATTRACTOR_GRADIENTS = {
+    "one_step": "the one-step gradient (one application of `T` at the detached fixed point; constant memory)",
+    "implicit": "the implicit-function-theorem gradient (a backward fixed-point solve; constant memory)",
+    "unrolled": "backpropagation through every solver iteration (memory grows with the budget)",
+}
+
+
+def _attractor_card_notes(config) -> list[str]:
+    """The Attractor card's lines on the map, the injection, the gradient and the attention a config chose."""
+    inject = "`x = y + y0`" if config.injection == "add" else "`x = W [y; y0]` (concatenation, projected)"
+    attention = (
+        "causal (a language model)" if config.is_causal is not False else "bidirectional over the puzzle's cells"
+    )
+    return [
+        f"**The map.** `residual_form={config.residual_form!r}`: {ATTRACTOR_FORMS[config.residual_form]}; the "
+        f"proposal is injected at every step as {inject}. Solver: {config.solver}, tolerance {config.solver_tol:g}.",
+        "",
+        f"**Training gradient.** `gradient_mode={config.gradient_mode!r}`: {ATTRACTOR_GRADIENTS[config.gradient_mode]}.",
+        "",
+        f"**Attention.** {attention}.",
+        "",
+    ]
+
+
+OURO_BIBTEX = """@misc{zhu2025ouro,
+  title = {Scaling Latent Reasoning via Looped Language Models},
+  author = {Zhu, Rui-Jie and Wang, Zixuan and Hua, Kai and Zhang, Tianyu and Li, Ziniu and Que, Haoran and Wei, Boyi
+    and Wen, Zixin and Yin, Fan and Xing, He and Li, Lu and Shi, Jiajun and Ma, Kaijing and Li, Shanda and Kergan,
+    Taylor and Smith, Andrew and Qu, Xingwei and Hui, Mude and Wu, Bohong and Min, Qiyang and Huang, Hongzhi and Zhou,
+    Xun and Ye, Wei and Liu, Jiaheng and Yang, Jian and Shi, Yunfeng and Lin, Chenghua and Zhao, Enduo and Cai, Tianle
+    and Zhang, Ge and Huang, Wenhao and Bengio, Yoshua and Eshraghian, Jason},
+  year = {2025},
+  eprint = {2510.25741},
+  archivePrefix = {arXiv}
+}
+
+@misc{yang2026stars,
+  title = {Stabilizing Recurrent Dynamics for Test-Time Scalable Latent Reasoning in Looped Language Models},
+  author = {Yang, Xiao-Wen and Han, Zi-Yu and Zhang, Xi-Hua and Wei, Wen-Da and Shao, Jie-Jing and Guo, Lan-Zhe
+    and Li, Yu-Feng},
+  year = {2026},
+  eprint = {2605.26733},
+  archivePrefix = {arXiv}
+}"""
+
+ATTRACTOR_BIBTEX = """@misc{feinashley2026attractor,
+  title = {Solve the Loop: Attractor Models for Language and Reasoning},
+  author = {Fein-Ashley, Jacob and Rashidinejad, Paria},
+  year = {2026},
+  eprint = {2605.12466},
+  archivePrefix = {arXiv}
+}"""
+
+EQR_BIBTEX = """@misc{huang2026equilibrium,
+  title = {Equilibrium Reasoners: Learning Attractors Enables Scalable Reasoning},
+  author = {Huang, Benhao and Geng, Zhengyang and Kolter, Zico},
+  year = {2026},
+  eprint = {2605.21488},
+  archivePrefix = {arXiv}
+}"""
+
+PHDEQ_BIBTEX = """@misc{lazyidentity2026,
+  title = {The Equilibrium Is the Initialization: Lazy Identity Collapse in Physics-Structured Deep Equilibrium
+    Reasoning},
+  year = {2026},
+  eprint = {2607.11116},
+  archivePrefix = {arXiv},
+  note = {authors as listed on arXiv:2607.11116}
+}"""
+
+
+FAMILY_TEXTS: dict[str, FamilyText] = {
+    "ouro": FamilyText(
+        name="Ouro looped language model",
+        paper="Zhu et al., 2025, *Scaling Latent Reasoning via Looped Language Models* (Ouro); STARS fine-tuning "
+        "(random loop counts + a Jacobian spectral-radius penalty) from Yang et al., 2026, *Stabilizing Recurrent "
+        "Dynamics for Test-Time Scalable Latent Reasoning in Looped Language Models*",
+        tags=("looped-lm", "recurrent-depth"),
+        usage={"causal_lm": LM_USAGE},
+        citation=OURO_BIBTEX,
+    ),
+    "attractor_lm": FamilyText(
+        name="Attractor model",
+        paper="Fein-Ashley and Rashidinejad, 2026, *Solve the Loop: Attractor Models for Language and Reasoning*",
+        tags=("deep-equilibrium", "looped-lm"),
+        usage={
+            "causal_lm": LM_USAGE,
+            "puzzle_cells": ("out = model(puzzles, num_loops=16)  # out.logits.argmax(-1): one answer per cell",),
+        },
+        citation=ATTRACTOR_BIBTEX,
+        notes=_attractor_card_notes,
+    ),
+    "eqr": FamilyText(
+        name="Equilibrium Reasoner",
+        paper="Huang, Geng and Kolter, 2026, *Equilibrium Reasoners: Learning Attractors Enables Scalable Reasoning*",
+        tags=("recurrent-reasoning", "deep-equilibrium"),
+        usage={
+            "puzzle_solver": (
+                'out = model.solve(puzzles, depth=64, breadth=16, select="residual")  # answers per puzzle',
+            )
+        },
+        citation=EQR_BIBTEX,
+    ),
+    "phdeq": FamilyText(
+        name="Port-Hamiltonian deep equilibrium model",
+        paper="a DEQ over phase space with damped, anchored symplectic-Euler dynamics and a learned initialiser, "
+        "the model studied in *The Equilibrium Is the Initialization: Lazy Identity Collapse in Physics-Structured "
+        "Deep Equilibrium Reasoning* (2026)",
+        tags=("deep-equilibrium",),
+        usage={
+            "classifier": ("out = model(inputs, num_loops=300)  # logits, solved_state, solver_steps, converged, ...",)
+        },
+        citation=PHDEQ_BIBTEX,
+    ),
+}
+
+
+def family_text(model_or_config) -> FamilyText:
+    """The card text of a model's (or config's) family; ``ValueError`` for a model of no equilibria family or a
+    family with no text here."""
+    family = family_record(model_or_config, "model card template")
+    if family.model_type not in FAMILY_TEXTS:
+        raise ValueError(f"no model card template for model_type {family.model_type!r}: add its FamilyText")
+    return FAMILY_TEXTS[family.model_type]
+
+
+__all__ = ["FAMILY_TEXTS", "FamilyText", "LM_USAGE", "family_text"]
