@@ -56,8 +56,9 @@ def build(outdir: Path, isolation: bool = True) -> tuple[Path, Path]:
 
 
 def changelog_release(text: str) -> str:
-    """The version of the first ``## X.Y.Z`` heading of a changelog (``""`` when there is none)."""
-    match = re.search(r"^## (\S+)", text, re.M)
+    """The version of the first ``## X.Y.Z`` heading of a changelog (``""`` when there is none); a ``## Unreleased``
+    section above it (what is merged since that release) is not a release."""
+    match = re.search(r"^## (?!Unreleased\b)(\S+)", text, re.M)
     return match.group(1) if match else ""
 
 

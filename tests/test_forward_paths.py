@@ -27,3 +27,14 @@ def test_the_target_check_fails_on_the_paths_of_release_0_2():
     before = json.loads((ROOT_RESULTS / "forward_paths_0.2.json").read_text())["paths"]
     missed = forward_paths.missed_targets(before)
     assert [line.split(":")[0] for line in missed] == ["ouro", "attractor_lm"]
+
+
+def test_the_decode_comparison_with_earlier_code_runs_and_decodes_alike(tmp_path):
+    """``bench_decode_against_release.py --quick``: the 0.2 folder loaded with its own remote code (the earlier code)
+    and with this checkout's classes decodes the same tokens, and both are timed in one interleaved run."""
+    bench = load_benchmark("bench_decode_against_release")
+    saved = ROOT_RESULTS.parents[1] / "tests" / "data" / "saved-0.2" / "ouro"
+    data = bench.main(["--quick", "--base-folder", str(saved), "--output-dir", str(tmp_path)])
+    assert data["same_tokens"] is True
+    assert len(data["ratios"]) == 2 and all(r > 0 for r in data["ratios"])
+    assert json.loads((tmp_path / "decode_against_release.json").read_text())["ratio"] == data["ratio"]
