@@ -398,7 +398,7 @@ class OuroAdapter(_CausalLMAdapter):
         first = loop(loop.start) if start is None else start.view_as(loop.start)
         previous, last, gate_logits = first, first, []
         for _ in range(1, self.max_iter):  # h_{t+1} = f(h_t) up to h_T; the gate is read after every step but the last
-            gate_logits.append(self.model.model.early_exit_gate(last).squeeze(-1))
+            gate_logits.append(self.model.model.exit_logit(last))  # the gate forward reads
             previous, last = last, loop(last)
         change = residual(self._flatten_real(batch, previous), self._flatten_real(batch, last), keep_dims=1)[1]
         run = LoopRun(

@@ -460,6 +460,10 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
             )
         return self.norm(hidden)
 
+    def exit_logit(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The exit gate's logit ``w . h + b`` of each token's state (``(batch, seq_len)``)."""
+        return self.early_exit_gate(hidden_states).squeeze(-1)
+
     def _step_map(self, position_embeddings, masks: dict) -> Callable[[torch.Tensor], torch.Tensor]:
         """The loop body ``h -> norm(stack(h))`` at these positions and masks, without a cache."""
 
@@ -541,14 +545,14 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
             for step in range(num_loops):
                 if early is not None and not early.start_step():  # every row has exited: copies for the rest
                     early.backfill(cache, step, num_loops, config.num_hidden_layers)
-                    gate_logits += [self.early_exit_gate(hidden).squeeze(-1)] * (num_loops - 1 - step)
+                    gate_logits += [self.exit_logit(hidden)] * (num_loops - 1 - step)
                     states = states + (hidden,) * (num_loops - step) if keep_states else None
                     break
                 new = self.loop_step(hidden, step, position_embeddings, masks, cache=cache, early_exit=early, **kwargs)
                 previous, hidden = hidden, (new if early is None else early.end_step(hidden, new))
                 states = states + (hidden,) if keep_states else None
                 if step < num_loops - 1:
-                    gate_logits.append(self.early_exit_gate(hidden).squeeze(-1))
+                    gate_logits.append(self.exit_logit(hidden))
                     if early is not None:
                         early.observe_gate(step, gate_logits[-1])
         loop_residual = early.residual if early is not None else residual(previous, hidden, keep_dims=2)[1]
@@ -599,7 +603,8 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         """``(f, h_0)``: the loop body for these inputs as a function ``f(h) = norm(stack(h))`` of the state alone
         (no cache), ``h_{t+1} = f(h_t)`` for every step ``t``, and the start ``h_0`` (the input embeddings). Use
         it for Jacobian analysis (STARS' spectral-radius penalty, fixed-point diagnostics):
-        ``torch.func.jvp(f, (h,), (v,))`` or ``autograd.grad(f(h), h, v)``."""
+        ``torch.func.jvp(f, (h,), (v,))`` or ``autograd.grad(f(h), h, v)``. The exit gate ``forward`` reads after every step but
+        the last is :meth:`exit_logit`."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds.")
         if inputs_embeds is None:
