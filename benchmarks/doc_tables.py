@@ -557,6 +557,18 @@ def solvers() -> str:
     return markdown(header, rows)
 
 
+def forward_paths() -> str:
+    """A row per forward path: the package's functions it runs and their files, release 0.2's code and now."""
+    before, now = load("forward_paths_0.2.json")["paths"], load("forward_paths.json")["paths"]
+    rows = []
+    for name, got in now.items():
+        old = before.get(name)
+        then = f"{old['functions']} in {old['files']}" if old else "-"
+        files = ", ".join(f"`{file}`" for file in got["file_names"])
+        rows.append([f"`{name}`", then, f"{got['functions']} in {got['files']}", files])
+    return markdown(["forward", "0.2: functions in files", "now: functions in files", "files now"], rows)
+
+
 def compat_matrix() -> str:
     """A row per release, a column per family, each cell *folder as remote code / package*."""
     payload = load("compat_matrix.json")
@@ -1357,6 +1369,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "audit-reachability": audit_reachability,
     "audit-reachability-holm": audit_holm,
     "compat-matrix": compat_matrix,
+    "forward-paths": forward_paths,
     "puzzle-generators": puzzle_generators,
     "puzzle-splits": puzzle_splits,
     "attractor-internalization": attractor_internalization,
