@@ -118,23 +118,23 @@ def test_card_collects_the_folders_results(saved, capsys):
         (["eval", "{phdeq}", "--loops", "1,a"], "--loops must be comma-separated integers"),
         (["eval", "{phdeq}", "--task", "sudoku"], "--task sudoku does not fit a phdeq model"),
         (["card", "{missing}"], "is not a folder written by save_pretrained"),
-        (["eval", "{phdeq}", "--num-examples", "0"], "--num-examples must be >= 1, got 0"),
-        (["eval", "{phdeq}", "--halt-threshold", "0.9"], "--halt-threshold and --breadth need an EqR model"),
+        (["eval", "{phdeq}", "--num-examples", "0"], "--num_examples must be >= 1, got 0"),
+        (["eval", "{phdeq}", "--halt-threshold", "0.9"], "--halt_threshold and --breadth need an EqR model"),
         (["eval", "{eqr}", "--halt-threshold", "1.5"], "halt_threshold must be a probability in (0, 1]"),
-        (["audit", "{phdeq}", "--num-examples", "-3"], "--num-examples must be >= 1, got -3"),
+        (["audit", "{phdeq}", "--num-examples", "-3"], "--num_examples must be >= 1, got -3"),
         (["generate", "{ouro}", "--prompt", ""], "has no tokens"),
         (
             ["generate", "{ouro}", "--prompt", "12+3=\u00e9#"],
             "contains ['#', '\u00e9'], which the tokenizer does not know",
         ),
-        (["generate", "{ouro}", "--prompt", "1", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
+        (["generate", "{ouro}", "--prompt", "1", "--max-new-tokens", "0"], "--max_new_tokens must be >= 1, got 0"),
         (["generate", "{ouro}", "--prompt", "1", "--temperature", "-1"], "--temperature must be >= 0 (0: greedy)"),
-        (["generate", "{ouro}", "--prompt", "1", "--exit-threshold", "1.5"], "--exit-threshold must be in (0, 1]"),
+        (["generate", "{ouro}", "--prompt", "1", "--exit-threshold", "1.5"], "--exit_threshold must be in (0, 1]"),
         (["eval", "{ouro}", "--loops", "0,4"], "--loops must be comma-separated integers >= 1, got '0,4'"),
-        (["eval", "{phdeq}", "--breadth", "4"], "--halt-threshold and --breadth need an EqR model"),
+        (["eval", "{phdeq}", "--breadth", "4"], "--halt_threshold and --breadth need an EqR model"),
         (["eval", "{ouro}", "--dataset_name", "{missing}.jsonl"], "--dataset_name {missing}.jsonl: no such file"),
         (["eval", "{ouro}", "--eval_metric", "bleu"], "--eval_metric must be one of ('token_accuracy', 'exact_match')"),
-        (["card", "{ouro}", "--loop-scaling", "{missing}.json"], "--loop-scaling {missing}.json: no such file"),
+        (["card", "{ouro}", "--loop-scaling", "{missing}.json"], "--loop_scaling {missing}.json: no such file"),
         (["audit", "{eqr}", "--task", "sudoku", "--dataset", "x.csv"], "pass either --task (generated problems) or"),
     ],
 )
@@ -164,6 +164,99 @@ def test_unreadable_weights_are_one_line_naming_the_file(saved, tmp_path, capsys
 def test_no_command_prints_help_and_fails(capsys):
     assert main([]) == 2
     assert "usage: equilibria" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command, line, flags, read, from_file, from_flags",
+    [
+        ("eval", "loops: '1,2'", ["--loops", "4"], lambda a: a[0].loops, "1,2", "4"),
+        ("audit", "num_examples: 7", ["--num-examples", "9"], lambda a: a[1].num_examples, 7, 9),
+        ("generate", "temperature: 1e-1", ["--temperature", "0.5"], lambda a: a[0].temperature, 0.1, 0.5),
+        ("card", "repo_id: a/b", ["--repo-id", "c/d"], lambda a: a[0].repo_id, "a/b", "c/d"),
+        ("demo", "stars_steps: 3", ["--stars_steps", "4"], lambda a: a[0].stars_steps, 3, 4),
+    ],
+)
+def test_a_config_file_sets_a_subcommands_flags_and_the_command_line_overrides_it(
+    tmp_path, command, line, flags, read, from_file, from_flags
+):
+    """Every subcommand reads ``--config FILE.yaml`` (or the file given first) as ``train`` does: keys are the flags'
+    names (the positional model path and required ``--prompt`` too), a string the YAML reads (``1e-1``) goes through
+    the flag's type, and flags given win."""
+    from equilibria.command_arguments import parse_command
+
+    config = tmp_path / f"{command}.yaml"
+    config.write_text(f"model_path: {tmp_path}\nprompt: '1+2='\n{line}\n" if command == "generate" else f"{line}\n")
+    given = [] if command in ("generate", "demo") else [str(tmp_path)]
+    assert read(parse_command(command, [*given, "--config", str(config)])) == from_file
+    assert read(parse_command(command, [str(config), *given, *flags])) == from_flags
+    if command == "generate":
+        assert parse_command(command, ["--config", str(config)])[0].model_path == str(tmp_path)
+
+
+def test_eval_runs_from_a_config_file_and_its_errors_are_one_line(saved, tmp_path, capsys):
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"model_path: {saved / 'phdeq'}\nloops: '0,5'\nnum_examples: 10\noutput_dir: {tmp_path}\n")
+    assert main(["eval", "--config", str(config)]) == 0
+    assert json.loads((tmp_path / "loop_scaling.json").read_text())["accuracy"].keys() == {"0", "5"}
+    assert main(["eval", "--config", str(config), "--loops", "0,10"]) == 0
+    assert json.loads((tmp_path / "loop_scaling.json").read_text())["accuracy"].keys() == {"0", "10"}
+    capsys.readouterr()
+    config.write_text(f"model_path: {saved / 'phdeq'}\nloop: '0,5'\n")
+    assert main(["eval", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"equilibria eval: error: {config}: unknown key `loop` (did you mean `loops`?); `equilibria eval --help` "
+        "lists the flags"
+    )
+    assert main(["eval", str(saved / "phdeq"), "--loopz", "1"]) == 2
+    assert "unknown flag --loopz (did you mean --loops?)" in capsys.readouterr().err
+    assert main(["audit", str(saved / "phdeq"), "--breadth", "2"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--breadth is not a flag of `equilibria audit`: it is one of `equilibria eval` (EqR's test-time scaling)" in err
+    )
+
+
+def test_flags_have_one_spelling_and_the_renamed_ones_warn_for_a_release(capsys):
+    """A flag is its field's name, with dashes or underscores alike (``--num-examples`` is ``--num_examples``); the
+    flags renamed since 0.2 (``--dataset``, ``--split`` of eval and audit) still work, warning with the new name."""
+    from equilibria.command_arguments import parse_command
+
+    for spelling in ("--num-examples", "--num_examples"):
+        assert parse_command("audit", ["out", spelling, "3"])[1].num_examples == 3
+    assert capsys.readouterr().err == ""
+    for command in ("eval", "audit"):
+        with pytest.warns(DeprecationWarning, match="--split is deprecated .*: use --dataset_test_split"):
+            data = parse_command(command, ["out", "--dataset", "rows.jsonl", "--split=validation"])[1]
+        assert (data.dataset_name, data.dataset_test_split) == ("rows.jsonl", "validation")
+        assert f"equilibria {command}: warning: --dataset is deprecated" in capsys.readouterr().err
+    card = parse_command("card", ["out", "--dataset", "a/x", "--dataset", "b/y"])[0]  # card's own --dataset stays
+    assert card.dataset == ["a/x", "b/y"] and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("command", ["eval", "audit", "generate", "card", "demo"])
+def test_every_subcommands_help_is_readable(capsys, command):
+    from equilibria.command_arguments import COMMANDS, command_parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: equilibria {command}")
+    parser = command_parser(COMMANDS[command].arguments, prog=command)
+    assert all(action.help for action in parser._actions), "a field without metadata={'help': ...}"
+
+
+def test_train_reads_a_config_file_after_config_too(tmp_path):
+    from equilibria.train import parse_train_args
+
+    config = tmp_path / "run.yaml"
+    config.write_text(f"family: eqr\noutput_dir: {tmp_path}\nmax_steps: 2\nhidden_size: 32\n")
+    model_args, data_args, args = parse_train_args(["--size", "6", "--config", str(config), "--max_steps", "5"])
+    assert (args.max_steps, data_args.size, model_args.hidden_size, model_args.family) == (5, 6, 32, "eqr")
+    assert (data_args.dataset_test_split, data_args.dataset_text_field, data_args.eval_metric) == (
+        "test",
+        "text",
+        "token_accuracy",
+    )  # train's defaults of the data flags eval and audit share
 
 
 def test_train_writes_a_hub_ready_folder(tmp_path, capsys):

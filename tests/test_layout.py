@@ -11,7 +11,17 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-COMMAND_LAYER = {"equilibria.cli", "equilibria.__main__", "equilibria.commands", "equilibria.train", "equilibria.demo"}
+COMMAND_LAYER = {
+    "equilibria.cli",
+    "equilibria.__main__",
+    "equilibria.commands",
+    "equilibria.train",
+    "equilibria.train.arguments",
+    "equilibria.train.building",
+    "equilibria.train.results",
+    "equilibria.demo",
+    "equilibria.command_arguments",
+}
 
 
 def module_name(path: Path, root: Path = SRC) -> str:
@@ -139,6 +149,7 @@ LAYERS = (
     "commands",
     "train",
     "demo",
+    "command_arguments",
     "evaluation",
     "scaling",
     "loading",

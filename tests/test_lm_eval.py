@@ -107,7 +107,7 @@ def test_eval_writes_the_table_json_plot_and_card_entries(saved, tasks, tmp_path
 
 def test_lm_eval_errors_are_one_line(saved, tasks, capsys):
     assert main(["eval", str(saved), "--lm-eval-tasks", "tiny_nope", "--lm-eval-include", str(tasks)]) == 2
-    assert "--lm-eval-tasks ['tiny_nope']: no such lm-eval task or in" in capsys.readouterr().err
+    assert "--lm_eval_tasks ['tiny_nope']: no such lm-eval task or in" in capsys.readouterr().err
 
 
 def test_loop_count_sets_and_restores_the_default(saved):

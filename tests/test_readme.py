@@ -62,11 +62,11 @@ SIZES = [
     ("--max_steps 200 --use_cpu", "--max_steps 2 --use_cpu"),
     ("--max_steps 2000 --learning_rate 1e-3", "--max_steps 2 --learning_rate 1e-3"),
     ("--eval_loops 4,8,16,32,64", "--eval_loops 4,8"),
-    ("--loops 16,64 --breadth 16", "--loops 4 --breadth 2 --num-examples 8"),
-    ("--num-examples 500", "--num-examples 20"),
-    ("--loops 1,2,4,8,16", "--loops 1,4 --num-examples 8"),
+    ("--loops 16,64 --breadth 16", "--loops 4 --breadth 2 --num_examples 8"),
+    ("--num_examples 500", "--num_examples 20"),
+    ("--loops 1,2,4,8,16", "--loops 1,4 --num_examples 8"),
     ("--use_peft --max_steps 1000", "--use_peft --max_steps 2"),
-    ("equilibria audit out --output-dir out", "equilibria audit out --output-dir out --num-examples 16"),
+    ("equilibria audit out --output_dir out", "equilibria audit out --output_dir out --num_examples 16"),
 ]
 
 NOT_RUN = {
@@ -87,7 +87,7 @@ NOT_RUN = {
     "equilibria demo": "the full demo trains for about ten minutes; `equilibria demo --quick` is tested (test_package)",
     ".venv/bin/python benchmarks/bench_ouro_decode.py": "a few minutes; its --quick mode is tested (test_package)",
     ".venv/bin/python benchmarks/bench_ouro_decode.py --quick": "tested in process by test_package",
-    "equilibria eval ouro-chat --lm-eval-tasks gsm8k,arc_easy --loops 1,2,4,8 --lm-eval-fewshot 5 --output-dir "
+    "equilibria eval ouro-chat --lm_eval_tasks gsm8k,arc_easy --loops 1,2,4,8 --lm_eval_fewshot 5 --output_dir "
     "ouro-chat": "downloads the tasks' data from the Hub; test_lm_eval runs the harness offline",
     "equilibria train --model_name_or_path ByteDance/Ouro-1.4B --dataset_name trl-lib/Capybara --output_dir ouro-chat "
     "--use_peft --max_length 2048 --bf16 --max_steps 2000 --exit_loss final": "downloads from the Hub and needs a GPU",

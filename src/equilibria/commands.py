@@ -1,5 +1,6 @@
 """What the ``equilibria`` subcommands do (the parser is in :mod:`equilibria.cli`): load a saved model of any
-family, make evaluation data for its task, and run ``audit``, ``eval`` (loop scaling), ``generate`` and ``card``."""
+family, make evaluation data for its task, and run ``audit``, ``eval`` (loop scaling), ``generate`` and ``card``.
+Each runner takes its command's argument dataclasses (:mod:`equilibria.command_arguments`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,15 @@ from pathlib import Path
 import torch
 from transformers import TextStreamer
 
+from .command_arguments import (
+    AuditArguments,
+    CardArguments,
+    EvalArguments,
+    EvaluationDataArguments,
+    GenerateArguments,
+    LmEvalArguments,
+    SearchArguments,
+)
 from .diagnostics import audit
 from .evaluation import evaluation_data
 from .families import FAMILIES, family_record, model_task
@@ -24,29 +34,14 @@ from .tasks.tokenization import describe_characters, load_tokenizer, unknown_cha
 from .wording import with_article
 
 
-def data_options(args) -> dict:
-    """The keyword arguments of :func:`~equilibria.evaluation.evaluation_data` that ``eval`` / ``audit`` flags set."""
-    return dict(
-        task=args.task,
-        dataset_name=args.dataset_name,
-        dataset_config=args.dataset_config,
-        split=args.split,
-        text_field=args.dataset_text_field,
-        metric=args.eval_metric,
-        max_length=args.max_length,
-        num_examples=args.num_examples,
-        seed=args.seed,
-    )
-
-
 def _tokenizer(model_path: str):
     return load_tokenizer(model_path, "prompts")
 
 
-def run_audit(args) -> None:
+def run_audit(args: AuditArguments, data_args: EvaluationDataArguments) -> None:
     """``equilibria audit``: load the model, build or load the data, audit, print (and save)."""
     model = load_saved_model(args.model_path, args.trust_remote_code)
-    data = evaluation_data(model, args.model_path, **data_options(args), default_count=500)
+    data = evaluation_data(model, args.model_path, **data_args.evaluation_options(args.seed), default_count=500)
     rows = data.rows
     language_model = family_record(model).head_of_model(model).kind == "causal_lm"
     if language_model and "input_ids" not in rows.column_names:  # prompt / answer rows
@@ -60,27 +55,31 @@ def run_audit(args) -> None:
         print(f"wrote {out / 'audit.json'}" + (f" and {out / 'audit.png'}" if (out / "audit.png").exists() else ""))
 
 
-def run_eval(args) -> dict:
+def run_eval(
+    args: EvalArguments, data_args: EvaluationDataArguments, search: SearchArguments, lm_eval: LmEvalArguments
+) -> dict:
     """``equilibria eval``: the loop-scaling curve of a saved model on its task, as a table (and JSON + PNG); with
-    ``--lm-eval-tasks``, lm-evaluation-harness tasks at each loop count instead (:mod:`equilibria.lm_eval_loops`)."""
+    ``--lm_eval_tasks``, lm-evaluation-harness tasks at each loop count instead (:mod:`equilibria.lm_eval_loops`)."""
     model = load_saved_model(args.model_path, args.trust_remote_code)
     loops = parse_loops(args.loops, "--loops", family_record(model).min_loops)
-    threshold, breadth = getattr(args, "halt_threshold", None), getattr(args, "breadth", 1)
-    scoring = Scoring(args.model_path, args.batch_size, "task", threshold, breadth, getattr(args, "select", "residual"))
+    threshold, breadth = search.halt_threshold, search.breadth
+    scoring = Scoring(args.model_path, args.batch_size, "task", threshold, breadth, search.select)
     if scoring.searches and family_record(model).head_of_model(model).kind != "puzzle_solver":
         raise ValueError(
-            f"--halt-threshold and --breadth need an EqR model (a puzzle solver); this is {with_article(model.config.model_type)}"
+            f"--halt_threshold and --breadth need an EqR model (a puzzle solver); this is {with_article(model.config.model_type)}"
         )
-    if getattr(args, "lm_eval_tasks", None):
-        return _run_lm_eval(model, loops, args)
-    data = evaluation_data(model, args.model_path, **data_options(args), digits=args.digits)
+    if lm_eval.lm_eval_tasks:
+        return _run_lm_eval(model, loops, args, lm_eval)
+    data = evaluation_data(model, args.model_path, **data_args.evaluation_options(args.seed))
     scores = loop_scores(model, data.rows, loops, dataclasses.replace(scoring, metric=data.metric))
     result = scores.accuracy
     halting = (threshold, scores.mean_steps) if threshold is not None else None
     if breadth > 1:
         data.record.update(breadth=breadth, select=scoring.select)
     scored = (
-        task_record(args.task or model_task(model)).metric if data.metric == "task" else data.metric.replace("_", " ")
+        task_record(data_args.task or model_task(model)).metric
+        if data.metric == "task"
+        else data.metric.replace("_", " ")
     )
     print(f"loop scaling of {args.model_path} ({model.config.model_type}) on {len(data.rows)} examples, {scored}")
     weights = weights_fingerprint(args.model_path)
@@ -90,9 +89,9 @@ def run_eval(args) -> dict:
     return result
 
 
-def _run_lm_eval(model, loops: list[int], args) -> dict:
-    tasks = [task.strip() for task in args.lm_eval_tasks.split(",") if task.strip()]
-    limit = args.lm_eval_limit
+def _run_lm_eval(model, loops: list[int], args: EvalArguments, lm_eval: LmEvalArguments) -> dict:
+    tasks = [task.strip() for task in lm_eval.lm_eval_tasks.split(",") if task.strip()]
+    limit = lm_eval.lm_eval_limit
     if limit is not None and limit >= 1:
         limit = int(limit)
     result = lm_eval_at_loops(
@@ -100,9 +99,9 @@ def _run_lm_eval(model, loops: list[int], args) -> dict:
         _tokenizer(args.model_path),
         tasks,
         loops,
-        include_path=args.lm_eval_include,
+        include_path=lm_eval.lm_eval_include,
         limit=limit,
-        num_fewshot=args.lm_eval_fewshot,
+        num_fewshot=lm_eval.lm_eval_fewshot,
         batch_size=args.batch_size,
         seed=args.seed,
     )
@@ -127,7 +126,7 @@ def encode_prompt(tokenizer, prompt: str, max_new_tokens: int, max_positions: in
     """``tokenizer(prompt)`` as tensors, or ``ValueError`` for a prompt with no tokens, with characters the
     tokenizer does not know (they would silently become its unknown token), or too long for the model."""
     if max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+        raise ValueError(f"--max_new_tokens must be >= 1, got {max_new_tokens}")
     enc = tokenizer(prompt, return_tensors="pt", return_offsets_mapping=True)
     ids, offsets = enc.pop("input_ids"), enc.pop("offset_mapping")
     if not prompt or ids.shape[1] == 0:
@@ -143,7 +142,7 @@ def encode_prompt(tokenizer, prompt: str, max_new_tokens: int, max_positions: in
         import warnings
 
         warnings.warn(
-            f"--prompt has {ids.shape[1]} tokens and --max-new-tokens is {max_new_tokens}: together more than the "
+            f"--prompt has {ids.shape[1]} tokens and --max_new_tokens is {max_new_tokens}: together more than the "
             f"{max_positions} positions the model was configured for (max_position_embeddings); rotary positions "
             "continue past them, but it was not trained there",
             stacklevel=2,
@@ -151,8 +150,8 @@ def encode_prompt(tokenizer, prompt: str, max_new_tokens: int, max_positions: in
     return {"input_ids": ids, **enc}
 
 
-def run_generate(args) -> str:
-    """``equilibria generate``: greedy (or sampled) text from a saved looped LM at ``--num-loops``."""
+def run_generate(args: GenerateArguments) -> str:
+    """``equilibria generate``: greedy (or sampled) text from a saved looped LM at ``--num_loops``."""
     model = load_saved_model(args.model_path, args.trust_remote_code)
     if not model.can_generate():
         lms = [f.model_type for f in FAMILIES.values() if f.heads[0].auto_class == "AutoModelForCausalLM"]
@@ -170,9 +169,9 @@ def run_generate(args) -> str:
     if args.num_loops is not None:
         kwargs["num_loops"] = args.num_loops
     if args.exit_threshold is not None:
-        family_record(model).require_config_key("early_exit_threshold", "--exit-threshold")
+        family_record(model).require_config_key("early_exit_threshold", "--exit_threshold")
         if not 0 < args.exit_threshold <= 1:
-            raise ValueError(f"--exit-threshold must be in (0, 1] (1: no early exit), got {args.exit_threshold}")
+            raise ValueError(f"--exit_threshold must be in (0, 1] (1: no early exit), got {args.exit_threshold}")
         kwargs["exit_threshold"] = args.exit_threshold
     streamer = TextStreamer(tokenizer, skip_prompt=False, skip_special_tokens=True) if args.stream else None
     with torch.no_grad():
@@ -183,17 +182,17 @@ def run_generate(args) -> str:
     return text
 
 
-def run_card(args) -> Path:
+def run_card(args: CardArguments) -> Path:
     """``equilibria card``: write the model card (README.md) into a saved model's folder from what is there:
-    ``loop_scaling.json`` / ``loop_scaling.png`` (from ``equilibria eval --output-dir``), ``audit.json`` (from
-    ``equilibria audit --output-dir``), ``training_data.json`` and ``training_history.json``, or the files given
+    ``loop_scaling.json`` / ``loop_scaling.png`` (from ``equilibria eval --output_dir``), ``audit.json`` (from
+    ``equilibria audit --output_dir``), ``training_data.json`` and ``training_history.json``, or the files given
     (refused when missing or computed on other weights); what the card there said and no flag changes (title, task
     name, datasets, base model, license) is kept."""
     folder = Path(args.model_path)
     model = load_saved_model(args.model_path, args.trust_remote_code)
     given = {
         key: _given_result(path, flag, folder)
-        for key, path, flag in (("loop_scaling", args.loop_scaling, "--loop-scaling"), ("audit", args.audit, "--audit"))
+        for key, path, flag in (("loop_scaling", args.loop_scaling, "--loop_scaling"), ("audit", args.audit, "--audit"))
         if path is not None
     }
     current, other = folder_results(folder)
@@ -202,7 +201,7 @@ def run_card(args) -> Path:
     if args.dataset and (scaling or audit_data) and evaluation_record(scaling, audit_data) is None:
         raise ValueError(
             f"--dataset {' '.join(args.dataset)}: the loop-scaling / audit results here do not record which data they "
-            "were computed on; rerun `equilibria eval` / `equilibria audit` with --output-dir, then name the dataset "
+            "were computed on; rerun `equilibria eval` / `equilibria audit` with --output_dir, then name the dataset "
             "they used"
         )
     path = write_model_card(

@@ -72,7 +72,7 @@ def evaluation_data(
     """The rows a saved model (``model``, loaded from ``model_path``) is evaluated on (see the module's text for
     which), at most ``num_examples`` of them (generated: ``num_examples`` or ``default_count``)."""
     if num_examples is not None and num_examples < 1:
-        raise ValueError(f"--num-examples must be >= 1, got {num_examples}")
+        raise ValueError(f"--num_examples must be >= 1, got {num_examples}")
     if metric is not None and metric not in METRICS:
         raise ValueError(f"--eval_metric must be one of {METRICS}, got {metric!r}")
     if dataset_name is not None and task is not None:

@@ -1,4 +1,4 @@
-"""lm-evaluation-harness at several loop counts (``equilibria eval MODEL --lm-eval-tasks TASKS --loops 1,2,4,8``).
+"""lm-evaluation-harness at several loop counts (``equilibria eval MODEL --lm_eval_tasks TASKS --loops 1,2,4,8``).
 
 lm-eval's ``HFLM`` wraps the loaded model once per loop count. The count is set as the config's default loop count,
 which both paths the harness takes read (``forward`` for loglikelihood requests, ``generate`` for generation
@@ -64,12 +64,12 @@ def lm_eval_at_loops(
     from lm_eval.tasks import TaskManager
 
     if not model.can_generate():
-        raise ValueError(f"--lm-eval-tasks evaluates language models; {model.config.model_type} is not one")
+        raise ValueError(f"--lm_eval_tasks evaluates language models; {model.config.model_type} is not one")
     manager = _task_manager(TaskManager, tasks, include_path)
     unknown = [task for task in tasks if task not in manager.all_tasks]
     if unknown:
-        where = f" or in {include_path}" if include_path else " (--lm-eval-include adds a folder of task YAMLs)"
-        raise ValueError(f"--lm-eval-tasks {unknown}: no such lm-eval task{where}")
+        where = f" or in {include_path}" if include_path else " (--lm_eval_include adds a folder of task YAMLs)"
+        raise ValueError(f"--lm_eval_tasks {unknown}: no such lm-eval task{where}")
     values, errors = {}, {}
     for n in tqdm(loops, desc="lm-eval at each loop count"):
         with loop_count(model, n):

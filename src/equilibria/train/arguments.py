@@ -1,0 +1,378 @@
+"""``equilibria train``'s arguments: the model (:class:`ModelArguments`), the data (:class:`TrainDataArguments`:
+the data flags ``eval`` and ``audit`` share, and the training splits and sizes) and the family's
+``TrainingArguments`` subclass, parsed the way every subcommand's are (:mod:`equilibria.command_arguments`), with
+the family read first (``--family`` or the checkpoint's); the checks that refuse, before anything is built, values
+that would train something other than what was asked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..command_arguments import (
+    DataArguments,
+    UnknownFlags,
+    apply_config,
+    command_parser,
+    parse_dataclasses,
+    read_config,
+    split_config,
+)
+from ..families import FAMILIES
+from ..scaling import parse_loops
+from ..wording import with_article
+
+DTYPES = ("float32", "bfloat16", "float16", "auto")  # what from_pretrained(dtype=...) takes by name
+
+
+@dataclass
+class ModelArguments:
+    _argument_group_name = "the model: a checkpoint to fine-tune, or a new small one of a family"
+
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "a saved folder or Hub id to fine-tune (any family; a published Ouro checkpoint loads as is); the "
+            "family comes from its config. Without it a new model is built from the sizes below"
+        },
+    )
+    tokenizer_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "the tokenizer for --dataset_name (default: the checkpoint's own)"},
+    )
+    family: str | None = field(
+        default=None, metadata={"help": f"a new model's family: one of {tuple(FAMILIES)} (default ouro)"}
+    )
+    hidden_size: int | None = field(default=None, metadata={"help": "a new model's width (128; PH-DEQ: of q and p)"})
+    num_layers: int | None = field(
+        default=None, metadata={"help": "a new model's layers in the looped stack / backbone / block (2)"}
+    )
+    num_attention_heads: int | None = field(
+        default=None, metadata={"help": "a new model's attention heads (4; Ouro, Attractor, EqR)"}
+    )
+    num_loops: int | None = field(
+        default=None,
+        metadata={
+            "help": "the loop count saved in the config, also of a checkpoint (default 4 / the checkpoint's; Ouro: "
+            "recurrence steps; Attractor, PH-DEQ: solver budget; EqR: iterations per segment)"
+        },
+    )
+    exit_loss: str | None = field(
+        default=None,
+        metadata={
+            "help": "Ouro: the loss with labels: expected_logits (the published code's, the default), expected (the "
+            "paper's) or final (the last step's; what fixed loop counts read)"
+        },
+    )
+    dtype: str = field(
+        default="float32",
+        metadata={"choices": DTYPES, "help": "the dtype a checkpoint's weights are loaded in (auto: the checkpoint's)"},
+    )
+    use_peft: bool = field(default=False, metadata={"help": "fine-tune the checkpoint with LoRA (peft)"})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (the update is scaled alpha / r)"})
+    lora_dropout: float = field(default=0.05, metadata={"help": "dropout on LoRA's input"})
+    lora_target_modules: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "the module names LoRA adapts (default: the family's attention projections q_proj k_proj v_proj "
+            "o_proj; PH-DEQ: potential_q potential_c port)"
+        },
+    )
+    lora_save: str = field(
+        default="merged",
+        metadata={
+            "help": "merged: the folder holds the LoRA-merged weights (loads like any checkpoint); adapter: the "
+            "adapter alone (loads onto the checkpoint with peft)"
+        },
+    )
+
+    def __post_init__(self):
+        for name, meaning in (
+            ("hidden_size", "a new model's width"),
+            ("num_layers", "a new model's layers"),
+            ("num_attention_heads", "a new model's attention heads"),
+            ("lora_r", "the LoRA rank"),
+        ):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"--{name} must be an integer >= 1 ({meaning}), got {value!r}")
+        check_num_loops(self.num_loops, self.family)
+
+
+def check_num_loops(value, family: str | None) -> None:
+    """``--num_loops`` must be an integer no smaller than the family's fewest loops (``family`` ``None``: not known
+    yet, the fewest of any family); the error names the flag and what each family takes."""
+    if value is None:
+        return
+    records = [FAMILIES[family]] if family in FAMILIES else list(FAMILIES.values())
+    if not (isinstance(value, bool) or not isinstance(value, int) or value < min(r.min_loops for r in records)):
+        return
+    takes = "; ".join(
+        f">= {r.min_loops} for {r.model_type} ({r.loop_meaning}, saved as the config's {r.loops_key})" for r in records
+    )
+    raise ValueError(f"--num_loops must be an integer {takes}, got {value!r}")
+
+
+NEW_MODEL_SIZES = {"hidden_size": 128, "num_layers": 2, "num_attention_heads": 4, "num_loops": 4}
+
+
+@dataclass
+class TrainDataArguments(DataArguments):
+    """The data flags of ``train``: those ``eval`` and ``audit`` share (:class:`DataArguments`), the training split,
+    packing, the sizes of generated data and the loop counts of the loop-scaling evaluation."""
+
+    _argument_group_name = "the data: your own (--dataset_name) or a task's generated problems, and the evaluation"
+
+    dataset_train_split: str = field(default="train", metadata={"help": "the split trained on"})
+    packing: bool = field(default=False, metadata={"help": "concatenate rows into blocks of --max_length tokens"})
+    train_size: int | None = field(
+        default=None, metadata={"help": "training examples (generated: 2000; --dataset_name: all rows)"}
+    )
+    test_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "held-out examples of the loop-scaling evaluation (generated: 200; --dataset_name: at most 200 of "
+            "its test split, else a tenth of its rows, 5 to 200, held out before training)"
+        },
+    )
+    size: int = field(default=4, metadata={"help": "sudoku / maze: board side (a checkpoint's own when given)"})
+    nodes: int = field(default=16, metadata={"help": "reachability: graph nodes (a checkpoint's own when given)"})
+    split_by: str = field(
+        default="class",
+        metadata={
+            "help": "sudoku / maze: test puzzles outside every training puzzle's class up to the task's symmetries "
+            "(class), or only different boards (board: a memorisation check, for sizes with few classes like 4x4)",
+            "choices": ["class", "board"],
+        },
+    )
+    eval_loops: str = field(default="1,2,4,8", metadata={"help": "loop counts of the loop-scaling evaluation"})
+    data_seed_offset: int = field(default=0, metadata={"help": "added to --seed for the data"})
+
+    def __post_init__(self):
+        # train's defaults of the shared flags (eval and audit default to what training used)
+        self.dataset_test_split = self.dataset_test_split or "test"
+        self.dataset_text_field = self.dataset_text_field or "text"
+        self.eval_metric = self.eval_metric or "token_accuracy"
+        for name, value in (("max_length", self.max_length), ("train_size", self.train_size)):
+            if value is not None and value < 1:
+                raise ValueError(f"--{name} must be >= 1, got {value}")
+        if self.test_size is not None and self.test_size < 0:
+            raise ValueError(f"--test_size must be >= 0 (0: no held-out evaluation), got {self.test_size}")
+
+
+TRAIN_HELP = (
+    "Train a family on its task with its Trainer, evaluate loop scaling on held-out data, and write a Hub-ready "
+    "folder into --output_dir. A YAML/JSON file given first (or after --config) sets any flags (keys are the flag "
+    "names); flags on the command line override it. The training flags are transformers' TrainingArguments plus the "
+    "family's own (shown for --family; `equilibria train --family eqr --help` shows EqR's). Run several processes "
+    "with torchrun or accelerate launch."
+)
+
+
+def _flag(argv: list[str], file_values: dict, name: str):
+    """The value of ``--name`` (or ``--na-me``, which ``HfArgumentParser`` takes too) on the command line, else in
+    the config file, else ``None``."""
+    value = file_values.get(name)
+    spellings = (f"--{name}", f"--{name.replace('_', '-')}")
+    for i, arg in enumerate(argv):
+        if arg in spellings and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(tuple(f"{flag}=" for flag in spellings)):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _family_of(argv: list[str], file_values: dict) -> str:
+    """``--family``, or the family of ``--model_name_or_path``'s config (they must agree), else the first family (Ouro)."""
+    family = _flag(argv, file_values, "family")
+    checkpoint = _flag(argv, file_values, "model_name_or_path")
+    if checkpoint:
+        found = checkpoint_config(checkpoint).model_type
+        if family not in (None, found):
+            raise ValueError(f"--family {family}, but {checkpoint} is {with_article(found)} model: drop --family")
+        family = found
+    family = family or next(iter(FAMILIES))  # the first record: Ouro
+    if family not in FAMILIES:
+        raise ValueError(f"--family must be one of {tuple(FAMILIES)}, got {family!r}")
+    return family
+
+
+def checkpoint_config(path: str):
+    """The config of the checkpoint at ``path`` (a folder or Hub id); ``ValueError`` when it cannot be read or is
+    not of an equilibria family."""
+    from transformers import AutoConfig
+
+    from ..families import family_record
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"--model_name_or_path {path}: cannot read a config.json there ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:200]})"
+        ) from None
+    try:
+        family_record(config)
+    except ValueError as err:
+        raise ValueError(f"--model_name_or_path {path}: {err}") from None
+    return config
+
+
+def _arguments_class(model_type: str) -> type:
+    """The ``TrainingArguments`` class of the family's trainer (:func:`~equilibria.trainers.trainer_for`)."""
+    from ..trainers import trainer_for
+
+    return trainer_for(model_type).arguments_class
+
+
+def parse_train_args(argv: list[str]):
+    """``(model_args, data_args, training_args)`` from flags, or from a YAML/JSON file given first or after
+    ``--config`` (its keys are the flags' names) with any flags overriding the file (``equilibria train run.yaml
+    --max_steps 2``)."""
+    path, argv = split_config(argv)
+    file_values = read_config(path)
+    family = _family_of(argv, file_values)
+    parser = command_parser(
+        (ModelArguments, TrainDataArguments, _arguments_class(family)),
+        prog="equilibria train",
+        usage=f"equilibria train [CONFIG.yaml] [--model_name_or_path CHECKPOINT | --family {{{','.join(FAMILIES)}}}] "
+        "[--dataset_name DATA | --task TASK] [--output_dir DIR] [--FLAG VALUE ...]",
+        description=TRAIN_HELP,
+    )
+    # --help: the model and data groups first, then the (long) training flags, titled
+    parser._optionals.title = f"training: transformers' TrainingArguments, then {family}'s own (at the end)"
+    parser._action_groups.append(parser._action_groups.pop(parser._action_groups.index(parser._optionals)))
+    parser.set_defaults(family=family)  # the arguments' own checks know the family (the checkpoint's, or the default)
+
+    def unknown(names, known, source):
+        return UnusedFlags(family, names, known, source)
+
+    apply_config(parser, file_values, path, unknown)
+    if _flag(argv, file_values, "output_dir") is None and not {"-h", "--help"} & set(argv):
+        raise ValueError("--output_dir is required: the folder the trained model, its results and card are written to")
+    model_args, data_args, args = parse_dataclasses(parser, argv, unknown)
+    model_args.family = family
+    check_train_args(model_args, data_args, args)
+    return model_args, data_args, args
+
+
+class UnusedFlags(UnknownFlags):
+    """Flags (or keys of the config file ``source``) that ``equilibria train`` of ``family`` does not take: those of
+    another family's training arguments, named with their families, and the others (``stray``), with the nearest
+    name it takes (:class:`~equilibria.command_arguments.UnknownFlags`)."""
+
+    def __init__(self, family: str, names: list[str], known: set[str], source: str | None = None):
+        from dataclasses import fields
+
+        self.family = family
+        self.owners = {}  # name -> the other families whose training arguments have it
+        for other in FAMILIES:
+            if other != family:
+                for f in fields(_arguments_class(other)):
+                    if f.name in names:
+                        self.owners.setdefault(f.name, []).append(other)
+        super().__init__("train", [name for name in names if name not in self.owners], known, source)
+
+    def help_command(self) -> str:
+        return f"equilibria train --family {self.family} --help"
+
+    def parts(self, others: dict[str, str] | None) -> list[str]:
+        parts = []
+        for name, families in self.owners.items():
+            classes = ", ".join(_arguments_class(f).__name__ for f in families)
+            parts.append(
+                f"{self.label(name)} is a flag of the {' and '.join(families)} "
+                f"{'families' if len(families) > 1 else 'family'} ({classes}), not of {self.family}, the family "
+                "trained here"
+            )
+        return parts + super().parts(others)
+
+
+def check_train_args(model_args: ModelArguments, data_args: TrainDataArguments, args) -> None:
+    """Refuse, before any data or model is built, values that would train something other than what was asked
+    (``TrainingArguments`` turns a negative ``max_steps`` into epochs) or fail only after training; resolve
+    ``--resume_from_checkpoint last`` (or ``true``) to the newest checkpoint in ``--output_dir``."""
+    if args.max_steps == 0 or args.max_steps < -1:
+        raise ValueError(
+            f"--max_steps must be a number of optimizer steps >= 1 (or -1: train --num_train_epochs epochs), got "
+            f"{args.max_steps}"
+        )
+    family = FAMILIES[model_args.family]
+    check_num_loops(model_args.num_loops, family.model_type)
+    check_training_arguments(args)
+    parse_loops(data_args.eval_loops, "--eval_loops", family.min_loops)
+    checkpoint = model_args.model_name_or_path
+    if checkpoint and Path(checkpoint).exists() and Path(checkpoint).resolve() == Path(args.output_dir).resolve():
+        raise ValueError(
+            f"--output_dir {args.output_dir} is the checkpoint being fine-tuned (--model_name_or_path): it would be "
+            "overwritten; write the fine-tuned model to another folder"
+        )
+    args.resume_from_checkpoint = resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
+
+
+def check_training_arguments(args) -> None:
+    """Refuse ``TrainingArguments`` values that fail only once training starts, far from the flag (a DataLoader's
+    "batch_size should be a positive integer value", the optimizer's "Invalid learning rate", "[Errno 17] File
+    exists"), naming the flag and the values it takes."""
+    import math
+
+    for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+        value = getattr(args, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name} must be an integer >= 1, got {value!r}")
+    rate = args.learning_rate
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not (math.isfinite(rate) and rate >= 0):
+        raise ValueError(
+            f"--learning_rate must be a number >= 0 (the optimizer's step size, e.g. 5e-5; 0 leaves the weights as "
+            f"they are), got {rate!r}"
+        )
+    if args.max_steps == -1 and not args.num_train_epochs > 0:
+        raise ValueError(
+            f"--num_train_epochs must be > 0 (with --max_steps -1 it is how long training runs), got "
+            f"{args.num_train_epochs}"
+        )
+    out = Path(args.output_dir)
+    existing = next((path for path in (out, *out.parents) if path.exists()), None)
+    if existing is not None and not existing.is_dir():
+        where = "is an existing file" if existing == out else f"is inside {existing}, an existing file"
+        raise ValueError(
+            f"--output_dir {args.output_dir} {where}, not a folder: give a folder to write the trained model into (a "
+            "new one, or an earlier run's)"
+        )
+
+
+def interrupted_hint(argv: list[str]) -> str:
+    """What to do after Ctrl-C: resume from the newest checkpoint in ``--output_dir``, or how to get checkpoints."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    try:
+        path, rest = split_config(argv)
+        output_dir = _flag(rest, read_config(path), "output_dir")
+    except ValueError:
+        output_dir = None
+    last = get_last_checkpoint(output_dir) if output_dir and Path(output_dir).is_dir() else None
+    if last is None:
+        return "No checkpoint was saved (--save_steps N saves one every N steps); rerun the command to start again."
+    return f"Resume from {last} with the same command and --resume_from_checkpoint last (or {last})."
+
+
+def resume_checkpoint(value: str | None, output_dir: str) -> str | None:
+    """The checkpoint folder ``--resume_from_checkpoint`` names: a ``checkpoint-N`` folder written by the Trainer,
+    or ``last`` / ``true`` for the newest one in ``output_dir``; ``None`` for no resume. ``ValueError`` when there
+    is no such checkpoint."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if value is None or str(value).lower() in ("", "none", "false"):
+        return None
+    if str(value).lower() in ("last", "true"):
+        found = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+        if found is None:
+            raise ValueError(f"--resume_from_checkpoint {value}: {output_dir} holds no checkpoint-N folder to resume")
+        return found
+    if not (Path(value) / "trainer_state.json").is_file():
+        raise ValueError(
+            f"--resume_from_checkpoint {value}: not a checkpoint written by the Trainer (a checkpoint-N folder with "
+            "trainer_state.json); `last` resumes the newest one in --output_dir"
+        )
+    return value

@@ -1,0 +1,245 @@
+"""Building what ``equilibria train`` trains: the data (your ``--dataset_name`` rows or a task's generated
+problems, with the tokenizer and the training-question fingerprints) and the model (a checkpoint, or a new small
+one of the family), LoRA-wrapped with ``--use_peft``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..families import FAMILIES
+from ..tasks.registry import puzzle_cells
+from .arguments import DTYPES, NEW_MODEL_SIZES, ModelArguments, TrainDataArguments, checkpoint_config
+
+
+def build(model_args: ModelArguments, data_args: TrainDataArguments, seed: int):
+    """``(model, data, collator)``: the data (:class:`~equilibria.tasks.TaskData`: your ``--dataset_name`` rows,
+    or the task's generated splits with its tokenizer and training-question fingerprints) and the model: the
+    checkpoint ``--model_name_or_path``, or a new one of the family with a small config sized by ``model_args``."""
+    from ..families import model_task
+    from ..tasks import ROWS_TASK, check_task
+    from ..tasks.text_data import training_collator
+
+    family = FAMILIES[model_args.family]
+    checkpoint = model_args.model_name_or_path
+    config = checkpoint_config(checkpoint) if checkpoint else None
+    given = [f"--{key}" for key in NEW_MODEL_SIZES if key != "num_loops" and getattr(model_args, key) is not None]
+    if config is not None and given:
+        raise ValueError(f"{', '.join(given)} size a new model; {checkpoint} keeps its own: drop them")
+    _overrides(model_args, family)
+    if model_args.use_peft and checkpoint is None:
+        raise ValueError("--use_peft adapts a trained checkpoint: give --model_name_or_path")
+    what = f"--family {model_args.family}"
+    if data_args.task is not None:  # the head the data is for: the task's, else a checkpoint's own
+        head = family.head_for_task(check_task(data_args.task), what)
+    else:
+        head = family.head_of_config(config) if config is not None else family.heads[0]
+    puzzle = head.auto_class != "AutoModelForCausalLM"
+    text = family.heads[0].auto_class == "AutoModelForCausalLM" and not puzzle  # --dataset_name holds text rows
+    if data_args.dataset_name and data_args.task and text:
+        raise ValueError("pass either --dataset_name (your rows) or --task (generated problems), not both")
+    if data_args.dataset_name and text:
+        head, task, data = family.heads[0], None, _dataset(model_args, data_args, family, config, seed)
+    else:
+        own = model_task(config) if config is not None else family.default_task
+        task = check_task(data_args.task or (own if own in head.tasks else head.tasks[0]))
+        head = family.head_for_task(task, what)
+        data = _task_data(task, data_args, config, seed + data_args.data_seed_offset)
+        if config is not None and data.tokenizer is not None:
+            _check_task_tokenizer(checkpoint, data.tokenizer, task)
+    model = _model(model_args, family, head, data, config)
+    # the last stage's task: a generated task, or rows of your own (no generated task is then the model's)
+    model.config.equilibria_task = task if task is not None else ROWS_TASK
+    if model_args.use_peft:
+        model = with_lora(model, model_args, family)
+    collator = training_collator(data.tokenizer) if data.tokenizer is not None else None  # text: right padding
+    return model, data, collator
+
+
+def _task_data(task: str, data_args: TrainDataArguments, config, seed: int):
+    """The :class:`~equilibria.tasks.TaskData` of ``task``: rows of ``--dataset_name`` (a published puzzle CSV, or
+    ``inputs`` / ``labels`` rows), or generated problems at the checkpoint's size (``config``) or the flags'."""
+    from ..tasks import build_task, build_task_rows, task_shape
+
+    shape = task_shape(config, task) if config else {}
+    if data_args.dataset_name:
+        if data_args.split_by != "class":
+            raise ValueError(
+                "--split_by applies to generated puzzles; rows of --dataset_name are held out up to the task's "
+                "symmetries (held-out rows in a training puzzle's class are dropped)"
+            )
+        data = build_task_rows(
+            data_args.dataset_name,
+            task,
+            config_name=data_args.dataset_config,
+            train_split=data_args.dataset_train_split,
+            test_split=data_args.dataset_test_split,
+            test_size=data_args.test_size,
+            train_size=data_args.train_size,
+            seed=seed,
+        )
+        cells = data.config_fields.get("max_seq_len")
+        if config is not None and cells is not None and cells > puzzle_cells(config)[0]:
+            limit, key = puzzle_cells(config)
+            raise ValueError(
+                f"--dataset_name {data_args.dataset_name}: its puzzles have {cells} cells, more than the checkpoint's "
+                f"{key} {limit}"
+            )
+        return data
+    return build_task(
+        task,
+        data_args.train_size or 2000,
+        200 if data_args.test_size is None else data_args.test_size,
+        seed=seed,
+        digits=data_args.digits,
+        size=shape.get("size", data_args.size),
+        nodes=shape.get("nodes", data_args.nodes),
+        split_by=data_args.split_by,
+    )
+
+
+def _dataset(model_args: ModelArguments, data_args: TrainDataArguments, family, config, seed: int):
+    """The :class:`~equilibria.tasks.TaskData` of ``--dataset_name``, tokenised with the checkpoint's tokenizer
+    (or ``--tokenizer_name_or_path``); a new model's config fields are the tokenizer's and ``--max_length``."""
+    from ..tasks import tokenizer_fields
+    from ..tasks.text_data import build_text_data
+
+    tokenizer = _text_tokenizer(model_args.tokenizer_name_or_path or model_args.model_name_or_path)
+    positions = config.max_position_embeddings if config is not None else None
+    max_length = data_args.max_length or min(1024, positions or 1024)
+    if positions is not None and max_length > positions:
+        import warnings
+
+        warnings.warn(
+            f"--max_length {max_length} is more than the {positions} positions the model was configured for "
+            "(max_position_embeddings): rotary positions continue past them, but it was not trained there",
+            stacklevel=2,
+        )
+    data = build_text_data(
+        data_args.dataset_name,
+        tokenizer,
+        max_length,
+        config_name=data_args.dataset_config,
+        train_split=data_args.dataset_train_split,
+        test_split=data_args.dataset_test_split,
+        test_size=data_args.test_size,
+        train_size=data_args.train_size,
+        text_field=data_args.dataset_text_field,
+        packing=data_args.packing,
+        metric=data_args.eval_metric,
+        seed=seed + data_args.data_seed_offset,
+    )
+    data.config_fields = {**tokenizer_fields(tokenizer), "max_position_embeddings": max_length}
+    return data
+
+
+def _check_task_tokenizer(checkpoint: str, task_tokenizer, task: str) -> None:
+    """A checkpoint trained further on a generated text task must read it with the task's own tokenizer."""
+    from transformers import AutoTokenizer
+
+    try:
+        vocab = AutoTokenizer.from_pretrained(checkpoint).get_vocab()
+    except (OSError, ValueError, TypeError):
+        vocab = None
+    if vocab != task_tokenizer.get_vocab():
+        raise ValueError(
+            f"{checkpoint} does not read {task} problems with the task's tokenizer (it was not trained on them by "
+            "equilibria): fine-tune it on your data with --dataset_name"
+        )
+
+
+def _text_tokenizer(name: str | None):
+    """The tokenizer at ``name``, with a padding token (its end-of-sequence token when it has none)."""
+    from ..tasks.tokenization import load_tokenizer
+
+    if name is None:
+        raise ValueError(
+            "--dataset_name needs a tokenizer: give --model_name_or_path (a checkpoint with one) or "
+            "--tokenizer_name_or_path"
+        )
+    tokenizer = load_tokenizer(name, "--dataset_name", hint="; pass --tokenizer_name_or_path")
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"the tokenizer of {name} has no end-of-sequence token, which ends every training row")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+LORA_SAVES = ("merged", "adapter")
+
+
+def with_lora(model, model_args: ModelArguments, family):
+    """``model`` wrapped by peft with LoRA on ``--lora_target_modules`` (default: the family's ``lora_targets``);
+    only the LoRA weights train."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    if model_args.lora_save not in LORA_SAVES:
+        raise ValueError(f"--lora_save must be one of {LORA_SAVES}, got {model_args.lora_save!r}")
+    targets = list(model_args.lora_target_modules or family.lora_targets)
+    linear = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if type(module).__name__ == "Linear"}
+    missing = sorted(set(targets) - linear)
+    if missing:
+        raise ValueError(
+            f"--lora_target_modules {missing} are not linear layers of this model; it has {sorted(linear)}"
+        )
+    lm = family.head_of_model(model).auto_class == "AutoModelForCausalLM"
+    lora = LoraConfig(
+        r=model_args.lora_r,
+        lora_alpha=model_args.lora_alpha,
+        lora_dropout=model_args.lora_dropout,
+        target_modules=targets,
+        task_type=TaskType.CAUSAL_LM if lm else None,
+    )
+    return get_peft_model(model, lora)
+
+
+def save_lora(model, folder: Path, how: str):
+    """Save a LoRA-trained ``model`` (a peft model) into ``folder`` as ``how`` says (:data:`LORA_SAVES`) and return
+    the model to evaluate: the merged plain model, or the peft model whose adapter ``folder`` now holds."""
+    if how == "adapter":
+        model.save_pretrained(folder)
+        return model
+    merged = model.merge_and_unload()
+    for name in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"):
+        (folder / name).unlink(missing_ok=True)  # what the Trainer saved: a folder with both loads the adapter
+    merged.save_pretrained(folder)
+    return merged
+
+
+def _overrides(model_args: ModelArguments, family) -> dict:
+    """The config values ``--num_loops`` and ``--exit_loss`` set (checked before any data is built)."""
+    from ..modeling.configuration_ouro import EXIT_LOSSES
+
+    overrides = {} if model_args.num_loops is None else {family.loops_key: model_args.num_loops}
+    if model_args.exit_loss is not None:
+        family.require_config_key("exit_loss", "--exit_loss")
+        if model_args.exit_loss not in EXIT_LOSSES:
+            raise ValueError(f"--exit_loss must be one of {EXIT_LOSSES}, got {model_args.exit_loss!r}")
+        overrides["exit_loss"] = model_args.exit_loss
+    return overrides
+
+
+def _model(model_args: ModelArguments, family, head, data, config):
+    """The checkpoint (``config`` is its config) loaded into ``head``'s class, or a new model of ``family``;
+    ``--num_loops`` and ``--exit_loss`` set in either config."""
+
+    overrides = _overrides(model_args, family)
+    if config is None:
+        sizes = [
+            NEW_MODEL_SIZES[key] if getattr(model_args, key) is None else getattr(model_args, key)
+            for key in NEW_MODEL_SIZES
+        ]
+        config = family.make_config(dict(data.config_fields), *sizes)
+    vocab = len(data.tokenizer) if data.tokenizer is not None else None
+    if vocab is not None and vocab > config.vocab_size:
+        raise ValueError(
+            f"the tokenizer has {vocab} tokens but the model's vocab_size is {config.vocab_size}: give the tokenizer "
+            "the checkpoint was trained with"
+        )
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    config.validate_architecture()
+    if model_args.model_name_or_path is None:
+        return head.model_class(config)
+    if model_args.dtype not in DTYPES:  # a config file's value is not checked against the flag's choices
+        raise ValueError(f"--dtype must be one of {DTYPES}, got {model_args.dtype!r}")
+    return head.model_class.from_pretrained(model_args.model_name_or_path, config=config, dtype=model_args.dtype)
