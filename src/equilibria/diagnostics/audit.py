@@ -30,13 +30,13 @@ errors. Every accuracy change (T1, zeroing, T2, T4) is reported with its standar
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from dataclasses import asdict
 
 import torch
 from tqdm.auto import tqdm  # a dependency of transformers and datasets
 
-from . import probes, statistics, verdict_rules
 from .adapters import LoopAdapter, adapter_for
 from .probes import probe_solved_and_start
 from .report import AuditReport
@@ -219,14 +219,15 @@ class _Evidence:
 
 # public names this module held before the audit was split by concern (#41): importing one from here still works,
 # with a warning, for one release
+# (each new module is imported above, so it is in sys.modules)
 _MOVED = {
-    "VERDICTS": verdict_rules,
-    "second_sign": verdict_rules,
-    "exploded_solves": statistics,
-    "holm": statistics,
-    "sign_test": statistics,
-    "two_sided_p": statistics,
-    "linear_probe": probes,
+    "VERDICTS": "verdict_rules",
+    "second_sign": "verdict_rules",
+    "exploded_solves": "statistics",
+    "holm": "statistics",
+    "sign_test": "statistics",
+    "two_sided_p": "statistics",
+    "linear_probe": "probes",
 }
 
 
@@ -234,7 +235,7 @@ def __getattr__(name: str):
     """The names in ``_MOVED`` from their new modules, with a ``DeprecationWarning``."""
     if name not in _MOVED:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    new = _MOVED[name]
+    new = sys.modules[f"{__package__}.{_MOVED[name]}"]
     warnings.warn(
         f"{__name__}.{name} is now {new.__name__}.{name} (the old path goes in the next release)", DeprecationWarning, 2
     )

@@ -145,7 +145,7 @@ def build_model_card(
         training_record: ``training_data.json`` (what the model was trained on).
         training_history: ``training_history.json``: every training stage (see ``record_training_stage``).
         adapter: ``adapter_config.json`` of a folder that holds a LoRA adapter rather than weights.
-        lm_eval, lm_eval_plot: ``lm_eval.json`` (``equilibria eval --lm-eval-tasks``) and its plot's file name: a
+        lm_eval, lm_eval_plot: ``lm_eval.json`` (``equilibria eval --lm_eval_tasks``) and its plot's file name: a
             table per loop count and ``model-index`` entries, one per task, metric and loop count.
         omitted: Notes on results left out of the card (computed on other weights), listed under "Results not
             shown".
@@ -227,7 +227,7 @@ def _metric(loop_scaling) -> str:
 
 
 def _halting(loop_scaling) -> tuple[float, dict[int, float]] | None:
-    """(threshold, {maximum depth: mean evaluations per puzzle}) of an ``equilibria eval --halt-threshold`` run."""
+    """(threshold, {maximum depth: mean evaluations per puzzle}) of an ``equilibria eval --halt_threshold`` run."""
     if not isinstance(loop_scaling, dict) or loop_scaling.get("halt_threshold") is None:
         return None
     return float(loop_scaling["halt_threshold"]), {int(k): float(v) for k, v in loop_scaling["mean_nfe"].items()}
@@ -307,7 +307,7 @@ def _lm_eval_section(lm_eval: dict | None, plot: str | None) -> list[str]:
     lines = [
         "## lm-evaluation-harness",
         "",
-        f"lm-eval {lm_eval.get('lm_eval_version', '')} at each loop count (`equilibria eval --lm-eval-tasks`{shots}"
+        f"lm-eval {lm_eval.get('lm_eval_version', '')} at each loop count (`equilibria eval --lm_eval_tasks`{shots}"
         f"{limit}), on the tasks' own documents, which were not checked against the training data:",
         "",
         "| " + " | ".join(header) + " |",
