@@ -407,13 +407,12 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         return masks
 
     def _early_exit(
-        self, exit_threshold, exit_readout, hidden: torch.Tensor, num_loops: int, masks: dict, inputs: LMInputs
+        self, threshold, exit_readout, hidden: torch.Tensor, num_loops: int, masks: dict, inputs: LMInputs
     ) -> tuple[OuroEarlyExit | None, float | None]:
         """``(bookkeeping, None)`` for the compute-saving early exit of this forward, ``(None, threshold)`` for the
         reference readout, ``(None, None)`` when no token can exit (threshold ``None`` or 1, or training with
         gradients). Rows are dropped only in single-token decoding with tensor masks, and not while attention
-        weights are recorded (for the whole batch)."""
-        threshold = self.config.early_exit_threshold if exit_threshold is None else exit_threshold
+        weights are recorded (for the whole batch). ``threshold``: this call's, else the config's."""
         check_exit_threshold(threshold)
         readout = check_exit_readout(self.config.exit_readout if exit_readout is None else exit_readout)
         if threshold is None or threshold >= 1.0 or (self.training and torch.is_grad_enabled()):
@@ -535,7 +534,7 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         early, reference = None, None  # the compute-saving early exit's state, or the reference readout's threshold
         threshold = config.early_exit_threshold if exit_threshold is None else exit_threshold
         if exit_threshold is not None or exit_readout is not None or (threshold is not None and threshold < 1.0):
-            early, reference = self._early_exit(exit_threshold, exit_readout, hidden, num_loops, masks, inputs)
+            early, reference = self._early_exit(threshold, exit_readout, hidden, num_loops, masks, inputs)
         keep_states = inputs.output_hidden_states or reference is not None
         states = (hidden,) if keep_states else None
         gate_logits: list[torch.Tensor] = []  # the exit gate read after every step but the last
