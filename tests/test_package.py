@@ -190,34 +190,35 @@ def test_exact_match_scores_right_and_wrong_answers():
     assert exact_match(_Oracle(tok, wrong), tok, data["test"], num_loops=2, batch_size=4) == 0.1
 
 
-def test_stars_benchmark_quick_mode_runs(tmp_path):
+def test_stars_benchmark_quick_mode_runs_and_resumes(tmp_path):
     bench_stars_addition = load_benchmark("bench_stars_addition")
     results = bench_stars_addition.main(["--quick", "--output-dir", str(tmp_path)])
     assert (tmp_path / "stars_addition.png").stat().st_size > 1000
     saved = read_benchmark_json(tmp_path / "results.json")
     assert saved["command"] == f"python benchmarks/bench_stars_addition.py --quick --output-dir {tmp_path}"
     assert saved["args"]["quick"] == "True" and (saved["args"]["steps"], saved["args"]["test_size"]) == ("4", "16")
-    assert saved["results"] == json.loads(json.dumps(results, default=str))  # the file holds what main returned
-    assert set(results) == {"plain", "sampling", "jsrr", "stars"}
-    for res in saved["results"].values():
-        assert set(res["accuracy"]) == {"1", "2", "4"}
-        assert all(16 * a == round(16 * a) and 0 <= a <= 1 for a in res["accuracy"].values())  # shares of 16
-        assert len(res["dynamics"]["relative_step"]) == 3 and all(r > 0 for r in res["dynamics"]["relative_step"])
-        assert set(res["dynamics"]["spectral_radius"]) == {"1", "2", "4"}
-        assert all(r > 0 for r in res["dynamics"]["spectral_radius"].values())
-        assert res["train_seconds"] > 0 and [h["step"] for h in res["log"]] == [1, 2, 3, 4]
-    logged = {kind: [h for h in res["log"] if "num_loops" in h] for kind, res in results.items() if kind != "plain"}
-    assert all("spectral_radius" in h for h in logged["stars"] + logged["jsrr"])
-    assert not any("spectral_radius" in h for h in logged["sampling"])  # sampling only: no penalty
-    assert {h["num_loops"] for h in logged["jsrr"]} == {2.0}  # the fixed count (--train-loops in --quick)
-    assert [h["num_loops"] for h in logged["sampling"]] == [h["num_loops"] for h in logged["stars"]]  # same draws
-    assert len({h["num_loops"] for h in logged["stars"]}) > 1
-    # the same weights, data and order for every kind: with the penalty's warm-up step (--quick), a kind's first step
-    # is its penalty-free twin's (plain = jsrr at the fixed count, sampling = stars), and so is the next LM loss
-    log = {kind: res["log"] for kind, res in results.items()}
-    for twin, kind in (("plain", "jsrr"), ("sampling", "stars")):
-        assert log[kind][0]["jsrr_penalty"] == 0.0 and log[kind][0]["loss"] == pytest.approx(log[twin][0]["loss"])
-        assert log[kind][1]["lm_loss"] == pytest.approx(log[twin][1]["loss"], abs=1e-5)
+    assert saved == json.loads(json.dumps(results, default=str))  # the file holds what main returned
+    assert saved["preset"] == "equilibria" and saved["recipe_overrides"]["max_steps"] == 4
+    assert set(saved["runs"]) == {"plain", "sampling", "jsrr", "stars"}
+    for kind, seeds in saved["runs"].items():
+        assert set(seeds) == {"0", "1"}
+        for run in seeds.values():
+            assert set(run["accuracy"]) == {"1", "2", "4"}
+            assert all(16 * a == round(16 * a) and 0 <= a <= 1 for a in run["accuracy"].values())  # shares of 16
+            assert len(run["dynamics"]["relative_step"]) == 3 and all(r > 0 for r in run["dynamics"]["relative_step"])
+            assert run["recipe"]["preset"] == "equilibria"
+        rows = saved["summary"]["accuracy"][kind]
+        for n, row in rows.items():  # the mean and standard error over the two seeds
+            values = [seeds[s]["accuracy"][n] for s in ("0", "1")]
+            assert row["mean"] == pytest.approx(sum(values) / 2) and row["n"] == 2
+            assert row["se"] == pytest.approx(abs(values[0] - values[1]) / 2)
+    assert saved["runs"]["stars"]["0"]["recipe"]["overrides"].get("jsrr_weight") is None  # stars keeps the penalty
+    assert saved["runs"]["plain"]["0"]["recipe"]["overrides"]["jsrr_weight"] == 0.0
+    # started again, finished runs are not trained again; a run whose JSON is gone resumes from its checkpoint
+    (tmp_path / "runs" / "stars_seed1.json").unlink()
+    again = bench_stars_addition.main(["--quick", "--output-dir", str(tmp_path)])
+    assert again["runs"]["stars"]["1"]["resumed_from"] == "checkpoint-4"
+    assert again["runs"]["plain"] == saved["runs"]["plain"]
 
 
 def test_exit_gate_benchmark_quick_mode_runs(tmp_path):

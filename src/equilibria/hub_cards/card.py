@@ -517,6 +517,11 @@ def _stage_lines(number: int, total: int, stage: dict) -> list[str]:
             f"{', '.join(lora['target_modules'])}" + (f", {kept}" if kept else "") + ".",
             "",
         ]
+    recipe = stage.get("recipe")
+    if recipe:
+        preset = f"preset `{recipe['preset']}`" if recipe.get("preset") else "no preset (the defaults)"
+        changed = ", ".join(f"`{k}={v}`" for k, v in (recipe.get("overrides") or {}).items())
+        lines += [f"Recipe: {preset}" + (f", with {changed}." if changed else ", unchanged."), ""]
     arguments = stage.get("arguments") or {}
     if arguments:
         lines += ["| argument | value |", "| --- | --- |", *[f"| {k} | {v} |" for k, v in arguments.items()], ""]

@@ -181,6 +181,9 @@ def record_training_stage(folder, trainer, source=None) -> list[dict]:
         "losses": _thin(losses),
         "run": _run_id(trainer),
     }
+    recipe = getattr(args, "recipe", None)
+    if callable(recipe):  # a trainer with recipe presets (StarsTrainingArguments): the preset and its overrides
+        stage["recipe"] = json.loads(json.dumps(recipe(), default=lambda v: getattr(v, "value", str(v))))
     lora = getattr(trainer, "lora", None) or lora_settings(trainer.model)
     if lora:
         stage["lora"] = lora

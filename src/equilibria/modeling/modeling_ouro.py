@@ -471,12 +471,29 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
 
         return step
 
-    def _jsrr_estimate(self, step, final, attention_mask, iters: int, estimator: str, start) -> torch.Tensor:
-        """The spectral radius of ``step``'s Jacobian at ``final`` per sequence (``forward``'s
-        ``spectral_radius_*`` arguments), over the real tokens of a 2-D ``attention_mask``."""
-        check_estimator_fits(self.layers, estimator)
+    def _jsrr_estimate(self, final, position_embeddings, masks: dict, attention_mask, options: dict) -> torch.Tensor:
+        """The spectral radius of the loop step's Jacobian at ``final`` (``forward``'s ``spectral_radius_*``
+        arguments, as ``options`` without the prefix), over the real tokens of a 2-D ``attention_mask``; with
+        ``rows``, on those batch rows only (the step runs on them alone)."""
+        check_estimator_fits(self.layers, options["estimator"])
         valid = attention_mask if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 else None
-        return spectral_radius(step, final, num_iters=iters, valid=valid, estimator=estimator, start=start)
+        rows, start = options["rows"], options["start"]
+        if rows is not None:
+            if rows.numel() == 0:
+                return final.new_zeros((0,), dtype=torch.float32)
+            pick = lambda t: t.index_select(0, rows) if isinstance(t, torch.Tensor) and t.shape[0] > 1 else t  # noqa: E731
+            final, valid, start = pick(final), pick(valid), pick(start)
+            position_embeddings = tuple(pick(t) for t in position_embeddings)
+            masks = {k: pick(m) for k, m in masks.items()}
+        return spectral_radius(
+            self._step_map(position_embeddings, masks),
+            final,
+            num_iters=options["iters"],
+            valid=valid,
+            estimator=options["estimator"],
+            start=start,
+            probe=options["probe"],
+        )
 
     @can_return_tuple
     def forward(
@@ -494,6 +511,8 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         spectral_radius_iters: int = 0,
         spectral_radius_estimator: str = "vjp",
         spectral_radius_start: torch.Tensor | None = None,
+        spectral_radius_probe: str = "sequence",
+        spectral_radius_rows: torch.LongTensor | None = None,
         **kwargs,
     ) -> OuroModelOutput:
         r"""Run the loop.
@@ -509,7 +528,10 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
                 Jacobian at the final state by ``K`` power iterations (``spectral_radius`` in the output,
                 differentiable: the JSRR penalty). Computed inside ``forward``, so it works under any wrapper
                 (DDP, FSDP, DeepSpeed) like the loss. ``spectral_radius_estimator``: ``"vjp"`` or ``"jvp"`` (the
-                STARS paper's); ``spectral_radius_start``: the start vectors (the state's shape), else random.
+                STARS paper's); ``spectral_radius_start``: the start vectors (the state's shape), else random;
+                ``spectral_radius_probe``: ``"sequence"`` (an estimate per sequence) or ``"batch"`` (start vectors
+                normalised over the whole batch: the output's norm is the batch's estimate); ``spectral_radius_rows``:
+                the batch rows to estimate on (the loop step runs on them alone), else all.
 
         Early exit. A token exits at the first step ``t < num_loops`` where the cumulative probability of its
         exit distribution reaches the threshold; its output is its state at that step. From then on it is
@@ -573,14 +595,14 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
             cache.record(exit_steps=exit_steps)
         rho = None
         if spectral_radius_iters:  # the JSRR estimate, inside forward so that any wrapper sees it
-            rho = self._jsrr_estimate(
-                self._step_map(position_embeddings, masks),
-                final,
-                attention_mask,
-                spectral_radius_iters,
-                spectral_radius_estimator,
-                spectral_radius_start,
+            options = dict(
+                iters=spectral_radius_iters,
+                estimator=spectral_radius_estimator,
+                start=spectral_radius_start,
+                probe=spectral_radius_probe,
+                rows=spectral_radius_rows,
             )
+            rho = self._jsrr_estimate(final, position_embeddings, masks, attention_mask, options)
         return OuroModelOutput(
             last_hidden_state=hidden,
             **{OUTPUT_CACHE_FIELD: cache},
@@ -706,6 +728,8 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
         spectral_radius_iters: int = 0,
         spectral_radius_estimator: str = "vjp",
         spectral_radius_start: torch.Tensor | None = None,
+        spectral_radius_probe: str = "sequence",
+        spectral_radius_rows: torch.LongTensor | None = None,
         **kwargs,
     ) -> OuroCausalLMOutput:
         r"""The loop ([`OuroModel.forward`]: ``num_loops``, ``exit_threshold``, ``exit_readout`` and the
@@ -740,6 +764,8 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
             spectral_radius_iters=spectral_radius_iters,
             spectral_radius_estimator=spectral_radius_estimator,
             spectral_radius_start=spectral_radius_start,
+            spectral_radius_probe=spectral_radius_probe,
+            spectral_radius_rows=spectral_radius_rows,
             **kwargs,
         )
         if every_step:

@@ -45,6 +45,7 @@ def _row_norm(x: torch.Tensor) -> torch.Tensor:
 
 
 JSRR_ESTIMATORS = ("vjp", "jvp")
+JSRR_PROBES = ("sequence", "batch")
 
 
 def _jacobian_product(
@@ -99,6 +100,7 @@ def spectral_radius(
     generator: torch.Generator | None = None,
     estimator: str = "vjp",
     start: torch.Tensor | None = None,
+    probe: str = "sequence",
 ) -> torch.Tensor:
     """Estimate the spectral radius of the Jacobian ``J`` of ``f`` at ``h``, per batch row, by power iteration.
 
@@ -131,16 +133,22 @@ def spectral_radius(
         create_graph: make the estimate differentiable (for a penalty).
         generator: seeds the random start vector; it must live on ``h``'s device.
         estimator: ``"vjp"`` or ``"jvp"`` (see above).
-        start: the start vector (shape of ``h``; normalised per row here) instead of a random one, e.g. probes
+        start: the start vector (shape of ``h``; normalised here) instead of a random one, e.g. probes
             drawn per row so that the estimate does not depend on how a batch is split.
+        probe: ``"sequence"``: each row's vector is normalised on its own, one estimate per row (rows are
+            sequences for a language model); ``"batch"``: the vector is normalised over the whole tensor, the power
+            iteration of the batch's block-diagonal Jacobian (the STARS reference code's, with one iteration).
 
     Returns:
-        ``(batch,)`` tensor of estimates.
+        ``(batch,)`` tensor: with ``"sequence"`` each row's estimate; with ``"batch"`` each row's part of the last
+        product, whose Euclidean norm (``result.norm()``) is the batch's estimate.
     """
     if isinstance(num_iters, bool) or not isinstance(num_iters, int) or num_iters < 1:
         raise ValueError(f"num_iters must be an integer >= 1, got {num_iters!r}")
     if estimator not in JSRR_ESTIMATORS:
         raise ValueError(f"estimator must be one of {JSRR_ESTIMATORS}, got {estimator!r}")
+    if probe not in JSRR_PROBES:
+        raise ValueError(f"probe must be one of {JSRR_PROBES}, got {probe!r}")
     if start is not None and start.shape != h.shape:
         raise ValueError(f"start must have the state's shape {tuple(h.shape)}, got {tuple(start.shape)}")
     product = _jacobian_product(f, h, estimator, create_graph)
@@ -149,7 +157,8 @@ def spectral_radius(
     v = v.to(device=h.device, dtype=h.dtype)
     for i in range(num_iters):
         v = v if mask is None else v * mask
-        v = (v / _row_norm(v).clamp_min(1e-12).reshape(-1, *([1] * (h.dim() - 1)))).detach()
+        norm = _row_norm(v).reshape(-1, *([1] * (h.dim() - 1))) if probe == "sequence" else v.norm()
+        v = (v / norm.clamp_min(1e-12)).detach()
         v = product(v, i == num_iters - 1)
     v = v if mask is None else v * mask
     return _row_norm(v)
@@ -207,4 +216,11 @@ class IterateSampler:
         return [candidates[j] for j in sorted(picks)]
 
 
-__all__ = ["IterateSampler", "check_estimator_fits", "hutchinson_frobenius", "spectral_radius"]
+__all__ = [
+    "JSRR_ESTIMATORS",
+    "JSRR_PROBES",
+    "IterateSampler",
+    "check_estimator_fits",
+    "hutchinson_frobenius",
+    "spectral_radius",
+]

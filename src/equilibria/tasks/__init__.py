@@ -2,7 +2,7 @@
 answers."""
 
 from . import named_splits
-from .addition import addition_tokenizer, build_addition_dataset, tokenize_for_training
+from .addition import STARS_ADDITION_FORMAT, addition_tokenizer, build_addition_dataset, tokenize_for_training
 from .embedding import SentenceEmbedder, embed_entailment
 from .entailment import build_entailment_dataset, load_proofwriter_jsonl
 from .maze import build_maze_dataset, generate_maze, load_maze_csv, solve_maze
@@ -31,6 +31,7 @@ __all__ = [
     *named_splits.__all__,
     "tokenizer_fields",
     "SentenceEmbedder",
+    "STARS_ADDITION_FORMAT",
     "addition_tokenizer",
     "bfs_distances",
     "build_reachability_dataset",

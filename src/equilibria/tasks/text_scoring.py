@@ -30,7 +30,7 @@ def exact_match(model, tokenizer, dataset: Dataset, num_loops: int, batch_size: 
             **generate_kwargs,
         )
         texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-        correct += sum(t.strip() == a for t, a in zip(texts, batch["answer"]))
+        correct += sum(t.strip() == a.strip() for t, a in zip(texts, batch["answer"]))
     return correct / len(dataset)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Union, get_args, get_origin, get_type_hints
 
 from transformers import TrainingArguments
@@ -71,6 +71,15 @@ class OneOf:
         return f"one of {self.choices}"
 
 
+@dataclass(frozen=True)
+class FilledIn:
+    """Marks an option typed ``X | None`` whose ``None`` means "unset": the arguments class fills it in (from a
+    preset or a default) before the checks, so ``None`` is not one of its allowed values."""
+
+
+FILLED_IN = FilledIn()
+
+
 @functools.cache
 def declared_options(cls: type) -> dict[str, tuple[Interval | OneOf, type, bool]]:
     """``{option: (allowed values, int / float / str, whether None passes)}`` for the options of ``cls`` whose type
@@ -85,14 +94,27 @@ def declared_options(cls: type) -> dict[str, tuple[Interval | OneOf, type, bool]
         if optional:
             kind = next(arg for arg in get_args(kind) if arg is not type(None))
         if allowed:
-            declared[name] = (allowed[0], kind, optional)
+            declared[name] = (allowed[0], kind, optional and FILLED_IN not in extras)
     return declared
 
 
 @dataclass
 class LoopTrainingArguments(TrainingArguments):
     """[`~transformers.TrainingArguments`] whose own options are checked as declared on their types (see the
-    module's docstring); the family trainers' arguments derive from it."""
+    module's docstring); the family trainers' arguments derive from it.
+
+    ``lr_decay_fraction``: with ``lr_scheduler_type="warmup_stable_decay"``, the fraction of the run's optimizer
+    steps the learning rate decays over (transformers' schedule takes ``num_decay_steps`` in
+    ``lr_scheduler_kwargs``, a count that depends on the run's length; the trainer sets it from this fraction when
+    it builds the schedule)."""
+
+    lr_decay_fraction: Annotated[float | None, Interval(min=0, max=1, exclude_min=True)] = field(
+        default=None,
+        metadata={
+            "help": "warmup_stable_decay: the fraction of the steps the learning rate decays over (sets "
+            "lr_scheduler_kwargs' num_decay_steps from the run's length), in (0, 1]."
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -108,3 +130,9 @@ class LoopTrainingArguments(TrainingArguments):
     def validate_arguments(self) -> None:
         """The checks that relate several options (a subclass adds them; each option's own range is declared on
         its type)."""
+        scheduler = getattr(self.lr_scheduler_type, "value", self.lr_scheduler_type)
+        if self.lr_decay_fraction is not None and scheduler != "warmup_stable_decay":
+            raise ValueError(
+                f"{type(self).__name__}: lr_decay_fraction applies to lr_scheduler_type='warmup_stable_decay' only, "
+                f"got lr_scheduler_type={scheduler!r}"
+            )

@@ -214,6 +214,16 @@ class LoopTrainer(ModelCardMixin, Trainer):
         """The name of an enabled option that differentiates through a gradient (a Jacobian penalty), if any."""
         return None
 
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """``Trainer``'s schedule, with ``num_decay_steps`` of a ``warmup_stable_decay`` schedule set from
+        ``args.lr_decay_fraction`` and the run's length when the arguments give the fraction."""
+        fraction = getattr(self.args, "lr_decay_fraction", None)
+        if fraction is not None and self.lr_scheduler is None:
+            kwargs = self.args.lr_scheduler_kwargs or {}
+            kwargs = json.loads(kwargs) if isinstance(kwargs, str) else dict(kwargs)
+            self.args.lr_scheduler_kwargs = {**kwargs, "num_decay_steps": max(1, round(fraction * num_training_steps))}
+        return super().create_scheduler(num_training_steps, optimizer)
+
     # -- the loss ---------------------------------------------------------------------------------------
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

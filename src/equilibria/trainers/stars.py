@@ -15,20 +15,23 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Annotated
 
 import torch
 from torch import nn
+from transformers import TrainingArguments
 from transformers.utils import logging
 
-from ..modeling.regularization import JSRR_ESTIMATORS
-from .arguments import Interval, LoopTrainingArguments, OneOf
+from ..modeling.regularization import JSRR_ESTIMATORS, JSRR_PROBES
+from .arguments import FILLED_IN, Interval, LoopTrainingArguments, OneOf
 from .common import LoopTrainer, TermScale, find_core
+from .stars_presets import STARS_OPTIONS, STARS_PRESETS, preset_values
 
 logger = logging.get_logger(__name__)
 
 JSRR_PENALTIES = ("square", "hinge")
+LOOP_DRAWS = ("per_step", "per_micro_batch")
 STARS_LOG_KEYS = ("num_loops", "spectral_radius", "lm_loss", "jsrr_penalty")
 
 
@@ -36,103 +39,206 @@ STARS_LOG_KEYS = ("num_loops", "spectral_radius", "lm_loss", "jsrr_penalty")
 class StarsTrainingArguments(LoopTrainingArguments):
     """[`~transformers.TrainingArguments`] plus the STARS options.
 
-    Loop sampling: every optimizer step trains with ``num_loops = clip(round(exp(N(loop_log_mean,
-    loop_log_std^2))), min_loops, max_loops)``, drawn from a generator seeded by ``(seed, global step)``, so all
-    processes of a multi-process run (and a resumed run) use the same count at the same step.
+    Presets: ``stars_preset`` sets every STARS option left unset (``None``) to a recipe's value:
+    ``"reference_addition"`` and ``"reference_ouro"`` (the STARS reference code's two experiments) or
+    ``"equilibria"`` (the recipe of this package's earlier STARS numbers); an option given explicitly overrides it.
+    :meth:`from_preset` also applies the recipe's optimiser, schedule, length and batch; :meth:`recipe` names the
+    preset and the overrides (the training record and the card show it). Without a preset, unset options take the
+    defaults listed in ``trainers/stars_presets.py`` (``DEFAULTS``). ``docs/stars.md`` has the presets' table.
 
-    JSRR: at the sampled count ``T``, the spectral radius ``rho`` of the Jacobian of one loop step
-    ``h -> f(h)`` at the final state ``h_T`` (detached), is estimated by ``jsrr_power_iters`` power iterations
-    of vector-Jacobian products (``jsrr_estimator="vjp"``, the default) or of Jacobian-vector products in
-    forward mode (``"jvp"``, the paper's); each sequence's start vector is drawn from ``(seed, step, its
-    tokens)``, so the estimate does not depend on how a batch is split into micro-batches or processes. The
-    two estimators are equally accurate on small Ouro loop steps (``benchmarks/bench_jsrr_estimator.py``; the
-    README has the table) and ``"vjp"`` is the cheaper (``benchmarks/bench_stars_cost.py``). The loss is ``(1 - jsrr_weight) * LM + jsrr_weight *
-    penalty`` with ``penalty = rho^2`` (``"square"``) or ``max(0, rho - jsrr_target)^2`` (``"hinge"``),
-    averaged over sequences.
+    Loop sampling: ``num_loops = clip(round(exp(N(loop_log_mean, loop_log_std^2))), min_loops, max_loops)``, drawn
+    once per optimizer step (``loop_draws="per_step"``; the generator is seeded by ``(seed, global step)``) or once
+    per micro-batch (``"per_micro_batch"``, as the reference code draws per forward; seeded by ``(seed, global
+    step, micro-batch index)``), so that all processes of a multi-process run (and a resumed run) use the same count
+    at the same step.
 
-    Defaults: the loop sampler and lambda follow the STARS reference code's Ouro fine-tuning (log-normal mean
-    1.7 and std 0.4 of the log, loops in [1, 16], lambda = 0.1; its addition experiment used mean 2.0, std 0.7,
-    loops in [1, 100], one power iteration and 2000 warm-up steps of 10000), the squared radius is the paper's
-    penalty; the power iterations (4), the estimator ("vjp"), the hinge target (1.0) and no warm-up are this
-    package's choices. The README's table gives the reason for each.
+    JSRR: at the sampled count ``T``, the spectral radius ``rho`` of the Jacobian of one loop step ``h -> f(h)`` at
+    the final state ``h_T`` (detached) is estimated by ``jsrr_power_iters`` power iterations of vector-Jacobian
+    products (``jsrr_estimator="vjp"``) or of Jacobian-vector products in forward mode (``"jvp"``, the paper's).
+    ``jsrr_probe="sequence"``: each sequence's start vector is drawn from ``(seed, step, its tokens)`` and
+    normalised on its own, so the estimate does not depend on how a batch is split into micro-batches or
+    processes, and the penalty is a mean over sequences. ``"batch"`` (the reference code's): the micro-batch's
+    start vectors are normalised together over the whole state tensor, ``rho`` is that of the micro-batch's
+    block-diagonal Jacobian and the penalty is one number per micro-batch. The loss is ``(1 - jsrr_weight) * LM +
+    jsrr_weight * penalty`` with ``penalty = rho^2`` (``"square"``) or ``max(0, rho - jsrr_target)^2``
+    (``"hinge"``). ``jsrr_sample_fraction < 1`` computes the penalty on that fraction of the sequences only
+    (chosen from each sequence's tokens and the step; the sum over them is divided by the expected count, an
+    unbiased estimate of the full mean at a fraction of its cost; ``benchmarks/bench_stars_cost.py``).
     """
 
-    min_loops: Annotated[int, Interval(min=1)] = field(
-        default=1, metadata={"help": "Fewest loop steps sampled per training step (>= 1)."}
+    stars_preset: Annotated[str | None, OneOf(STARS_PRESETS)] = field(
+        default=None,
+        metadata={"help": f"A STARS recipe, one of {STARS_PRESETS}: sets every STARS option not given explicitly."},
     )
-    max_loops: Annotated[int, Interval(min=1)] = field(
-        default=16, metadata={"help": "Most loop steps sampled per training step (>= min_loops)."}
+    min_loops: Annotated[int | None, Interval(min=1), FILLED_IN] = field(
+        default=None, metadata={"help": "Fewest loop steps sampled per draw (>= 1; default 1 or the preset's)."}
     )
-    loop_log_mean: float = field(
-        default=1.7, metadata={"help": "Mean of log(num_loops) of the log-normal loop sampler."}
+    max_loops: Annotated[int | None, Interval(min=1), FILLED_IN] = field(
+        default=None, metadata={"help": "Most loop steps sampled per draw (>= min_loops; default 16 or the preset's)."}
     )
-    loop_log_std: Annotated[float, Interval(min=0)] = field(
-        default=0.4, metadata={"help": "Std of log(num_loops); 0 trains always at round(exp(loop_log_mean))."}
+    loop_log_mean: Annotated[float | None, FILLED_IN] = field(
+        default=None, metadata={"help": "Mean of log(num_loops) of the log-normal loop sampler (default 1.7)."}
     )
-    jsrr_weight: Annotated[float, Interval(min=0, max=1, exclude_max=True, symbol="lambda")] = field(
-        default=0.1,
-        metadata={"help": "lambda in [0, 1): loss = (1 - lambda) * LM + lambda * penalty; 0 disables JSRR."},
+    loop_log_std: Annotated[float | None, Interval(min=0), FILLED_IN] = field(
+        default=None,
+        metadata={"help": "Std of log(num_loops) (default 0.4); 0 trains always at round(exp(loop_log_mean))."},
     )
-    jsrr_power_iters: Annotated[int, Interval(min=1)] = field(
-        default=4, metadata={"help": "Power iterations per spectral-radius estimate (>= 1)."}
+    loop_draws: Annotated[str | None, OneOf(LOOP_DRAWS), FILLED_IN] = field(
+        default=None,
+        metadata={"help": "'per_step' (one loop count per optimizer step, the default) or 'per_micro_batch'."},
     )
-    jsrr_estimator: Annotated[str, OneOf(JSRR_ESTIMATORS)] = field(
-        default="vjp",
-        metadata={"help": "'vjp' (vector-Jacobian products) or 'jvp' (forward mode, the STARS paper's)."},
+    jsrr_weight: Annotated[float | None, Interval(min=0, max=1, exclude_max=True, symbol="lambda"), FILLED_IN] = field(
+        default=None,
+        metadata={"help": "lambda in [0, 1): loss = (1 - lambda) * LM + lambda * penalty (default 0.1); 0: off."},
     )
-    jsrr_penalty: Annotated[str, OneOf(JSRR_PENALTIES)] = field(
-        default="square", metadata={"help": "'square' (rho^2) or 'hinge' (max(0, rho - target)^2)."}
+    jsrr_power_iters: Annotated[int | None, Interval(min=1), FILLED_IN] = field(
+        default=None, metadata={"help": "Power iterations per spectral-radius estimate (>= 1; default 4)."}
     )
-    jsrr_target: Annotated[float, Interval(min=0, exclude_min=True)] = field(
-        default=1.0, metadata={"help": "The hinge penalty's target radius (> 0)."}
+    jsrr_estimator: Annotated[str | None, OneOf(JSRR_ESTIMATORS), FILLED_IN] = field(
+        default=None,
+        metadata={"help": "'vjp' (vector-Jacobian products, the default) or 'jvp' (forward mode, the paper's)."},
     )
-    jsrr_warmup_steps: Annotated[int, Interval(min=0)] = field(
-        default=0,
+    jsrr_probe: Annotated[str | None, OneOf(JSRR_PROBES), FILLED_IN] = field(
+        default=None,
         metadata={
-            "help": "Optimizer steps trained on the LM loss alone before the penalty starts (the STARS "
-            "reference code's addition run waits 2000 of 10000 steps)."
+            "help": "'sequence' (a start vector per sequence, the default) or 'batch' (one normalised over the "
+            "micro-batch's state tensor, the reference code's)."
         },
+    )
+    jsrr_penalty: Annotated[str | None, OneOf(JSRR_PENALTIES), FILLED_IN] = field(
+        default=None, metadata={"help": "'square' (rho^2, the default) or 'hinge' (max(0, rho - target)^2)."}
+    )
+    jsrr_target: Annotated[float | None, Interval(min=0, exclude_min=True), FILLED_IN] = field(
+        default=None, metadata={"help": "The hinge penalty's target radius (> 0; default 1.0)."}
+    )
+    jsrr_warmup_steps: Annotated[int | None, Interval(min=0), FILLED_IN] = field(
+        default=None,
+        metadata={"help": "Optimizer steps trained on the LM loss alone before the penalty starts (default 0)."},
+    )
+    jsrr_sample_fraction: Annotated[float | None, Interval(min=0, max=1, exclude_min=True), FILLED_IN] = field(
+        default=None,
+        metadata={"help": "Fraction of the sequences the penalty is computed on, in (0, 1] (default 1)."},
     )
     eval_num_loops: Annotated[int | None, Interval(min=1)] = field(
         default=None, metadata={"help": "Loop steps for evaluation losses (default: the model config's)."}
     )
 
+    def __post_init__(self):
+        values = preset_values(self.stars_preset, "stars") if self.stars_preset in (None, *STARS_PRESETS) else {}
+        defaults = preset_values(None, "stars")
+        for option in STARS_OPTIONS:
+            if getattr(self, option) is None:
+                setattr(self, option, values.get(option, defaults[option]))
+        super().__post_init__()
+        if self.stars_preset is not None:
+            warn_training_part_not_applied(self)
+
     def validate_arguments(self) -> None:
+        super().validate_arguments()
         if self.min_loops > self.max_loops:
             raise ValueError(
                 f"StarsTrainingArguments: min_loops ({self.min_loops}) must be <= max_loops ({self.max_loops})"
             )
 
+    @classmethod
+    def from_preset(cls, stars_preset: str, **overrides) -> StarsTrainingArguments:
+        """Arguments with every choice of the recipe ``stars_preset`` (its STARS options and its optimiser,
+        schedule, length and batch), the keyword arguments overriding any of them."""
+        return cls(stars_preset=stars_preset, **{**preset_values(stars_preset, "training"), **overrides})
 
-def sample_num_loops(step: int, seed: int, log_mean: float, log_std: float, min_loops: int, max_loops: int) -> int:
-    """The loop count of training step ``step``: a log-normal draw rounded and clipped to ``[min, max]``,
-    deterministic in ``(seed, step)``."""
-    value = (
-        math.exp(log_mean) if log_std == 0 else random.Random(f"stars-{seed}-{step}").lognormvariate(log_mean, log_std)
-    )
+    def recipe(self) -> dict:
+        """``{"preset": name or None, "overrides": {option: value}}``: the preset and every option of it (or, without
+        one, every STARS default) that these arguments change."""
+        wanted = {**preset_values(self.stars_preset, "stars"), **preset_values(self.stars_preset, "training")}
+        overrides = {k: getattr(self, k) for k, v in wanted.items() if not same_value(getattr(self, k), v)}
+        return {"preset": self.stars_preset, "overrides": overrides}
+
+
+def same_value(value, wanted) -> bool:
+    """Whether an argument's value is the recipe's (enums compared by value, numbers within rounding)."""
+    value = getattr(value, "value", value)
+    if isinstance(wanted, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return math.isclose(value, wanted, rel_tol=1e-9, abs_tol=1e-12)
+    return value == wanted
+
+
+def warn_training_part_not_applied(args: StarsTrainingArguments) -> None:
+    """A warning when a preset's optimiser/schedule options kept ``TrainingArguments``' defaults: the preset set
+    only its STARS options (``StarsTrainingArguments(stars_preset=...)``), not ``from_preset``."""
+    defaults = {f.name: f.default for f in fields(TrainingArguments)}
+    left = [
+        f"{k}={getattr(getattr(args, k), 'value', getattr(args, k))!r} (the preset's {v!r})"
+        for k, v in preset_values(args.stars_preset, "training").items()
+        if k in defaults and not same_value(getattr(args, k), v) and same_value(getattr(args, k), defaults[k])
+    ]
+    if left:
+        logger.warning(
+            f"StarsTrainingArguments: stars_preset={args.stars_preset!r} set its STARS options, but these keep "
+            f"TrainingArguments' defaults: {', '.join(left)}. StarsTrainingArguments.from_preset(...) (or `equilibria "
+            "train --stars_preset ...`) applies the whole recipe; pass them to silence this."
+        )
+
+
+def sample_num_loops(
+    step: int,
+    seed: int,
+    log_mean: float,
+    log_std: float,
+    min_loops: int,
+    max_loops: int,
+    micro_batch: int | None = None,
+) -> int:
+    """The loop count of training step ``step`` (and, for per-micro-batch draws, of its micro-batch
+    ``micro_batch``): a log-normal draw rounded and clipped to ``[min, max]``, deterministic in ``(seed, step,
+    micro_batch)``."""
+    key = f"stars-{seed}-{step}" if micro_batch is None else f"stars-{seed}-{step}-{micro_batch}"
+    value = math.exp(log_mean) if log_std == 0 else random.Random(key).lognormvariate(log_mean, log_std)
     return int(min(max_loops, max(min_loops, round(value))))
+
+
+def _sequence_generators(inputs: dict, key: str):
+    """``(row, real positions, generator)`` per sequence of the batch, each generator seeded by ``key`` and the
+    sequence's own real tokens (``input_ids`` where ``attention_mask`` is 1; ``inputs_embeds`` when there are no
+    ids), so that a sequence gets the same draws whichever micro-batch or process it lands in."""
+    rows = inputs.get("input_ids")
+    rows = inputs["inputs_embeds"] if rows is None else rows
+    mask = inputs.get("attention_mask")
+    seq_len = rows.shape[1]
+    for b in range(rows.shape[0]):
+        real = torch.ones(seq_len, dtype=torch.bool) if mask is None else mask[b].bool().cpu()
+        tokens = rows[b].detach().cpu()[real]
+        digest = hashlib.blake2b(key.encode(), digest_size=8)
+        digest.update(
+            tokens.float().numpy().tobytes() if tokens.is_floating_point() else tokens.long().numpy().tobytes()
+        )
+        yield b, real, torch.Generator().manual_seed(int.from_bytes(digest.digest(), "little") % (2**63))
 
 
 def row_probes(inputs: dict, width: int, seed: int, step: int) -> torch.Tensor:
     """Power-iteration start vectors of the loop state's shape ``(batch, seq_len, width)`` (float32, on the inputs'
-    device), one per sequence, each drawn from a generator seeded by ``(seed, step)`` and the sequence's own real
-    tokens (``input_ids`` where ``attention_mask`` is 1; ``inputs_embeds`` when there are no ids), placed at its real
-    positions and zero at padding. A sequence thus gets the same probe whichever micro-batch or process it lands in."""
+    device), one per sequence, drawn from ``(seed, step)`` and the sequence's own real tokens, placed at its real
+    positions and zero at padding."""
     rows = inputs.get("input_ids")
     rows = inputs["inputs_embeds"] if rows is None else rows
-    mask = inputs.get("attention_mask")
-    batch, seq_len = rows.shape[:2]
-    probes = torch.zeros((batch, seq_len, width), dtype=torch.float32)
-    for b in range(batch):
-        real = torch.ones(seq_len, dtype=torch.bool) if mask is None else mask[b].bool().cpu()
-        tokens = rows[b].detach().cpu()[real]
-        digest = hashlib.blake2b(f"jsrr-{seed}-{step}".encode(), digest_size=8)
-        digest.update(
-            tokens.float().numpy().tobytes() if tokens.is_floating_point() else tokens.long().numpy().tobytes()
-        )
-        generator = torch.Generator().manual_seed(int.from_bytes(digest.digest(), "little") % (2**63))
+    probes = torch.zeros((*rows.shape[:2], width), dtype=torch.float32)
+    for b, real, generator in _sequence_generators(inputs, f"jsrr-{seed}-{step}"):
         probes[b, real] = torch.randn((int(real.sum()), width), generator=generator)
     return probes.to(device=rows.device)
+
+
+def penalty_rows(inputs: dict, fraction: float, seed: int, step: int) -> torch.Tensor | None:
+    """The batch rows the penalty is computed on at this step: each sequence independently with probability
+    ``fraction``, decided by ``(seed, step)`` and its tokens (so the same whatever the micro-batch or process);
+    ``None`` (every row) for a fraction of 1."""
+    if fraction >= 1.0:
+        return None
+    picked = [
+        b
+        for b, _, g in _sequence_generators(inputs, f"jsrr-rows-{seed}-{step}")
+        if torch.rand((), generator=g) < fraction
+    ]
+    device = next(v.device for v in inputs.values() if isinstance(v, torch.Tensor))
+    return torch.tensor(picked, dtype=torch.long, device=device)
 
 
 def find_looped_core(model: nn.Module) -> nn.Module | None:
@@ -167,6 +273,12 @@ class StarsTrainer(LoopTrainer):
                 "(jsrr_weight > 0); turn one of them off."
             )
         super().__init__(model=model, args=args, **kwargs)
+        if self.args.jsrr_probe == "batch" and self.args.n_gpu > 1:
+            raise ValueError(
+                "StarsTrainer: jsrr_probe='batch' normalises over a process's whole micro-batch, which nn.DataParallel "
+                f"splits across its {self.args.n_gpu} GPUs; run one process per GPU (torchrun / accelerate launch)."
+            )
+        self._micro_batches = (-1, -1)  # (optimizer step, index of its last training micro-batch)
         exit_loss = getattr(self.core.config, "exit_loss", "final")
         if exit_loss != "final" and self.args.max_loops > self.args.min_loops:
             logger.warning(
@@ -180,12 +292,22 @@ class StarsTrainer(LoopTrainer):
 
     # -- the loss ---------------------------------------------------------------------------------------
 
-    def current_num_loops(self) -> int:
-        """The loop count for the current optimizer step (the same for all micro-batches and processes)."""
+    def current_num_loops(self, micro_batch: int | None = None) -> int:
+        """The loop count for the current optimizer step, or for its micro-batch ``micro_batch`` with
+        ``loop_draws="per_micro_batch"`` (the same on every process, and after a resume)."""
         a = self.args
+        micro_batch = micro_batch if a.loop_draws == "per_micro_batch" else None
         return sample_num_loops(
-            self.state.global_step, a.seed, a.loop_log_mean, a.loop_log_std, a.min_loops, a.max_loops
+            self.state.global_step, a.seed, a.loop_log_mean, a.loop_log_std, a.min_loops, a.max_loops, micro_batch
         )
+
+    def next_micro_batch(self) -> int:
+        """The index of the training micro-batch about to run within the current optimizer step (0, 1, ...). Every
+        process counts its own micro-batches in the same order; a resumed run restarts at a step's first."""
+        step = self.state.global_step
+        index = self._micro_batches[1] + 1 if self._micro_batches[0] == step else 0
+        self._micro_batches = (step, index)
+        return index
 
     def penalty_on(self) -> bool:
         """Whether the JSRR penalty trains at this step (a weight and the warm-up passed)."""
@@ -199,29 +321,41 @@ class StarsTrainer(LoopTrainer):
         if not training:
             loops = {} if args.eval_num_loops is None else {"num_loops": args.eval_num_loops}
             return {**inputs, "use_cache": False, **loops}
-        batch = {**inputs, "num_loops": self.current_num_loops(), "use_cache": False}
+        batch = {**inputs, "num_loops": self.current_num_loops(self.next_micro_batch()), "use_cache": False}
         if self.penalty_on():
             step = self.state.global_step
             batch.update(
                 spectral_radius_iters=args.jsrr_power_iters,
                 spectral_radius_estimator=args.jsrr_estimator,
                 spectral_radius_start=row_probes(inputs, self.core.config.hidden_size, args.seed, step),
+                spectral_radius_probe=args.jsrr_probe,
+                spectral_radius_rows=penalty_rows(inputs, args.jsrr_sample_fraction, args.seed, step),
             )
         return batch
 
+    def penalty(self, rho: torch.Tensor, batch_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(penalty, logged radius)`` of the forward's estimates ``rho``. ``jsrr_probe="sequence"``: the sum of
+        the sequences' penalties over the expected number of estimated rows (``jsrr_sample_fraction`` of the
+        micro-batch's ``batch_rows``; the mean when every row is estimated). ``"batch"``: the penalty of the
+        micro-batch's estimate ``||rho||`` (one number)."""
+        args: StarsTrainingArguments = self.args
+        if rho.numel() == 0:  # no row sampled in this micro-batch
+            zero = rho.new_zeros(())
+            return zero, zero
+        radius = rho.norm().reshape(1) if args.jsrr_probe == "batch" else rho
+        each = radius**2 if args.jsrr_penalty == "square" else torch.relu(radius - args.jsrr_target) ** 2
+        if args.jsrr_probe == "batch":
+            return each.sum(), radius.detach().sum()
+        return each.sum() / (args.jsrr_sample_fraction * batch_rows), radius.detach().mean()
+
     def add_terms(self, model, lm_loss, outputs, batch: dict, scale: TermScale):
-        """``(1 - lambda) * LM + lambda * penalty`` once the penalty is on (the penalty is a mean over the
-        micro-batch's sequences), else the LM loss."""
+        """``(1 - lambda) * LM + lambda * penalty`` once the penalty is on (:meth:`penalty`), else the LM loss."""
         args: StarsTrainingArguments = self.args
         loss = lm_loss
         rho_mean = penalty = torch.zeros((), device=lm_loss.device, dtype=torch.float32)
         if self.penalty_on():
-            rho = outputs.spectral_radius.float()
-            if args.jsrr_penalty == "square":
-                penalty = (rho**2).mean()
-            else:
-                penalty = (torch.relu(rho - args.jsrr_target) ** 2).mean()
-            rho_mean = rho.detach().mean()
+            rows = next(v for k, v in batch.items() if k in ("input_ids", "inputs_embeds") and v is not None)
+            penalty, rho_mean = self.penalty(outputs.spectral_radius.float(), rows.shape[0])
             loss = (1.0 - args.jsrr_weight) * lm_loss + args.jsrr_weight * penalty * scale.per_batch
         metrics = {"num_loops": float(batch["num_loops"]), "spectral_radius": rho_mean, "jsrr_penalty": penalty}
         return loss, {**metrics, "lm_loss": lm_loss * scale.report}  # the LM loss as a per-token mean
