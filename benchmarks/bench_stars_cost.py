@@ -42,10 +42,24 @@ def make_model(width: int, layers: int, vocab: int) -> OuroForCausalLM:
     return OuroForCausalLM(config).train()
 
 
-def trainer_for(model, out: str, loops: int, weight: float, iters: int, estimator: str) -> StarsTrainer:
+# the cheaper forms: (name, jsrr_probe, jsrr_sample_fraction), one vjp iteration each
+CHEAPER = (("batch@1", "batch", 1.0), ("vjp@1 rows 1/4", "sequence", 0.25), ("batch@1 rows 1/4", "batch", 0.25))
+
+
+def trainer_for(
+    model,
+    out: str,
+    loops: int,
+    weight: float,
+    iters: int,
+    estimator: str,
+    probe: str = "sequence",
+    fraction: float = 1.0,
+) -> StarsTrainer:
     args = StarsTrainingArguments(
         output_dir=out, use_cpu=True, report_to=[], min_loops=loops, max_loops=loops, loop_log_std=0.0,
-        jsrr_weight=weight, jsrr_power_iters=iters, jsrr_estimator=estimator, disable_tqdm=True,
+        jsrr_weight=weight, jsrr_power_iters=iters, jsrr_estimator=estimator, jsrr_probe=probe,
+        jsrr_sample_fraction=fraction, disable_tqdm=True,
     )  # fmt: skip
     trainer = StarsTrainer(model=model, args=args)
     trainer.current_gradient_accumulation_steps = 1  # set by train(); training_step is called directly here
@@ -59,6 +73,8 @@ def step_times(model, batch: dict, loops: int, repeats: int) -> dict:
         for estimator in ("vjp", "jvp"):
             for iters in (1, 2, 4):
                 contenders[f"{estimator}@{iters}"] = trainer_for(model, out, loops, 0.1, iters, estimator)
+        for name, probe, fraction in CHEAPER:
+            contenders[name] = trainer_for(model, out, loops, 0.1, 1, "vjp", probe, fraction)
         times = {name: [] for name in contenders}
         for repeat in range(repeats + 1):
             for name, trainer in contenders.items():
@@ -97,6 +113,42 @@ def breakdown(model, batch: dict, loops: int, repeats: int) -> dict:
     return out
 
 
+def flat_gradient(value: torch.Tensor, params: list) -> torch.Tensor:
+    grads = torch.autograd.grad(value, params, allow_unused=True)
+    return torch.cat([(torch.zeros_like(p) if g is None else g).flatten() for g, p in zip(grads, params)])
+
+
+def sampling_error(model, batch: dict, loops: int, fraction: float, draws: int) -> dict:
+    """How far the penalty on a ``fraction`` of the sequences is from the full one on the same states: over
+    ``draws`` steps (each its own probes and rows), the relative bias and the mean relative error of the penalty's
+    value, and the mean cosine between its gradient and the full penalty's (one vjp iteration, per-sequence probes)."""
+    from equilibria.trainers.stars import penalty_rows, row_probes
+
+    inputs = {"input_ids": batch["input_ids"]}
+    rows = batch["input_ids"].shape[0]
+    params = [p for p in model.parameters() if p.requires_grad]
+    values, errors, cosines = [], [], []
+    for step in range(draws):
+        start = row_probes(inputs, model.config.hidden_size, seed=0, step=step)
+        picked = penalty_rows(inputs, fraction, seed=0, step=step)
+        common = dict(num_loops=loops, spectral_radius_iters=1, spectral_radius_start=start, use_cache=False)
+        full = (model(**inputs, **common).spectral_radius ** 2).mean()
+        part = (model(**inputs, **common, spectral_radius_rows=picked).spectral_radius ** 2).sum() / (fraction * rows)
+        g_full = flat_gradient(full, params)
+        g_part = flat_gradient(part, params) if picked.numel() else torch.zeros_like(g_full)
+        values.append((full.item(), part.item()))
+        errors.append(abs(part.item() - full.item()) / full.item())
+        cosines.append(torch.nn.functional.cosine_similarity(g_full, g_part, dim=0).item())
+    mean_full = statistics.fmean(v[0] for v in values)
+    return {
+        "fraction": fraction,
+        "draws": draws,
+        "relative_bias": statistics.fmean(v[1] - v[0] for v in values) / mean_full,
+        "mean_relative_error": statistics.fmean(errors),
+        "gradient_cosine": statistics.fmean(cosines),
+    }
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
@@ -107,10 +159,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--vocab", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument(
+        "--draws", type=int, default=32, help="steps over which the sampled penalty's error is measured"
+    )
     parser.add_argument("--output-dir", type=Path, default=Path("docs/results"))
     args = parser.parse_args(argv)
     if args.quick:
-        args.width, args.batch, args.seq_len, args.vocab, args.repeats, args.loops = 32, 2, 8, 64, 1, "2"
+        args.width, args.batch, args.seq_len, args.vocab, args.repeats, args.loops = 32, 4, 8, 64, 1, "2"
+        args.draws = 3
     model = make_model(args.width, args.layers, args.vocab)
     ids = torch.randint(3, args.vocab, (args.batch, args.seq_len), generator=torch.Generator().manual_seed(0))
     batch = {"input_ids": ids, "labels": ids.clone()}
@@ -121,8 +177,14 @@ def main(argv=None) -> dict:
     for loops in (int(x) for x in args.loops.split(",")):
         row = step_times(model, batch, loops, args.repeats)
         row["breakdown"] = breakdown(model, batch, loops, args.repeats)
+        row["sampling_error"] = sampling_error(model, batch, loops, 0.25, args.draws)
         results["by_loops"][str(loops)] = row
         ratios = ", ".join(f"{k} {v:.2f}x" for k, v in row.items() if "@" in k)
+        e = row["sampling_error"]
+        print(
+            f"  penalty on 1/4 of the sequences against all: bias {e['relative_bias']:+.1%}, mean |error| "
+            f"{e['mean_relative_error']:.1%} of the value, gradient cosine {e['gradient_cosine']:.2f} ({e['draws']} draws)"
+        )
         print(f"{loops} loops: plain step {row['plain_seconds']:.3f} s; STARS step / plain: {ratios}")
         b = row["breakdown"]
         print(

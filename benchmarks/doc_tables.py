@@ -595,6 +595,23 @@ def cli_commands() -> str:
     return markdown(["command", "what it does (`equilibria COMMAND --help` for its options)"], rows)
 
 
+def stars_presets() -> str:
+    """Every option of each STARS preset, read from ``equilibria.trainers.stars_presets`` (the code is the source)."""
+    from equilibria.trainers.stars_presets import DEFAULTS, PRESETS, STARS_OPTIONS
+
+    names = list(PRESETS)
+    training = list(dict.fromkeys(k for name in names for k in PRESETS[name]["training"]))
+
+    def cell(value) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.4g}" if isinstance(value, float) else str(value).replace("{", "").replace("}", "")
+
+    rows = [[f"`{k}`", cell(DEFAULTS[k]), *(cell(PRESETS[n]["stars"][k]) for n in names)] for k in STARS_OPTIONS]
+    rows += [[f"`{k}`", "(Trainer's)", *(cell(PRESETS[n]["training"].get(k)) for n in names)] for k in training]
+    return markdown(["option", "no preset", *(f"`{n}`" for n in names)], rows)
+
+
 # ---- puzzle classes ---------------------------------------------------------------------------------------------
 
 
@@ -1319,6 +1336,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "demo-loop-scaling": demo_loop_scaling,
     "demo-output": demo_output,
     "ouro-decode": ouro_decode,
+    "stars-presets": stars_presets,
     "stars-addition": lambda: stars_accuracy("stars_addition/results.json"),
     "stars-addition-3digit": lambda: stars_accuracy("stars_addition_3digit/results.json"),
     "stars-dynamics": stars_dynamics,

@@ -506,7 +506,11 @@ def test_cost_benchmark_quick_mode_writes_its_table(tmp_path):
     assert set(saved["by_loops"]) == {"2"}
     row = saved["by_loops"]["2"]
     ratios = {f"{e}@{k}" for e in ("vjp", "jvp") for k in (1, 2, 4)}  # each STARS step's time / the plain step's
-    assert set(row) == ratios | {"plain_seconds", "breakdown"}
+    ratios |= {name for name, _, _ in bench_stars_cost.CHEAPER}
+    assert set(row) == ratios | {"plain_seconds", "breakdown", "sampling_error"}
+    error = row["sampling_error"]
+    assert error["fraction"] == 0.25 and error["draws"] == 3
+    assert error["mean_relative_error"] >= 0 and -1 <= error["gradient_cosine"] <= 1
     assert row["plain_seconds"] > 0 and all(row[name] > 0 for name in ratios)
     parts = row["breakdown"]
     assert set(parts) == {"lm_forward_backward", "penalty_total", "penalty_forward_and_product", "penalty_backward"}

@@ -253,4 +253,45 @@ def test_the_training_record_and_the_card_name_the_preset_and_its_overrides(tmp_
     card = (tmp_path / "README.md").read_text()
     line = next(line for line in card.splitlines() if line.startswith("Recipe: "))
     assert line.startswith("Recipe: preset `reference_addition`, with ")
-    assert {"`jsrr_warmup_steps=0`", "`max_steps=2`", "`per_device_train_batch_size=4`."} == set(line.split(", with ")[1].split(", "))
+    assert {"`jsrr_warmup_steps=0`", "`max_steps=2`", "`per_device_train_batch_size=4`."} == set(
+        line.split(", with ")[1].split(", ")
+    )
+
+
+# ---- the command line -----------------------------------------------------------------------------------------------
+
+
+def test_the_reference_recipe_on_the_reference_task_from_the_command_line(tmp_path, capsys):
+    """`equilibria train --task addition --digits 4 --reverse_answer --stars_preset reference_addition` trains on the
+    reference format with the recipe's optimiser (flags given override it); eval reads the format from the folder."""
+    from equilibria.cli import main
+    from equilibria.tasks import load_training_record
+
+    out = tmp_path / "run"
+    argv = [
+        "train", "--family", "ouro", "--task", "addition", "--digits", "4", "--reverse_answer", "--stars_preset",
+        "reference_addition", "--max_steps", "2", "--per_device_train_batch_size", "8", "--jsrr_warmup_steps", "0",
+        "--train_size", "64", "--test_size", "8", "--hidden_size", "16", "--num_loops", "2", "--eval_loops", "1,2",
+        "--use_cpu", "--report_to", "none", "--save_strategy", "no", "--output_dir", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    history = json.loads((out / "training_history.json").read_text())[-1]
+    assert history["arguments"]["learning_rate"] == 1e-4 and history["arguments"]["weight_decay"] == 0.01  # preset's
+    assert history["recipe"] == {
+        "preset": "reference_addition",
+        "overrides": {"jsrr_warmup_steps": 0, "max_steps": 2, "per_device_train_batch_size": 8},
+    }
+    record = load_training_record(out)
+    assert record["generator"] == {"digits": 4, "reverse_answer": True}
+    assert "4-digit addition (STARS reference format" in record["description"]
+    capsys.readouterr()
+    assert main(["eval", str(out), "--loops", "1", "--num_examples", "5", "--output_dir", str(tmp_path / "eval")]) == 0
+    result = json.loads((tmp_path / "eval" / "loop_scaling.json").read_text())
+    assert result["data"]["held_out"] and result["data"]["units"] == 5
+    from equilibria.evaluation import evaluation_data
+    from equilibria.loading import load_saved_model
+
+    rows = evaluation_data(load_saved_model(str(out)), str(out), num_examples=20).rows
+    for prompt, answer in zip(rows["prompt"], rows["answer"]):
+        a, b = (int(x) for x in prompt[:-1].split("+"))
+        assert 1000 <= a <= 9999 and 1000 <= b <= 9999 and answer == " " + str(a + b)[::-1]

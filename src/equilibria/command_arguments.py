@@ -255,7 +255,23 @@ class DataArguments:
             "first): " + tasks_help(),
         },
     )
-    digits: int = field(default=2, metadata={"help": "addition: operand digits"})
+    digits: int | None = field(
+        default=None,
+        metadata={"help": "addition: operand digits (train: default 2; eval, audit: default the training record's)"},
+    )
+    reverse_answer: bool | None = field(
+        default=None,
+        metadata={
+            "nargs": "?",  # `--reverse_answer` alone means true (HfArgumentParser asks a value of a bool defaulting None)
+            "const": True,
+            "help": "addition: the STARS reference code's format (operands of exactly --digits digits, the answer a "
+            "space and the sum least-significant digit first); eval, audit: default the training record's"
+        },
+    )
+
+    def task_options(self) -> dict:
+        """The generated task's format options these flags set (unset ones left to the task's default)."""
+        return {"reverse_answer": self.reverse_answer}
 
 
 @dataclass
@@ -286,6 +302,7 @@ class EvaluationDataArguments(DataArguments):
             num_examples=self.num_examples,
             seed=seed,
             digits=self.digits,
+            task_options=self.task_options(),
         )
 
 

@@ -67,10 +67,12 @@ def evaluation_data(
     num_examples: int | None = None,
     default_count: int = 200,
     seed: int = 1234,
-    digits: int = 2,
+    digits: int | None = None,
+    task_options: dict | None = None,
 ) -> EvalData:
     """The rows a saved model (``model``, loaded from ``model_path``) is evaluated on (see the module's text for
-    which), at most ``num_examples`` of them (generated: ``num_examples`` or ``default_count``)."""
+    which), at most ``num_examples`` of them (generated: ``num_examples`` or ``default_count``; of ``digits`` and
+    the task's format options (``task_options``) where given, else of the kind the training record names, else the defaults)."""
     if num_examples is not None and num_examples < 1:
         raise ValueError(f"--num_examples must be >= 1, got {num_examples}")
     if metric is not None and metric not in METRICS:
@@ -92,7 +94,8 @@ def evaluation_data(
                 f"a training question are dropped) or --task {family_record(model).head_of_model(model).tasks[0]} (fresh "
                 "generated problems of a task, scored although it was not trained on them last)"
             )
-        data = _generated_data(model, training, task, num_examples or default_count, seed, digits)
+        generator = {"digits": digits, **(task_options or {})}
+        data = _generated_data(model, training, task, num_examples or default_count, seed, generator)
     if not len(data.rows):
         raise ValueError(f"nothing to evaluate: {data.record['name']} ({data.record['note']})")
     data.record["units"] = len(data.rows)
@@ -146,8 +149,18 @@ def _exclusion(training: dict, kind: str) -> tuple[set[str], set[str], dict]:
     return set(training["fingerprints"]), classes, {"held_out": held, "note": note}
 
 
-def _generated_data(model, training: dict, task: str | None, count: int, seed: int, digits: int) -> EvalData:
+def _generator_options(training: dict, task: str, given: dict) -> tuple[int, dict]:
+    """``(digits, format options)`` of the problems to draw: the flags' (``given``, ``None`` where unset), else the
+    training record's for the task it trained on, else the defaults (2 digits, the task's default format)."""
+    recorded = training.get("generator", {}) if training.get("task") == task else {}
+    chosen = {**recorded, **{k: v for k, v in given.items() if v is not None}}
+    digits = chosen.pop("digits", None)
+    return (2 if digits is None else digits), {k: v for k, v in chosen.items() if v is not None}
+
+
+def _generated_data(model, training: dict, task: str | None, count: int, seed: int, generator: dict) -> EvalData:
     task = task or model_task(model)
+    digits, options = _generator_options(training, task, generator)
     head = family_record(model).head_of_model(model)  # the task must fit the loaded head, not only its family
     if task not in head.tasks:
         raise ValueError(
@@ -157,7 +170,9 @@ def _generated_data(model, training: dict, task: str | None, count: int, seed: i
     # drawn distinct by class only when the training classes are known: a model without them (an older record, none
     # at all) is evaluated on distinct boards, not on the few puzzles a small size has classes for (4x4: 36)
     split_by = "class" if classes else "board"
-    rows = eval_split(model.config, task, count, seed, digits, exclude, classes, split_by)
+    rows = eval_split(
+        model.config, task, count, seed, digits, exclude, classes, split_by, task_record(task).check_options(options)
+    )
     if task_record(task).class_key is not None and not classes and training.get("split_by") != "board":
         held = {
             "held_out": False,

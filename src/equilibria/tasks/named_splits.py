@@ -159,22 +159,29 @@ def build_task(
     size: int = 4,
     nodes: int = 16,
     split_by: str = "class",
+    options: dict | None = None,
 ) -> TaskData:
     """Fresh training and test splits of ``task``: ``digits`` (addition operands), ``size`` (sudoku / maze side),
     ``nodes`` (reachability graphs): the one the task's record names as its ``shape_option``. Puzzle test splits
     are held out up to the task's symmetries (``split_by="class"``) or only by board (``"board"``: a memorisation
-    check, :meth:`~equilibria.tasks.registry.Task.draw`). The training split is tokenised for text tasks; the test
-    split is raw (puzzles and classification tasks: their ``inputs``)."""
+    check, :meth:`~equilibria.tasks.registry.Task.draw`). ``options``: the task's format options (addition:
+    ``reverse_answer``), kept in the training record (``generator``) with the shape, so that evaluation draws
+    problems of the same kind. The training split is tokenised for text tasks; the test split is raw (puzzles and
+    classification tasks: their ``inputs``)."""
     record = task_record(task)
     shape = {"digits": digits, "size": size, "nodes": nodes}.get(record.shape_option)
-    raw = record.draw(shape, train_size, test_size, seed, split_by)
+    options = record.check_options(options)
+    raw = record.draw(shape, train_size, test_size, seed, split_by, options)
     prints = fingerprints(task, raw["train"])
-    description = f"{train_size} generated {record.describe(shape)} problems (seed {seed})"
+    description = f"{train_size} generated {record.describe(shape, **options)} problems (seed {seed})"
     extra = class_record(task, raw["train"], raw["test"], split_by)
+    if record.shape_option is not None:
+        extra["generator"] = {record.shape_option: shape, **options}
     if record.tokenizer is not None:
-        tokenizer = record.tokenizer()
+        tokenizer = record.tokenizer(**options)
         train = tokenize_for_training(raw["train"], tokenizer)
-        return TaskData(task, train, raw["test"], tokenizer_fields(tokenizer), tokenizer, prints, description)
+        fields = tokenizer_fields(tokenizer)
+        return TaskData(task, train, raw["test"], fields, tokenizer, prints, description, record=extra)
     train, test = (record.prepare(raw[split]) if record.prepare else raw[split] for split in ("train", "test"))
     fields = record.config_fields(train, f"generated {task}")
     columns = train.select_columns(["inputs", "labels"])
@@ -275,19 +282,21 @@ def eval_split(
     exclude: set[str] | frozenset = frozenset(),
     exclude_classes: set[str] | frozenset = frozenset(),
     split_by: str = "class",
+    options: dict | None = None,
 ) -> Dataset:
     """``num`` fresh test rows of ``task`` shaped for a model with this ``config`` (puzzle side from
     ``max_seq_len``, graph size from ``input_size``), none whose question fingerprint is in ``exclude`` (the
     model's training questions: :func:`load_training_record`) or whose class fingerprint is in ``exclude_classes``
     (:func:`class_fingerprints` of the training puzzles). Puzzles are drawn distinct by class (``split_by="class"``)
     or by board (``"board"``, for a model whose training split was: a memorisation check). Fewer rows only when the
-    task has no more distinct questions. ``ValueError`` when the config cannot read the task."""
+    task has no more distinct questions; ``options``: the task's format options (:func:`build_task`). ``ValueError``
+    when the config cannot read the task."""
     record = task_record(task)
     shape = record.shape_of(config)
     shape = {"digits": digits}.get(record.shape_option) if shape is None else shape
 
     def draw(n: int) -> Dataset:
-        return record.draw(shape, 1, n, seed, split_by)["test"]
+        return record.draw(shape, 1, n, seed, split_by, options)["test"]
 
     rows, drawn, wanted = None, 0, num
     for _ in range(16):  # draw more until enough rows survive the exclusion (bisect down if the task runs out)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from datasets import Dataset, DatasetDict
 
-from .addition import addition_tokenizer, build_addition_dataset
+from .addition import STARS_ADDITION_FORMAT, addition_tokenizer, build_addition_dataset
 from .embedding import EMBEDDING_SIZE, SentenceEmbedder, embed_entailment
 from .entailment import build_entailment_dataset
 from .maze import MAZE_VOCAB_SIZE, build_maze_dataset, decode_maze, load_maze_csv
@@ -73,6 +73,7 @@ class Task:
     published_suffix: str = ".csv"
     class_key: Callable[[dict], str] | None = None
     same_class: Callable[[dict, dict], bool] | None = None
+    options: tuple[str, ...] = ()  # keyword options of generate, describe and tokenizer (a variant of the format)
 
     def __post_init__(self):
         if self.shape_option not in SHAPE_OPTIONS:
@@ -80,13 +81,26 @@ class Task:
                 f"Task {self.name!r}: shape_option must be one of {SHAPE_OPTIONS}, got {self.shape_option!r}"
             )
 
-    def draw(self, shape: int | None, train: int, test: int, seed: int, split_by: str = "class") -> DatasetDict:
-        """Fresh splits (:attr:`generate`); for a task with classes, test puzzles outside the training classes
-        (``split_by="class"``) or only different boards (``"board"``: a memorisation check)."""
+    def draw(
+        self, shape: int | None, train: int, test: int, seed: int, split_by: str = "class", options: dict | None = None
+    ) -> DatasetDict:
+        """Fresh splits (:attr:`generate`, with the task's ``options``); for a task with classes, test puzzles
+        outside the training classes (``split_by="class"``) or only different boards (``"board"``: a memorisation
+        check)."""
         check_split_by(split_by)
+        options = self.check_options(options)
         if self.class_key is None:
-            return self.generate(shape, train, test, seed)
-        return self.generate(shape, train, test, seed, split_by=split_by)
+            return self.generate(shape, train, test, seed, **options)
+        return self.generate(shape, train, test, seed, split_by=split_by, **options)
+
+    def check_options(self, options: dict | None) -> dict:
+        """``options`` without the unset (``None``) ones; ``ValueError`` for one the task does not take."""
+        options = {k: v for k, v in (options or {}).items() if v is not None}
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            takes = f"takes only {self.options}" if self.options else "takes none"
+            raise ValueError(f"task {self.name!r}: options {unknown} do not apply ({self.name} {takes})")
+        return options
 
     def classes(self) -> SymmetryClasses[dict]:
         """An empty :class:`~equilibria.tasks.symmetry.SymmetryClasses` of this task's rows: by class where the
@@ -171,6 +185,18 @@ def _embed(rows: Dataset) -> Dataset:
     return embed_entailment(rows, _embedder())
 
 
+def _generate_addition(digits: int, train: int, test: int, seed: int, reverse_answer: bool = False) -> DatasetDict:
+    """Addition problems; ``reverse_answer``: in the STARS reference code's format."""
+    style = STARS_ADDITION_FORMAT if reverse_answer else {}
+    return build_addition_dataset(digits, train, test, seed=seed, **style)
+
+
+def _describe_addition(digits: int, reverse_answer: bool = False) -> str:
+    return f"{digits}-digit addition" + (
+        " (STARS reference format: exact digits, answer reversed)" if reverse_answer else ""
+    )
+
+
 TASK_RECORDS: dict[str, Task] = {
     task.name: task
     for task in (
@@ -232,16 +258,19 @@ TASK_RECORDS: dict[str, Task] = {
         ),
         Task(
             name="addition",
-            summary="a+b= with operands of up to --digits digits (character-level; Ouro, Attractor LM)",
+            summary="a+b= with operands of up to --digits digits (character-level; Ouro, Attractor LM; "
+            "--reverse_answer: the STARS reference format, operands of exactly --digits digits and the answer a space "
+            "and the sum least-significant digit first)",
             shape_option="digits",
-            describe=lambda digits: f"{digits}-digit addition",
-            generate=lambda digits, train, test, seed: build_addition_dataset(digits, train, test, seed=seed),
+            describe=_describe_addition,
+            generate=_generate_addition,
             question=lambda row: row["prompt"],
             question_kind="prompt",
             shape_of=lambda config: None,
             metric="exact match of the greedy answer",
-            tokenizer=addition_tokenizer,
+            tokenizer=lambda reverse_answer=False: addition_tokenizer(with_space=bool(reverse_answer)),
             prompt_format="12+34=",
+            options=("reverse_answer",),
         ),
     )
 }

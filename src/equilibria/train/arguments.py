@@ -248,6 +248,11 @@ def parse_train_args(argv: list[str]):
     def unknown(names, known, source):
         return UnusedFlags(family, names, known, source)
 
+    arguments_class = _arguments_class(family)
+    option = getattr(arguments_class, "preset_option", None)
+    preset = _flag(argv, file_values, option) if option else None
+    if preset is not None:  # a recipe (--stars_preset): its optimiser and schedule are the flags' defaults
+        parser.set_defaults(**arguments_class.preset_training_defaults(preset))
     apply_config(parser, file_values, path, unknown)
     if _flag(argv, file_values, "output_dir") is None and not {"-h", "--help"} & set(argv):
         raise ValueError("--output_dir is required: the folder the trained model, its results and card are written to")

@@ -90,10 +90,11 @@ def _task_data(task: str, data_args: TrainDataArguments, config, seed: int):
         data_args.train_size or 2000,
         200 if data_args.test_size is None else data_args.test_size,
         seed=seed,
-        digits=data_args.digits,
+        digits=2 if data_args.digits is None else data_args.digits,
         size=shape.get("size", data_args.size),
         nodes=shape.get("nodes", data_args.nodes),
         split_by=data_args.split_by,
+        options=data_args.task_options(),
     )
 
 

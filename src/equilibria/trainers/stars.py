@@ -140,11 +140,19 @@ class StarsTrainingArguments(LoopTrainingArguments):
                 f"StarsTrainingArguments: min_loops ({self.min_loops}) must be <= max_loops ({self.max_loops})"
             )
 
+    preset_option = "stars_preset"  # the option naming a recipe whose training part a command line applies
+
+    @classmethod
+    def preset_training_defaults(cls, name: str) -> dict:
+        """The recipe ``name``'s optimiser, schedule, length and batch (``TrainingArguments`` options), which
+        ``equilibria train --stars_preset NAME`` makes the defaults of its flags."""
+        return preset_values(name, "training")
+
     @classmethod
     def from_preset(cls, stars_preset: str, **overrides) -> StarsTrainingArguments:
         """Arguments with every choice of the recipe ``stars_preset`` (its STARS options and its optimiser,
         schedule, length and batch), the keyword arguments overriding any of them."""
-        return cls(stars_preset=stars_preset, **{**preset_values(stars_preset, "training"), **overrides})
+        return cls(stars_preset=stars_preset, **{**cls.preset_training_defaults(stars_preset), **overrides})
 
     def recipe(self) -> dict:
         """``{"preset": name or None, "overrides": {option: value}}``: the preset and every option of it (or, without
@@ -163,12 +171,18 @@ def same_value(value, wanted) -> bool:
 
 
 def warn_training_part_not_applied(args: StarsTrainingArguments) -> None:
-    """A warning when a preset's optimiser/schedule options kept ``TrainingArguments``' defaults: the preset set
-    only its STARS options (``StarsTrainingArguments(stars_preset=...)``), not ``from_preset``."""
+    """A warning when none of a preset's optimiser/schedule options (of those whose value is not also
+    ``TrainingArguments``' default) has the preset's value: the preset set only its
+    STARS options (``StarsTrainingArguments(stars_preset=...)``), not ``from_preset`` or the command line. It names
+    those left at ``TrainingArguments``' defaults."""
     defaults = {f.name: f.default for f in fields(TrainingArguments)}
+    training = preset_values(args.stars_preset, "training")
+    telling = {k: v for k, v in training.items() if k not in defaults or not same_value(defaults[k], v)}
+    if any(same_value(getattr(args, k), v) for k, v in telling.items()):  # the training part was applied
+        return
     left = [
         f"{k}={getattr(getattr(args, k), 'value', getattr(args, k))!r} (the preset's {v!r})"
-        for k, v in preset_values(args.stars_preset, "training").items()
+        for k, v in training.items()
         if k in defaults and not same_value(getattr(args, k), v) and same_value(getattr(args, k), defaults[k])
     ]
     if left:
