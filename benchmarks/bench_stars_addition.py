@@ -196,6 +196,28 @@ def build_model(args, tokenizer, seed: int) -> OuroForCausalLM:
     return OuroForCausalLM(config)
 
 
+def common_training_args(args, name: str) -> dict:
+    """The optimiser and schedule of the ``equilibria`` recipe for a run of ``args.steps`` steps of
+    ``args.batch_size``, as keyword arguments of ``TrainingArguments`` (the other benchmarks train with them)."""
+    return dict(
+        output_dir=str(args.output_dir / name),
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=args.lr,
+        warmup_steps=max(1, args.steps // 20),
+        lr_scheduler_type="cosine",
+        weight_decay=0.01,
+        max_grad_norm=1.0,
+        logging_steps=max(1, args.steps // 20),
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=args.seed,
+        data_seed=args.seed,
+        disable_tqdm=True,
+    )
+
+
 # ---- one run --------------------------------------------------------------------------------------------------------
 
 

@@ -154,8 +154,9 @@ def _generator_options(training: dict, task: str, given: dict) -> tuple[int, dic
     training record's for the task it trained on, else the defaults (2 digits, the task's default format)."""
     recorded = training.get("generator", {}) if training.get("task") == task else {}
     chosen = {**recorded, **{k: v for k, v in given.items() if v is not None}}
-    digits = chosen.pop("digits", None)
-    return (2 if digits is None else digits), {k: v for k, v in chosen.items() if v is not None}
+    digits = chosen.get("digits")
+    options = {k: chosen[k] for k in task_record(task).options if chosen.get(k) is not None}
+    return (2 if digits is None else digits), options
 
 
 def _generated_data(model, training: dict, task: str | None, count: int, seed: int, generator: dict) -> EvalData:
