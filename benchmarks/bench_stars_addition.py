@@ -39,10 +39,12 @@ from pathlib import Path
 
 import doc_tables
 import torch
+from datasets import Dataset
 from transformers import DataCollatorForSeq2Seq, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
 from equilibria import OuroForCausalLM
+from equilibria.diagnostics import loop_trajectory
 from equilibria.families import small_ouro_config
 from equilibria.tasks import (
     STARS_ADDITION_FORMAT,
@@ -51,7 +53,7 @@ from equilibria.tasks import (
     evaluate_loop_scaling,
     tokenize_for_training,
 )
-from equilibria.trainers import StarsTrainer, StarsTrainingArguments, spectral_radius
+from equilibria.trainers import StarsTrainer, StarsTrainingArguments
 from equilibria.trainers.stars_presets import PRESETS
 
 KINDS = ("plain", "sampling", "jsrr", "stars")
@@ -102,6 +104,9 @@ def parse(argv):
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument(
+        "--norm-placement", default="sandwich", choices=("sandwich", "pre", "post"), help="OuroConfig.norm_placement"
+    )
     p.add_argument("--train-loops", type=int, default=4, help="the fixed loop count of plain and jsrr")
     p.add_argument("--eval-loops", default=None, help="test loop counts (reference_*: 1,2,4,...,64,100)")
     p.add_argument("--seeds", default="0", help="training seeds, comma-separated")
@@ -115,6 +120,11 @@ def parse(argv):
     )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--summarize", action="store_true", help="only rebuild the summary from the finished runs")
+    p.add_argument(
+        "--rediagnose",
+        action="store_true",
+        help="recompute every finished run's loop trajectory from its last checkpoint, then summarize",
+    )
     p.add_argument("--output-dir", type=Path, default=Path("docs/results/stars_addition"))
     args = p.parse_args(argv)
     reference = args.preset.startswith("reference")
@@ -192,6 +202,7 @@ def build_model(args, tokenizer, seed: int) -> OuroForCausalLM:
         num_attention_heads=args.heads,
         total_ut_steps=args.train_loops,
     )
+    config.norm_placement = args.norm_placement
     config.exit_loss = "final"  # STARS trains the state after the sampled number of steps (as recorded)
     return OuroForCausalLM(config)
 
@@ -238,32 +249,33 @@ def training_arguments(kind: str, args, seed: int, folder: Path) -> StarsTrainin
     )
 
 
-@torch.no_grad()
 def latent_dynamics(model, tokenizer, dataset, max_loops: int, power_iters: int = 20) -> dict:
-    """Mean relative step ||h_{t+1} - h_t|| / ||h_t|| for t = 1..max_loops-1, and the spectral radius estimate of
-    the loop map at h_t for t in powers of two, on a batch of test prompts."""
-    model.eval()
-    enc = tokenizer(list(dataset["prompt"][:64]), return_tensors="pt", padding=True, add_special_tokens=False)
-    core = model.model
-    out = core(**enc, num_loops=max_loops, output_hidden_states=True, use_cache=False)
-    states = out.hidden_states  # embeddings, then h_1 .. h_T
-    valid = enc["attention_mask"].bool()
-    steps = []
-    for t in range(1, max_loops):
-        change = (states[t + 1] - states[t]).norm(dim=-1) / states[t].norm(dim=-1).clamp_min(1e-12)
-        steps.append(change[valid].mean().item())
-    f = core.loop_map(**enc)
-    radius = {}
-    t = 1
-    while t <= max_loops:
-        with torch.enable_grad():
-            rho = spectral_radius(
-                f, states[t], num_iters=power_iters, valid=enc["attention_mask"], create_graph=False,
-                generator=torch.Generator().manual_seed(0),
-            )  # fmt: skip
-        radius[t] = rho.mean().item()
-        t *= 2
-    return {"relative_step": steps, "spectral_radius": radius}
+    """The loop's trajectory on the first 64 test prompts (:func:`equilibria.diagnostics.loop_trajectory`): per step
+    the state's norm and relative step, the spectral radius at the powers of two up to ``max_loops`` and at it."""
+    prompts = dataset.select(range(min(64, len(dataset))))
+    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts["prompt"]]
+    rows = Dataset.from_dict({"input_ids": ids, "labels": ids})
+    loops = sorted({2**k for k in range(int(math.log2(max_loops)) + 1)} | {max_loops})
+    return loop_trajectory(model, rows, loops, num_examples=None, power_iters=power_iters).to_dict()
+
+
+def rediagnose(args) -> None:
+    """Recompute ``dynamics`` of every finished run from its final checkpoint (runs made before the trajectory
+    diagnostic, or to change what it measures) and rewrite its JSON."""
+    _, _, test, tokenizer = build_data(args)
+    scored = test.select(range(args.test_eval))
+    for path in sorted((args.output_dir / "runs").glob("*_seed*.json")):
+        run = json.loads(path.read_text())
+        folder = (args.checkpoint_dir or args.output_dir / "checkpoints") / f"{run['kind']}_seed{run['seed']}"
+        last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+        if last is None:
+            print(f"  {path.name}: no checkpoint under {folder}; left as it is")
+            continue
+        model = OuroForCausalLM.from_pretrained(last)
+        run["dynamics"] = latent_dynamics(model, tokenizer, scored, max(args.eval_loops))
+        run["dynamics_from"] = Path(last).name
+        path.write_text(json.dumps(run, indent=1, default=str) + "\n")
+        print(f"  {path.name}: dynamics from {Path(last).name}", flush=True)
 
 
 def train_one(kind: str, seed: int, args, data) -> dict:
@@ -289,6 +301,7 @@ def train_one(kind: str, seed: int, args, data) -> dict:
         "kind": kind,
         "seed": seed,
         "recipe": targs.recipe(),
+        "norm_placement": args.norm_placement,
         "resumed_from": last and Path(last).name,
         "train_seconds_this_session": seconds,
         "accuracy": evaluate_loop_scaling(model, tokenizer, scored, loops=args.eval_loops),
@@ -367,7 +380,7 @@ def plot(runs: dict, summary: dict, args, path: Path) -> None:
     left.legend()
     right.set_yscale("log")
     right.set_xlabel("loop step t")
-    right.set_ylabel("||h(t+1) - h(t)|| / ||h(t)||")
+    right.set_ylabel("||z_t - z_(t-1)|| / ||z_(t-1)||")
     right.set_title("does the latent state settle?")
     right.legend()
     fig.tight_layout()
@@ -376,12 +389,12 @@ def plot(runs: dict, summary: dict, args, path: Path) -> None:
 
 
 def result_flags(argv: list[str]) -> list[str]:
-    """The command line without the flags that do not change the results (``--summarize``, ``--threads``,
-    ``--checkpoint-dir``): the command recorded is the one that makes the runs."""
+    """The command line without the flags that do not change the results (``--summarize``, ``--rediagnose``,
+    ``--threads``, ``--checkpoint-dir``): the command recorded is the one that makes the runs."""
     out, skip = [], False
     for arg in argv:
         name = arg.split("=", 1)[0]
-        if skip or name == "--summarize":
+        if skip or name in ("--summarize", "--rediagnose"):
             skip = False
             continue
         if name in ("--threads", "--checkpoint-dir"):
@@ -423,7 +436,9 @@ def main(argv=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     (args.output_dir / "runs").mkdir(parents=True, exist_ok=True)
-    if not args.summarize:
+    if args.rediagnose:
+        rediagnose(args)
+    elif not args.summarize:
         data = build_data(args)
         print(
             f"{args.digits}-digit addition ({'reference format' if args.reverse_answer else 'plain format'}): "

@@ -91,6 +91,7 @@ def _runner(name: str):
 
     return {
         "audit": commands.run_audit,
+        "diagnose": commands.run_diagnose,
         "eval": commands.run_eval,
         "generate": commands.run_generate,
         "card": commands.run_card,

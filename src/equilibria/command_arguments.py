@@ -265,7 +265,7 @@ class DataArguments:
             "nargs": "?",  # `--reverse_answer` alone means true (HfArgumentParser asks a value of a bool defaulting None)
             "const": True,
             "help": "addition: the STARS reference code's format (operands of exactly --digits digits, the answer a "
-            "space and the sum least-significant digit first); eval, audit: default the training record's"
+            "space and the sum least-significant digit first); eval, audit: default the training record's",
         },
     )
 
@@ -341,6 +341,18 @@ class AuditArguments(SavedModelRunArguments):
 @dataclass
 class EvalArguments(SavedModelRunArguments):
     loops: str = field(default="1,2,4,8,16", metadata={"help": "comma-separated loop counts"})
+
+
+@dataclass
+class DiagnoseArguments(SavedModelRunArguments):
+    loops: str = field(
+        default="1,2,4,8,16,32,64",
+        metadata={
+            "help": "comma-separated loop steps at which the spectral radius is estimated (the trajectory runs to the largest)"
+        },
+    )
+    power_iters: int = field(default=20, metadata={"help": "power iterations per spectral-radius estimate"})
+    batch_size: int = field(default=32, metadata={"help": "examples per forward"})
 
 
 @dataclass
@@ -467,6 +479,14 @@ COMMANDS = {
     ),
     "generate": Command(
         "generate text from a saved looped language model at --num_loops", arguments=(GenerateArguments,)
+    ),
+    "diagnose": Command(
+        "the loop's trajectory: per loop step the state's norm, the relative step, the spectral radius",
+        "Follow a saved model's loop step by step on its task's data (64 examples unless --num_examples): the mean "
+        "norm of the state, the relative step |z_t - z_t-1| / |z_t-1| and a power-iteration estimate of the spectral "
+        "radius of the loop map's Jacobian at each of --loops (the STARS paper's norm diagnosis: pre-norm states "
+        "grow, post-norm ones stall; --output_dir: trajectory.json and trajectory.png).",
+        (DiagnoseArguments, EvaluationDataArguments),
     ),
     "card": Command(
         "write a saved model's Hub model card (README.md) from its loop scaling and audit results",

@@ -13,13 +13,14 @@ from transformers import TextStreamer
 from .command_arguments import (
     AuditArguments,
     CardArguments,
+    DiagnoseArguments,
     EvalArguments,
     EvaluationDataArguments,
     GenerateArguments,
     LmEvalArguments,
     SearchArguments,
 )
-from .diagnostics import audit
+from .diagnostics import audit, loop_trajectory
 from .evaluation import evaluation_data
 from .families import FAMILIES, family_record, model_task
 from .hub_cards.card import evaluation_record
@@ -38,14 +39,23 @@ def _tokenizer(model_path: str):
     return load_tokenizer(model_path, "prompts")
 
 
-def run_audit(args: AuditArguments, data_args: EvaluationDataArguments) -> None:
-    """``equilibria audit``: load the model, build or load the data, audit, print (and save)."""
+def _model_rows(args, data_args: EvaluationDataArguments, default_count: int):
+    """The saved model and its evaluation data (:func:`~equilibria.evaluation.evaluation_data`), with a language
+    model's prompt / answer rows tokenized as in training."""
     model = load_saved_model(args.model_path, args.trust_remote_code)
-    data = evaluation_data(model, args.model_path, **data_args.evaluation_options(args.seed), default_count=500)
+    data = evaluation_data(
+        model, args.model_path, **data_args.evaluation_options(args.seed), default_count=default_count
+    )
     rows = data.rows
     language_model = family_record(model).head_of_model(model).kind == "causal_lm"
     if language_model and "input_ids" not in rows.column_names:  # prompt / answer rows
         rows = tokenize_for_training(rows, _tokenizer(args.model_path))
+    return model, data, rows
+
+
+def run_audit(args: AuditArguments, data_args: EvaluationDataArguments) -> None:
+    """``equilibria audit``: load the model, build or load the data, audit, print (and save)."""
+    model, data, rows = _model_rows(args, data_args, default_count=500)
     report = audit(model, rows, num_loops=args.num_loops, batch_size=args.batch_size, seed=args.seed)
     report.data = {**data.record, "units": report.num_units}
     report.weights = weights_fingerprint(args.model_path)
@@ -53,6 +63,25 @@ def run_audit(args: AuditArguments, data_args: EvaluationDataArguments) -> None:
     if args.output_dir:
         out = report.save(args.output_dir)
         print(f"wrote {out / 'audit.json'}" + (f" and {out / 'audit.png'}" if (out / "audit.png").exists() else ""))
+
+
+def run_diagnose(args: DiagnoseArguments, data_args: EvaluationDataArguments):
+    """``equilibria diagnose``: the loop's trajectory on the model's data, printed (and saved)."""
+    loops = parse_loops(args.loops, "--loops", 1)
+    model, data, rows = _model_rows(args, data_args, default_count=64)
+    trajectory = loop_trajectory(
+        model, rows, loops, num_examples=None, batch_size=args.batch_size, power_iters=args.power_iters, seed=args.seed
+    )
+    trajectory.data = {**data.record, "units": trajectory.units}
+    trajectory.model["weights"] = weights_fingerprint(args.model_path)
+    print(trajectory)
+    if args.output_dir:
+        out = trajectory.save(args.output_dir)
+        print(
+            f"wrote {out / 'trajectory.json'}"
+            + (f" and {out / 'trajectory.png'}" if (out / "trajectory.png").exists() else "")
+        )
+    return trajectory
 
 
 def run_eval(

@@ -16,6 +16,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from ..families import family_record, serving
+from ..modeling.loop_map import LoopMap
 from ..modeling.modeling_ouro import exit_distribution
 from ..modeling.puzzles import puzzle_solved
 from ..modeling.solvers import fixed_point, residual, solver_options
@@ -107,6 +108,12 @@ class LoopAdapter:
     def run(self, batch: dict, start: torch.Tensor | None = None) -> LoopRun:
         raise NotImplementedError
 
+    def loop(self, batch: dict) -> tuple[LoopMap, torch.Tensor | None]:
+        """The model's loop on this batch as a function of its state (one call = one step of the loop as the model
+        runs it) with the state it starts from, and which positions of the state are real (``(units, positions)``
+        bool, False at padding; ``None``: all): what :func:`~equilibria.diagnostics.loop_trajectory` iterates."""
+        raise NotImplementedError
+
     def decode(self, batch: dict, run: LoopRun, state: torch.Tensor) -> torch.Tensor:
         """Per unit: is the decoder's answer right when it reads ``state`` (flattened like ``run.solved``)?"""
         raise NotImplementedError
@@ -154,6 +161,10 @@ class PHDEQAdapter(LoopAdapter):
 
     def decode(self, batch, run, state):
         return self.model.decode(state, run.extra["context"]).argmax(-1) == batch["labels"]
+
+    def loop(self, batch):
+        _require_columns(batch, "inputs", family="PH-DEQ")
+        return self.model.model.loop_map(batch["inputs"].float(), attention_mask=batch.get("attention_mask")), None
 
     def probe_examples(self, batch, run, state):
         return state, batch["labels"].long()
@@ -235,6 +246,13 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
             else self.decode(batch, None, begin),
         )
 
+    def loop(self, batch):
+        """The damped update without noise, ``z + (1 - inertia) (f(z) - z)``, from the model's own start."""
+        _require_columns(batch, "inputs", family="EqR")
+        block = self.model.model.loop_map(batch["inputs"], generator=self.generator)
+        keep = 1.0 - float(self.model.config.inertia)
+        return LoopMap(lambda z: z + keep * (block(z) - z), block.start), None
+
     def _run_untied_blocks(self, batch, start=None):
         """An untied model runs its ``untied_depth`` blocks once, from its own start (or a displaced one): no
         first step of a repeated block to call ``z0``, so ``z0`` is the start itself. The audit reports its accuracy
@@ -291,6 +309,11 @@ class _CausalLMAdapter(LoopAdapter):
 
     def _real_tokens(self, batch) -> torch.Tensor:
         return batch["attention_mask"].bool()
+
+    def loop(self, batch):
+        return self.model.model.loop_map(batch["input_ids"], attention_mask=batch["attention_mask"]), self._real_tokens(
+            batch
+        )
 
     def _flatten_real(self, batch, states: torch.Tensor) -> torch.Tensor:
         return (states * self._real_tokens(batch)[..., None].to(states.dtype)).flatten(1)
@@ -426,7 +449,7 @@ class OuroAdapter(_CausalLMAdapter):
 
     def _decoder_logits(self, batch, state_flat):
         num, width = batch["input_ids"].shape
-        return self.model.lm_head(state_flat.view(num, width, -1))
+        return self.model.lm_head(self.model.model.readout(state_flat.view(num, width, -1)))
 
 
 ADAPTERS = (PHDEQAdapter, EqRAdapter, AttractorAdapter, AttractorPuzzleAdapter, OuroAdapter)

@@ -24,6 +24,7 @@ class StrictLoadingMixin:
     Subclasses set ``_remote_auto_map`` (Auto class name -> ``"module.Class"``)."""
 
     _remote_auto_map: dict[str, str] = {}
+    _weight_shaping_keys: tuple[str, ...] = ()  # config keys that decide which weights exist (named when they differ)
     _head_weight_prefixes: tuple[str, ...] = ("lm_head.",)  # a head's weights, ignored when loading the base model
     base_model_prefix = "model"  # every family's heads hold the base model as `model`
     _auto_class = "AutoModel"  # a base model saves its own class in the auto_map; heads override
@@ -65,9 +66,23 @@ class StrictLoadingMixin:
             problems.append(f"weights of the wrong shape: {shapes}")
         if problems:
             raise ValueError(
-                f"{cls.__name__}.from_pretrained: the checkpoint does not match the config: " + "; ".join(problems)
+                f"{cls.__name__}.from_pretrained: the checkpoint does not match the config: "
+                + "; ".join(problems)
+                + cls._shaping_hint(model.config, missing or unexpected)
             )
         return (model, info) if want_info else model
+
+    @classmethod
+    def _shaping_hint(cls, config, names_differ) -> str:
+        """Where weights are missing or unexpected, the config keys that decide which weights exist and this
+        config's values of them (a checkpoint saved under other values of them cannot load into this config)."""
+        if not names_differ or not cls._weight_shaping_keys:
+            return ""
+        values = ", ".join(f"{key}={getattr(config, key, None)!r}" for key in cls._weight_shaping_keys)
+        return (
+            f". This config has {values}: a checkpoint saved with another value has other weights (load it with "
+            "its own config, or pass the checkpoint's value)"
+        )
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """[`PreTrainedModel.save_pretrained`], writing the remote code and an ``auto_map`` for the family's Auto

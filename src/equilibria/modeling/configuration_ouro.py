@@ -1,11 +1,12 @@
 """Configuration of the Ouro looped language model.
 
 The keys and their meaning follow the published Ouro-1.4B / Ouro-2.6B ``config.json`` files, so
-those load unchanged. Six keys are Ouro's own (a Llama or Qwen2 config has none of them): two from the
+those load unchanged. Seven keys are Ouro's own (a Llama or Qwen2 config has none of them): two from the
 published files, ``total_ut_steps`` (how many times the shared decoder stack is applied) and
-``early_exit_threshold`` (the cumulative exit probability at which a token stops looping), and four this
+``early_exit_threshold`` (the cumulative exit probability at which a token stops looping), and five this
 implementation adds, which the published files lack and which then load with their defaults:
-``exit_readout``, ``exit_loss``, ``exit_entropy_weight`` and ``exit_gate_trained`` (see [`OuroConfig`]).
+``exit_readout``, ``exit_loss``, ``exit_entropy_weight``, ``exit_gate_trained`` and ``norm_placement`` (see
+[`OuroConfig`]).
 
 This module travels to the Hub as remote code: it imports only ``transformers``, ``huggingface_hub`` (one of its
 dependencies) and its sibling ``config_checks``, which travels with it.
@@ -23,6 +24,7 @@ from .config_checks import LoopConfigMixin, check_attention_heads, fill_attentio
 
 EXIT_LOSSES = ("expected_logits", "final", "expected")
 EXIT_READOUTS = ("frozen", "reference")
+NORM_PLACEMENTS = ("sandwich", "pre", "post")
 
 
 @raise_value_errors
@@ -68,6 +70,13 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
             ``exit_entropy_weight`` times the entropy of the exit distribution; the expected logits are returned).
         exit_entropy_weight (`float`): The entropy bonus of ``exit_loss="expected"`` (>= 0; 0.05 by default, our
             choice: it keeps the exit distribution from collapsing onto one step early in training).
+        norm_placement (`str`): Where the RMSNorms sit (``NORM_PLACEMENTS``; the STARS paper's norm study):
+            ``"sandwich"`` (Ouro's, the published checkpoints'): each sublayer's input and output are normed,
+            ``h + norm(attn(norm(h)))``, and the final norm closes every loop step, so the state carried between
+            loops is normalised; ``"pre"``: ``h + attn(norm(h))``, the final norm only on what is read out (head,
+            exit gate, ``hidden_states``), so the carried state is the raw residual stream; ``"post"``:
+            ``norm(h + attn(h))``, the carried state normalised by the layer's own last norm, the final norm again
+            only on what is read out. A layer has the norms its placement uses (four, two, two).
         exit_gate_trained (`bool`, *optional*): Whether the exit gate was trained with these weights, set by
             training: ``True`` after training with a loss that reaches the gate, ``False`` after training with
             ``exit_loss="final"`` (the gate frozen while the weights it reads change); ``None``: not known (a
@@ -115,6 +124,7 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
     exit_loss: Literal[EXIT_LOSSES] = "expected_logits"
     exit_entropy_weight: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=0.05)
     exit_gate_trained: bool | None = None
+    norm_placement: Literal[NORM_PLACEMENTS] = "sandwich"
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
@@ -160,4 +170,4 @@ def check_exit_threshold(value, name: str = "exit_threshold") -> None:
         raise ValueError(f"{name} must be None or a number in (0, 1], got {value!r}.")
 
 
-__all__ = ["EXIT_LOSSES", "EXIT_READOUTS", "OuroConfig"]
+__all__ = ["EXIT_LOSSES", "EXIT_READOUTS", "NORM_PLACEMENTS", "OuroConfig"]

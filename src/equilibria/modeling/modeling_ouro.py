@@ -3,7 +3,8 @@
 A stack of ``L`` decoder layers with shared weights is applied ``T`` times ("loop steps", the published
 config calls ``T`` ``total_ut_steps``). Each layer uses sandwich normalisation (an RMSNorm before *and*
 after attention and after the MLP), the final RMSNorm is applied at the end of every loop step (so the
-next step starts from a normalised state), and an exit gate ``sigmoid(w . h_t + b)`` read at every step
+next step starts from a normalised state; ``config.norm_placement`` offers the pre- and post-norm layouts of the
+STARS paper's norm study instead), and an exit gate ``sigmoid(w . h_t + b)`` read at every step
 gives each token a distribution over exit steps:
 
     p_t = lambda_t * prod_{j<t} (1 - lambda_j)   for t < T,   p_T = prod_{j<T} (1 - lambda_j).
@@ -167,20 +168,35 @@ def check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
 
 
 class OuroDecoderLayer(GradientCheckpointingLayer):
-    """One layer of the shared stack, with Ouro's sandwich norms:
-    ``h = h + norm2(attn(norm1(h)))``, then ``h = h + norm4(mlp(norm3(h)))``. Its attention reads and writes the
-    cache entry of this (loop step, layer), ``cache_index``, and takes the early exit's frozen keys/values
+    """One layer of the shared stack. Its norms follow ``config.norm_placement``: ``"sandwich"`` (Ouro's)
+    ``h = h + norm2(attn(norm1(h)))``, then ``h = h + norm4(mlp(norm3(h)))``; ``"pre"`` ``h = h + attn(norm1(h))``,
+    ``h = h + mlp(norm3(h))``; ``"post"`` ``h = norm2(h + attn(h))``, ``h = norm4(h + mlp(h))`` (``norm1`` ..
+    ``norm4`` are ``input_layernorm``, ``input_layernorm_2``, ``post_attention_layernorm``,
+    ``post_attention_layernorm_2``; a layer has only the ones its placement uses). Its attention reads and writes
+    the cache entry of this (loop step, layer), ``cache_index``, and takes the early exit's frozen keys/values
     (``early_exit``; see [`Attention`])."""
+
+    #: the norms each placement has, in the order norm1 .. norm4 (None: not there)
+    NORMS = {
+        "sandwich": ("input_layernorm", "input_layernorm_2", "post_attention_layernorm", "post_attention_layernorm_2"),
+        "pre": ("input_layernorm", None, "post_attention_layernorm", None),
+        "post": (None, "input_layernorm_2", None, "post_attention_layernorm_2"),
+    }
 
     def __init__(self, config: OuroConfig, layer_idx: int):
         super().__init__()
         self.self_attn = Attention(config=config, layer_idx=layer_idx)
         self.mlp = MLP(config)
-        self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.input_layernorm_2 = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm_2 = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.norm_placement = config.norm_placement
+        for name in self.NORMS[config.norm_placement]:
+            if name is not None:
+                setattr(self, name, RMSNorm(config.hidden_size, eps=config.rms_norm_eps))
         self.attention_type = config.layer_types[layer_idx]
+
+    def _norm(self, index: int, hidden_states: torch.Tensor) -> torch.Tensor:
+        """``norm{index + 1}`` of the docstring, the identity where this placement has none."""
+        name = self.NORMS[self.norm_placement][index]
+        return hidden_states if name is None else getattr(self, name)(hidden_states)
 
     def forward(
         self,
@@ -192,9 +208,9 @@ class OuroDecoderLayer(GradientCheckpointingLayer):
         early_exit: OuroEarlyExit | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        residual = hidden_states
-        hidden_states, _ = self.self_attn(
-            self.input_layernorm(hidden_states),
+        post = self.norm_placement == "post"
+        attended, _ = self.self_attn(
+            self._norm(0, hidden_states),
             position_embeddings=position_embeddings,
             attention_mask=attention_mask,
             cache=cache,
@@ -202,10 +218,9 @@ class OuroDecoderLayer(GradientCheckpointingLayer):
             early_exit=early_exit,
             **kwargs,
         )
-        hidden_states = residual + self.input_layernorm_2(hidden_states)
-        residual = hidden_states
-        hidden_states = self.mlp(self.post_attention_layernorm(hidden_states))
-        return residual + self.post_attention_layernorm_2(hidden_states)
+        hidden_states = self._norm(1, hidden_states + attended) if post else hidden_states + self._norm(1, attended)
+        transformed = self.mlp(self._norm(2, hidden_states))
+        return self._norm(3, hidden_states + transformed) if post else hidden_states + self._norm(3, transformed)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -363,6 +378,7 @@ class OuroPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     _supports_sdpa = True
     _supports_attention_backend = True
 
+    _weight_shaping_keys = ("norm_placement",)
     _remote_auto_map = {
         "AutoConfig": "configuration_ouro.OuroConfig",
         "AutoModel": "modeling_ouro.OuroModel",
@@ -371,8 +387,8 @@ class OuroPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
 
 
 class OuroModel(LoopedLMBase, OuroPreTrainedModel):
-    """The looped decoder: embeddings, ``L`` shared layers applied ``num_loops`` times, per-step final norm
-    and exit gate. Returns [`OuroModelOutput`]."""
+    """The looped decoder: embeddings, ``L`` shared layers applied ``num_loops`` times, the final norm (after every
+    step, or only on what is read out: ``config.norm_placement``) and the exit gate. Returns [`OuroModelOutput`]."""
 
     _cache_class = OuroCache
 
@@ -438,8 +454,9 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         early_exit: OuroEarlyExit | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        """One application of the loop body ``h -> norm(stack(h))`` at loop step ``step`` (0-based; the step
-        only selects the cache entries). This is the map whose Jacobian STARS regularises. With early exit
+        """One application of the loop body at loop step ``step`` (0-based; the step only selects the cache
+        entries): ``h -> norm(stack(h))`` with ``norm_placement="sandwich"``, ``h -> stack(h)`` otherwise (the
+        final norm then only reads out: :meth:`readout`). This is the map whose Jacobian STARS regularises. With early exit
         (``early_exit``) it runs on the rows still looping only; ``early_exit.end_step`` puts them back."""
         hidden, position_embeddings, attention_masks = (
             (hidden_states, position_embeddings, attention_masks)
@@ -457,14 +474,19 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
                 early_exit=early_exit,
                 **kwargs,
             )
-        return self.norm(hidden)
+        return self.norm(hidden) if self.config.norm_placement == "sandwich" else hidden
+
+    def readout(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """What the head and the exit gate read of a loop state: the state itself with ``norm_placement=
+        "sandwich"`` (already normed by the step), the final norm of it otherwise."""
+        return hidden_states if self.config.norm_placement == "sandwich" else self.norm(hidden_states)
 
     def exit_logit(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """The exit gate's logit ``w . h + b`` of each token's state (``(batch, seq_len)``)."""
-        return self.early_exit_gate(hidden_states).squeeze(-1)
+        """The exit gate's logit ``w . readout(h) + b`` of each token's loop state (``(batch, seq_len)``)."""
+        return self.early_exit_gate(self.readout(hidden_states)).squeeze(-1)
 
     def _step_map(self, position_embeddings, masks: dict) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The loop body ``h -> norm(stack(h))`` at these positions and masks, without a cache."""
+        """The loop body (:meth:`loop_step`) at these positions and masks, without a cache."""
 
         def step(hidden_states: torch.Tensor) -> torch.Tensor:
             return self.loop_step(hidden_states, 0, position_embeddings=position_embeddings, attention_masks=masks)
@@ -558,7 +580,7 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         if exit_threshold is not None or exit_readout is not None or (threshold is not None and threshold < 1.0):
             early, reference = self._early_exit(threshold, exit_readout, hidden, num_loops, masks, inputs)
         keep_states = inputs.output_hidden_states or reference is not None
-        states = (hidden,) if keep_states else None
+        states = (hidden,) if keep_states else None  # the embeddings, then each step's readout
         gate_logits: list[torch.Tensor] = []  # the exit gate read after every step but the last
         previous = hidden
         layers_attention = [layer.self_attn for layer in self.layers]
@@ -567,11 +589,11 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
                 if early is not None and not early.start_step():  # every row has exited: copies for the rest
                     early.backfill(cache, step, num_loops, config.num_hidden_layers)
                     gate_logits += [self.exit_logit(hidden)] * (num_loops - 1 - step)
-                    states = states + (hidden,) * (num_loops - step) if keep_states else None
+                    states = states + (self.readout(hidden),) * (num_loops - step) if keep_states else None
                     break
                 new = self.loop_step(hidden, step, position_embeddings, masks, cache=cache, early_exit=early, **kwargs)
                 previous, hidden = hidden, (new if early is None else early.end_step(hidden, new))
-                states = states + (hidden,) if keep_states else None
+                states = states + (self.readout(hidden),) if keep_states else None
                 if step < num_loops - 1:
                     gate_logits.append(self.exit_logit(hidden))
                     if early is not None:
@@ -583,7 +605,7 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
             # one step: every token exits there and the gate has no say; a training gate joins the graph with
             # weight 0, so that every trainable parameter gets a gradient at every sampled loop count (plain DDP)
             exit_probs = exit_probs + 0.0 * (gate.weight.sum() + gate.bias.sum())
-        final = hidden
+        final, hidden = hidden, self.readout(hidden)
         if reference is None:
             exit_steps = (
                 early.exit_steps if early is not None else torch.full_like(loop_residual, num_loops, dtype=torch.long)
@@ -621,8 +643,8 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.FloatTensor | None = None,
     ) -> LoopMap:
-        """``(f, h_0)``: the loop body for these inputs as a function ``f(h) = norm(stack(h))`` of the state alone
-        (no cache), ``h_{t+1} = f(h_t)`` for every step ``t``, and the start ``h_0`` (the input embeddings). Use
+        """``(f, h_0)``: the loop body for these inputs as a function of the state alone (:meth:`loop_step`:
+        ``f(h) = norm(stack(h))`` for the sandwich placement; :meth:`readout` is what the head reads of it; no cache), ``h_{t+1} = f(h_t)`` for every step ``t``, and the start ``h_0`` (the input embeddings). Use
         it for Jacobian analysis (STARS' spectral-radius penalty, fixed-point diagnostics):
         ``torch.func.jvp(f, (h,), (v,))`` or ``autograd.grad(f(h), h, v)``. The exit gate ``forward`` reads after every step but
         the last is :meth:`exit_logit`."""
