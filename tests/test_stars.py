@@ -82,18 +82,27 @@ def test_a_model_that_does_not_loop_is_refused(tmp_path):
         StarsTrainer(model=tiny_ouro(), args=TrainingArguments(output_dir=str(tmp_path)), train_dataset=token_data())
 
 
-def test_gradient_checkpointing_with_the_penalty_is_refused_and_without_it_trains(tmp_path):
-    with pytest.raises(ValueError, match="gradient_checkpointing"):
+def test_gradient_checkpointing_with_the_penalty_gives_the_same_training(tmp_path):
+    """The penalty's double backward runs through the checkpointed layers (non-reentrant checkpoint): the same
+    weights after the same steps as without checkpointing; the reentrant checkpoint, which cannot, is refused."""
+    trained = {}
+    for checkpointing in (False, True):
+        model = tiny_ouro(exit_loss="final")
+        args = stars_args(tmp_path / str(checkpointing), gradient_checkpointing=checkpointing, jsrr_probe="batch")
+        StarsTrainer(model=model, args=args, train_dataset=token_data()).train()
+        trained[checkpointing] = params(model)
+    before = params(tiny_ouro(exit_loss="final"))
+    assert any(not torch.equal(before[n], p) for n, p in trained[True].items())
+    for name, value in trained[False].items():
+        torch.testing.assert_close(trained[True][name], value, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="use_reentrant"):
         StarsTrainer(
-            model=tiny_ouro(), args=stars_args(tmp_path, gradient_checkpointing=True), train_dataset=token_data()
+            model=tiny_ouro(),
+            args=stars_args(
+                tmp_path, gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": True}
+            ),
+            train_dataset=token_data(),
         )
-    model = tiny_ouro()
-    trainer = StarsTrainer(
-        model=model, args=stars_args(tmp_path, gradient_checkpointing=True, jsrr_weight=0.0), train_dataset=token_data()
-    )
-    before = params(model)
-    trainer.train()
-    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters())
 
 
 # ---- loop sampling ---------------------------------------------------------------------------------

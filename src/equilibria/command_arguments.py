@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .tasks.registry import TASKS, tasks_help
+from .tasks.row_files import parse_columns
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 _FLAG = re.compile(r"^--?[A-Za-z]")
@@ -231,6 +232,15 @@ class DataArguments:
             "test when the data has one, else train)"
         },
     )
+    dataset_columns: str | None = field(
+        default=None,
+        metadata={
+            "help": "map the rows' own columns onto a format: COLUMN=TARGET pairs, TARGET prompt, completion, text or "
+            "messages (renamed), or chat roles system, user, assistant (a conversation of those columns, in this "
+            "order; the loss on the assistant turn), e.g. problem=user,solution=assistant (NuminaMath); eval, audit: "
+            "default the training record's"
+        },
+    )
     dataset_text_field: str | None = field(
         default=None, metadata={"help": "the column of plain-text rows (default: what training used, else text)"}
     )
@@ -303,6 +313,7 @@ class EvaluationDataArguments(DataArguments):
             seed=seed,
             digits=self.digits,
             task_options=self.task_options(),
+            columns=parse_columns(self.dataset_columns),
         )
 
 

@@ -69,10 +69,12 @@ def evaluation_data(
     seed: int = 1234,
     digits: int | None = None,
     task_options: dict | None = None,
+    columns: dict[str, str] | None = None,
 ) -> EvalData:
     """The rows a saved model (``model``, loaded from ``model_path``) is evaluated on (see the module's text for
     which), at most ``num_examples`` of them (generated: ``num_examples`` or ``default_count``; of ``digits`` and
-    the task's format options (``task_options``) where given, else of the kind the training record names, else the defaults)."""
+    the task's format options (``task_options``) where given, else of the kind the training record names, else the
+    defaults); ``columns``: ``--dataset_columns`` of a ``dataset_name`` (default: the training record's)."""
     if num_examples is not None and num_examples < 1:
         raise ValueError(f"--num_examples must be >= 1, got {num_examples}")
     if metric is not None and metric not in METRICS:
@@ -80,7 +82,7 @@ def evaluation_data(
     if dataset_name is not None and task is not None:
         raise ValueError("pass either --task (generated problems) or --dataset_name (your rows), not both")
     training = load_training_record(model_path) or {}
-    options = dict(metric=metric, text_field=text_field, max_length=max_length, limit=num_examples)
+    options = dict(metric=metric, text_field=text_field, max_length=max_length, limit=num_examples, columns=columns)
     if dataset_name is not None:
         data = _file_data(model, model_path, training, dataset_name, dataset_config, split, options)
     elif task is None and training.get("held_out"):
@@ -264,14 +266,15 @@ def _text_rows(model, training: dict, name: str, config: str | None, split: str 
     """``(source, rows, split)`` of a file of text rows; ``answer`` stands for ``completion`` (task rows)."""
     from .tasks.row_files import load_rows
 
-    splits = load_rows(name, config)
+    trained = training.get("source") or {}
+    columns = options.get("columns") or trained.get("columns")
+    splits = load_rows(name, config, columns)
     split = split or ("test" if "test" in splits else "train")
     if split not in splits:
         raise ValueError(f"--split {split!r} is not in {name} (splits: {sorted(splits)})")
     rows = numbered(splits[split])
     if {"prompt", "answer"} <= set(rows.column_names) and "completion" not in rows.column_names:
         rows = rows.rename_column("answer", "completion")
-    trained = training.get("source") or {}
     text_field = options["text_field"] or trained.get("text_field") or "text"
     fmt = row_format(rows.column_names, name, text_field)
     metric = (
@@ -280,7 +283,7 @@ def _text_rows(model, training: dict, name: str, config: str | None, split: str 
         or ("exact_match" if fmt == "prompt_completion" else "token_accuracy")
     )
     max_length = options["max_length"] or trained.get("max_length") or model.config.max_position_embeddings
-    return text_source(name, config, fmt, text_field, max_length, metric), rows, split
+    return text_source(name, config, fmt, text_field, max_length, metric, columns), rows, split
 
 
 def _first(rows: Dataset, limit: int | None) -> Dataset:

@@ -6,6 +6,11 @@ the line (a JSON error, a CSV row with too many or too few values, a value whose
 before), and an empty file says so; their rows carry the line they start on in the column :data:`LINE`, which the
 row checks of :mod:`equilibria.tasks.text_data` quote. Parquet files, ``save_to_disk`` folders and Hub datasets are
 read by ``datasets``.
+
+``columns`` (``--dataset_columns``) maps a dataset's own columns onto the row formats without editing it: onto
+``prompt`` / ``completion`` / ``text`` / ``messages`` (renamed), or onto chat roles (``system``, ``user``,
+``assistant``), which make a ``messages`` conversation of those columns in the order given; e.g. NuminaMath's
+``problem=user,solution=assistant`` (:func:`parse_columns`, :func:`map_columns`).
 """
 
 from __future__ import annotations
@@ -20,13 +25,63 @@ from datasets import Dataset, DatasetDict
 from .puzzle_csv import check_csv_width
 
 DATA_FILES = (".csv", ".json", ".jsonl", ".parquet")
+ROW_COLUMNS = ("prompt", "completion", "text", "messages")  # what --dataset_columns may rename a column to
+CHAT_ROLES = ("system", "user", "assistant")  # or the turn of a conversation it becomes
 LINE = "__line__"  # the line of a JSON Lines / CSV file a row starts on
 
 
-def load_rows(name: str, config_name: str | None = None) -> DatasetDict:
+def parse_columns(text: str | None, flag: str = "--dataset_columns") -> dict[str, str] | None:
+    """``"problem=user,solution=assistant"`` -> ``{"problem": "user", "solution": "assistant"}`` (``None`` for none);
+    ``ValueError`` naming ``flag`` unless every target is one of :data:`ROW_COLUMNS` or :data:`CHAT_ROLES`, not
+    both kinds, each column and target once."""
+    if text is None or isinstance(text, dict):
+        return text or None
+    pairs = [part.split("=", 1) for part in str(text).split(",") if part.strip()]
+    allowed = (*ROW_COLUMNS, *CHAT_ROLES)
+    if not pairs or any(len(p) != 2 or not p[0].strip() or p[1].strip() not in allowed for p in pairs):
+        raise ValueError(
+            f"{flag} must be COLUMN=TARGET pairs, comma-separated, each TARGET one of {list(allowed)} (e.g. "
+            f"problem=user,solution=assistant), got {text!r}"
+        )
+    mapping = {column.strip(): target.strip() for column, target in pairs}
+    roles = [t for t in mapping.values() if t in CHAT_ROLES]
+    if len(mapping) != len(pairs) or len(set(mapping.values())) != len(pairs) or 0 < len(roles) < len(pairs):
+        raise ValueError(
+            f"{flag}: each column and each target once, and either all targets chat roles or none, got {text!r}"
+        )
+    return mapping
+
+
+def map_columns(splits: DatasetDict, columns: dict[str, str] | None, name: str) -> DatasetDict:
+    """``splits`` with ``columns`` applied (:func:`parse_columns`): renamed, or made into ``messages``, the other
+    columns kept; ``ValueError`` naming a column the rows lack."""
+    if not columns:
+        return splits
+    for split, rows in splits.items():
+        missing = [c for c in columns if c not in rows.column_names]
+        if missing:
+            raise ValueError(
+                f"--dataset_columns names {missing}, which {name} ({split} split) lacks; its columns are "
+                f"{sorted(c for c in rows.column_names if not c.startswith('__'))}"
+            )
+    if set(columns.values()) <= set(ROW_COLUMNS):
+        return DatasetDict({split: rows.rename_columns(columns) for split, rows in splits.items()})
+    order = list(columns.items())
+
+    def conversation(row: dict) -> dict:
+        return {"messages": [{"role": role, "content": row[column]} for column, role in order]}
+
+    return DatasetDict({split: rows.map(conversation, remove_columns=list(columns)) for split, rows in splits.items()})
+
+
+def load_rows(name: str, config_name: str | None = None, columns: dict[str, str] | None = None) -> DatasetDict:
     """The splits of ``name``: a local data file (``DATA_FILES``; one split, ``train``), a ``save_to_disk`` folder,
-    or a Hub dataset id. ``ValueError`` naming ``name`` (and the line, for a bad line of a JSON Lines or CSV file)
-    when none of these reads it."""
+    or a Hub dataset id, with ``columns`` mapped (:func:`map_columns`). ``ValueError`` naming ``name`` (and the line,
+    for a bad line of a JSON Lines or CSV file) when none of these reads it."""
+    return map_columns(_load_splits(name, config_name), columns, name)
+
+
+def _load_splits(name: str, config_name: str | None) -> DatasetDict:
     from datasets import load_dataset, load_from_disk
 
     path = Path(name)
@@ -151,4 +206,4 @@ def _dataset(rows: list[dict], name: str) -> Dataset:
         raise ValueError(f"--dataset_name {name}: cannot make a table of its rows ({_reason(err)})") from None
 
 
-__all__ = ["DATA_FILES", "LINE", "load_rows"]
+__all__ = ["CHAT_ROLES", "DATA_FILES", "LINE", "ROW_COLUMNS", "load_rows", "map_columns", "parse_columns"]

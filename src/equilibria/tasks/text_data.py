@@ -270,6 +270,7 @@ def build_text_data(
     packing: bool = False,
     metric: str = "token_accuracy",
     seed: int = 0,
+    columns: dict[str, str] | None = None,
 ):
     """A :class:`~equilibria.tasks.TaskData` from your rows: ``train_split`` encoded for training (its first
     ``train_size`` rows after a seeded shuffle, all by default), and the held-out rows the loop-scaling evaluation
@@ -277,15 +278,16 @@ def build_text_data(
     (default :func:`held_out_count`) held out of the training split before training; held-out rows that ask what a
     training row asks (:func:`row_key`) are dropped. ``metric``: ``"token_accuracy"`` (next-token accuracy on the
     labelled tokens, every format) or ``"exact_match"`` (the greedy completion equals the reference,
-    prompt/completion rows). ``record`` says where the rows come from and which are held out
+    prompt/completion rows). ``columns``: the rows' own columns mapped onto a format (``--dataset_columns``,
+    :func:`~equilibria.tasks.row_files.map_columns`). ``record`` says where the rows come from and which are held out
     (:func:`held_out_rows` reads them again)."""
     from .task_data import TaskData
 
-    splits = load_rows(name, config_name)
+    splits = load_rows(name, config_name, columns)
     if train_split not in splits:
         raise ValueError(f"--dataset_train_split {train_split!r} is not in {name} (splits: {sorted(splits)})")
     fmt = row_format(splits[train_split].column_names, name, text_field)
-    source = text_source(name, config_name, fmt, text_field, max_length, metric)
+    source = text_source(name, config_name, fmt, text_field, max_length, metric, columns)
     train, test, held_split, trained, held = hold_out(
         splits, train_split, test_split, test_size, train_size, seed, lambda rows: row_keys(rows, source)
     )
@@ -322,11 +324,17 @@ METRICS = ("token_accuracy", "exact_match")
 
 
 def text_source(
-    name: str, config_name: str | None, fmt: str, text_field: str, max_length: int | None, metric: str
+    name: str,
+    config_name: str | None,
+    fmt: str,
+    text_field: str,
+    max_length: int | None,
+    metric: str,
+    columns: dict[str, str] | None = None,
 ) -> dict:
     """What the training record says of rows read from ``name``: where they are (:func:`~equilibria.tasks.held_out.
-    source_of`), their format, and how they were encoded and scored; ``ValueError`` for a metric the format cannot
-    be scored with."""
+    source_of`), their format, the column mapping read with them, and how they were encoded and scored;
+    ``ValueError`` for a metric the format cannot be scored with."""
     if metric not in METRICS or (metric == "exact_match" and fmt != "prompt_completion"):
         raise ValueError(
             f"--eval_metric must be one of {METRICS} (exact_match: prompt/completion rows), got {metric!r}"
@@ -337,6 +345,7 @@ def text_source(
         "text_field": text_field,
         "max_length": max_length,
         "metric": metric,
+        **({"columns": dict(columns)} if columns else {}),
     }
 
 
@@ -370,7 +379,7 @@ def held_out_rows(record: dict, folder: str | Path | None = None) -> Dataset:
     source = record["source"]
 
     def read(location: str, split: str) -> Dataset:
-        splits = load_rows(location, source.get("config"))
+        splits = load_rows(location, source.get("config"), source.get("columns"))
         if split not in splits:
             raise ValueError(f"{location} has no {split!r} split")
         return numbered(splits[split])

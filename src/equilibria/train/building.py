@@ -102,6 +102,7 @@ def _dataset(model_args: ModelArguments, data_args: TrainDataArguments, family, 
     """The :class:`~equilibria.tasks.TaskData` of ``--dataset_name``, tokenised with the checkpoint's tokenizer
     (or ``--tokenizer_name_or_path``); a new model's config fields are the tokenizer's and ``--max_length``."""
     from ..tasks import tokenizer_fields
+    from ..tasks.row_files import parse_columns
     from ..tasks.text_data import build_text_data
 
     tokenizer = _text_tokenizer(model_args.tokenizer_name_or_path or model_args.model_name_or_path)
@@ -128,6 +129,7 @@ def _dataset(model_args: ModelArguments, data_args: TrainDataArguments, family, 
         packing=data_args.packing,
         metric=data_args.eval_metric,
         seed=seed + data_args.data_seed_offset,
+        columns=parse_columns(data_args.dataset_columns),
     )
     data.config_fields = {**tokenizer_fields(tokenizer), "max_position_embeddings": max_length}
     return data

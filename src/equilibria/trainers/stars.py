@@ -270,8 +270,9 @@ class StarsTrainer(LoopTrainer):
     ``jsrr_penalty`` (means over the logging interval and the processes).
 
     Gradient accumulation, multi-process runs (DDP, the penalty's gradients are all-reduced with the LM
-    loss's), PEFT and checkpoint resume work. Gradient checkpointing works with ``jsrr_weight=0``; with the
-    penalty on it is refused, since the double backward through checkpointed layers is not supported here.
+    loss's), PEFT, checkpoint resume and gradient checkpointing work (with the penalty on, torch's non-reentrant
+    checkpoint, transformers' default, is used; ``use_reentrant=True`` cannot take the penalty's double backward
+    and is refused).
     """
 
     model_types = ("ouro",)
@@ -282,10 +283,14 @@ class StarsTrainer(LoopTrainer):
 
     def __init__(self, model=None, args: StarsTrainingArguments | None = None, **kwargs):
         if isinstance(args, StarsTrainingArguments) and args.gradient_checkpointing and args.jsrr_weight > 0:
-            raise ValueError(
-                "StarsTrainer: gradient_checkpointing=True is not supported together with the JSRR penalty "
-                "(jsrr_weight > 0); turn one of them off."
-            )
+            given = dict(args.gradient_checkpointing_kwargs or {})
+            if given.get("use_reentrant") is True:
+                raise ValueError(
+                    "StarsTrainer: gradient_checkpointing_kwargs={'use_reentrant': True} cannot differentiate the JSRR "
+                    "penalty (jsrr_weight > 0; it takes a double backward through the checkpointed layers): leave "
+                    "use_reentrant out or set it False (torch's non-reentrant checkpoint)."
+                )
+            args.gradient_checkpointing_kwargs = {**given, "use_reentrant": False}  # whatever the release's default
         super().__init__(model=model, args=args, **kwargs)
         if self.args.jsrr_probe == "batch" and self.args.n_gpu > 1:
             raise ValueError(
