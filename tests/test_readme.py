@@ -73,6 +73,8 @@ SIZES = [
 NOT_RUN = {
     "./run demo": "the full demo trains for about ten minutes; `equilibria demo --quick` is tested (test_package)",
     "./run test": "the test suite itself",
+    "bash examples/stars_ouro_math.sh": "needs 8 GPUs and the network (Ouro-1.4B, NuminaMath-1.5, lm-eval tasks); its "
+    "training file runs on CPU with a tiny model and local rows in test_stars_ouro_math",
     "pip install torch==2.13.0 && pip install -e .": "installs into the running environment; ./run test and CI install "
     "the package the same way (compat_matrix's package check installs its wheel on other releases)",
     "./run compat": "installs transformers releases into throwaway environments (minutes; CI runs it after the suite); "

@@ -82,19 +82,21 @@ def test_a_model_that_does_not_loop_is_refused(tmp_path):
         StarsTrainer(model=tiny_ouro(), args=TrainingArguments(output_dir=str(tmp_path)), train_dataset=token_data())
 
 
-def test_gradient_checkpointing_with_the_penalty_gives_the_same_training(tmp_path):
-    """The penalty's double backward runs through the checkpointed layers (non-reentrant checkpoint): the same
-    weights after the same steps as without checkpointing; the reentrant checkpoint, which cannot, is refused."""
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_gradient_checkpointing_with_the_penalty_gives_the_same_training(tmp_path, attention):
+    """The penalty's double backward runs through the checkpointed layers (non-reentrant checkpoint; SDPA on its
+    math kernel): the same weights after the same steps as without checkpointing; the reentrant checkpoint, which
+    cannot, is refused."""
     trained = {}
     for checkpointing in (False, True):
-        model = tiny_ouro(exit_loss="final")
+        model = tiny_ouro(exit_loss="final", attn_implementation=attention)
         args = stars_args(tmp_path / str(checkpointing), gradient_checkpointing=checkpointing, jsrr_probe="batch")
         StarsTrainer(model=model, args=args, train_dataset=token_data()).train()
         trained[checkpointing] = params(model)
     before = params(tiny_ouro(exit_loss="final"))
     assert any(not torch.equal(before[n], p) for n, p in trained[True].items())
     for name, value in trained[False].items():
-        torch.testing.assert_close(trained[True][name], value, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(trained[True][name], value, rtol=1e-4, atol=1e-5)  # SDPA: math kernel vs another
     with pytest.raises(ValueError, match="use_reentrant"):
         StarsTrainer(
             model=tiny_ouro(),

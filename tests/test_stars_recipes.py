@@ -234,6 +234,8 @@ def test_warmup_stable_decay_decays_over_the_given_fraction_of_the_run(tmp_path)
         trainer.lr_scheduler.step()
     assert rates[5] < 1.0 and rates[10] == pytest.approx(1.0) and rates[79] == pytest.approx(1.0)
     assert rates[81] < 1.0 and rates[99] < 0.05
+    assert args.lr_scheduler_kwargs == {"min_lr_ratio": 0.001}  # as given: the recorded recipe is the user's
+    assert trainer.args.recipe()["overrides"].get("lr_scheduler_kwargs") is None
 
 
 def test_the_training_record_and_the_card_name_the_preset_and_its_overrides(tmp_path):

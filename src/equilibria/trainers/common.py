@@ -218,11 +218,16 @@ class LoopTrainer(ModelCardMixin, Trainer):
         """``Trainer``'s schedule, with ``num_decay_steps`` of a ``warmup_stable_decay`` schedule set from
         ``args.lr_decay_fraction`` and the run's length when the arguments give the fraction."""
         fraction = getattr(self.args, "lr_decay_fraction", None)
-        if fraction is not None and self.lr_scheduler is None:
-            kwargs = self.args.lr_scheduler_kwargs or {}
-            kwargs = json.loads(kwargs) if isinstance(kwargs, str) else dict(kwargs)
-            self.args.lr_scheduler_kwargs = {**kwargs, "num_decay_steps": max(1, round(fraction * num_training_steps))}
-        return super().create_scheduler(num_training_steps, optimizer)
+        if fraction is None or self.lr_scheduler is not None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        given = self.args.lr_scheduler_kwargs
+        kwargs = json.loads(given) if isinstance(given, str) else dict(given or {})
+        # for this call only: the arguments (and the recipe recorded from them) keep what the user gave
+        self.args.lr_scheduler_kwargs = {**kwargs, "num_decay_steps": max(1, round(fraction * num_training_steps))}
+        try:
+            return super().create_scheduler(num_training_steps, optimizer)
+        finally:
+            self.args.lr_scheduler_kwargs = given
 
     # -- the loss ---------------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ Multi-GPU: put the same script behind ``accelerate launch`` or ``torchrun`` (see
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import random
@@ -261,6 +262,12 @@ def find_looped_core(model: nn.Module) -> nn.Module | None:
     return find_core(model, StarsTrainer.family().model_type)
 
 
+def _math_attention():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(SDPBackend.MATH)
+
+
 class StarsTrainer(LoopTrainer):
     """[`~transformers.Trainer`] with STARS' random loop sampling and Jacobian spectral-radius regularisation.
 
@@ -271,8 +278,8 @@ class StarsTrainer(LoopTrainer):
 
     Gradient accumulation, multi-process runs (DDP, the penalty's gradients are all-reduced with the LM
     loss's), PEFT, checkpoint resume and gradient checkpointing work (with the penalty on, torch's non-reentrant
-    checkpoint, transformers' default, is used; ``use_reentrant=True`` cannot take the penalty's double backward
-    and is refused).
+    checkpoint, transformers' default, is used, and SDPA runs its math kernel; ``use_reentrant=True`` cannot take
+    the penalty's double backward and is refused).
     """
 
     model_types = ("ouro",)
@@ -298,6 +305,10 @@ class StarsTrainer(LoopTrainer):
                 f"splits across its {self.args.n_gpu} GPUs; run one process per GPU (torchrun / accelerate launch)."
             )
         self._micro_batches = (-1, -1)  # (optimizer step, index of its last training micro-batch)
+        # the penalty's double backward recomputes checkpointed layers inside a grad-of-grad, where SDPA picks
+        # another kernel than in the forward (whose saved tensors then do not match): one kernel for both
+        checkpointed = self.args.gradient_checkpointing and self.args.jsrr_weight > 0
+        self._attention_kernel = _math_attention if checkpointed else contextlib.nullcontext
         exit_loss = getattr(self.core.config, "exit_loss", "final")
         if exit_loss != "final" and self.args.max_loops > self.args.min_loops:
             logger.warning(
@@ -319,6 +330,12 @@ class StarsTrainer(LoopTrainer):
         return sample_num_loops(
             self.state.global_step, a.seed, a.loop_log_mean, a.loop_log_std, a.min_loops, a.max_loops, micro_batch
         )
+
+    def training_step(self, *args, **kwargs):
+        """[`Trainer.training_step`]; under gradient checkpointing with the penalty on, with SDPA's math kernel
+        (the forward and its recomputation in the double backward must run the same kernel)."""
+        with self._attention_kernel():
+            return super().training_step(*args, **kwargs)
 
     def next_micro_batch(self) -> int:
         """The index of the training micro-batch about to run within the current optimizer step (0, 1, ...). Every
