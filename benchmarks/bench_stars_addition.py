@@ -11,8 +11,8 @@ number of steps with the same optimiser, the preset's (``StarsTrainingArguments.
 
 Data: ``--digits``-digit problems in the preset's format (``reference_addition``: the STARS reference code's, operands
 of exactly 4 digits, the answer a space and the sum reversed); ``--test-size`` test problems (the reference test
-file's 5,076) of which the first ``--test-eval`` are scored (its 1,000), ``--validation-size`` validation problems,
-and the training problems, the three disjoint. The data are the same for every seed (data seed 0); the seed sets the
+file's 5,076) of which the first ``--test-eval`` are scored (default all; the code reads 1,000),
+``--validation-size`` validation problems, and the training problems, the three disjoint. The data are the same for every seed (data seed 0); the seed sets the
 weights, the data order and the loop draws.
 
 Each run (kind, seed) checkpoints every ``--save-steps`` and resumes from its last checkpoint when started again,
@@ -88,7 +88,9 @@ def parse(argv):
     p.add_argument("--pad-operands", action=argparse.BooleanOptionalAction, default=False)
     p.add_argument("--train-size", type=int, default=8000)
     p.add_argument("--test-size", type=int, default=None, help="test problems drawn (reference_*: 5076, else 300)")
-    p.add_argument("--test-eval", type=int, default=None, help="test problems scored (reference_*: 1000, else all)")
+    p.add_argument(
+        "--test-eval", type=int, default=None, help="test problems scored (default: all; the reference code reads 1000)"
+    )
     p.add_argument("--validation-size", type=int, default=0, help="validation problems (choose the cut on these)")
     for flag in OVERRIDE_FLAGS:
         kind = str if flag == "jsrr_penalty" else int if flag in ("steps", "batch_size", "min_loops", "max_loops",
