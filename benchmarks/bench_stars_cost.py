@@ -154,7 +154,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--loops", default="4,6", help="loop counts (the STARS default samples about 5.5 on average)")
+    parser.add_argument("--loops", default="4,8", help="loop counts (the issue measures 4 and 8)")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--vocab", type=int, default=1024)
