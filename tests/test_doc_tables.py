@@ -34,17 +34,17 @@ def test_a_wrong_marked_number_fails_the_check_naming_page_line_field_and_values
     doc_tables = load_benchmark("doc_tables")
     page = tmp_path / "stars_cost.md"
     text = (ROOT / "docs" / "benchmarks" / "stars_cost.md").read_text()
-    marker = "<!-- num: {stars_cost.json:by_loops.4.plain_seconds} - {stars_cost.json:by_loops.4.breakdown.lm_forward_backward} fmt=.2f -->"
-    assert marker + "0.09<!-- /num -->" in text
-    page.write_text(text.replace(marker + "0.09<!-- /num -->", marker + "0.07<!-- /num -->"))
+    marker = "<!-- num: stars_cost.json:by_loops.4.breakdown.penalty_backward fmt=.2f -->"
+    assert marker + "0.22<!-- /num -->" in text
+    page.write_text(text.replace(marker + "0.22<!-- /num -->", marker + "0.27<!-- /num -->"))
     line = next(n for n, row in enumerate(page.read_text().split("\n"), 1) if marker in row)
     monkeypatch.setattr(doc_tables, "pages", lambda: [page])
     assert doc_tables.main(["--check"]) == 1
     out = capsys.readouterr().out
-    assert f"{page}:{line}: " in out and "by_loops.4.breakdown.lm_forward_backward" in out
-    assert "the JSON gives '0.09', the page says '0.07'" in out
+    assert f"{page}:{line}: " in out and "by_loops.4.breakdown.penalty_backward" in out
+    assert "the JSON gives '0.22', the page says '0.27'" in out
     assert doc_tables.main([]) == 0  # rewriting puts the JSON's number back, and says so
-    assert marker + "0.09<!-- /num -->" in page.read_text() and "number: " in capsys.readouterr().out
+    assert marker + "0.22<!-- /num -->" in page.read_text() and "number: " in capsys.readouterr().out
     assert doc_tables.main(["--check"]) == 0
 
 
@@ -91,7 +91,11 @@ def test_a_changed_json_makes_its_table_stale(tmp_path, monkeypatch):
     data["by_loops"]["4"]["vjp@1"] = 9.99
     path.write_text(json.dumps(data))
     monkeypatch.setattr(doc_tables, "RESULTS", results)
-    assert doc_tables.stale_tables() == ["README.md: readme-results", "docs/benchmarks/stars_cost.md: stars-cost"]
+    assert doc_tables.stale_tables() == [
+        "README.md: readme-results",
+        "docs/benchmarks/stars_cost.md: stars-cost",
+        "docs/benchmarks/stars_cost.md: stars-cost-cheaper",
+    ]
     assert "9.99x" in doc_tables.render((ROOT / "docs" / "benchmarks" / "stars_cost.md").read_text())
     changed = doc_tables.stale_numbers()  # the prose that restates it: the cost page, the estimator page, ...
     assert any(line.startswith("docs/benchmarks/stars_cost.md:") and "'9.99'" in line for line in changed)
