@@ -411,6 +411,13 @@ def test_two_process_run_keeps_replicas_identical(tmp_path):
         assert any(not torch.equal(p, start[n]) for n, p in r0[run]["params"].items())
     logged = [h for h in r0["jsrr"]["log"] if "loss" in h]
     assert logged and all(h["spectral_radius"] > 0 for h in logged)
+    # per-micro-batch draws: every rank runs the same count in each micro-batch, and the two micro-batches of a step
+    # draw their own (the reference code's per-forward draws, without its ranks drawing apart)
+    drawn = r0["per_micro_batch"]["loops"]
+    assert drawn == r1["per_micro_batch"]["loops"] and len(drawn) == 8
+    assert any(drawn[2 * i] != drawn[2 * i + 1] for i in range(4)), drawn
+    for name, p0 in r0["per_micro_batch"]["params"].items():
+        assert torch.equal(p0, r1["per_micro_batch"]["params"][name]), name
 
     # the loss is scaled right across processes, the penalty's too: 2 processes x batch 4 update like 1 process
     # accumulating 2 x 4 (each sequence's probe comes from its tokens, not from its process). The rows are ragged

@@ -46,20 +46,27 @@ def arguments(out: Path, **overrides) -> StarsTrainingArguments:
 
 def main(out: Path) -> None:
     results = {}
-    for name, overrides in {"jsrr": {}, "lm_only": {"jsrr_weight": 0.0}}.items():
-        model, counts = tiny_ouro(seed=0), []  # the labelled (predicted) tokens of this rank's micro-batches
+    runs = {
+        "jsrr": {},
+        "lm_only": {"jsrr_weight": 0.0},
+        # the reference code's per-forward draws: keyed by (seed, step, micro-batch), the same on every rank
+        "per_micro_batch": {"loop_draws": "per_micro_batch", "gradient_accumulation_steps": 2, "max_loops": 8},
+    }
+    for name, overrides in runs.items():
+        model, counts, loops = tiny_ouro(seed=0), [], []  # per micro-batch of this rank: labelled tokens, loops
         original = model.forward
 
         @functools.wraps(original)
-        def counting_forward(*args, _original=original, _counts=counts, **kwargs):
+        def counting_forward(*args, _original=original, _counts=counts, _loops=loops, **kwargs):
             _counts.append(int((kwargs["labels"][:, 1:] != -100).sum()))
+            _loops.append(int(kwargs["num_loops"]))
             return _original(*args, **kwargs)
 
         model.forward = counting_forward
         trainer = StarsTrainer(model=model, args=arguments(out / name, **overrides), train_dataset=data())
         trainer.train()
         params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-        results[name] = {"params": params, "log": trainer.state.log_history, "counts": counts}
+        results[name] = {"params": params, "log": trainer.state.log_history, "counts": counts, "loops": loops}
     save_rank_and_finish(out, {**results})
 
 
