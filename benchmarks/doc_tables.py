@@ -180,6 +180,23 @@ def stars_dynamics() -> str:
     return markdown(["kind", "radius at t = 4 / 16 / 64", "relative step at t = 4 / 16 / 63"], rows)
 
 
+def stars_preset_runs(folder: str) -> str:
+    """The summary of one preset's runs of ``bench_stars_addition.py`` (``docs/results/<folder>/results.json``): per
+    kind the mean exact match over seeds with its standard error, then the seed-paired differences."""
+    summary = load(f"{folder}/results.json")["summary"]
+
+    def cell(row: dict) -> str:
+        return pct(row["mean"]) + ("" if row["se"] is None else f" ± {100 * row['se']:.1f}")
+
+    loops = list(next(iter(summary["accuracy"].values())))
+    rows = []
+    for part in ("accuracy", "differences"):
+        for kind, by_loops in summary.get(part, {}).items():
+            seeds = next(iter(by_loops.values()))["n"]
+            rows.append([f"{kind} ({seeds} seed{'s' if seeds > 1 else ''})", *(cell(by_loops[n]) for n in loops)])
+    return markdown(["loops at test time", *loops], rows)
+
+
 def stars_cost() -> str:
     by_loops = load("stars_cost.json")["by_loops"]
     columns = ["vjp@1", "vjp@2", "vjp@4", "jvp@1", "jvp@2", "jvp@4"]
@@ -1368,6 +1385,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "stars-addition-3digit": lambda: stars_accuracy("stars_addition_3digit/results.json"),
     "stars-dynamics": stars_dynamics,
     "stars-cost-cheaper": stars_cost_cheaper,
+    "stars-reference-addition": lambda: stars_preset_runs("stars_reference_addition"),
     "stars-cost": stars_cost,
     "jsrr-estimator": jsrr_estimator,
     "jsrr-spread": jsrr_spread,
