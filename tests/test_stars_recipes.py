@@ -11,7 +11,7 @@ import torch
 from conftest import StopAt, ragged_lm_rows, tiny_ouro, training_args
 from datasets import Dataset
 
-from equilibria.trainers import StarsTrainer, StarsTrainingArguments, sample_num_loops
+from equilibria.trainers import StarsTrainer, StarsTrainingArguments, sample_num_loops, spectral_radius
 from equilibria.trainers.stars import penalty_rows, row_probes
 from equilibria.trainers.stars_presets import DEFAULTS, PRESETS, STARS_OPTIONS
 
@@ -167,6 +167,43 @@ def test_the_batch_probe_is_one_vjp_of_a_vector_normalised_over_the_whole_batch(
     torch.testing.assert_close(out.spectral_radius.norm(), vjp.norm(), rtol=1e-5, atol=1e-6)
     per_row = model(**batch, num_loops=3, spectral_radius_iters=1, spectral_radius_start=start).spectral_radius
     assert not torch.allclose(per_row.norm(), out.spectral_radius.norm())  # each row normalised alone differs
+
+
+def test_the_estimate_at_a_loop_step_inside_the_loop_linearises_at_that_steps_state():
+    """``spectral_radius_step=k`` (the paper's "an iteration inside the loop"): the estimate at ``h_k``, as a hand
+    power iteration of the loop map at the state after ``k`` steps gives it; beyond ``num_loops`` is refused."""
+    model = tiny_ouro(seed=1).eval()
+    rows = ragged_lm_rows(n=3)
+    batch = {k: torch.tensor(rows[k]) for k in ("input_ids", "attention_mask")}
+    start = row_probes(batch, model.config.hidden_size, seed=0, step=1)
+    common = dict(num_loops=4, spectral_radius_iters=3, spectral_radius_start=start)
+    at_two = model(**batch, **common, spectral_radius_step=2).spectral_radius
+    h2, f = final_state_and_map(model, batch, 2)
+    expected = spectral_radius(f, h2, num_iters=3, valid=batch["attention_mask"], start=start, create_graph=False)
+    torch.testing.assert_close(at_two, expected, rtol=1e-5, atol=1e-6)
+    last = model(**batch, **common).spectral_radius
+    torch.testing.assert_close(model(**batch, **common, spectral_radius_step=4).spectral_radius, last)
+    assert not torch.allclose(at_two, last)
+    with pytest.raises(ValueError, match="spectral_radius_step must be at most num_loops=4"):
+        model(**batch, **common, spectral_radius_step=5)
+
+
+def test_random_step_state_draws_the_linearised_step_per_micro_batch(tmp_path):
+    steps = []
+    model = tiny_ouro()
+    original = model.forward
+
+    @functools.wraps(original)
+    def forward(*args, **kwargs):
+        steps.append((kwargs["num_loops"], kwargs.get("spectral_radius_step")))
+        return original(*args, **kwargs)
+
+    model.forward = forward
+    values = dict(max_steps=4, gradient_accumulation_steps=2, per_device_train_batch_size=2, jsrr_state="random_step")
+    StarsTrainer(model=model, args=args_for(tmp_path, min_loops=3, max_loops=8, **values), train_dataset=data()).train()
+    assert len(steps) == 8 and all(1 <= k <= n for n, k in steps)
+    assert any(k < n for n, k in steps)
+    assert args_for(tmp_path).jsrr_state == "final"
 
 
 def test_the_penalty_on_a_sample_of_rows_is_their_share_of_the_full_form(tmp_path):

@@ -535,6 +535,7 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         spectral_radius_start: torch.Tensor | None = None,
         spectral_radius_probe: str = "sequence",
         spectral_radius_rows: torch.LongTensor | None = None,
+        spectral_radius_step: int | None = None,
         **kwargs,
     ) -> OuroModelOutput:
         r"""Run the loop.
@@ -553,7 +554,9 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
                 STARS paper's); ``spectral_radius_start``: the start vectors (the state's shape), else random;
                 ``spectral_radius_probe``: ``"sequence"`` (an estimate per sequence) or ``"batch"`` (start vectors
                 normalised over the whole batch: the output's norm is the batch's estimate); ``spectral_radius_rows``:
-                the batch rows to estimate on (the loop step runs on them alone), else all.
+                the batch rows to estimate on (the loop step runs on them alone), else all; ``spectral_radius_step``:
+                the loop step (1-based, at most ``num_loops``) whose output state the estimate linearises at, else
+                the last (the STARS paper's "an iteration inside the loop"; its code uses the last).
 
         Early exit. A token exits at the first step ``t < num_loops`` where the cumulative probability of its
         exit distribution reaches the threshold; its output is its state at that step. From then on it is
@@ -579,6 +582,14 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         threshold = config.early_exit_threshold if exit_threshold is None else exit_threshold
         if exit_threshold is not None or exit_readout is not None or (threshold is not None and threshold < 1.0):
             early, reference = self._early_exit(threshold, exit_readout, hidden, num_loops, masks, inputs)
+        jsrr_step = (
+            num_loops
+            if spectral_radius_step is None
+            else as_int(spectral_radius_step, "spectral_radius_step", 1, "a loop step")
+        )
+        if jsrr_step > num_loops:
+            raise ValueError(f"spectral_radius_step must be at most num_loops={num_loops}, got {jsrr_step}")
+        linearised = None  # the state the JSRR estimate linearises at, when not the last
         keep_states = inputs.output_hidden_states or reference is not None
         states = (hidden,) if keep_states else None  # the embeddings, then each step's readout
         gate_logits: list[torch.Tensor] = []  # the exit gate read after every step but the last
@@ -593,6 +604,8 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
                     break
                 new = self.loop_step(hidden, step, position_embeddings, masks, cache=cache, early_exit=early, **kwargs)
                 previous, hidden = hidden, (new if early is None else early.end_step(hidden, new))
+                if step + 1 == jsrr_step and jsrr_step < num_loops:
+                    linearised = hidden
                 states = states + (self.readout(hidden),) if keep_states else None
                 if step < num_loops - 1:
                     gate_logits.append(self.exit_logit(hidden))
@@ -624,7 +637,8 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
                 probe=spectral_radius_probe,
                 rows=spectral_radius_rows,
             )
-            rho = self._jsrr_estimate(final, position_embeddings, masks, attention_mask, options)
+            at = final if linearised is None else linearised
+            rho = self._jsrr_estimate(at, position_embeddings, masks, attention_mask, options)
         return OuroModelOutput(
             last_hidden_state=hidden,
             **{OUTPUT_CACHE_FIELD: cache},
@@ -752,6 +766,7 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
         spectral_radius_start: torch.Tensor | None = None,
         spectral_radius_probe: str = "sequence",
         spectral_radius_rows: torch.LongTensor | None = None,
+        spectral_radius_step: int | None = None,
         **kwargs,
     ) -> OuroCausalLMOutput:
         r"""The loop ([`OuroModel.forward`]: ``num_loops``, ``exit_threshold``, ``exit_readout`` and the
@@ -788,6 +803,7 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
             spectral_radius_start=spectral_radius_start,
             spectral_radius_probe=spectral_radius_probe,
             spectral_radius_rows=spectral_radius_rows,
+            spectral_radius_step=spectral_radius_step,
             **kwargs,
         )
         if every_step:

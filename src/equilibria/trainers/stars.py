@@ -33,6 +33,7 @@ logger = logging.get_logger(__name__)
 
 JSRR_PENALTIES = ("square", "hinge")
 LOOP_DRAWS = ("per_step", "per_micro_batch")
+JSRR_STATES = ("final", "random_step")
 STARS_LOG_KEYS = ("num_loops", "spectral_radius", "lm_loss", "jsrr_penalty")
 
 
@@ -65,6 +66,8 @@ class StarsTrainingArguments(LoopTrainingArguments):
     (``"hinge"``). ``jsrr_sample_fraction < 1`` computes the penalty on that fraction of the sequences only
     (chosen from each sequence's tokens and the step; the sum over them is divided by the expected count, an
     unbiased estimate of the full mean at a fraction of its cost; ``benchmarks/bench_stars_cost.py``).
+    ``jsrr_state="random_step"`` linearises at the state after a step drawn uniformly from ``1 .. T`` (keyed by
+    ``(seed, step, micro-batch)``) instead of at ``h_T``.
     """
 
     stars_preset: Annotated[str | None, OneOf(STARS_PRESETS)] = field(
@@ -119,6 +122,14 @@ class StarsTrainingArguments(LoopTrainingArguments):
     jsrr_sample_fraction: Annotated[float | None, Interval(min=0, max=1, exclude_min=True), FILLED_IN] = field(
         default=None,
         metadata={"help": "Fraction of the sequences the penalty is computed on, in (0, 1] (default 1)."},
+    )
+    jsrr_state: Annotated[str | None, OneOf(JSRR_STATES), FILLED_IN] = field(
+        default=None,
+        metadata={
+            "help": "Where the penalty linearises the loop: 'final' (the state after the sampled count, the reference "
+            "code's and the default) or 'random_step' (after a step drawn uniformly from 1 .. the count, per "
+            "micro-batch: our reading of the paper's 'an iteration inside the loop')."
+        },
     )
     eval_num_loops: Annotated[int | None, Interval(min=1)] = field(
         default=None, metadata={"help": "Loop steps for evaluation losses (default: the model config's)."}
@@ -367,6 +378,10 @@ class StarsTrainer(LoopTrainer):
                 spectral_radius_probe=args.jsrr_probe,
                 spectral_radius_rows=penalty_rows(inputs, args.jsrr_sample_fraction, args.seed, step),
             )
+            if args.jsrr_state == "random_step":
+                micro = self._micro_batches[1]
+                draw = random.Random(f"jsrr-state-{args.seed}-{step}-{micro}").randint(1, batch["num_loops"])
+                batch["spectral_radius_step"] = draw
         return batch
 
     def penalty(self, rho: torch.Tensor, batch_rows: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -40,6 +40,7 @@ STARS_OPTIONS = (
     "jsrr_target",
     "jsrr_warmup_steps",
     "jsrr_sample_fraction",
+    "jsrr_state",
 )
 
 DEFAULTS = {
@@ -56,6 +57,7 @@ DEFAULTS = {
     "jsrr_target": 1.0,
     "jsrr_warmup_steps": 0,
     "jsrr_sample_fraction": 1.0,
+    "jsrr_state": "final",
 }
 
 # The published code's penalty: one vector-Jacobian product at the detached final state, of a Gaussian vector
@@ -68,6 +70,7 @@ _REFERENCE_PENALTY = {
     "jsrr_penalty": "square",
     "jsrr_target": 1.0,
     "jsrr_sample_fraction": 1.0,
+    "jsrr_state": "final",
     "loop_draws": "per_micro_batch",
 }
 
@@ -129,6 +132,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             "jsrr_target": 0.9,
             "jsrr_warmup_steps": 1000,
             "jsrr_sample_fraction": 1.0,
+            "jsrr_state": "final",
         },
         "training": {
             "learning_rate": 1e-3,
