@@ -64,10 +64,11 @@ SIZES = [
     ("--eval_loops 4,8,16,32,64", "--eval_loops 4,8"),
     ("--loops 16,64 --breadth 16", "--loops 4 --breadth 2 --num_examples 8"),
     ("--num_examples 500", "--num_examples 20"),
+    # before the next substitution, whose pattern this command contains
+    ("diagnose out --loops 1,2,4,8,16,32,64", "diagnose out --loops 1,2,4,8 --num_examples 8 --power_iters 4"),
     ("--loops 1,2,4,8,16", "--loops 1,4 --num_examples 8"),
     ("--use_peft --max_steps 1000", "--use_peft --max_steps 2"),
     ("equilibria audit out --output_dir out", "equilibria audit out --output_dir out --num_examples 16"),
-    ("diagnose out --loops 1,2,4,8,16,32,64", "diagnose out --loops 1,2,4,8 --num_examples 8 --power_iters 4"),
 ]
 
 NOT_RUN = {

@@ -172,11 +172,11 @@ class OuroDecoderLayer(GradientCheckpointingLayer):
     ``h = h + norm2(attn(norm1(h)))``, then ``h = h + norm4(mlp(norm3(h)))``; ``"pre"`` ``h = h + attn(norm1(h))``,
     ``h = h + mlp(norm3(h))``; ``"post"`` ``h = norm2(h + attn(h))``, ``h = norm4(h + mlp(h))`` (``norm1`` ..
     ``norm4`` are ``input_layernorm``, ``input_layernorm_2``, ``post_attention_layernorm``,
-    ``post_attention_layernorm_2``; a layer has only the ones its placement uses). Its attention reads and writes
-    the cache entry of this (loop step, layer), ``cache_index``, and takes the early exit's frozen keys/values
-    (``early_exit``; see [`Attention`])."""
+    ``post_attention_layernorm_2``; those a placement does not use are ``nn.Identity``, without parameters). Its
+    attention reads and writes the cache entry of this (loop step, layer), ``cache_index``, and takes the early
+    exit's frozen keys/values (``early_exit``; see [`Attention`])."""
 
-    #: the norms each placement has, in the order norm1 .. norm4 (None: not there)
+    #: the norms each placement has, in the order norm1 .. norm4 (None: an identity)
     NORMS = {
         "sandwich": ("input_layernorm", "input_layernorm_2", "post_attention_layernorm", "post_attention_layernorm_2"),
         "pre": ("input_layernorm", None, "post_attention_layernorm", None),
@@ -188,15 +188,10 @@ class OuroDecoderLayer(GradientCheckpointingLayer):
         self.self_attn = Attention(config=config, layer_idx=layer_idx)
         self.mlp = MLP(config)
         self.norm_placement = config.norm_placement
-        for name in self.NORMS[config.norm_placement]:
-            if name is not None:
-                setattr(self, name, RMSNorm(config.hidden_size, eps=config.rms_norm_eps))
+        used = self.NORMS[config.norm_placement]
+        for name in self.NORMS["sandwich"]:  # a norm this placement lacks is a parameter-free identity
+            setattr(self, name, RMSNorm(config.hidden_size, eps=config.rms_norm_eps) if name in used else nn.Identity())
         self.attention_type = config.layer_types[layer_idx]
-
-    def _norm(self, index: int, hidden_states: torch.Tensor) -> torch.Tensor:
-        """``norm{index + 1}`` of the docstring, the identity where this placement has none."""
-        name = self.NORMS[self.norm_placement][index]
-        return hidden_states if name is None else getattr(self, name)(hidden_states)
 
     def forward(
         self,
@@ -210,7 +205,7 @@ class OuroDecoderLayer(GradientCheckpointingLayer):
     ) -> torch.Tensor:
         post = self.norm_placement == "post"
         attended, _ = self.self_attn(
-            self._norm(0, hidden_states),
+            self.input_layernorm(hidden_states),
             position_embeddings=position_embeddings,
             attention_mask=attention_mask,
             cache=cache,
@@ -218,9 +213,10 @@ class OuroDecoderLayer(GradientCheckpointingLayer):
             early_exit=early_exit,
             **kwargs,
         )
-        hidden_states = self._norm(1, hidden_states + attended) if post else hidden_states + self._norm(1, attended)
-        transformed = self.mlp(self._norm(2, hidden_states))
-        return self._norm(3, hidden_states + transformed) if post else hidden_states + self._norm(3, transformed)
+        norm2, norm4 = self.input_layernorm_2, self.post_attention_layernorm_2
+        hidden_states = norm2(hidden_states + attended) if post else hidden_states + norm2(attended)
+        transformed = self.mlp(self.post_attention_layernorm(hidden_states))
+        return norm4(hidden_states + transformed) if post else hidden_states + norm4(transformed)
 
 
 # --------------------------------------------------------------------------------------------------
