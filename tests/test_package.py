@@ -222,6 +222,33 @@ def test_stars_benchmark_quick_mode_runs_and_resumes(tmp_path):
     assert again["runs"]["plain"] == saved["runs"]["plain"]
 
 
+def test_norm_placement_comparison_reads_each_placements_runs(tmp_path):
+    """``stars_norm_placement.py`` puts side by side the trajectories of runs that differ only in norm placement."""
+    bench_stars_addition = load_benchmark("bench_stars_addition")
+    folders = {p: tmp_path / p for p in ("sandwich", "pre")}
+    for placement, folder in folders.items():
+        flags = ["--quick", "--kinds", "plain,stars", "--norm-placement", placement, "--output-dir", str(folder)]
+        bench_stars_addition.main(flags)
+    compare = load_benchmark("stars_norm_placement")
+    runs = [f"{p}={folder}" for p, folder in folders.items()]
+    out = compare.main(["--runs", *runs, "--output-dir", str(tmp_path / "out")])
+    assert (tmp_path / "out" / "trajectories.png").stat().st_size > 1000
+    assert read_benchmark_json(tmp_path / "out" / "results.json") == json.loads(json.dumps(out, default=str))
+    assert set(out["placements"]) == {"sandwich", "pre"}
+    for placement, by_kind in out["placements"].items():
+        assert set(by_kind) == {"plain", "stars"}
+        for kind, row in by_kind.items():
+            run = json.loads((folders[placement] / "runs" / f"{kind}_seed0.json").read_text())
+            assert row["state_norm"]["4"] == run["dynamics"]["state_norm"][3]  # loop step 4, the quick runs' last
+            assert row["state_norm"]["16"] is None and row["accuracy"]["4"] == run["accuracy"]["4"]
+    # the two placements' models differ (pre-norm carries the raw residual stream; sandwich a normalised state)
+    assert out["placements"]["pre"]["plain"]["state_norm"] != out["placements"]["sandwich"]["plain"]["state_norm"]
+    with pytest.raises(SystemExit, match="norm_placement='sandwich'"):  # a folder of another placement is refused
+        compare.main(["--runs", f"post={folders['sandwich']}", "--output-dir", str(tmp_path / "bad")])
+    with pytest.raises(SystemExit):
+        compare.main(["--runs", f"middle={folders['pre']}"])
+
+
 def test_exit_gate_benchmark_quick_mode_runs(tmp_path):
     results = load_benchmark("bench_exit_gate").main(["--quick", "--output-dir", str(tmp_path)])
     assert (tmp_path / "exit_gate.png").stat().st_size > 1000
