@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -50,6 +51,20 @@ def tiny_ouro(seed: int = 0, **overrides) -> OuroForCausalLM:
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)
         model.model.embed_tokens.weight.mul_(20.0)
+    return model
+
+
+def recording(model, seen: list):
+    """``model`` with its forward wrapped to append each training call's ``num_loops`` to ``seen``."""
+    original = model.forward
+
+    @functools.wraps(original)
+    def forward(*args, **kwargs):
+        if model.training:
+            seen.append(kwargs["num_loops"])
+        return original(*args, **kwargs)
+
+    model.forward = forward
     return model
 
 

@@ -11,6 +11,7 @@ from conftest import (
     load_benchmark,
     ragged_lm_rows,
     read_benchmark_json,
+    recording,
     run_two_processes,
     tiny_ouro,
     training_args,
@@ -122,17 +123,8 @@ def test_loop_sampling_is_log_normal_clipped_and_deterministic():
 
 
 def test_every_micro_batch_of_a_step_uses_the_steps_sampled_count(tmp_path):
-    model = tiny_ouro()
     seen = []
-    original = model.forward
-
-    @functools.wraps(original)
-    def recording_forward(*args, **kwargs):
-        if model.training:
-            seen.append(kwargs["num_loops"])
-        return original(*args, **kwargs)
-
-    model.forward = recording_forward
+    model = recording(tiny_ouro(), seen)
     args = stars_args(tmp_path, max_steps=6, gradient_accumulation_steps=2, per_device_train_batch_size=2)
     trainer = StarsTrainer(model=model, args=args, train_dataset=token_data())
     trainer.train()

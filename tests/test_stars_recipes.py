@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import StopAt, ragged_lm_rows, tiny_ouro, training_args
+from conftest import StopAt, ragged_lm_rows, recording, tiny_ouro, training_args
 from datasets import Dataset
 
 from equilibria.trainers import StarsTrainer, StarsTrainingArguments, sample_num_loops, spectral_radius
@@ -88,19 +88,6 @@ def test_bad_recipe_arguments_fail_at_construction(tmp_path, overrides, message)
 
 
 # ---- loop draws -----------------------------------------------------------------------------------------------------
-
-
-def recording(model, seen: list):
-    original = model.forward
-
-    @functools.wraps(original)
-    def forward(*args, **kwargs):
-        if model.training:
-            seen.append(kwargs["num_loops"])
-        return original(*args, **kwargs)
-
-    model.forward = forward
-    return model
 
 
 def test_per_micro_batch_draws_give_each_micro_batch_its_own_keyed_count(tmp_path):
