@@ -197,6 +197,29 @@ def stars_preset_runs(folder: str) -> str:
     return markdown(["loops at test time", *loops], rows)
 
 
+def stars_norm_placement() -> str:
+    """The norm diagnosis (``stars_norm_placement/results.json``): per placement and training kind the state's norm
+    and the relative step at loop steps 4, 16 and 100, the spectral radius at 64 and exact match at 4 and 32 loops."""
+    data = load("stars_norm_placement/results.json")
+
+    def cells(values: dict, keys: tuple, fmt) -> str:
+        return " / ".join("diverged" if values[k] is None else fmt(values[k]) for k in keys)
+
+    rows = [
+        [
+            f"`{placement}`, {kind}",
+            cells(r["state_norm"], ("4", "16", "100"), lambda v: f"{v:.3g}"),
+            cells(r["relative_step"], ("4", "16", "100"), small),
+            "-" if r["spectral_radius"]["64"] is None else f"{r['spectral_radius']['64']:.2f}",
+            " / ".join(pct(r["accuracy"][n]) for n in ("4", "16", "100")),
+        ]
+        for placement, by_kind in data["placements"].items()
+        for kind, r in by_kind.items()
+    ]
+    header = ["placement, training", "state norm at t = 4 / 16 / 100", "relative step at t = 4 / 16 / 100"]
+    return markdown([*header, "radius at t = 64", "exact match at 4 / 16 / 100 loops"], rows)
+
+
 def stars_cost() -> str:
     by_loops = load("stars_cost.json")["by_loops"]
     columns = ["vjp@1", "vjp@2", "vjp@4", "jvp@1", "jvp@2", "jvp@4"]
@@ -1042,6 +1065,35 @@ def stars_depth_row() -> list[str]:
     ]
 
 
+def stars_presets_row() -> list[str]:
+    """The two STARS recipes on 4-digit reversed addition, one cut (``stars_reference_addition``,
+    ``stars_equilibria_addition4``)."""
+    ref = load("stars_reference_addition/results.json")["summary"]
+    ours = load("stars_equilibria_addition4/results.json")["summary"]
+
+    def cell(row: dict, signed: bool = False) -> str:
+        mean = f"{100 * row['mean']:+.0f}" if signed else pct(row["mean"], 0)
+        return mean + ("" if row["se"] is None else f" ± {100 * row['se']:.0f}")
+
+    learned = max(row["mean"] for kind in ("sampling", "stars") for row in ref["accuracy"][kind].values())
+    elsewhere = max(row["mean"] for loops, row in ref["accuracy"]["plain"].items() if loops != "4")
+    gain = ours["differences"]["stars - sampling"]
+    n = ours["accuracy"]["stars"]["100"]["n"]
+    return [
+        "STARS, the reference recipe and ours, on the paper's 4-digit task",
+        f"reference recipe (means of 3 seeds): plain {pct(ref['accuracy']['plain']['4']['mean'], 0)} at its 4 "
+        f"loops, at most {pct(elsewhere)} elsewhere; sampling and STARS do not learn the task within the cut (at "
+        f"most {pct(learned)} anywhere). `equilibria` "
+        f"preset ({seeds_label(n)}): STARS {cell(ours['accuracy']['stars']['32'])} / "
+        f"{cell(ours['accuracy']['stars']['100'])} at 32 / 100 loops, sampling "
+        f"{cell(ours['accuracy']['sampling']['32'])} / {cell(ours['accuracy']['sampling']['100'])}; STARS - "
+        f"sampling beyond the sampled range {cell(gain['32'], True)} / {cell(gain['100'], True)} points",
+        "the paper's 100% at every depth is not reproduced at this cut (batch 64, a width-128 Ouro layer, CPU)",
+        "[stars_addition](docs/benchmarks/stars_addition.md#the-reference-recipe-on-4-digit-reversed-addition)",
+        "`bench_stars_addition.py --preset reference_addition` / `--preset equilibria --digits 4 --reverse-answer`",
+    ]
+
+
 def stars_ablation_row() -> list[str]:
     return [
         "what carries the extrapolation",
@@ -1358,6 +1410,7 @@ def anderson_row() -> list[str]:
 README_ROWS: tuple[Callable[[], list[str]], ...] = (  # the README's results table, a row each, in its order
     stars_depth_row,
     stars_ablation_row,
+    stars_presets_row,
     jsrr_cost_row,
     vjp_estimator_row,
     exit_gate_row,
@@ -1386,6 +1439,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "stars-dynamics": stars_dynamics,
     "stars-cost-cheaper": stars_cost_cheaper,
     "stars-reference-addition": lambda: stars_preset_runs("stars_reference_addition"),
+    "stars-equilibria-addition4": lambda: stars_preset_runs("stars_equilibria_addition4"),
+    "stars-norm-placement": stars_norm_placement,
     "stars-cost": stars_cost,
     "jsrr-estimator": jsrr_estimator,
     "jsrr-spread": jsrr_spread,
