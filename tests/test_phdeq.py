@@ -60,6 +60,34 @@ def test_the_anchor_can_pull_toward_the_initialiser_and_be_removed():
     assert not bool(c.converged.any()) and c.abs_residual.min() > 0.1
 
 
+def test_the_start_anchored_reading_keeps_its_start_when_the_force_vanishes():
+    """``dynamics="start_anchored"``: f(s) = s exactly when V is flat (from any start, so z* = s); otherwise the
+    equilibrium has p* = p_s and anchor * (q* - q_s) = -dV/dq(q*), within |dV/dq| / anchor of the start."""
+    flat = tiny_phdeq(dynamics="start_anchored", potential_scale_init=0.0)
+    assert flat.model.port is None  # no port drive in this reading
+    with torch.no_grad():
+        f, z0 = flat.model.loop_map(X)
+        assert torch.equal(f(z0), z0)
+        elsewhere = z0 + torch.randn(5, 16)
+        out = flat(X, initial_state=elsewhere)
+    assert torch.equal(out.solved_state, elsewhere) and bool(out.converged.all())
+    model = tiny_phdeq(dynamics="start_anchored", potential_scale_init=0.5)
+    with torch.no_grad():
+        out = model(X)
+        core, s = model.model, out.start_state
+        q, p = out.solved_state.chunk(2, dim=-1)
+        force = (core.potential_scale * torch.tanh(core.potential_q(q) + core.potential_c(out.context))) @ (
+            core.potential_q.weight
+        )
+        bound = torch.linalg.matrix_norm(core.potential_q.weight, ord=2) * core.potential_scale.norm()
+    assert bool(out.converged.all()) and not bool(out.diverged.any())
+    torch.testing.assert_close(p, s[:, 8:], atol=1e-4, rtol=0)
+    torch.testing.assert_close(model.config.anchor * (q - s[:, :8]), -force, atol=1e-4, rtol=0)
+    displacement = (out.solved_state - s).norm(dim=1)
+    assert displacement.min() > 1e-3 and bool((displacement <= force.norm(dim=1) / model.config.anchor + 1e-4).all())
+    assert bool((force.norm(dim=1) <= bound + 1e-5).all())
+
+
 def test_an_isolated_initialiser_gets_no_gradient_even_through_the_anchor():
     reached = tiny_phdeq(anchor_target="initializer", initializer_loss_weight=0.0).train()
     reached(X, labels=Y).loss.backward()  # the anchor's centre carries the task loss to the initialiser ...
@@ -181,6 +209,9 @@ def test_a_diverging_solve_is_flagged_not_returned_as_fine():
         (dict(anchor=13.0), r"linearised step is unstable: .* anchor < 12 for step_size=0.5 and friction=1.0"),
         (dict(step_size=1.0, friction=1.5, anchor=1.0), r"anchor < 1 for step_size=1.0 and friction=1.5"),
         (dict(anchor_target="z0"), r"anchor_target must be one of \('origin', 'initializer'\)"),
+        (dict(dynamics="start_anchored", anchor_target="initializer"), "anchor_target must be 'origin'"),
+        (dict(dynamics="start_anchored", anchor=13.0), r"linearised step is unstable"),
+        (dict(dynamics="free"), r"dynamics must be one of \('port_driven', 'start_anchored'\)"),
         (dict(start_noise=-0.1), "start_noise must be greater or equal to 0.0 and smaller than inf"),
         (dict(num_loops=-1), "num_loops must be greater or equal to 0"),
         (dict(initializer="zero", initializer_loss_weight=1.0), "initializer_loss_weight must be 0"),

@@ -16,6 +16,7 @@ from .solvers import GRADIENT_MODES, SOLVERS
 
 INITIALIZERS = ("learned", "zero")
 ANCHOR_TARGETS = ("origin", "initializer")
+DYNAMICS = ("port_driven", "start_anchored")
 ACTIVATIONS = ("gelu", "silu", "relu", "tanh")
 
 
@@ -47,6 +48,17 @@ class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
     proposal, which stays fixed while solving, also when the solver starts elsewhere). A decoder reads the solved
     state ``h* = z*`` and, with ``direct_path``, the context ``c`` as well.
 
+    ``dynamics="start_anchored"`` is our reading of the lazy-identity study's updates, under which the solver's
+    start ``s = (q_s, p_s)`` (``z_0``, ``z_0`` plus the start noise, or ``initial_state``) is itself an equilibrium
+    when the learned force vanishes: no port drive (the context enters through ``z_0`` and the potential ``V``), and
+    the anchor and the friction act on the whole phase state, centred at ``s``:
+
+        p' = p - step_size * (dV/dq(q) + anchor * (q - q_s) + friction * (p - p_s)),    q' = q + step_size * (p' - p_s).
+
+    Its equilibria have ``p* = p_s`` and ``anchor * (q* - q_s) = -dV/dq(q*)``, so ``|z* - s| <= |dV/dq| / anchor``
+    and ``f(s) = s`` exactly when ``V`` is flat; the step linearises as the port-driven one does (the same
+    stability bound). ``anchor_target`` must stay ``"origin"`` with it (the centre is the start).
+
     Args:
         input_size (`int`): Features per input vector (e.g. 304 for the graph-reachability encoding, 384 for
             MiniLM sentence embeddings).
@@ -61,6 +73,8 @@ class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
             anchor-removal ablation). The anchor alone must keep the step stable: ``step_size^2 * anchor <
             4 - 2 * step_size * friction`` (configurations past that bound are refused).
         anchor_target (`str`): The anchor's centre: ``"origin"`` or ``"initializer"`` (the initialiser's ``q``).
+        dynamics (`str`): ``"port_driven"`` (the default: the port drive ``B c``, anchor and friction centred as
+            above) or ``"start_anchored"`` (the lazy-identity study's reading, above).
         start_noise (`float`): >= 0; in training mode the solver starts from ``z_0 + noise`` with Gaussian noise of
             expected norm ``start_noise * |z_0|`` per example (the anchor's centre stays noiseless); 0 turns it
             off. Nothing is added with a zero start or at evaluation.
@@ -104,6 +118,7 @@ class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
     friction: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=1.0)
     anchor: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=1.0)
     anchor_target: Literal[ANCHOR_TARGETS] = "origin"
+    dynamics: Literal[DYNAMICS] = "port_driven"
     start_noise: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=0.0)
     initializer: Literal[INITIALIZERS] = "learned"
     initializer_loss_weight: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=1.0)
@@ -146,6 +161,11 @@ class PHDEQConfig(LoopConfigMixin, PreTrainedConfig):
                 f"{name}: the linearised step is unstable: step_size^2 * anchor must be < 4 - 2 * step_size * "
                 f"friction, i.e. anchor < {bound:.4g} for step_size={self.step_size} and friction={self.friction}, "
                 f"got anchor={self.anchor}."
+            )
+        if self.dynamics == "start_anchored" and self.anchor_target != "origin":
+            raise ValueError(
+                f"{name}: dynamics='start_anchored' centres the anchor at the solver's start; anchor_target must be "
+                f"'origin' (unused), got {self.anchor_target!r}."
             )
         if self.initializer == "zero" and self.initializer_loss_weight > 0:
             raise ValueError(

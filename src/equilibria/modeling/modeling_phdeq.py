@@ -112,7 +112,8 @@ class PHDEQModel(PHDEQPreTrainedModel):
         self.potential_q = nn.Linear(d, k)
         self.potential_c = nn.Linear(d, k, bias=False)
         self.potential_scale = nn.Parameter(torch.full((k,), float(config.potential_scale_init)))
-        self.port = nn.Linear(d, d)  # the input port: a constant force B c + b on p
+        # the input port: a constant force B c + b on p (none in the start-anchored reading)
+        self.port = nn.Linear(d, d) if config.dynamics == "port_driven" else None
         self.post_init()
 
     def encode(self, inputs: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -153,18 +154,24 @@ class PHDEQModel(PHDEQPreTrainedModel):
         centre = z0[..., : self.config.hidden_size]
         return centre.detach() if self.config.stop_initializer_gradient else centre
 
-    def _dynamics(self, context: torch.Tensor, centre: torch.Tensor | None = None):
-        """``f(., c)``: one damped symplectic-Euler step of the dynamics for these contexts, anchored at
-        ``centre`` (the origin when None)."""
+    def _dynamics(self, context: torch.Tensor, centre: torch.Tensor | None = None, start: torch.Tensor | None = None):
+        """``f(., c)``: one damped symplectic-Euler step of the dynamics for these contexts. Port-driven: anchored
+        at ``centre`` (the origin when None). ``dynamics="start_anchored"``: no drive, the anchor and the friction
+        centred at the solver's ``start`` (see [`PHDEQConfig`])."""
         h, gamma, kappa = float(self.config.step_size), float(self.config.friction), float(self.config.anchor)
-        drive = self.port(context)
+        anchored = self.config.dynamics == "start_anchored"
+        drive = None if anchored else self.port(context)
         bias = self.potential_c(context)
         weight, scale = self.potential_q.weight, self.potential_scale
+        q_s, p_s = start.chunk(2, dim=-1) if anchored else (centre, None)
 
         def f(z: torch.Tensor) -> torch.Tensor:
             q, p = z.chunk(2, dim=-1)
-            offset = q if centre is None else q - centre
+            offset = q if q_s is None else q - q_s
             grad_q = kappa * offset + (scale * torch.tanh(self.potential_q(q) + bias)) @ weight
+            if anchored:
+                p_next = p - h * (grad_q + gamma * (p - p_s))
+                return torch.cat([q + h * (p_next - p_s), p_next], dim=-1)
             p_next = p + h * (drive - grad_q - gamma * p)
             return torch.cat([q + h * p_next, p_next], dim=-1)
 
@@ -183,7 +190,7 @@ class PHDEQModel(PHDEQPreTrainedModel):
         and the initialiser's start (for the solver, Jacobian analysis and the audit)."""
         context = self.encode(inputs, attention_mask)
         z0 = self.start(context)
-        return LoopMap(self._dynamics(context, self.anchor_centre(z0)), z0)
+        return LoopMap(self._dynamics(context, self.anchor_centre(z0), start=z0), z0)
 
     @can_return_tuple
     def forward(
@@ -224,7 +231,7 @@ class PHDEQModel(PHDEQPreTrainedModel):
             start = initial_state.to(z0.dtype)
         else:
             start = self._noisy(z0.detach() if config.stop_initializer_gradient else z0)
-        f = self._dynamics(context, self.anchor_centre(z0))
+        f = self._dynamics(context, self.anchor_centre(z0), start=start)
         h_star, stats = fixed_point(f, start, max_iter=budget, tol=tol, mode=mode, **solver_options(config))
         return PHDEQModelOutput(last_hidden_state=h_star, start_state=z0, context=context, **stats.telemetry())
 

@@ -29,7 +29,7 @@ def _columns(weight: nn.Parameter, start: int, stop: int | None) -> Callable[[],
 
 def phdeq_gradient_groups(model: nn.Module) -> GradientGroups:
     """The PH-DEQ's gradient paths: ``dynamics`` (the port-Hamiltonian map: potential, its scale and the input
-    port), ``direct_path`` (the decoder's weights that read the context around the solver; absent without
+    port, where there is one), ``direct_path`` (the decoder's weights that read the context around the solver; absent without
     ``direct_path``), ``state_readout`` (the decoder's weights that read ``h*``), ``encoder`` (the context encoder,
     which both paths reach) and ``initializer`` (absent with a zero start)."""
     model = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -41,7 +41,7 @@ def phdeq_gradient_groups(model: nn.Module) -> GradientGroups:
             *core.potential_q.parameters(),
             *core.potential_c.parameters(),
             core.potential_scale,
-            *core.port.parameters(),
+            *(core.port.parameters() if core.port is not None else ()),
         ),
         "state_readout": _columns(readout, 0, state_size),
         "encoder": _grads(*core.input_proj.parameters(), *core.context_out.parameters()),
