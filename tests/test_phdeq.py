@@ -302,6 +302,22 @@ def test_gradient_norm_callback_measures_each_path(tmp_path):
     assert len(logged) == 3 and logged[0]["grad_norm/dynamics"] == pytest.approx(expected["dynamics"], rel=1e-4)
 
 
+def test_the_start_anchored_reading_trains_and_reports_its_gradient_paths(tmp_path):
+    """Without a port, the dynamics' gradient group is the potential's; the Trainer runs and logs every path."""
+    from datasets import Dataset
+
+    from equilibria.trainers import GradientNormCallback
+
+    x = torch.randn(16, 6, generator=torch.Generator().manual_seed(0))
+    data = Dataset.from_dict({"inputs": x.tolist(), "labels": x[:, :3].argmax(1).tolist()})
+    model = tiny_phdeq(dynamics="start_anchored", num_loops=50, solver_tol=1e-4).train()
+    callback = GradientNormCallback()
+    args = training_args(tmp_path, max_steps=2, per_device_train_batch_size=16, logging_steps=1)
+    Trainer(model=model, args=args, train_dataset=data, callbacks=[callback]).train()
+    assert [h["step"] for h in callback.history] == [1, 2]
+    assert all(h["dynamics"] > 0 and h["initializer"] > 0 for h in callback.history)
+
+
 def test_remote_code_loads_without_the_package(tmp_path):
     stdout = remote_code_run(
         tiny_phdeq(seed=2), X, "AutoModelForSequenceClassification", tmp_path, then='print("REMOTE_OK")'
