@@ -199,7 +199,8 @@ def stars_preset_runs(folder: str) -> str:
 
 def stars_norm_placement() -> str:
     """The norm diagnosis (``stars_norm_placement/results.json``): per placement and training kind the state's norm
-    and the relative step at loop steps 4, 16 and 100, the spectral radius at 64 and exact match at 4 and 32 loops."""
+    and the relative step at loop steps 4, 16 and 100, the spectral radius at 64 and exact match at 4, 16 and 100
+    loops."""
     data = load("stars_norm_placement/results.json")
 
     def cells(values: dict, keys: tuple, fmt) -> str:

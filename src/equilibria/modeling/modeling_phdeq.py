@@ -160,20 +160,18 @@ class PHDEQModel(PHDEQPreTrainedModel):
         centred at the solver's ``start`` (see [`PHDEQConfig`])."""
         h, gamma, kappa = float(self.config.step_size), float(self.config.friction), float(self.config.anchor)
         anchored = self.config.dynamics == "start_anchored"
-        drive = None if anchored else self.port(context)
+        drive = 0.0 if anchored else self.port(context)
         bias = self.potential_c(context)
         weight, scale = self.potential_q.weight, self.potential_scale
-        q_s, p_s = start.chunk(2, dim=-1) if anchored else (centre, None)
+        # the centres of q and p: the start's in the start-anchored reading; else the anchor's centre and 0
+        q_c, p_c = start.chunk(2, dim=-1) if anchored else (centre, 0.0)
 
         def f(z: torch.Tensor) -> torch.Tensor:
             q, p = z.chunk(2, dim=-1)
-            offset = q if q_s is None else q - q_s
+            offset = q if q_c is None else q - q_c
             grad_q = kappa * offset + (scale * torch.tanh(self.potential_q(q) + bias)) @ weight
-            if anchored:
-                p_next = p - h * (grad_q + gamma * (p - p_s))
-                return torch.cat([q + h * (p_next - p_s), p_next], dim=-1)
-            p_next = p + h * (drive - grad_q - gamma * p)
-            return torch.cat([q + h * p_next, p_next], dim=-1)
+            p_next = p + h * (drive - grad_q - gamma * (p - p_c))
+            return torch.cat([q + h * (p_next - p_c), p_next], dim=-1)
 
         return f
 
