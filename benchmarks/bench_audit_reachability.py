@@ -49,8 +49,12 @@ from equilibria.tasks import build_reachability_dataset, reachability_input_size
 from equilibria.trainers import GradientNormCallback
 
 
-def parse(argv):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse(argv, kinds: dict | None = None, extra=None, description: str | None = None):
+    """The arguments; ``kinds`` replaces ``KINDS`` (another benchmark's models), ``extra(parser)`` adds arguments."""
+    kinds = KINDS if kinds is None else kinds
+    p = argparse.ArgumentParser(
+        description=description or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="tiny run for a smoke test")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument(
@@ -70,20 +74,22 @@ def parse(argv):
     p.add_argument("--width", type=int, default=256, help="width of the feed-forward parts and of the MLP")
     p.add_argument("--num-loops", type=int, default=300, help="the solver's cap in training and in the audit")
     p.add_argument("--tol", type=float, default=1e-4)
-    p.add_argument("--models", default=",".join(KINDS), help=f"comma-separated, from {', '.join(KINDS)}")
+    p.add_argument("--models", default=",".join(kinds), help=f"comma-separated, from {', '.join(kinds)}")
     p.add_argument("--summary-name", default="audit_reachability.json", help="file name of the summary JSON")
     p.add_argument("--start-noise", type=float, default=0.5, help="noisy_start: noise norm relative to |z0|")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--output-dir", type=Path, default=Path("docs/results/audit_reachability"))
+    if extra is not None:
+        extra(p)
     args = p.parse_args(argv)
     if args.quick:
         args.seeds, args.train_size, args.test_size, args.steps = "0", 256, 64, 8
         args.hidden, args.width, args.num_loops = 8, 32, 50
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.models = args.models.split(",")
-    unknown = sorted(set(args.models) - set(KINDS))
+    unknown = sorted(set(args.models) - set(kinds))
     if unknown:
-        p.error(f"--models: unknown {unknown}; choose from {', '.join(KINDS)}")
+        p.error(f"--models: unknown {unknown}; choose from {', '.join(kinds)}")
     return args
 
 
@@ -143,7 +149,10 @@ def load_task(args):
     return data
 
 
-def build(args, kind: str, seed: int) -> nn.Module:
+def build(args, kind: str, seed: int, kinds: dict | None = None) -> nn.Module:
+    """The model of ``kind`` (a key of ``kinds``, default ``KINDS``); a None value in its spec takes the argument of
+    that name (``--start-noise``, ...)."""
+    kinds = KINDS if kinds is None else kinds
     set_seed(seed)
     size = args.input_size
     if kind == "mlp":
@@ -158,7 +167,7 @@ def build(args, kind: str, seed: int) -> nn.Module:
         anderson_memory=5,
         gradient_mode="implicit",
     )
-    spec = {k: (args.start_noise if v is None else v) for k, v in KINDS[kind].items()}
+    spec = {k: (getattr(args, k) if v is None else v) for k, v in kinds[kind].items()}
     return PHDEQForSequenceClassification(PHDEQConfig(**spec, **common))
 
 
@@ -262,8 +271,9 @@ def without_anchor(model, test, seed: int) -> dict:
     return {**summary(report), "diverged_share": report.iterations.get("diverged_share")}
 
 
-def run_one(args, kind: str, seed: int, train_data, test) -> dict:
-    model = build(args, kind, seed)
+def run_one(args, kind: str, seed: int, train_data, test, kinds: dict | None = None, extras=None) -> dict:
+    """Train and audit one model; ``extras(model, run)`` adds further measurements to the run's record."""
+    model = build(args, kind, seed, kinds)
     seconds, history = train(args, model, train_data, seed, f"{kind}-seed{seed}")
     run = {"seed": seed, "model": kind, "train_seconds": seconds, "accuracy": accuracy(model, test)}
     if kind != "mlp":
@@ -273,8 +283,11 @@ def run_one(args, kind: str, seed: int, train_data, test) -> dict:
         run["gradients"] = starvation(history)
         run["gradient_history"] = history[:: max(1, len(history) // 100)]
         report.save(args.output_dir / f"{kind}-seed{seed}")
-        if model.config.anchor_target == "initializer" and model.config.anchor > 0:
+        start_held = model.config.anchor_target == "initializer" or model.config.dynamics == "start_anchored"
+        if start_held and model.config.anchor > 0:
             run["anchor_removed"] = without_anchor(model, test, seed)
+        if extras is not None:
+            extras(model, run)
     print(f"  seed {seed} {kind:<12} trained in {seconds:5.0f} s, held-out accuracy {100 * run['accuracy']:.1f}%")
     return run
 

@@ -764,3 +764,32 @@ def test_reachability_audit_benchmark_quick_mode_runs(tmp_path):
     assert runs["studied"]["gradients"]["dynamics"]["first"] > 0 and "direct_path" not in runs["control"]["gradients"]
     assert results["findings"]["studied"]["runs"] == 1
     assert runs["studied"]["anchor_removed"]["verdict"] in VERDICTS and "anchor_removed" not in runs["amortised"]
+
+
+def test_lazy_identity_benchmark_quick_mode_measures_the_regime(tmp_path):
+    bench = load_benchmark("bench_lazy_identity")
+    results = bench.main(["--quick", "--output-dir", str(tmp_path)])
+    saved = read_benchmark_json(tmp_path / "summary.json", results)
+    assert saved["args"]["potential_scale_init"] == "0.01" and saved["args"]["models"] == str(list(bench.KINDS))
+    runs = {run["model"]: run for run in bench.load_runs(tmp_path)}
+    assert list(runs) == list(bench.KINDS)  # one record per model, saved as each run ended
+    for kind, run in runs.items():
+        report = json.loads((tmp_path / f"{kind}-seed0" / "audit.json").read_text())
+        assert report["verdict"] == run["verdict"] and report["model_type"] == "phdeq"
+        sweep = run["tolerances"]
+        assert [row["tol"] for row in sweep["rows"]] == list(bench.TOLERANCES)
+        for row in sweep["rows"]:
+            assert row["at_cap"] == pytest.approx(1 - row["converged"]) and 0 <= row["steps"] <= 50
+        reached = [row["tol"] for row in sweep["rows"] if row["converged"] >= 0.99]
+        assert sweep["tightest_99"] == (min(reached) if reached else None)
+    # the start-anchored reading: a solve started at z0 + noise ends at its own start, not at z0's equilibrium
+    noisy = runs["lazy"]["noisy_starts"]
+    assert noisy["to_noisy_start"] < 0.5 < noisy["to_z0"]
+    assert runs["lazy_control"]["noisy_starts"] is None  # a zero start: no noise of the training law
+    assert "state_over_context" in runs["lazy"]["decoder"] and set(runs["lazy_control"]["decoder"]) == {"state_rms"}
+    assert "anchor_removed" in runs["lazy"] and "anchor_removed" not in runs["lazy_no_anchor"]
+    studied = sorted(bench.STUDIED_RUNS["reachability"].glob("studied-seed*/audit.json"))
+    assert len(saved["holm"]["runs"]) == len(runs) + len(studied)  # Holm beside today's studied runs
+    assert set(saved["findings"]) == set(bench.KINDS)
+    assert saved["findings"]["lazy"]["cap_share_1e4"] == [runs["lazy"]["tolerances"]["rows"][2]["at_cap"]]
+    assert (tmp_path / "gradients.png").stat().st_size > 0
