@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import bench_audit_reachability as reach
@@ -246,6 +247,7 @@ def summarize(args) -> dict:
     reach.print_runs(runs)
     reach.print_anchor_removal(runs)
     results = {"args": {k: str(v) for k, v in vars(args).items()}, "findings": regime_findings(runs)}
+    results["verdict_counts"] = dict(Counter(r["verdict"] for r in runs))
     print_regime(results["findings"])
     results["holm"] = holm_beside_studied(runs, args.task)
     print(
