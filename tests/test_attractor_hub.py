@@ -97,7 +97,10 @@ BASE = dict(hidden_size=32, num_attention_heads=4, num_backbone_layers=1, interm
     "overrides, message",
     [
         (dict(solver="newton"), r"solver must be one of \('anderson', 'picard'\)"),
-        (dict(gradient_mode="bptt"), r"gradient_mode must be one of \('one_step', 'implicit', 'unrolled'\)"),
+        (
+            dict(gradient_mode="bptt"),
+            r"gradient_mode must be one of \('one_step', 'implicit', 'unrolled', 'one_step_neumann'\)",
+        ),
         (dict(injection="multiply"), r"injection must be one of \('add', 'concat'\)"),
         (dict(solver_tol=0.0), "solver_tol must be greater than 0.0 and smaller than inf, got 0.0"),
         (dict(solver_tol=-1e-4), "solver_tol must be greater than 0.0 and smaller than inf"),

@@ -14,7 +14,7 @@ from transformers.modeling_rope_utils import RopeParameters
 from transformers.utils.type_validators import interval
 
 from .config_checks import LoopConfigMixin, check_attention_heads, fill_attention_defaults, or_none, raise_value_errors
-from .solvers import GRADIENT_MODES, SOLVERS
+from .solvers import GRADIENT_MODES, SOLVERS, STOP_RULES
 
 INJECTIONS = ("add", "concat")
 RESIDUAL_FORMS = ("paper", "gated", "deq")
@@ -46,13 +46,18 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
         num_loops (`int`): Default iteration budget of the solver (>= 0); 0 runs the backbone alone.
             ``forward``/``generate`` accept ``num_loops`` to override it for one call.
         anderson_memory (`int`): Past iterates Anderson mixes (>= 1).
+        solver_stop (`str`): When the solver stops: ``"per_sample"`` (this package's: each sequence stops once its
+            own residual is below ``solver_tol``) or ``"batch"`` (the published code's: every sequence iterates until
+            the batch's worst residual is below it).
         solver_mixing (`float`): Weight of ``T(y)`` in the solver's update ``y <- (1 - w) y + w T(y)`` (Anderson:
             of the mixed ``T`` values), in ``(0, 1]`` (1: the plain update). Configs saved with the old key
             ``damping`` load with a deprecation warning.
         gradient_mode (`str`): How training differentiates through the equilibrium: ``"one_step"`` (gradient of
             one application of ``T`` at the detached fixed point; constant memory), ``"implicit"`` (exact
             implicit-function-theorem gradient, solving the backward fixed point with the same solver; constant
-            memory) or ``"unrolled"`` (backpropagation through ``num_loops`` plain iterations from ``y0``; memory
+            memory), ``"one_step_neumann"`` (the published code's default: the incoming gradient ``v`` becomes
+            ``v + J^T v`` at the fixed point, ``J^T v`` clipped by ``neumann_clip``; the paper's one-step gradient is
+            ``"one_step"``, ``u = v``) or ``"unrolled"`` (backpropagation through ``num_loops`` plain iterations from ``y0``; memory
             grows with the budget; the baseline the other two are compared with).
         residual_form (`str`): The attractor map ``T(y, y0)``, with ``x = inject(y, y0)`` and ``U(x) =
             layers(x) - x`` the attractor layers' residual update:
@@ -69,6 +74,13 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
 
             New configs default to ``"paper"``; a config saved without the key (before it existed) loads as
             ``"gated"``, the form it was trained with.
+        neumann_clip (`float`, *optional*): ``gradient_mode="one_step_neumann"``: ``J^T v`` is rescaled per sequence to
+            at most ``neumann_clip * ||v||`` (the published code's default 1.0; None: no clipping).
+        layer_scale_init (`float`, *optional*): The published code's LayerScale gates: each attractor layer's
+            attention and MLP branch is multiplied by its own per-channel gate ``layer_scale_max * sigmoid(logit)``,
+            which starts at this value (the code's default 0.25; its 140M configuration 0.75 with
+            ``layer_scale_max=0.75``). None (the default, the paper's map): no gates. Any residual form.
+        layer_scale_max (`float`): The gates' upper bound (> 0, at least ``layer_scale_init``; the code's default 1).
         attractor_gate_init (`float`): ``"gated"`` form only: the initial value of the per-channel gate (>= 0),
             a step size relative to the proposal's scale; a small gate keeps ``T`` contractive (0 makes
             ``T(y, y0) = y0`` at initialisation).
@@ -135,6 +147,14 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
     num_loops: int = interval(min=0)(default=16)
     anderson_memory: int = interval(min=1)(default=5)
     solver_mixing: float | int = interval(min=0.0, max=1.0, exclude_min=True)(default=1.0)
+    solver_stop: Literal[STOP_RULES] = "per_sample"
+    neumann_clip: float | int | None = or_none(interval(min=0.0, max=math.inf, exclude_min=True, exclude_max=True))(
+        default=1.0
+    )
+    layer_scale_init: float | int | None = or_none(interval(min=0.0, max=math.inf, exclude_min=True, exclude_max=True))(
+        default=None
+    )
+    layer_scale_max: float | int = interval(min=0.0, max=math.inf, exclude_min=True, exclude_max=True)(default=1.0)
     gradient_mode: Literal[GRADIENT_MODES] = "one_step"
     residual_form: Literal[RESIDUAL_FORMS] = "paper"
     attractor_gate_init: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=0.5)
@@ -164,6 +184,11 @@ class AttractorConfig(LoopConfigMixin, PreTrainedConfig):
         and the choices of ``injection``, ``solver`` and ``gradient_mode`` are checked by their fields)."""
         super().validate_architecture()
         check_attention_heads(self)
+        if self.layer_scale_init is not None and self.layer_scale_init > self.layer_scale_max:
+            raise ValueError(
+                f"AttractorConfig: layer_scale_init ({self.layer_scale_init}) must be at most layer_scale_max "
+                f"({self.layer_scale_max}), the gates' upper bound."
+            )
 
 
 __all__ = ["AttractorConfig", "RESIDUAL_FORMS"]

@@ -11,6 +11,7 @@ another model's modeling file, so a change inside Llama's cannot break a pushed 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -186,15 +187,33 @@ class Attention(nn.Module):
         return self.o_proj(output.reshape(*output.shape[:2], -1).contiguous()), weights
 
 
-class DecoderLayer(GradientCheckpointingLayer):
-    """A pre-norm transformer layer: ``h = h + attn(norm(h))``, then ``h = h + mlp(norm(h))``."""
+class LayerScale(nn.Module):
+    """A per-channel gate ``maximum * sigmoid(logit)`` on a residual branch (LayerScale with a bounded gate), starting
+    at ``initial`` (``initial / maximum`` is clamped to ``[1e-6, 1 - 1e-6]`` before the logit is taken)."""
 
-    def __init__(self, config, layer_idx: int):
+    def __init__(self, hidden_size: int, initial: float, maximum: float = 1.0) -> None:
+        super().__init__()
+        share = min(max(initial / maximum, 1e-6), 1.0 - 1e-6)
+        self.maximum = float(maximum)
+        self.initial_logit = math.log(share / (1.0 - share))
+        self.logit = nn.Parameter(torch.full((hidden_size,), self.initial_logit))
+
+    def forward(self, branch: torch.Tensor) -> torch.Tensor:
+        return branch * (self.maximum * torch.sigmoid(self.logit)).to(branch.dtype)
+
+
+class DecoderLayer(GradientCheckpointingLayer):
+    """A pre-norm transformer layer: ``h = h + attn(norm(h))``, then ``h = h + mlp(norm(h))``; with
+    ``layer_scale=(initial, maximum)`` each branch is multiplied by its own [`LayerScale`] gate first."""
+
+    def __init__(self, config, layer_idx: int, layer_scale: tuple[float, float] | None = None):
         super().__init__()
         self.self_attn = Attention(config, layer_idx)
         self.mlp = MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        gates = (LayerScale(config.hidden_size, *layer_scale) for _ in range(2)) if layer_scale else (None, None)
+        self.attn_scale, self.mlp_scale = gates
 
     def forward(
         self,
@@ -211,14 +230,18 @@ class DecoderLayer(GradientCheckpointingLayer):
             cache=cache,
             **kwargs,
         )
+        if self.attn_scale is not None:
+            attended = self.attn_scale(attended)
         hidden_states = hidden_states + attended
-        return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
+        update = self.mlp(self.post_attention_layernorm(hidden_states))
+        return hidden_states + (update if self.mlp_scale is None else self.mlp_scale(update))
 
 
 __all__ = [
     "MLP",
     "Attention",
     "DecoderLayer",
+    "LayerScale",
     "RMSNorm",
     "RotaryEmbedding",
     "apply_rotary_pos_emb",

@@ -58,7 +58,7 @@ from transformers.utils import can_return_tuple
 from .checkpoints import StrictLoadingMixin
 from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD
 from .configuration_attractor import AttractorConfig
-from .layers import DecoderLayer, RMSNorm, RotaryEmbedding
+from .layers import DecoderLayer, LayerScale, RMSNorm, RotaryEmbedding
 from .loop_map import LoopMap
 from .looped_lm import (
     LOSS_KWARGS,
@@ -196,7 +196,10 @@ class AttractorModule(nn.Module):
         hidden = config.hidden_size
         self.in_proj = nn.Linear(2 * hidden, hidden, bias=False) if config.injection == "concat" else None
         first = config.num_backbone_layers
-        self.layers = nn.ModuleList([DecoderLayer(config, first + i) for i in range(config.num_attractor_layers)])
+        scale = None if config.layer_scale_init is None else (config.layer_scale_init, config.layer_scale_max)
+        self.layers = nn.ModuleList(
+            [DecoderLayer(config, first + i, layer_scale=scale) for i in range(config.num_attractor_layers)]
+        )
         self.form = config.residual_form
         if config.residual_form == "gated":
             self.gate = nn.Parameter(torch.full((hidden,), float(config.attractor_gate_init)))
@@ -244,6 +247,8 @@ class AttractorPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
+        if isinstance(module, LayerScale):
+            init.constant_(module.logit, module.initial_logit)
         if isinstance(module, AttractorModule):
             if module.gate is not None:
                 init.constant_(module.gate, float(self.config.attractor_gate_init))
@@ -360,6 +365,7 @@ class AttractorModel(LoopedLMBase, AttractorPreTrainedModel):
             max_iter=options.budget,
             tol=options.tol,
             mode=options.gradient_mode,
+            neumann_clip=self.config.neumann_clip,
             **solver_options(self.config),
         )
         extras = {}

@@ -6,13 +6,17 @@ once more at the solution with the gradient ``mode`` asks for (as in torchdeq, t
 dispatch):
 
 * ``"one_step"``: ``f(z*.detach())``, the one-step ("phantom") gradient: cheap, constant memory, approximate;
+* ``"one_step_neumann"``: the published Attractor code's default backward: the incoming gradient ``v`` becomes
+  ``v + J^T v`` (the Neumann series of the implicit gradient cut after its first term; ``J = df/dz`` at ``z*``),
+  with ``J^T v`` rescaled per sample to at most ``neumann_clip * ||v||``;
 * ``"implicit"``: the exact implicit-function-theorem gradient: the backward pass solves ``g = J^T g + dL/dz``
   with the same solver (its own statistics land in ``stats.backward`` once ``backward()`` has run);
 * ``"unrolled"``: ``max_iter`` plain applications of ``f`` from ``z0``, backpropagated through (memory grows with
   the budget; the baseline the other two are measured against).
 
-With autograd disabled (inference) every mode is the solve plus that last application. Per-sample stopping: a
-sample stops iterating once its relative residual is below ``tol``. The solvers return, per sample, the iterate
+With autograd disabled (inference) every mode is the solve plus that last application. Per-sample stopping
+(``stop="per_sample"``): a sample stops iterating once its relative residual is below ``tol``; ``stop="batch"`` (the
+published Attractor code's rule) iterates every sample until the batch's worst residual is below ``tol``. The solvers return, per sample, the iterate
 with the lowest residual they saw; samples whose residual became NaN/inf or grew far beyond where it started, or
 whose state ran away far past the start's scale (where a relative residual shrinks only because ``||f(z)||``
 grows), are flagged as diverged, never as converged (and transformers' logger warns once per process), and ``fixed_point`` returns their lowest-residual iterate
@@ -39,7 +43,8 @@ logger = logging.get_logger(__name__)
 
 Map = Callable[[torch.Tensor], torch.Tensor]  # a loop map: state -> state
 SOLVERS = ("anderson", "picard")
-GRADIENT_MODES = ("one_step", "implicit", "unrolled")
+GRADIENT_MODES = ("one_step", "implicit", "unrolled", "one_step_neumann")
+STOP_RULES = ("per_sample", "batch")
 DIVERGENCE_FACTOR = 1e3  # a residual (or a state) this many times above the starting one counts as divergence
 
 
@@ -136,7 +141,9 @@ def check_tol(value, name: str = "tol") -> float:
     return float(value)
 
 
-def _check(z0: torch.Tensor, max_iter: int, tol: float, mixing: float) -> None:
+def _check(z0: torch.Tensor, max_iter: int, tol: float, mixing: float, stop: str = "per_sample") -> None:
+    if stop not in STOP_RULES:
+        raise ValueError(f"stop must be one of {STOP_RULES}, got {stop!r}")
     if z0.dim() < 1 or z0.shape[0] < 1:
         raise ValueError(f"z0 must have a batch dimension, got shape {tuple(z0.shape)}")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
@@ -147,9 +154,12 @@ def _check(z0: torch.Tensor, max_iter: int, tol: float, mixing: float) -> None:
         raise ValueError(f"mixing must be in (0, 1], got {mixing!r}")
 
 
-def _iterate(f: Map, z0: torch.Tensor, max_iter: int, tol: float, propose: Callable[..., torch.Tensor]) -> Solution:
+def _iterate(
+    f: Map, z0: torch.Tensor, max_iter: int, tol: float, propose: Callable[..., torch.Tensor], stop: str = "per_sample"
+) -> Solution:
     """The loop every solver shares: ``propose(step, z, f(z))`` gives the next iterate and samples that have stopped
-    keep theirs. Per sample it keeps the lowest-residual iterate, the stop step and the divergence flag: a residual
+    keep theirs (``stop="batch"``: no sample stops before every one has converged or diverged). Per sample it keeps
+    the lowest-residual iterate, the stop step and the divergence flag: a residual
     NaN/inf or ``DIVERGENCE_FACTOR`` times its start, or a state ``DIVERGENCE_FACTOR`` times the start's scale (where
     the relative residual ``||f(z) - z|| / ||f(z)||`` shrinks only because ``||f(z)||`` grows without bound)."""
     batch, device = z0.shape[0], z0.device
@@ -180,24 +190,37 @@ def _iterate(f: Map, z0: torch.Tensor, max_iter: int, tol: float, propose: Calla
         blown = active & (~finite | (res > DIVERGENCE_FACTOR * start) | runaway)
         diverged |= blown
         steps = torch.where(active, step, steps)
-        active &= ~blown & ~(rel <= tol)
+        done = rel <= tol
+        if stop == "batch":  # the worst live sample decides for all (no Python branch on data: compile-safe)
+            finished = done | diverged
+            done = finished & finished.all()
+        active &= ~blown & ~done
     return best_z, SolverStats(steps, best_abs, best_rel, (best_rel <= tol) & ~diverged, diverged)
 
 
-def picard(f: Map, z0: torch.Tensor, max_iter: int = 50, tol: float = 1e-4, mixing: float = 1.0) -> Solution:
+def picard(
+    f: Map, z0: torch.Tensor, max_iter: int = 50, tol: float = 1e-4, mixing: float = 1.0, stop: str = "per_sample"
+) -> Solution:
     """Fixed-point iteration ``z <- (1 - mixing) z + mixing f(z)``."""
-    _check(z0, max_iter, tol, mixing)
-    return _iterate(f, z0, max_iter, tol, lambda step, z, fz: (1 - mixing) * z + mixing * fz)
+    _check(z0, max_iter, tol, mixing, stop)
+    return _iterate(f, z0, max_iter, tol, lambda step, z, fz: (1 - mixing) * z + mixing * fz, stop)
 
 
 def anderson(
-    f: Map, z0: torch.Tensor, max_iter: int = 50, tol: float = 1e-4, memory: int = 5, mixing: float = 1.0, ridge=1e-4
+    f: Map,
+    z0: torch.Tensor,
+    max_iter: int = 50,
+    tol: float = 1e-4,
+    memory: int = 5,
+    mixing: float = 1.0,
+    ridge=1e-4,
+    stop: str = "per_sample",
 ) -> Solution:
     """Anderson acceleration (type II) with ``memory`` past iterates, the weight ``mixing`` of ``f`` in each
     update and a ridge term on the small least-squares system; batched, each sample with its own weights: the last
     ``memory`` iterates ``x_i`` and their images ``g_i = f(x_i)`` are mixed with the weights ``alpha`` that minimise
     ``||sum_i alpha_i (g_i - x_i)||`` subject to ``sum_i alpha_i = 1`` (regularised normal equations)."""
-    _check(z0, max_iter, tol, mixing)
+    _check(z0, max_iter, tol, mixing, stop)
     if isinstance(memory, bool) or not isinstance(memory, int) or memory < 1:
         raise ValueError(f"memory must be an integer >= 1, got {memory!r}")
     batch = z0.shape[0]
@@ -228,7 +251,7 @@ def anderson(
         mixed = torch.where(torch.isfinite(mixed), mixed, gs[:, last])
         return mixed.reshape(z.shape)
 
-    return _iterate(f, z0, max_iter, tol, mix)
+    return _iterate(f, z0, max_iter, tol, mix, stop)
 
 
 DIVERGED = (
@@ -264,6 +287,28 @@ def one_step_gradient(f: Map, z_star: torch.Tensor) -> torch.Tensor:
     return f(z_star.detach())
 
 
+def _with_adjoint(f: Map, z_star: torch.Tensor, adjoint: Callable) -> torch.Tensor:
+    """``f(z*)`` whose backward pass replaces the incoming gradient ``v`` by ``adjoint(vjp, v)``, where
+    ``vjp(g) = J^T g`` with ``J = df/dz`` at ``z*``; the parameters of ``f`` then receive ``adjoint(vjp, v)^T df``."""
+    z = z_star.detach().requires_grad_(True)
+    with torch.enable_grad():
+        fz = f(z)
+    if not fz.requires_grad:
+        return fz
+    busy = []
+
+    def vjp(g: torch.Tensor) -> torch.Tensor:
+        busy.append(True)  # the VJP below goes through this same tensor's hook
+        try:
+            (jtg,) = torch.autograd.grad(fz, z, g, retain_graph=True)
+        finally:
+            busy.pop()
+        return jtg
+
+    fz.register_hook(lambda v: v if busy else adjoint(vjp, v))
+    return fz
+
+
 def implicit_gradient(
     f: Map,
     z_star: torch.Tensor,
@@ -277,37 +322,39 @@ def implicit_gradient(
     replaced by the solution ``g`` of ``g = J^T g + v`` (``J = df/dz`` at ``z*``), found with the fixed-point
     solvers, so ``dL/dtheta = g^T df/dtheta``. Memory does not depend on the forward iterations. The backward
     solve's statistics are copied into ``record`` (e.g. ``SolverStats.pending(...)``) when it runs."""
-    z = z_star.detach().requires_grad_(True)
-    with torch.enable_grad():
-        fz = f(z)
-    if not fz.requires_grad:
-        return fz
-    busy = []
 
-    def backward_map(g: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        busy.append(True)  # the VJP below goes through this same tensor's hook
-        try:
-            (jtg,) = torch.autograd.grad(fz, z, g, retain_graph=True)
-        finally:
-            busy.pop()
-        return jtg + v
-
-    def backward_hook(v: torch.Tensor) -> torch.Tensor:
-        if busy:
-            return v
-        g, stats = solve(lambda g: backward_map(g, v), v, solver=solver, max_iter=max_iter, tol=tol, **kwargs)
+    def adjoint(vjp: Callable, v: torch.Tensor) -> torch.Tensor:
+        g, stats = solve(lambda g: vjp(g) + v, v, solver=solver, max_iter=max_iter, tol=tol, **kwargs)
         if record is not None:
             record.copy_(stats)
         return g
 
-    fz.register_hook(backward_hook)
-    return fz
+    return _with_adjoint(f, z_star, adjoint)
+
+
+def neumann_gradient(f: Map, z_star: torch.Tensor, clip: float | None = 1.0) -> torch.Tensor:
+    """``f(z*)`` whose backward pass replaces the incoming gradient ``v`` by ``v + J^T v``, the first two terms of
+    the implicit gradient's Neumann series (the published Attractor code's default backward), with ``J^T v``
+    rescaled per sample so that ``||J^T v|| <= clip * ||v||`` (``clip=None``: no rescaling)."""
+
+    def adjoint(vjp: Callable, v: torch.Tensor) -> torch.Tensor:
+        jtv = vjp(v)
+        if clip is not None:
+            shape = (-1, *([1] * (v.dim() - 1)))
+            norm_v, norm_j = v.flatten(1).norm(dim=-1), jtv.flatten(1).norm(dim=-1)
+            jtv = jtv * (clip * norm_v / norm_j.clamp_min(1e-30)).clamp(max=1.0).view(shape)
+        return v + jtv
+
+    return _with_adjoint(f, z_star, adjoint)
 
 
 def solver_options(config) -> dict:
-    """The solver arguments a family's config sets: ``solver``, Anderson's ``memory`` (``anderson_memory``) and
-    the update's ``mixing`` (``solver_mixing``, 1 when the config has none)."""
+    """The solver arguments a family's config sets: ``solver``, Anderson's ``memory`` (``anderson_memory``), the
+    update's ``mixing`` (``solver_mixing``, 1 when the config has none) and the stopping rule (``solver_stop``,
+    per sample when the config has none)."""
     options = dict(solver=config.solver, mixing=float(getattr(config, "solver_mixing", 1.0)))
+    if getattr(config, "solver_stop", "per_sample") != "per_sample":
+        options["stop"] = config.solver_stop
     if config.solver == "anderson":
         options["memory"] = config.anderson_memory
     return options
@@ -322,6 +369,7 @@ def fixed_point(
     mode: str = "one_step",
     solver: str = "anderson",
     readout: Map | None = None,
+    neumann_clip: float | None = 1.0,
     **solver_kwargs,
 ) -> Solution:
     """Solve ``z = f(z)`` from ``z0`` and return ``(readout(z*), stats)`` with the gradient of ``mode`` (see the
@@ -330,14 +378,15 @@ def fixed_point(
     Args:
         readout: the map applied once at the solution (default ``f``): the same function as ``f`` with side
             effects that belong to the solution only, such as appending keys/values to a cache.
-        solver_kwargs: ``memory``, ``mixing``, ``ridge`` of the solver; the implicit backward solve uses the same
-            solver, budget and tolerance.
+        neumann_clip: ``mode="one_step_neumann"``: the bound on ``||J^T v||`` relative to ``||v||`` (None: none).
+        solver_kwargs: ``memory``, ``mixing``, ``ridge``, ``stop`` of the solver; the implicit backward solve uses
+            the same solver, budget and tolerance.
     """
     if mode not in GRADIENT_MODES:
         raise ValueError(f"gradient mode must be one of {GRADIENT_MODES}, got {mode!r}")
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
-    _check(z0, max_iter, tol, solver_kwargs.get("mixing", 1.0))
+    _check(z0, max_iter, tol, solver_kwargs.get("mixing", 1.0), solver_kwargs.get("stop", "per_sample"))
     readout = f if readout is None else readout
     if max_iter == 0:
         _, stats = solve(f, z0.detach(), solver=solver, max_iter=0, tol=tol, **solver_kwargs)
@@ -353,6 +402,8 @@ def fixed_point(
         stats.backward = SolverStats.pending(z0.shape[0], z0.device)
         kwargs = dict(solver=solver, max_iter=max_iter, tol=tol, record=stats.backward, **solver_kwargs)
         out = implicit_gradient(readout, z_star, **kwargs)
+    elif mode == "one_step_neumann" and torch.is_grad_enabled():
+        out = neumann_gradient(readout, z_star, neumann_clip)
     else:
         out = readout(z_star.detach())  # the one-step gradient (see one_step_gradient)
     if torch.compiler.is_compiling() or bool(
@@ -370,7 +421,9 @@ __all__ = [
     "SolverTelemetry",
     "anderson",
     "fixed_point",
+    "STOP_RULES",
     "implicit_gradient",
+    "neumann_gradient",
     "one_step_gradient",
     "picard",
     "residual",

@@ -19,6 +19,9 @@ import torch
 from ..modeling.solvers import GRADIENT_MODES
 from .arguments import Interval, LoopTrainingArguments, OneOf
 from .common import LoopTrainer, TermScale
+from .optimizers import published_attractor_optimizer
+
+OPTIMIZERS = ("trainer", "muon_adamw")
 
 ATTRACTOR_LOG_KEYS = (
     "lm_loss",
@@ -53,7 +56,10 @@ class AttractorTrainingArguments(LoopTrainingArguments):
     )
     gradient_mode: Annotated[str | None, OneOf(GRADIENT_MODES)] = field(
         default=None,
-        metadata={"help": "'one_step', 'implicit' or 'unrolled' (default: the model config's gradient_mode)."},
+        metadata={
+            "help": "'one_step', 'implicit', 'unrolled' or 'one_step_neumann' (default: the model config's "
+            "gradient_mode)."
+        },
     )
     jacobian_weight: Annotated[float, Interval(min=0)] = field(
         default=0.0, metadata={"help": "Weight of the Jacobian-norm penalty (>= 0; 0 disables it)."}
@@ -66,6 +72,22 @@ class AttractorTrainingArguments(LoopTrainingArguments):
     )
     correction_states: Annotated[int, Interval(min=1)] = field(
         default=2, metadata={"help": "Intermediate iterates the correction loss reads (>= 1)."}
+    )
+    attractor_optimizer: Annotated[str, OneOf(OPTIMIZERS)] = field(
+        default="trainer",
+        metadata={
+            "help": "'trainer' (the Trainer's own optimizer, `optim`) or 'muon_adamw' (the published code's: Muon "
+            "on the backbone's weight matrices, AdamW with `adam_beta1/2`, `adam_epsilon` on the rest)."
+        },
+    )
+    attractor_lr_scale: Annotated[float, Interval(min=0, exclude_min=True)] = field(
+        default=0.5, metadata={"help": "muon_adamw: the attractor module's learning rate over `learning_rate`."}
+    )
+    attractor_weight_decay: Annotated[float, Interval(min=0)] = field(
+        default=0.1, metadata={"help": "muon_adamw: weight decay of the attractor's weight matrices."}
+    )
+    muon_weight_decay: Annotated[float, Interval(min=0)] = field(
+        default=0.2, metadata={"help": "muon_adamw: Muon's weight decay (the published code tapers it to 0)."}
     )
 
 
@@ -86,6 +108,24 @@ class AttractorTrainer(LoopTrainer):
     model_description = "an Attractor model (one containing an AttractorModel, such as AttractorForCausalLM)"
     log_keys = ATTRACTOR_LOG_KEYS
     weighted_log_keys = {"jacobian_penalty": "jacobian_weight", "correction_loss": "correction_weight"}
+
+    def create_optimizer(self, model=None) -> torch.optim.Optimizer:
+        """The Trainer's optimizer, or with ``attractor_optimizer="muon_adamw"`` the published code's
+        ([`~equilibria.trainers.optimizers.published_attractor_optimizer`])."""
+        args: AttractorTrainingArguments = self.args
+        if self.optimizer is not None or args.attractor_optimizer == "trainer":
+            return super().create_optimizer(model)
+        self.optimizer = published_attractor_optimizer(
+            self.model if model is None else model,
+            lr=args.learning_rate,
+            betas=(args.adam_beta1, args.adam_beta2),
+            eps=args.adam_epsilon,
+            weight_decay=args.weight_decay,
+            attractor_lr_scale=args.attractor_lr_scale,
+            attractor_weight_decay=args.attractor_weight_decay,
+            muon_weight_decay=args.muon_weight_decay,
+        )
+        return self.optimizer
 
     def double_backward_option(self, args) -> str | None:
         return "the Jacobian penalty (jacobian_weight > 0)" if args.jacobian_weight > 0 else None
