@@ -226,9 +226,7 @@ def plot_gradients(runs: list[dict], path: Path) -> None:
 
 
 def print_regime(found: dict) -> None:
-    print(
-        "\nthe study (19 runs): ||h*-z0|| ~1e-7, T1 = 0.00 in 18/19, 99.9% at the cap, r = 0.009; here, per model:"
-    )
+    print("\nthe study (19 runs): ||h*-z0|| ~1e-7, T1 = 0.00 in 18/19, 99.9% at the cap, r = 0.009; here, per model:")
     print("model            runs  median ||h*-z0|| rel   T1=0.00  cap% @1e-4   tightest tol 99%  verdicts")
     for kind, f in found.items():
         rel = ", ".join(f"{x:.2g}" for x in f["disp_rel"])

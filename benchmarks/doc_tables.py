@@ -519,7 +519,9 @@ def audit_cells(runs: list[dict]) -> list[str]:
     """One model's seeds (``runs``, sorted by seed) as the audit table's cells after seed, model and accuracy:
     displacement, T1, zeroing, probes, r, iterations, share at the cap, verdict."""
     rel = sorted({two_digits(r["disp_rel"]) for r in runs}, key=float)
-    displacement = per_seed(runs, "disp_median", two_digits) + f" ({rel[0] if len(rel) == 1 else rel[0] + '-' + rel[-1]})"
+    displacement = (
+        per_seed(runs, "disp_median", two_digits) + f" ({rel[0] if len(rel) == 1 else rel[0] + '-' + rel[-1]})"
+    )
     probes = ", ".join(f"{100 * r['probe_h']:.1f}/{100 * r['probe_z0']:.1f}" for r in runs)
     verdicts = [r["verdict"] for r in runs]
     verdict = f"{verdicts[0]} (all {len(runs)})" if len(set(verdicts)) == 1 else " / ".join(verdicts)
@@ -582,7 +584,9 @@ def lazy_identity_ablations(task: str) -> str:
         noisy = [r["noisy_starts"] for r in runs if r.get("noisy_starts")]
         ends = ", ".join(f"{n['to_noisy_start']:.2g} / {n['to_z0']:.2g}" for n in noisy) or "n/a (zero start)"
         change = " / ".join(f"{100 * (n['accuracy_noisy'] - n['accuracy_clean']):+.1f}" for n in noisy) or "n/a"
-        reads = per_seed(runs, "decoder", lambda d: f"{d['state_over_context']:.2f}" if "state_over_context" in d else "no context")
+        reads = per_seed(
+            runs, "decoder", lambda d: f"{d['state_over_context']:.2f}" if "state_over_context" in d else "no context"
+        )
         removed = [r["anchor_removed"] for r in runs if "anchor_removed" in r]
         anchor = " / ".join(f"{a['steps']:.0f} it, {100 * a['cap']:.0f}%, {100 * a['accuracy']:.1f}%" for a in removed)
         grads = []
@@ -599,7 +603,10 @@ def lazy_identity_ablations(task: str) -> str:
         )
     header = ["model", "noisy start: end to s / to z0 (per noise norm)", "acc. change from noisy starts (pts)"]
     header += ["decoder reads h* / context (RMS weight)", "potential scale (mean abs; init 0.01)"]
-    header += ["anchor set to 0 at test: iterations, at cap, acc.", "gradient dynamics / direct path, first -> last tenth"]
+    header += [
+        "anchor set to 0 at test: iterations, at cap, acc.",
+        "gradient dynamics / direct path, first -> last tenth",
+    ]
     return markdown(header, rows)
 
 
@@ -615,7 +622,16 @@ def lazy_identity_holm() -> str:
             continue
         for row in json.loads(path.read_text())["holm"]["runs"]:
             p = two_sided_p(row["t1_z"])
-            rows.append([task, row["run"], f"{row['t1_z']:+.2f}", f"{p:.2g}", "yes" if row["t1_significant"] else "no", row["verdict"]])
+            rows.append(
+                [
+                    task,
+                    row["run"],
+                    f"{row['t1_z']:+.2f}",
+                    f"{p:.2g}",
+                    "yes" if row["t1_significant"] else "no",
+                    row["verdict"],
+                ]
+            )
     header = ["task", "run", "T1 z", "p (two-sided)", "significant after Holm (0.05, per task)", "verdict"]
     return markdown(header, rows)
 
