@@ -20,7 +20,17 @@ Each run writes ``internalization.json`` and a plot into its own folder; the doc
     for form in paper gated deq; do python benchmarks/bench_attractor_internalization.py --form $form; done
     python benchmarks/bench_attractor_internalization.py --form paper --gradient-mode implicit
     python benchmarks/bench_attractor_internalization.py --task sudoku --form paper     # and gated, deq
+    python benchmarks/bench_attractor_internalization.py --published all --seed 0    # the published code's choices
+    python benchmarks/bench_attractor_internalization.py --published neumann --seed 0  # one choice alone
     python benchmarks/bench_attractor_internalization.py --quick    # seconds; a test runs this
+
+``--published``: the published code's choices on top of the paper's map, all of them or one (each a documented
+option of the package): ``gates`` (per-channel LayerScale gates on the attractor layers' branches, starting at the
+code's default 0.25), ``neumann`` (the backward ``v + J^T v``, ``J^T v`` clipped to ``||v||``), ``batch_stop``
+(iterate until the batch's worst residual is below the tolerance), ``optimizer`` (Muon on the backbone's matrices
+and AdamW, ``lr`` 8e-3, betas (0.8, 0.95), eps 1e-10, the attractor at half the learning rate with weight decay 0.1
+on its matrices, Muon's 0.2, a constant learning rate with a linear cooldown over the last half). Those runs are
+written to ``published-<choice>-<task>-seed<k>``.
 """
 
 from __future__ import annotations
@@ -44,6 +54,25 @@ from equilibria.tasks.sudoku import SUDOKU_VOCAB_SIZE
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments
 
 RESULTS = Path("docs/results/attractor_internalization")
+# the published code's choices: (config keys, training-argument keys) of each
+PUBLISHED = {
+    "gates": ({"layer_scale_init": 0.25, "layer_scale_max": 1.0}, {}),
+    "neumann": ({"gradient_mode": "one_step_neumann", "neumann_clip": 1.0}, {"gradient_mode": "one_step_neumann"}),
+    "batch_stop": ({"solver_stop": "batch"}, {}),
+    "optimizer": (
+        {},
+        {
+            "attractor_optimizer": "muon_adamw",
+            "learning_rate": 8e-3,
+            "adam_beta1": 0.8,
+            "adam_beta2": 0.95,
+            "adam_epsilon": 1e-10,
+            "weight_decay": 0.0,
+            "warmup_steps": 0,
+            "lr_scheduler_type": "warmup_stable_decay",
+        },
+    ),
+}
 
 
 def parse(argv):
@@ -68,6 +97,11 @@ def parse(argv):
     p.add_argument("--tol", type=float, default=1e-3, help="the solver's relative-residual tolerance")
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--published",
+        default=None,
+        help=f"the published code's choices on the paper's map: 'all' or one of {', '.join(PUBLISHED)}",
+    )
     p.add_argument("--output-dir", type=Path, default=None, help=f"default: {RESULTS}/<task>-<form>-<gradient>")
     args = p.parse_args(argv)
     args.train_size = args.train_size or (6000 if args.task == "addition" else 3000)
@@ -75,9 +109,29 @@ def parse(argv):
     if args.quick:
         args.train_size, args.test_size, args.steps, args.eval_every = 128 if args.task == "addition" else 12, 8, 6, 3
         args.width, args.batch_size, args.budget, args.size, args.min_clues = 32, 16, 10, 4, None
+    if args.published is not None:
+        if args.published != "all" and args.published not in PUBLISHED:
+            p.error(f"--published: choose 'all' or one of {', '.join(PUBLISHED)}, got {args.published!r}")
+        if args.form != "paper" or args.gradient_mode != "one_step":
+            p.error("--published applies to the paper's map with its one-step gradient (--form paper)")
+    args.choices = list(PUBLISHED) if args.published == "all" else [args.published] if args.published else []
     if args.output_dir is None:
-        args.output_dir = RESULTS / f"{args.task}-{args.form}-{args.gradient_mode}".replace("_", "-")
+        name = f"{args.task}-{args.form}-{args.gradient_mode}".replace("_", "-")
+        if args.published:
+            name = f"published-{args.published}-{args.task}-seed{args.seed}".replace("_", "-")
+        args.output_dir = RESULTS / name
     return args
+
+
+def published_settings(args) -> tuple[dict, dict]:
+    """The config keys and the training arguments of the chosen published choices."""
+    config, training = {}, {}
+    for choice in args.choices:
+        config.update(PUBLISHED[choice][0])
+        training.update(PUBLISHED[choice][1])
+    if training.get("lr_scheduler_type") == "warmup_stable_decay":
+        training["lr_scheduler_kwargs"] = {"num_decay_steps": args.steps // 2, "decay_type": "linear"}
+    return config, training
 
 
 def build_data(args):
@@ -109,6 +163,7 @@ def build_model(args, vocab):
         gradient_mode=args.gradient_mode,
         residual_form=args.form,
     )
+    sizes.update(published_settings(args)[0])
     if args.task == "addition":
         special = dict(
             pad_token_id=vocab.pad_token_id, bos_token_id=vocab.bos_token_id, eos_token_id=vocab.eos_token_id
@@ -203,12 +258,14 @@ def main(argv=None) -> dict:
     train, held_out, collator, vocab = build_data(args)
     model = build_model(args, vocab)
     probe = EquilibriumProbe(model, held_out, args.eval_every, args.budget)
-    training_args = AttractorTrainingArguments(**common_training_args(args, "run"))
+    training_args = AttractorTrainingArguments(**{**common_training_args(args, "run"), **published_settings(args)[1]})
     trainer = AttractorTrainer(
         model=model, args=training_args, train_dataset=train, data_collator=collator, callbacks=[probe]
     )
     params = sum(p.numel() for p in model.parameters())
     title = f"Attractor ({args.form} map, {args.gradient_mode} gradient) on {args.task}"
+    if args.choices:
+        title = f"Attractor (paper's map + the published code's {', '.join(args.choices)}) on {args.task}"
     print(
         f"{title}: {params:,} parameters, budget {args.budget}, tol {args.tol}, {args.steps} steps of {args.batch_size}"
     )
@@ -224,6 +281,7 @@ def main(argv=None) -> dict:
         "held_out": f"{len(held_out['labels'])} test rows, none a training question"
         + (" nor in a training puzzle's class" if args.task == "sudoku" else ""),
         "args": {k: str(v) for k, v in vars(args).items()},
+        "published": dict(zip(("config", "training"), published_settings(args)), choices=args.choices),
     }
     try:  # the plot first: saving the JSON also rewrites the docs' tables
         plot(probe.rows, args.budget, title, args.output_dir / "internalization.png")

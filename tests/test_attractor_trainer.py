@@ -242,6 +242,28 @@ def test_internalization_benchmark_quick_mode_runs(tmp_path, task, form):
     assert (tmp_path / "internalization.png").stat().st_size > 1000
 
 
+def test_internalization_benchmark_runs_the_published_choices(tmp_path):
+    bench = load_benchmark("bench_attractor_internalization")
+    result = bench.main(["--quick", "--published", "all", "--output-dir", str(tmp_path)])
+    saved = read_benchmark_json(tmp_path / "internalization.json", result)
+    published = saved["published"]
+    assert published["choices"] == list(bench.PUBLISHED)
+    assert published["config"] == {
+        "layer_scale_init": 0.25,
+        "layer_scale_max": 1.0,
+        "gradient_mode": "one_step_neumann",
+        "neumann_clip": 1.0,
+        "solver_stop": "batch",
+    }
+    training = published["training"]
+    assert training["attractor_optimizer"] == "muon_adamw" and training["learning_rate"] == 8e-3
+    assert training["lr_scheduler_kwargs"] == {"num_decay_steps": 3, "decay_type": "linear"}  # the last half of 6
+    assert [r["step"] for r in saved["rows"]] == [0, 3, 6]
+    assert bench.parse(["--published", "neumann", "--seed", "2"]).output_dir.name == "published-neumann-addition-seed2"
+    with pytest.raises(SystemExit):
+        bench.parse(["--published", "gates", "--form", "gated"])  # the choices sit on the paper's map
+
+
 def test_memory_benchmark_quick_mode_shows_constant_memory(tmp_path):
     bench = load_benchmark("bench_attractor_memory")
     # two child processes (each imports torch); the unrolled growth is tested in-process in test_attractor.py
