@@ -801,31 +801,43 @@ def internalization_run(name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def internalization_cells(run: dict) -> list[str]:
+    """One run's cells: iterations at the first and last evaluation (and their minimum), the held-out accuracy at
+    T=0, T=1 and T* at the end, the gap T* - T=0, and the run's length."""
+    first, last = run["rows"][0], run["rows"][-1]
+    steps = [r["iterations"] for r in run["rows"]]
+    at = [last["accuracy"].get(t) for t in ("0", "1", run["args"]["budget"])]  # T=0 (none for deq), T=1, T*
+    return [
+        f"{first['iterations']:.1f} → {last['iterations']:.1f} (min {min(steps):.1f})",
+        " / ".join("n/a" if a is None else pct(a) for a in at),
+        "n/a" if at[0] is None else f"{100 * (at[2] - at[0]):+.1f}",
+        f"{run['args']['steps']} steps, {run['train_seconds'] / 60:.0f} min",
+    ]
+
+
+INTERNALIZATION_HEADER = ["iterations: start → end", "T=0 / T=1 / T* at the end", "T* − T=0", "run"]
+
+
 def attractor_internalization() -> str:
-    """A row per run (one not made yet says so): the solver's iterations at the first and last evaluation (and
-    their minimum), the held-out accuracy at T=0, T=1 and T* at the end, and the gap T* - T=0."""
+    """A row per run (one not made yet says so), with :func:`internalization_cells`."""
     rows = []
     for name in INTERNALIZATION_RUNS:
         task, form, gradient = name.split("-", 2)
         label = [task, f"`{form}`", gradient.replace("-", "_")]
         run = internalization_run(name)
-        if run is None:
-            rows.append([*label, "not run yet", "", "", ""])
-            continue
-        first, last = run["rows"][0], run["rows"][-1]
-        steps = [r["iterations"] for r in run["rows"]]
-        at = [last["accuracy"].get(t) for t in ("0", "1", run["args"]["budget"])]  # T=0 (none for deq), T=1, T*
-        rows.append(
-            [
-                *label,
-                f"{first['iterations']:.1f} → {last['iterations']:.1f} (min {min(steps):.1f})",
-                " / ".join("n/a" if a is None else pct(a) for a in at),
-                "n/a" if at[0] is None else f"{100 * (at[2] - at[0]):+.1f}",
-                f"{run['args']['steps']} steps, {run['train_seconds'] / 60:.0f} min",
-            ]
-        )
-    header = ["task", "map", "gradient", "iterations: start → end", "T=0 / T=1 / T* at the end", "T* − T=0", "run"]
-    return markdown(header, rows)
+        rows.append([*label, "not run yet", "", "", ""] if run is None else [*label, *internalization_cells(run)])
+    return markdown(["task", "map", "gradient", *INTERNALIZATION_HEADER], rows)
+
+
+def attractor_published() -> str:
+    """A row per ``published-<choice>-<task>-seed<k>`` run: the paper's map with the published code's choices."""
+    rows = []
+    for path in sorted((RESULTS / "attractor_internalization").glob("published-*/internalization.json")):
+        run = json.loads(path.read_text())
+        choices = run["published"]["choices"]
+        label = "all four" if len(choices) > 1 else f"`{choices[0]}` alone"
+        rows.append([run["args"]["task"], label, run["args"]["seed"], *internalization_cells(run)])
+    return markdown(["task", "the published code's choices", "seed", *INTERNALIZATION_HEADER], rows)
 
 
 FORMS = ("paper", "gated", "deq")  # the columns of the Attractor page's comparison, one per ``residual_form``
@@ -1609,6 +1621,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "lazy-identity-ablations-reachability": lambda: lazy_identity_ablations("reachability"),
     "lazy-identity-ablations-entailment": lambda: lazy_identity_ablations("entailment"),
     "lazy-identity-holm": lazy_identity_holm,
+    "attractor-published": attractor_published,
     "compat-matrix": compat_matrix,
     "forward-paths": forward_paths,
     "puzzle-generators": puzzle_generators,
