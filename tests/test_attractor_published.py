@@ -104,16 +104,27 @@ def test_batch_stop_iterates_every_sample_until_the_worst_has_converged():
 
 def test_model_trains_with_the_published_backward_and_stopping_rule():
     torch.manual_seed(0)
-    ids = torch.randint(0, 20, (4, 6))
-    grads = {}
-    for mode in ("one_step", "one_step_neumann"):
+    ids = torch.randint(0, 20, (8, 6))
+    grads, steps = {}, {}
+    for mode, stop in (("one_step", "per_sample"), ("one_step_neumann", "batch")):
         torch.manual_seed(0)
-        model = AttractorForCausalLM(tiny(layer_scale_init=0.25, solver_stop="batch", gradient_mode=mode))
+        config = tiny(layer_scale_init=0.25, solver_stop=stop, gradient_mode=mode, num_loops=60, solver_tol=1e-6)
+        model = AttractorForCausalLM(config)
         out = model(ids, labels=ids)
         out.loss.backward()
-        assert len(set(out.solver_steps.tolist())) == 1  # the batch stops together
+        assert bool(out.converged.all())  # stopped by the tolerance, not by the budget
+        steps[stop] = out.solver_steps.tolist()
         grads[mode] = model.model.backbone[0].mlp.down_proj.weight.grad.clone()
+    assert len(set(steps["per_sample"])) > 1  # on their own, the sequences stop at different steps
+    assert steps["batch"] == [max(steps["per_sample"])] * 8  # the batch stops together, on its slowest
     assert grads["one_step_neumann"].norm() > 0 and not torch.allclose(grads["one_step"], grads["one_step_neumann"])
+
+
+def test_neumann_clip_is_checked():
+    with pytest.raises(ValueError, match="neumann_clip"):
+        fixed_point(lambda z: 0.5 * z, torch.ones(2, 3), max_iter=5, tol=1e-3, mode="one_step_neumann", neumann_clip=-1)
+    with pytest.raises(ValueError, match="neumann_clip"):
+        tiny(neumann_clip=0)
 
 
 def training(tmp_path, steps: int, **extra):
@@ -154,13 +165,29 @@ def test_muon_adamw_splits_the_parameters_as_the_published_code_does(tmp_path):
     assert "model.embed_tokens.weight" in rest and optimizer.adamw.defaults["betas"] == (0.8, 0.95)
 
 
+def test_muon_adamw_follows_the_learning_rate_schedule(tmp_path):
+    trainer = training(tmp_path, 4, lr_scheduler_type="linear")  # 8e-3 falling linearly to 0 over 4 steps
+    trainer.train()
+    optimizer = trainer.optimizer.optimizer
+    now = trainer.lr_scheduler.get_last_lr()[0]
+    assert now < 8e-3  # the schedule moved
+    assert optimizer.muon.param_groups[0]["lr"] == pytest.approx(now)  # and the inner optimizers follow it
+    assert [g["lr"] for g in optimizer.adamw.param_groups] == pytest.approx([0.5 * now, 0.5 * now, now])
+    with pytest.raises(ValueError, match="not saved by a MuonAdamW"):
+        optimizer.load_state_dict(torch.optim.AdamW(trainer.model.parameters()).state_dict())
+
+
+def test_muon_adamw_refuses_a_second_optimizer_choice(tmp_path):
+    trainer = training(tmp_path, 1, optim="sgd")
+    with pytest.raises(ValueError, match="optim='sgd'|optim=<OptimizerNames.SGD"):
+        trainer.create_optimizer()
+
+
 def test_muon_adamw_resumes_to_the_same_weights(tmp_path):
-    straight = training(tmp_path / "a", 4)
+    straight = training(tmp_path / "a", 4)  # saves checkpoint-2 on the way
     straight.train()
-    first = training(tmp_path / "b", 2)
-    first.train()
     resumed = training(tmp_path / "b", 4)
-    resumed.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-2"))
+    resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-2"))
     for (name, p), q in zip(straight.model.named_parameters(), resumed.model.parameters()):
         assert torch.allclose(p, q, atol=1e-6), name
 

@@ -47,6 +47,8 @@ ATTRACTOR_GRADIENTS = {
     "one_step": "the one-step gradient (one application of `T` at the detached fixed point; constant memory)",
     "implicit": "the implicit-function-theorem gradient (a backward fixed-point solve; constant memory)",
     "unrolled": "backpropagation through every solver iteration (memory grows with the budget)",
+    "one_step_neumann": "the published code's one-step backward (the incoming gradient `v` becomes `v + J^T v` at "
+    "the fixed point, `J^T v` clipped; constant memory)",
 }
 
 
@@ -58,7 +60,15 @@ def _attractor_card_notes(config) -> list[str]:
     )
     return [
         f"**The map.** `residual_form={config.residual_form!r}`: {ATTRACTOR_FORMS[config.residual_form]}; the "
-        f"proposal is injected at every step as {inject}. Solver: {config.solver}, tolerance {config.solver_tol:g}.",
+        f"proposal is injected at every step as {inject}. Solver: {config.solver}, tolerance {config.solver_tol:g}"
+        + (", the batch stops on its worst sequence" if getattr(config, "solver_stop", "per_sample") == "batch" else "")
+        + "."
+        + (
+            f" LayerScale gates on the attractor's branches (the published code's), starting at "
+            f"{config.layer_scale_init:g}."
+            if getattr(config, "layer_scale_init", None) is not None
+            else ""
+        ),
         "",
         f"**Training gradient.** `gradient_mode={config.gradient_mode!r}`: {ATTRACTOR_GRADIENTS[config.gradient_mode]}.",
         "",

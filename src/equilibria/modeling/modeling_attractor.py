@@ -231,6 +231,7 @@ class AttractorModule(nn.Module):
 
 class AttractorPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     config_class = AttractorConfig
+    _weight_shaping_keys = ("residual_form", "injection", "layer_scale_init")
     config: AttractorConfig
     supports_gradient_checkpointing = True
     _no_split_modules = ["DecoderLayer"]

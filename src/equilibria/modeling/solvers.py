@@ -339,10 +339,11 @@ def neumann_gradient(f: Map, z_star: torch.Tensor, clip: float | None = 1.0) -> 
 
     def adjoint(vjp: Callable, v: torch.Tensor) -> torch.Tensor:
         jtv = vjp(v)
-        if clip is not None:
+        if clip is not None:  # the norms in float32 at least, so that a zero gradient gives 0, not 0 / 0
             shape = (-1, *([1] * (v.dim() - 1)))
-            norm_v, norm_j = v.flatten(1).norm(dim=-1), jtv.flatten(1).norm(dim=-1)
-            jtv = jtv * (clip * norm_v / norm_j.clamp_min(1e-30)).clamp(max=1.0).view(shape)
+            norm_v, norm_j = (t.flatten(1).float().norm(dim=-1) for t in (v, jtv))
+            scale = (clip * norm_v / norm_j.clamp_min(1e-30)).clamp(max=1.0)
+            jtv = jtv * scale.to(jtv.dtype).view(shape)
         return v + jtv
 
     return _with_adjoint(f, z_star, adjoint)
@@ -384,6 +385,8 @@ def fixed_point(
     """
     if mode not in GRADIENT_MODES:
         raise ValueError(f"gradient mode must be one of {GRADIENT_MODES}, got {mode!r}")
+    if neumann_clip is not None and not (isinstance(neumann_clip, (int, float)) and 0 < neumann_clip < float("inf")):
+        raise ValueError(f"neumann_clip must be None or a finite number > 0, got {neumann_clip!r}")
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
     _check(z0, max_iter, tol, solver_kwargs.get("mixing", 1.0), solver_kwargs.get("stop", "per_sample"))

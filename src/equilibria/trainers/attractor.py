@@ -11,10 +11,11 @@ Multi-GPU: put the same script behind ``accelerate launch`` or ``torchrun`` (see
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Annotated
 
 import torch
+from transformers import TrainingArguments
 
 from ..modeling.solvers import GRADIENT_MODES
 from .arguments import Interval, LoopTrainingArguments, OneOf
@@ -115,6 +116,17 @@ class AttractorTrainer(LoopTrainer):
         args: AttractorTrainingArguments = self.args
         if self.optimizer is not None or args.attractor_optimizer == "trainer":
             return super().create_optimizer(model)
+        default_optim = next(f.default for f in fields(TrainingArguments) if f.name == "optim")
+        if str(getattr(args.optim, "value", args.optim)) != str(getattr(default_optim, "value", default_optim)):
+            raise ValueError(
+                f"attractor_optimizer='muon_adamw' builds the optimizer itself; optim={args.optim!r} would be "
+                "ignored: leave `optim` at its default or set attractor_optimizer='trainer'."
+            )
+        if getattr(self, "optimizer_cls_and_kwargs", None) is not None:
+            raise ValueError(
+                "attractor_optimizer='muon_adamw' builds the optimizer itself; the Trainer was also given "
+                "`optimizer_cls_and_kwargs`: pass one or the other."
+            )
         self.optimizer = published_attractor_optimizer(
             self.model if model is None else model,
             lr=args.learning_rate,

@@ -19,7 +19,9 @@ class MuonAdamW(torch.optim.Optimizer):
     """``torch.optim.Muon`` over ``muon_groups`` and ``torch.optim.AdamW`` over ``adamw_groups``, as one optimizer.
 
     Both inner optimizers hold the same parameter-group dicts as this one, so a scheduler that sets a group's
-    ``lr`` here sets it for the inner optimizer that steps it. ``state_dict`` holds both inner states."""
+    ``lr`` here sets it for the inner optimizer that steps it; loading a state (accelerate does so when it prepares
+    the optimizer) replaces the inner dicts, and this optimizer's list is rebuilt from them. ``state_dict`` holds
+    both inner states."""
 
     def __init__(self, muon_groups: list[dict], adamw_groups: list[dict], muon: dict, adamw: dict):
         flat = [p for group in muon_groups for p in group["params"]]
@@ -27,8 +29,10 @@ class MuonAdamW(torch.optim.Optimizer):
             raise ValueError("MuonAdamW: Muon takes 2-D weight matrices only; put every other parameter in AdamW.")
         self.muon = torch.optim.Muon(muon_groups, **muon) if flat else None
         self.adamw = torch.optim.AdamW(adamw_groups, **adamw)
-        inner = [o for o in (self.muon, self.adamw) if o is not None]
-        super().__init__([group for o in inner for group in o.param_groups], defaults={})
+        super().__init__(self._inner_groups(), defaults={})
+
+    def _inner_groups(self) -> list[dict]:
+        return [group for o in (self.muon, self.adamw) if o is not None for group in o.param_groups]
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -45,9 +49,15 @@ class MuonAdamW(torch.optim.Optimizer):
         return {"muon": None if self.muon is None else self.muon.state_dict(), "adamw": self.adamw.state_dict()}
 
     def load_state_dict(self, state_dict: dict) -> None:
+        if set(state_dict) != {"muon", "adamw"} or (state_dict["muon"] is None) != (self.muon is None):
+            raise ValueError(
+                "MuonAdamW: this state was not saved by a MuonAdamW over the same parameters (a checkpoint of "
+                "another optimizer?); resume with the optimizer it was saved with (attractor_optimizer)."
+            )
         if self.muon is not None:
             self.muon.load_state_dict(state_dict["muon"])
         self.adamw.load_state_dict(state_dict["adamw"])
+        self.param_groups = self._inner_groups()  # the inner optimizers now hold new group dicts
 
 
 def _part(name: str) -> str:
