@@ -5,7 +5,9 @@ fall to a minimum (where a DEQ's grow) and that decoding the proposal alone (T=0
 close to the solved model. This script trains one small Attractor with `AttractorTrainer` and records, every
 ``--eval-every`` steps on held-out data it never trains on:
 
-* the solver's iterations to the tolerance (mean over held-out rows) and the share that converged;
+* the solver's iterations to the tolerance (mean over held-out rows; with the batch stopping rule every row runs as
+  long as the slowest, so ``iterations_per_sample`` also records the rows' own stopping steps) and the share that
+  converged;
 * accuracy at T=0 (the heads read the backbone's proposal alone; not for the DEQ control, whose start is zero), at
   T=1 and at T* (the solve within ``--budget``);
 * how far the proposal is from the equilibrium, ``||y* - y0|| / ||y*||``.
@@ -203,6 +205,13 @@ def equilibrium_report(model, batch: dict, budget: int) -> dict:
         "converged": solved.converged.float().mean().item(),
         "displacement": distance.clamp_max(1e6).mean().item(),
     }
+    if model.config.solver_stop == "batch":  # the rows' own stopping steps too: comparable with per-sample runs
+        model.config.solver_stop = "per_sample"
+        try:
+            own = model(**inputs, num_loops=budget, **extra)
+        finally:
+            model.config.solver_stop = "batch"
+        report["iterations_per_sample"] = own.solver_steps.float().mean().item()
     model.train(was_training)
     return report
 

@@ -259,6 +259,8 @@ def test_internalization_benchmark_runs_the_published_choices(tmp_path):
     assert training["attractor_optimizer"] == "muon_adamw" and training["learning_rate"] == 8e-3
     assert training["lr_scheduler_kwargs"] == {"num_decay_steps": 3, "decay_type": "linear"}  # the last half of 6
     assert [r["step"] for r in saved["rows"]] == [0, 3, 6]
+    for row in saved["rows"]:  # the batch rule: every row as long as the slowest, and the rows' own steps beside
+        assert 1 <= row["iterations_per_sample"] <= row["iterations"] <= 10
     assert bench.parse(["--published", "neumann", "--seed", "2"]).output_dir.name == "published-neumann-addition-seed2"
     with pytest.raises(SystemExit):
         bench.parse(["--published", "gates", "--form", "gated"])  # the choices sit on the paper's map
