@@ -840,6 +840,57 @@ def attractor_published() -> str:
     return markdown(["task", "the published code's choices", "seed", *INTERNALIZATION_HEADER], rows)
 
 
+def published_runs(task: str, choice: str) -> dict[int, dict]:
+    """The ``published-<choice>-<task>-seed<k>`` runs by seed."""
+    folder = RESULTS / "attractor_internalization"
+    runs = {}
+    for path in sorted(folder.glob(f"published-{choice.replace('_', '-')}-{task}-seed*/internalization.json")):
+        run = json.loads(path.read_text())
+        runs[int(run["args"]["seed"])] = run
+    return runs
+
+
+def _end_shares(run: dict) -> tuple[float, float, float]:
+    """T=0, T=1 and T* accuracy at the end of a run."""
+    last = run["rows"][-1]["accuracy"]
+    return last["0"], last["1"], last[run["args"]["budget"]]
+
+
+def attractor_published_singles(task: str = "addition") -> str:
+    """Each published choice alone (seed 0) against the paper's map with the paper's choices (seed 0, the same data):
+    the end's T=0 and T*, the change in T=0 with its binomial standard error (the held-out rows of the two runs
+    taken as independent samples, which overstates the error of a paired comparison), and whether it passes 2."""
+    base = internalization_run(f"{task}-paper-one-step")
+    if base is None:
+        return "not run yet"
+    b0, _, b_star = _end_shares(base)
+    n = int(base["args"]["test_size"])
+    rows = [["none (the paper's)", pct(b0), pct(b_star), "", "", ""]]
+    for choice in ("gates", "neumann", "batch_stop", "optimizer", "all"):
+        run = published_runs(task, choice).get(0)
+        if run is None:
+            rows.append([f"`{choice}`", "not run yet", "", "", "", ""])
+            continue
+        t0, _, t_star = _end_shares(run)
+        se = ((t0 * (1 - t0) + b0 * (1 - b0)) / n) ** 0.5
+        change = t0 - b0
+        moved = "yes" if abs(change) > 2 * se else "no"
+        label = "all four" if choice == "all" else f"`{choice}` alone"
+        rows.append(
+            [
+                label,
+                pct(t0),
+                pct(t_star),
+                f"{100 * change:+.1f} ± {100 * se:.1f}",
+                moved,
+                f"{100 * (t_star - b_star):+.1f}",
+            ]
+        )
+    header = ["published choices (seed 0)", "T=0 at the end", "T* at the end", "T=0 change vs the paper's (pts, SE)"]
+    header += ["moved by > 2 SE", "T* change (pts)"]
+    return markdown(header, rows)
+
+
 FORMS = ("paper", "gated", "deq")  # the columns of the Attractor page's comparison, one per ``residual_form``
 FORM_LINKS = {
     "internalization": "[internalization](benchmarks/attractor_internalization.md)",
@@ -1622,6 +1673,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "lazy-identity-ablations-entailment": lambda: lazy_identity_ablations("entailment"),
     "lazy-identity-holm": lazy_identity_holm,
     "attractor-published": attractor_published,
+    "attractor-published-singles": attractor_published_singles,
     "compat-matrix": compat_matrix,
     "forward-paths": forward_paths,
     "puzzle-generators": puzzle_generators,
