@@ -24,6 +24,11 @@ class MuonAdamW(torch.optim.Optimizer):
     both inner states."""
 
     def __init__(self, muon_groups: list[dict], adamw_groups: list[dict], muon: dict, adamw: dict):
+        if not hasattr(torch.optim, "Muon"):
+            raise ValueError(
+                f"attractor_optimizer='muon_adamw' needs torch.optim.Muon, which this torch "
+                f"({torch.__version__}) lacks: upgrade torch or use attractor_optimizer='trainer'."
+            )
         flat = [p for group in muon_groups for p in group["params"]]
         if any(p.dim() != 2 for p in flat):
             raise ValueError("MuonAdamW: Muon takes 2-D weight matrices only; put every other parameter in AdamW.")
