@@ -26,13 +26,14 @@ Each run writes ``internalization.json`` and a plot into its own folder; the doc
     python benchmarks/bench_attractor_internalization.py --published neumann --seed 0  # one choice alone
     python benchmarks/bench_attractor_internalization.py --quick    # seconds; a test runs this
 
-``--published``: the published code's choices on top of the paper's map, all of them or one (each a documented
-option of the package): ``gates`` (per-channel LayerScale gates on the attractor layers' branches, starting at the
+``--published``: the published code's choices on top of the paper's map, ``all`` of them or a comma list (each a
+documented option of the package): ``gates`` (per-channel LayerScale gates on the attractor layers' branches, starting at the
 code's default 0.25), ``neumann`` (the backward ``v + J^T v``, ``J^T v`` clipped to ``||v||``), ``batch_stop``
 (iterate until the batch's worst residual is below the tolerance), ``optimizer`` (Muon on the backbone's matrices
 and AdamW, ``lr`` 8e-3, betas (0.8, 0.95), eps 1e-10, the attractor at half the learning rate with weight decay 0.1
 on its matrices, Muon's 0.2, a constant learning rate with a linear cooldown over the last half). Those runs are
-written to ``published-<choice>-<task>-seed<k>``.
+written to ``published-<choices joined by +>-<task>-seed<k>`` (``all`` for the four; ``-lr<x>`` where ``--lr``
+replaces the optimizer's).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def parse(argv):
     p.add_argument("--test-size", type=int, default=300)
     p.add_argument("--steps", type=int, default=None, help="default: 2000 (addition) or 1200 (sudoku)")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=None, help="default: 1e-3, or the published code's 8e-3 with its optimizer")
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--backbone-layers", type=int, default=2)
     p.add_argument("--attractor-layers", type=int, default=2)
@@ -99,6 +100,7 @@ def parse(argv):
     p.add_argument("--tol", type=float, default=1e-3, help="the solver's relative-residual tolerance")
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where to train (the JSON records it)")
     p.add_argument(
         "--published",
         default=None,
@@ -111,16 +113,25 @@ def parse(argv):
     if args.quick:
         args.train_size, args.test_size, args.steps, args.eval_every = 128 if args.task == "addition" else 12, 8, 6, 3
         args.width, args.batch_size, args.budget, args.size, args.min_clues = 32, 16, 10, 4, None
+    args.choices = []
     if args.published is not None:
-        if args.published != "all" and args.published not in PUBLISHED:
-            p.error(f"--published: choose 'all' or one of {', '.join(PUBLISHED)}, got {args.published!r}")
+        args.choices = list(PUBLISHED) if args.published == "all" else args.published.split(",")
+        unknown = [c for c in args.choices if c not in PUBLISHED]
+        if unknown or len(set(args.choices)) != len(args.choices):
+            p.error(f"--published: 'all' or a comma list of {', '.join(PUBLISHED)} (each once), got {args.published!r}")
+        args.choices = [c for c in PUBLISHED if c in args.choices]  # the canonical order names the folder
         if args.form != "paper" or args.gradient_mode != "one_step":
             p.error("--published applies to the paper's map with its one-step gradient (--form paper)")
-    args.choices = list(PUBLISHED) if args.published == "all" else [args.published] if args.published else []
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: torch sees no CUDA device here; use --device cpu")
+    args.lr_given = args.lr is not None
+    args.lr = args.lr if args.lr_given else 1e-3
     if args.output_dir is None:
         name = f"{args.task}-{args.form}-{args.gradient_mode}".replace("_", "-")
         if args.published:
-            name = f"published-{args.published}-{args.task}-seed{args.seed}".replace("_", "-")
+            which = "all" if len(args.choices) == len(PUBLISHED) else "+".join(args.choices)
+            name = f"published-{which}-{args.task}-seed{args.seed}".replace("_", "-")
+            name += f"-lr{args.lr:g}" if args.lr_given and "optimizer" in args.choices else ""
         args.output_dir = RESULTS / name
     return args
 
@@ -131,6 +142,8 @@ def published_settings(args) -> tuple[dict, dict]:
     for choice in args.choices:
         config.update(PUBLISHED[choice][0])
         training.update(PUBLISHED[choice][1])
+    if args.lr_given and "learning_rate" in training:  # an explicit --lr replaces the published one
+        training["learning_rate"] = args.lr
     if training.get("lr_scheduler_type") == "warmup_stable_decay":
         training["lr_scheduler_kwargs"] = {"num_decay_steps": args.steps // 2, "decay_type": "linear"}
     return config, training
@@ -191,13 +204,14 @@ def equilibrium_report(model, batch: dict, budget: int) -> dict:
     was_training = model.training
     model.eval()
     causal = isinstance(model, AttractorForCausalLM)
+    batch = {k: v.to(model.device) for k, v in batch.items()}
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     extra = {"use_cache": False} if causal else {}
     points = (1, budget) if model.config.residual_form == "deq" else (0, 1, budget)  # deq: T=0 is its zero start
     outs = {t: model(**inputs, num_loops=t, output_hidden_states=(t == budget), **extra) for t in points}
     solved = outs[budget]
     y_star, y0 = solved.hidden_states[-1], solved.proposal
-    valid = inputs.get("attention_mask", torch.ones(y0.shape[:2])).bool()
+    valid = inputs.get("attention_mask", torch.ones(y0.shape[:2], device=y0.device)).bool()
     distance = ((y_star - y0).pow(2).sum(-1) * valid).sum(1).sqrt() / (y_star.pow(2).sum(-1) * valid).sum(1).sqrt()
     report = {
         "accuracy": {str(t): exact(out, batch, causal) for t, out in outs.items()},
@@ -267,7 +281,8 @@ def main(argv=None) -> dict:
     train, held_out, collator, vocab = build_data(args)
     model = build_model(args, vocab)
     probe = EquilibriumProbe(model, held_out, args.eval_every, args.budget)
-    training_args = AttractorTrainingArguments(**{**common_training_args(args, "run"), **published_settings(args)[1]})
+    common = {**common_training_args(args, "run"), "use_cpu": args.device == "cpu"}
+    training_args = AttractorTrainingArguments(**{**common, **published_settings(args)[1]})
     trainer = AttractorTrainer(
         model=model, args=training_args, train_dataset=train, data_collator=collator, callbacks=[probe]
     )
@@ -287,6 +302,7 @@ def main(argv=None) -> dict:
         "rows": probe.rows,
         "train_seconds": seconds,
         "parameters": params,
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "held_out": f"{len(held_out['labels'])} test rows, none a training question"
         + (" nor in a training puzzle's class" if args.task == "sudoku" else ""),
         "args": {k: str(v) for k, v in vars(args).items()},
