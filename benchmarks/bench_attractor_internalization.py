@@ -91,7 +91,9 @@ def parse(argv):
     p.add_argument("--test-size", type=int, default=300)
     p.add_argument("--steps", type=int, default=None, help="default: 2000 (addition) or 1200 (sudoku)")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=None, help="default: 1e-3, or the published code's 8e-3 with its optimizer")
+    p.add_argument(
+        "--lr", type=float, default=None, help="default: 1e-3, or the published code's 8e-3 with its optimizer"
+    )
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--backbone-layers", type=int, default=2)
     p.add_argument("--attractor-layers", type=int, default=2)
@@ -307,6 +309,7 @@ def main(argv=None) -> dict:
         + (" nor in a training puzzle's class" if args.task == "sudoku" else ""),
         "args": {k: str(v) for k, v in vars(args).items()},
         "published": dict(zip(("config", "training"), published_settings(args)), choices=args.choices),
+        "train_log": [row for row in trainer.state.log_history if "loss" in row],  # the logged training loss
     }
     try:  # the plot first: saving the JSON also rewrites the docs' tables
         plot(probe.rows, args.budget, title, args.output_dir / "internalization.png")

@@ -264,6 +264,27 @@ def test_internalization_benchmark_runs_the_published_choices(tmp_path):
     assert bench.parse(["--published", "neumann", "--seed", "2"]).output_dir.name == "published-neumann-addition-seed2"
     with pytest.raises(SystemExit):
         bench.parse(["--published", "gates", "--form", "gated"])  # the choices sit on the paper's map
+    assert saved["device"] == "cpu" and [row["step"] for row in saved["train_log"]] == list(range(1, 7))
+
+
+def test_internalization_benchmark_takes_a_subset_of_the_choices_and_a_learning_rate(tmp_path, capsys):
+    bench = load_benchmark("bench_attractor_internalization")
+    argv = ["--quick", "--task", "sudoku", "--published", "optimizer,gates", "--lr", "2e-3"]
+    result = bench.main([*argv, "--output-dir", str(tmp_path)])
+    saved = read_benchmark_json(tmp_path / "internalization.json", result)
+    assert saved["published"]["choices"] == ["gates", "optimizer"]  # the canonical order, whatever the order given
+    assert saved["published"]["config"] == {"layer_scale_init": 0.25, "layer_scale_max": 1.0}
+    assert saved["published"]["training"]["learning_rate"] == 2e-3  # --lr replaces the published 8e-3
+    assert all(row["learning_rate"] <= 2e-3 for row in saved["train_log"])
+    assert bench.parse(argv).output_dir.name == "published-gates+optimizer-sudoku-seed0-lr0.002"
+    assert (
+        bench.parse(["--published", "batch_stop,neumann"]).output_dir.name
+        == "published-neumann+batch-stop-addition-seed0"
+    )
+    for bad in ("gates,foo", "gates,gates"):
+        with pytest.raises(SystemExit):
+            bench.parse(["--published", bad])
+        assert "comma list of gates, neumann, batch_stop, optimizer" in capsys.readouterr().err
 
 
 def test_memory_benchmark_quick_mode_shows_constant_memory(tmp_path):

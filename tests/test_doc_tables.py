@@ -143,3 +143,48 @@ def test_the_attractor_setting_is_chosen_on_validation_not_test(tmp_path, monkey
     assert doc_tables.chosen_attractor_setting() == "split2-budget16"
     assert "**2 + 2 layers (MLP 171), budget 16** (chosen)" in doc_tables.attractor_puzzles_select()
     assert doc_tables.attractor_chosen_runs()[0] == "attractor_puzzles_select/split2-budget16"
+
+
+def test_published_runs_pick_exact_choices_at_the_published_rate_and_the_same_machines_baseline(tmp_path, monkeypatch):
+    doc_tables = load_benchmark("doc_tables")
+    monkeypatch.setattr(doc_tables, "RESULTS", tmp_path)
+
+    def write(folder: str, choices: list[str], seed: int, t0: float, lr_given: bool = False, device: str = "cpu"):
+        run = {
+            "rows": [{"step": 0, "iterations": 3.0, "accuracy": {"0": 0.0, "1": 0.0, "30": 0.0}}]
+            + [{"step": 200, "iterations": 5.0, "accuracy": {"0": t0, "1": t0, "30": 0.9}}],
+            "args": {"task": "sudoku", "seed": str(seed), "budget": "30", "steps": "200", "test_size": "300"},
+            "published": {"choices": choices, "config": {}, "training": {"learning_rate": 8e-3}},
+            "train_seconds": 60.0,
+            "device": device,
+        }
+        run["args"]["lr_given"] = str(lr_given)
+        (tmp_path / "attractor_internalization" / folder).mkdir(parents=True)
+        (tmp_path / "attractor_internalization" / folder / "internalization.json").write_text(json.dumps(run))
+        return run
+
+    every = list(doc_tables.PUBLISHED_CHOICES)
+    write("published-all-sudoku-seed0", every, 0, 0.1)
+    write("published-all-sudoku-seed0-lr0.002", every, 0, 0.9, lr_given=True)
+    write("published-gates+batch-stop+optimizer-sudoku-seed1", ["gates", "batch_stop", "optimizer"], 1, 0.2)
+    write("published-gates-sudoku-seed0", ["gates"], 0, 0.5, device="NVIDIA H200")
+    write("sudoku-paper-one-step", [], 0, 0.0)
+    gpu_base = write("sudoku-paper-one-step-cuda", [], 0, 0.3, device="NVIDIA H200")
+    assert {s: r["rows"][-1]["accuracy"]["0"] for s, r in doc_tables.published_runs("sudoku", "all").items()} == {
+        0: 0.1
+    }
+    assert list(doc_tables.published_runs("sudoku", "gates+batch_stop+optimizer")) == [1]
+    assert doc_tables.published_runs("sudoku", "gates+optimizer") == {}
+    assert doc_tables.paper_baseline("sudoku", "NVIDIA H200") == gpu_base  # not the CPU run beside it
+    singles = doc_tables.attractor_published_singles("sudoku")
+    assert "| `gates` alone | 50.0% |" in singles and "+20.0" in singles  # against the H200 run's 30%, not 0%
+    table = doc_tables.attractor_published()
+    assert "all four at lr 0.008" in table and "`gates` + `batch_stop` + `optimizer`" in table
+    assert "1 min on an H200" in table
+    assert (
+        doc_tables.number(
+            "{attractor_internalization/published-gates+batch-stop+optimizer-sudoku-seed1/internalization.json:rows.-1.accuracy.0}",
+            ".1f",
+        )
+        == "0.2"
+    )
