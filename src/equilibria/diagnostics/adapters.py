@@ -247,11 +247,10 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
         )
 
     def loop(self, batch):
-        """The damped update without noise, ``z + (1 - inertia) (f(z) - z)``, from the model's own start."""
+        """One iteration without noise (the damped update, or the two-level recurrence's iteration), from the
+        model's own start: the model's ``loop_map``."""
         _require_columns(batch, "inputs", family="EqR")
-        block = self.model.model.loop_map(batch["inputs"], generator=self.generator)
-        keep = 1.0 - float(self.model.config.inertia)
-        return LoopMap(lambda z: z + keep * (block(z) - z), block.start), None
+        return self.model.model.loop_map(batch["inputs"], generator=self.generator), None
 
     def _run_untied_blocks(self, batch, start=None):
         """An untied model runs its ``untied_depth`` blocks once, from its own start (or a displaced one): no
@@ -278,7 +277,7 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
 
     def decode(self, batch, run, state):
         num, cells = batch["inputs"].shape
-        logits = self.model.lm_head(state.view(num, cells, -1))
+        logits = self.model.lm_head(self.model.model.answer_state(state.view(num, cells, -1)))
         return puzzle_solved(logits, batch["labels"])
 
 

@@ -16,6 +16,7 @@ This module travels to the Hub as remote code: it imports only torch, transforme
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -40,17 +41,38 @@ def check_depth(value, name: str = "depth") -> int:
     return as_int(value, name, 1, "iterations of the weight-tied block")
 
 
+def gainless_rms_norm(hidden: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMS normalisation over the last axis without a learned gain, computed in float32 (the published code's)."""
+    x = hidden.float()
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(hidden.dtype)
+
+
 class EqRMixerLayer(nn.Module):
-    """An MLP-Mixer layer: a token-mixing MLP across the cells, then a channel MLP, each pre-normed and residual."""
+    """An MLP-Mixer layer: a token-mixing MLP across the cells, then a channel MLP. ``norm_style="pre"``: each
+    branch pre-normed (RMSNorm with gains over the width) and residual. ``"post"`` (the published code's): ``h =
+    rms(h + branch(h))`` without gains, the token branch's norm taken over the cells. ``token_mixer``: a SiLU MLP
+    (``"mlp"``) or a SwiGLU (``"swiglu"``: ``token_in`` gives the gate and the value)."""
 
     def __init__(self, config: EqRConfig):
         super().__init__()
-        self.seq_len = config.max_seq_len
-        self.token_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.token_in = nn.Linear(config.max_seq_len, config.token_mixing_size, bias=config.mlp_bias)
+        self.seq_len, self.eps = config.max_seq_len, config.rms_norm_eps
+        self.post = config.norm_style == "post"
+        self.swiglu = config.token_mixer == "swiglu"
+        width = config.token_mixing_size * (2 if self.swiglu else 1)
+        self.token_in = nn.Linear(config.max_seq_len, width, bias=config.mlp_bias)
         self.token_out = nn.Linear(config.token_mixing_size, config.max_seq_len, bias=config.mlp_bias)
-        self.channel_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.channel_mlp = MLP(config)
+        if not self.post:
+            self.token_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+            self.channel_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def _mix_tokens(self, cells_last: torch.Tensor) -> torch.Tensor:
+        """The token-mixing MLP on ``(batch, width, cells)``."""
+        inner = self.token_in(cells_last)
+        if self.swiglu:
+            gate, value = inner.chunk(2, dim=-1)
+            return self.token_out(nn.functional.silu(gate) * value)
+        return self.token_out(nn.functional.silu(inner))
 
     def forward(self, hidden: torch.Tensor, **kwargs) -> torch.Tensor:
         if hidden.shape[1] != self.seq_len:
@@ -58,8 +80,11 @@ class EqRMixerLayer(nn.Module):
                 f"the token-mixing block needs puzzles of exactly max_seq_len={self.seq_len} cells, got "
                 f"{hidden.shape[1]}; use block_type='attention' for variable sizes."
             )
-        mixed = self.token_out(nn.functional.silu(self.token_in(self.token_norm(hidden).transpose(1, 2))))
-        hidden = hidden + mixed.transpose(1, 2)
+        if self.post:
+            cells_last = hidden.transpose(1, 2)
+            hidden = gainless_rms_norm(cells_last + self._mix_tokens(cells_last), self.eps).transpose(1, 2)
+            return gainless_rms_norm(hidden + self.channel_mlp(hidden), self.eps)
+        hidden = hidden + self._mix_tokens(self.token_norm(hidden).transpose(1, 2)).transpose(1, 2)
         return hidden + self.channel_mlp(self.channel_norm(hidden))
 
 
@@ -72,6 +97,8 @@ class EqRLoopTelemetry:
     halt_logits (`torch.FloatTensor` of shape `(batch, depth)`): the halting head's logit after each step
         ("the current answer is right"); ``None`` without a halting head.
     states (`tuple(torch.FloatTensor)`): with ``output_states=True``, ``z_0 .. z_D``.
+    state (`torch.FloatTensor` of shape `(batch, seq_len, config.state_size)`): the final state ``z_D``, to continue
+        from (pass it back as ``state``); with the two-level recurrence ``[z_H, z_L]``.
     steps (`torch.LongTensor` of shape `(batch,)`): applications of the weight-tied block per row: ``depth``, or
         fewer for a row that halted (``halt_threshold``). With halting the telemetry has one column per step the
         longest row ran, and a halted row's state, residual and halting logit stay at their values when it stopped.
@@ -81,31 +108,32 @@ class EqRLoopTelemetry:
     halt_logits: torch.FloatTensor | None = None
     states: tuple[torch.FloatTensor, ...] | None = None
     steps: torch.LongTensor | None = None
+    state: torch.FloatTensor | None = None
 
 
 @dataclass
 class EqRModelOutput(EqRLoopTelemetry, BaseModelOutput):
     r"""
-    last_hidden_state (`torch.FloatTensor` of shape `(batch, seq_len, hidden_size)`): the final state ``z_D``.
-    residuals, halt_logits, states: the loop's telemetry ([`EqRLoopTelemetry`]).
+    last_hidden_state (`torch.FloatTensor` of shape `(batch, seq_len, hidden_size)`): the final answer state (``z_D``;
+        with the two-level recurrence its ``z_H``).
+    residuals, halt_logits, states, state: the loop's telemetry ([`EqRLoopTelemetry`]).
     """
 
 
 @dataclass
 class EqRPuzzleOutput(EqRLoopTelemetry, TokenClassifierOutput):
     r"""
-    loss (`torch.FloatTensor`): ``lm_loss + halt_loss`` when ``labels`` are given.
+    loss (`torch.FloatTensor`): ``lm_loss + halt_loss_weight * halt_loss`` when ``labels`` are given.
     logits (`torch.FloatTensor` of shape `(batch, seq_len, vocab_size)`): per-cell answer logits from ``z_D``.
     residuals, halt_logits, states: the loop's telemetry ([`EqRLoopTelemetry`]).
-    lm_loss (`torch.FloatTensor`): cross-entropy of every cell's answer (cells labelled -100 are skipped).
+    lm_loss (`torch.FloatTensor`): cross-entropy of every cell's answer (cells labelled -100 are skipped; with
+        ``config.answer_loss="stablemax"`` the stablemax cross-entropy).
     halt_loss (`torch.FloatTensor`): binary cross-entropy of the final halting logit against "every cell is
-        right"; ``None`` without a halting head.
-    state (`torch.FloatTensor`): the final state ``z_D``, to continue from (pass it back as ``state``).
+        right"; ``None`` without a halting head. ``loss`` adds it times ``config.halt_loss_weight``.
     """
 
     lm_loss: torch.FloatTensor | None = None
     halt_loss: torch.FloatTensor | None = None
-    state: torch.FloatTensor | None = None
 
 
 @dataclass
@@ -148,9 +176,42 @@ class EqRPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
+        if self.config.init_scheme == "published":  # the code's: truncated normals scaled by the fan-in
+            if isinstance(module, nn.Linear):
+                init.trunc_normal_(module.weight, **_truncated(1.0 / math.sqrt(module.in_features)))
+                if module.bias is not None:
+                    init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                init.trunc_normal_(module.weight, **_truncated(1.0 / math.sqrt(module.embedding_dim)))
+        else:
+            super()._init_weights(module)
         if isinstance(module, EqRModel):
             init.normal_(module.init_state, std=float(self.config.init_std))
+            if self.config.init_scheme == "published" and module.halt_head is not None:  # "not yet" at the start
+                init.zeros_(module.halt_head.weight)
+                init.constant_(module.halt_head.bias, -5.0)
+
+
+def _truncation_scale(bound: float) -> float:
+    """The standard deviation of a standard normal truncated to ``[-bound, bound]``."""
+    mass = math.erf(bound / math.sqrt(2.0))
+    density = math.exp(-0.5 * bound**2) / math.sqrt(2.0 * math.pi)
+    return math.sqrt(1.0 - 2.0 * bound * density / mass)
+
+
+def _truncated(std: float, bound: float = 2.0) -> dict:
+    """``trunc_normal_`` arguments for a normal truncated at ``bound`` of its standard deviations whose actual
+    standard deviation is ``std`` (the compensated truncation the published code uses)."""
+    sigma = std / _truncation_scale(bound)
+    return {"mean": 0.0, "std": sigma, "a": -bound * sigma, "b": bound * sigma}
+
+
+def truncated_normal(shape, std: float, bound: float, generator=None, device=None, dtype=None) -> torch.Tensor:
+    """Samples of a normal truncated at ``bound`` standard deviations, rescaled to standard deviation ``std``
+    (by the inverse CDF, so that ``generator`` decides them)."""
+    low = 0.5 * (1.0 + math.erf(-bound / math.sqrt(2.0)))
+    u = torch.rand(shape, generator=generator, device=device, dtype=torch.float64) * (1.0 - 2.0 * low) + low
+    return (torch.special.ndtri(u) * (std / _truncation_scale(bound))).to(dtype)
 
 
 class EqRModel(EqRPreTrainedModel):
@@ -168,8 +229,8 @@ class EqRModel(EqRPreTrainedModel):
         else:
             self.rotary_emb = None
             self.layers = nn.ModuleList([EqRMixerLayer(config) for _ in range(config.total_layers)])
-        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.init_state = nn.Parameter(torch.zeros(config.hidden_size))  # the learned start (random_init off)
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps) if config.norm_style == "pre" else None
+        self.init_state = nn.Parameter(torch.zeros(config.state_size))  # the learned start (random_init off)
         self.halt_head = nn.Linear(config.hidden_size, 1) if config.halting else None
         self.post_init()
 
@@ -181,16 +242,27 @@ class EqRModel(EqRPreTrainedModel):
         dtype=None,
         random_init: bool | None = None,
     ) -> torch.Tensor:
-        """``z_0``: ``N(0, init_std^2)`` per entry when ``random_init`` (default ``config.random_init``), else the
-        learned start on every cell."""
+        """``z_0`` of shape ``(batch_size, seq_len, config.state_size)``: ``N(0, init_std^2)`` per entry when
+        ``random_init`` (default ``config.random_init``; truncated at ``config.init_truncation`` standard deviations
+        when set), else the learned start on every cell."""
         dtype = dtype or self.embed_tokens.weight.dtype
         device = self.embed_tokens.weight.device
-        if self.config.random_init if random_init is None else random_init:
-            noise = torch.randn(
-                (batch_size, seq_len, self.config.hidden_size), generator=generator, device=device, dtype=dtype
-            )
-            return noise * float(self.config.init_std)
-        return self.init_state.to(dtype).expand(batch_size, seq_len, -1)
+        shape = (batch_size, seq_len, self.config.state_size)
+        if not (self.config.random_init if random_init is None else random_init):
+            return self.init_state.to(dtype).expand(batch_size, seq_len, -1)
+        std, bound = float(self.config.init_std), self.config.init_truncation
+        if bound is not None:
+            return truncated_normal(shape, std, float(bound), generator=generator, device=device, dtype=dtype)
+        return torch.randn(shape, generator=generator, device=device, dtype=dtype) * std
+
+    def embed(self, inputs: torch.LongTensor) -> torch.Tensor:
+        """The puzzle's token embeddings (times ``sqrt(hidden_size)`` with ``config.scale_embeddings``)."""
+        embeds = self.embed_tokens(inputs)
+        return embeds * math.sqrt(self.config.hidden_size) if self.config.scale_embeddings else embeds
+
+    def answer_state(self, state: torch.Tensor) -> torch.Tensor:
+        """The part of the state the heads read: all of it, or ``z_H`` with the two-level recurrence."""
+        return state[..., : self.config.hidden_size]
 
     def loop_map(
         self,
@@ -199,18 +271,18 @@ class EqRModel(EqRPreTrainedModel):
         generator: torch.Generator | None = None,
         input_ids: torch.LongTensor | None = None,
     ) -> LoopMap:
-        """``(f, z_0)`` for these puzzles: the block ``f(., x)`` as a function of the state alone (the damped
-        update mixes it with the state: ``z + (1 - inertia) (f(z) - z)``), and a fresh [`initial_state`] drawn
-        with ``generator`` (for analysis and the audit)."""
+        """``(f, z_0)`` for these puzzles: one iteration without noise as a function of the state alone (the damped
+        update ``z + (1 - inertia) (block(z) - z)``, or the two-level recurrence's whole iteration), and a fresh
+        [`initial_state`] drawn with ``generator`` (for analysis and the audit)."""
         if self.config.untied_depth is not None:
             raise ValueError(
                 "an untied model (config.untied_depth) applies a different block at each step: no loop map."
             )
         inputs = _puzzle_inputs(inputs, input_ids, self.config)
-        embeds = self.embed_tokens(inputs)
+        embeds = self.embed(inputs)
         mask, position_embeddings = self._context(embeds, attention_mask)
         start = self.initial_state(*inputs.shape, generator=generator, dtype=embeds.dtype)
-        return LoopMap(lambda z: self._step(z, embeds, mask, position_embeddings), start)
+        return LoopMap(lambda z: self._iteration(z, embeds, mask, position_embeddings, 0.0, None)[0], start)
 
     def _context(self, embeds: torch.Tensor, attention_mask: torch.Tensor | None):
         if self.rotary_emb is None:
@@ -221,14 +293,43 @@ class EqRModel(EqRPreTrainedModel):
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeds, attention_mask=attention_mask)
         return mask, self.rotary_emb(embeds, positions)
 
-    def _step(self, z, embeds, mask, position_embeddings, index: int = 0) -> torch.Tensor:
-        """``f(z; x)``: the block (the ``index``-th one of an untied model) on ``z + embed(x)``, normed."""
+    def _block(self, hidden, mask, position_embeddings, index: int = 0) -> torch.Tensor:
+        """The block (the ``index``-th one of an untied model) on ``hidden`` (a state plus what is injected into
+        it), with the final norm of the pre-norm style."""
         size = self.config.num_layers
         layers = self.layers if self.config.untied_depth is None else self.layers[index * size : (index + 1) * size]
-        hidden = z + embeds
         for layer in layers:
             hidden = layer(hidden, attention_mask=mask, position_embeddings=position_embeddings)
-        return self.norm(hidden)
+        return hidden if self.norm is None else self.norm(hidden)
+
+    def _damped(self, z, fz, beta: float, generator, clean: bool = False):
+        """``z + (1 - inertia) (fz - z) + beta * eps`` (with ``clean``: and the update before the noise)."""
+        z = z + (1.0 - float(self.config.inertia)) * (fz - z)
+        noisy = z + beta * torch.randn(z.shape, generator=generator, device=z.device, dtype=z.dtype) if beta > 0 else z
+        return (noisy, z) if clean else noisy
+
+    def _iteration(self, z, embeds, mask, position_embeddings, beta: float, generator, index: int = 0):
+        """One iteration: ``(new state, relative residual ||z' - z|| / ||z'||)``. One state: the damped, noisy update
+        with ``f(z; x) = block(z + embed(x))``, its residual taken before the noise. Two-level (``config.l_cycles``):
+        ``z_L`` updated ``l_cycles`` times from ``z_H + embed(x)``, then ``z_H`` from ``z_L``, each update damped and
+        noisy; the residual is the whole iteration's (the noise of its inner updates included)."""
+        if self.config.l_cycles == 0:
+            fz = self._block(z + embeds, mask, position_embeddings, index)
+            new, clean = self._damped(z, fz, beta, generator, clean=True)
+            return new, residual(z, clean)[1]
+        high, low = z.split(self.config.hidden_size, dim=-1)
+        for _ in range(self.config.l_cycles):
+            low = self._damped(low, self._block(low + high + embeds, mask, position_embeddings), beta, generator)
+        high = self._damped(high, self._block(high + low, mask, position_embeddings), beta, generator)
+        new = torch.cat([high, low], dim=-1)
+        return new, residual(z, new)[1]
+
+    def _halt_logit(self, z: torch.Tensor) -> torch.Tensor | None:
+        """The halting head's logit per puzzle, from the mean over the cells or the first cell's answer state."""
+        if self.halt_head is None:
+            return None
+        answer = self.answer_state(z)
+        return self.halt_head(answer[:, 0] if self.config.halt_readout == "first" else answer.mean(dim=1)).squeeze(-1)
 
     @can_return_tuple
     def forward(
@@ -274,12 +375,15 @@ class EqRModel(EqRPreTrainedModel):
         beta = (self.config.train_noise if self.training else self.config.test_noise) if noise is None else noise
         beta = check_noise(beta)
         threshold = self._check_halt_threshold(halt_threshold)
-        embeds = self.embed_tokens(inputs)
+        embeds = self.embed(inputs)
         mask, position_embeddings = self._context(embeds, attention_mask)
         batch, seq_len = inputs.shape
         z = self.initial_state(batch, seq_len, generator, embeds.dtype, random_init) if state is None else state
-        if z.shape != embeds.shape:
-            raise ValueError(f"state must have shape {tuple(embeds.shape)}, got {tuple(z.shape)}")
+        if z.shape != (batch, seq_len, self.config.state_size):
+            raise ValueError(
+                f"state must have shape {(batch, seq_len, self.config.state_size)} (batch, cells, config.state_size), "
+                f"got {tuple(z.shape)}"
+            )
         step = partial(
             self._update,
             embeds=embeds,
@@ -309,13 +413,8 @@ class EqRModel(EqRPreTrainedModel):
             embeds = embeds[rows]
             if isinstance(mask, torch.Tensor) and mask.shape[0] > 1:
                 mask = mask[rows]
-        fz = self._step(z, embeds, mask, position_embeddings, index)
-        res = residual(z, fz)[1]
-        z = z + (1.0 - float(self.config.inertia)) * (fz - z)
-        if beta > 0:
-            z = z + beta * torch.randn(z.shape, generator=generator, device=z.device, dtype=z.dtype)
-        halt = self.halt_head(z.mean(dim=1)).squeeze(-1) if self.halt_head is not None else None
-        return z, res, halt
+        z, res = self._iteration(z, embeds, mask, position_embeddings, beta, generator, index)
+        return z, res, self._halt_logit(z)
 
     def _iterate(self, step, z, depth: int, threshold: float | None, output_states: bool) -> EqRModelOutput:
         """Run ``step`` up to ``depth`` times; with a ``threshold`` a row stops once its halting probability
@@ -346,7 +445,8 @@ class EqRModel(EqRPreTrainedModel):
                     break
                 rows = None if rows.numel() == batch else rows
         return EqRModelOutput(
-            last_hidden_state=z,
+            last_hidden_state=self.answer_state(z),
+            state=z,
             residuals=torch.stack(residuals, dim=1),
             halt_logits=torch.stack(halts, dim=1) if halts else None,
             states=states,
@@ -391,18 +491,20 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         loss = lm_loss = halt_loss = None
         if labels is not None:
             labels = check_puzzle_labels(labels, inputs)
-            lm_loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size)
+            if self.config.answer_loss == "stablemax":
+                lm_loss = stablemax_cross_entropy(logits, labels)
+            else:
+                lm_loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size)
             loss = lm_loss
             if outputs.halt_logits is not None:
                 solved = puzzle_solved(logits, labels).float()
                 halt_loss = nn.functional.binary_cross_entropy_with_logits(outputs.halt_logits[:, -1].float(), solved)
-                loss = loss + halt_loss
+                loss = loss + float(self.config.halt_loss_weight) * halt_loss
         return EqRPuzzleOutput(
             loss=loss,
             logits=logits,
             lm_loss=lm_loss,
             halt_loss=halt_loss,
-            state=outputs.last_hidden_state,
             **shared_fields(outputs, EqRPuzzleOutput),
         )
 
@@ -474,6 +576,18 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
         return depth, breadth
 
 
+def stablemax_cross_entropy(logits: torch.Tensor, labels: torch.LongTensor) -> torch.Tensor:
+    """The published code's answer loss: cross-entropy of the "stablemax" ``s(x) / sum_j s(x_j)`` with ``s(x) = x +
+    1`` for ``x >= 0`` and ``1 / (1 - x)`` below (no exponential, so no logit grows without bound to win), computed
+    in float64 and averaged over the labelled cells (-100 skipped), returned in the logits' dtype."""
+    x = logits.double()
+    s = torch.where(x >= 0, x + 1.0, 1.0 / (1.0 - x + 1e-30))
+    log_probs = torch.log(s / s.sum(dim=-1, keepdim=True))
+    valid = labels != -100
+    picked = log_probs.gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+    return (-(picked * valid).sum() / valid.sum().clamp_min(1)).to(logits.dtype)
+
+
 def pick_restarts(
     select: str, residuals: torch.Tensor, votes: torch.Tensor, halt_probs: torch.Tensor | None
 ) -> torch.LongTensor:
@@ -493,4 +607,5 @@ __all__ = [
     "EqRPreTrainedModel",
     "EqRPuzzleOutput",
     "EqRSolveOutput",
+    "stablemax_cross_entropy",
 ]
