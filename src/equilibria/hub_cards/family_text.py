@@ -124,6 +124,27 @@ PHDEQ_BIBTEX = """@misc{lazyidentity2026,
 }"""
 
 
+def _eqr_card_notes(config) -> list[str]:
+    """The EqR card's lines on the update, the recurrence and the preset a config was made from."""
+    keep = float(config.inertia)
+    update = f"`z <- {keep:g} z + {1 - keep:g} f(z; x) + noise`" if keep else "`z <- f(z; x) + noise`"
+    lines = [
+        f"- Update: {update}, noise {config.train_noise:g} in training and {config.test_noise:g} at inference, from a "
+        + (f"random start (std {config.init_std:g})." if config.random_init else "learned start.")
+    ]
+    if config.l_cycles:
+        lines.append(
+            f"- Recurrence: the published code's two levels; an iteration updates `z_L` {config.l_cycles} times from "
+            "`z_H + x`, then `z_H` from `z_L`; the heads read `z_H`."
+        )
+    if config.preset:
+        changed = ", ".join(f"`{k}={v}`" for k, v in config.preset_overrides().items())
+        lines.append(
+            f"- Architecture: preset `{config.preset}`" + (f", with {changed}." if changed else ", unchanged.")
+        )
+    return lines
+
+
 FAMILY_TEXTS: dict[str, FamilyText] = {
     "ouro": FamilyText(
         name="Ouro looped language model",
@@ -146,6 +167,7 @@ FAMILY_TEXTS: dict[str, FamilyText] = {
         notes=_attractor_card_notes,
     ),
     "eqr": FamilyText(
+        notes=_eqr_card_notes,
         name="Equilibrium Reasoner",
         paper="Huang, Geng and Kolter, 2026, *Equilibrium Reasoners: Learning Attractors Enables Scalable Reasoning*",
         tags=("recurrent-reasoning", "deep-equilibrium"),

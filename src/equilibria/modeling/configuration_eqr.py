@@ -196,8 +196,9 @@ class EqRConfig(LoopConfigMixin, PreTrainedConfig):
                 f"got block_type={self.block_type!r}. Use norm_style='pre' with attention."
             )
         if self.l_cycles > 0 and self.untied_depth is not None:
-            raise ValueError("EqRConfig: l_cycles (the two-level recurrence) needs the weight-tied model: set "
-                             "untied_depth=None.")
+            raise ValueError(
+                "EqRConfig: l_cycles (the two-level recurrence) needs the weight-tied model: set untied_depth=None."
+            )
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"EqRConfig: preset must be one of {tuple(PRESETS)} or None, got {self.preset!r}.")
 

@@ -11,11 +11,10 @@ Multi-GPU: put the same script behind ``accelerate launch`` or ``torchrun`` (see
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Annotated
 
 import torch
-from transformers import TrainingArguments
 
 from ..modeling.solvers import GRADIENT_MODES
 from .arguments import Interval, LoopTrainingArguments, OneOf
@@ -110,25 +109,16 @@ class AttractorTrainer(LoopTrainer):
     log_keys = ATTRACTOR_LOG_KEYS
     weighted_log_keys = {"jacobian_penalty": "jacobian_weight", "correction_loss": "correction_weight"}
 
-    def create_optimizer(self, model=None) -> torch.optim.Optimizer:
-        """The Trainer's optimizer, or with ``attractor_optimizer="muon_adamw"`` the published code's
+    def own_optimizer_setting(self) -> str | None:
+        """``attractor_optimizer="muon_adamw"``: the published code's optimizer
         ([`~equilibria.trainers.optimizers.published_attractor_optimizer`])."""
+        choice = self.args.attractor_optimizer
+        return None if choice == "trainer" else f"attractor_optimizer={choice!r}"
+
+    def build_own_optimizer(self, model) -> torch.optim.Optimizer:
         args: AttractorTrainingArguments = self.args
-        if self.optimizer is not None or args.attractor_optimizer == "trainer":
-            return super().create_optimizer(model)
-        default_optim = next(f.default for f in fields(TrainingArguments) if f.name == "optim")
-        if str(getattr(args.optim, "value", args.optim)) != str(getattr(default_optim, "value", default_optim)):
-            raise ValueError(
-                f"attractor_optimizer='muon_adamw' builds the optimizer itself; optim={args.optim!r} would be "
-                "ignored: leave `optim` at its default or set attractor_optimizer='trainer'."
-            )
-        if getattr(self, "optimizer_cls_and_kwargs", None) is not None:
-            raise ValueError(
-                "attractor_optimizer='muon_adamw' builds the optimizer itself; the Trainer was also given "
-                "`optimizer_cls_and_kwargs`: pass one or the other."
-            )
-        self.optimizer = published_attractor_optimizer(
-            self.model if model is None else model,
+        return published_attractor_optimizer(
+            model,
             lr=args.learning_rate,
             betas=(args.adam_beta1, args.adam_beta2),
             eps=args.adam_epsilon,
@@ -137,7 +127,6 @@ class AttractorTrainer(LoopTrainer):
             attractor_weight_decay=args.attractor_weight_decay,
             muon_weight_decay=args.muon_weight_decay,
         )
-        return self.optimizer
 
     def double_backward_option(self, args) -> str | None:
         return "the Jacobian penalty (jacobian_weight > 0)" if args.jacobian_weight > 0 else None

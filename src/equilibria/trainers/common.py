@@ -4,6 +4,7 @@ metrics next to the loss), and the model card."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from dataclasses import dataclass
@@ -213,6 +214,36 @@ class LoopTrainer(ModelCardMixin, Trainer):
     def double_backward_option(self, args) -> str | None:
         """The name of an enabled option that differentiates through a gradient (a Jacobian penalty), if any."""
         return None
+
+    def own_optimizer_setting(self) -> str | None:
+        """The option by which the family builds its own optimizer (e.g. ``"attractor_optimizer='muon_adamw'"``),
+        or None when the Trainer's is used. A family that has one also overrides :meth:`build_own_optimizer`."""
+        return None
+
+    def build_own_optimizer(self, model) -> torch.optim.Optimizer:
+        raise NotImplementedError
+
+    def create_optimizer(self, model=None) -> torch.optim.Optimizer:
+        """``Trainer``'s optimizer, or the family's own (:meth:`own_optimizer_setting`), refused (``ValueError``)
+        where ``optim`` or ``optimizer_cls_and_kwargs`` asks for another one as well."""
+        setting = self.own_optimizer_setting()
+        if self.optimizer is not None or setting is None:
+            return super().create_optimizer(model)
+        default_optim = next(f.default for f in dataclasses.fields(TrainingArguments) if f.name == "optim")
+        if str(getattr(self.args.optim, "value", self.args.optim)) != str(
+            getattr(default_optim, "value", default_optim)
+        ):
+            raise ValueError(
+                f"{setting} builds the optimizer itself; optim={self.args.optim!r} would be ignored: leave `optim` at "
+                "its default or use the Trainer's optimizer."
+            )
+        if getattr(self, "optimizer_cls_and_kwargs", None) is not None:
+            raise ValueError(
+                f"{setting} builds the optimizer itself; the Trainer was also given `optimizer_cls_and_kwargs`: "
+                "pass one or the other."
+            )
+        self.optimizer = self.build_own_optimizer(self.model if model is None else model)
+        return self.optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         """``Trainer``'s schedule, with ``num_decay_steps`` of a ``warmup_stable_decay`` schedule set from

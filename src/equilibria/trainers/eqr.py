@@ -28,8 +28,9 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 from transformers.utils import logging
 
-from .arguments import Interval, LoopTrainingArguments, OneOf
+from .arguments import Interval, LoopTrainingArguments, OneOf, preset_recipe
 from .common import LoopTrainer, TermScale
+from .optimizers import AdamAtan2
 
 logger = logging.get_logger(__name__)
 
@@ -47,6 +48,31 @@ EQR_LOG_KEYS = (
 
 
 SUPERVISIONS = ("online", "offline", "offline_terminal")
+OPTIMIZERS = ("trainer", "adam_atan2")
+
+# Training presets: every option a recipe sets. "published": the locuslab/EqR code's Sudoku training
+# (config/train/eqr_sudoku.yaml, pretrain.py); with EqRConfig.from_preset("published") for the model.
+PRESETS: dict[str, dict] = {
+    "published": {
+        "learning_rate": 1e-4,
+        "lr_scheduler_type": "constant_with_warmup",
+        "warmup_steps": 2000,
+        "adam_beta1": 0.9,
+        "adam_beta2": 0.95,
+        "weight_decay": 1.0,  # on every parameter, as its optimizer is given them all
+        "eqr_optimizer": "adam_atan2",
+        "max_grad_norm": 0.0,  # no clipping
+        "ema_decay": 0.999,
+        "supervision": "online",
+        "segment_loops": 3,  # its H_cycles (an iteration here is one H-cycle: l_cycles z_L updates, one z_H update)
+        "grad_loops": 1,  # the last H-cycle with gradient, the first two without
+        "max_segments": 16,  # halt_max_steps
+        "halt_on_head": True,
+        "halt_exploration": 0.1,
+        "per_device_train_batch_size": 768,
+        "max_steps": 50000,
+    }
+}
 
 
 @dataclass
@@ -94,11 +120,76 @@ class EqRTrainingArguments(LoopTrainingArguments):
         },
     )
 
+    grad_loops: Annotated[int | None, Interval(min=1)] = field(
+        default=None,
+        metadata={
+            "help": "online supervision: only the segment's last grad_loops iterations are trained through, the ones "
+            "before run without gradient (default: all; the published code: 1 of its 3)."
+        },
+    )
+    halt_exploration: Annotated[float, Interval(min=0, max=1)] = field(
+        default=0.0,
+        metadata={
+            "help": "online supervision: per row and segment, the probability of drawing a least number of segments "
+            "(uniform in 2..max_segments) before the row may halt on its head (the published code's 0.1)."
+        },
+    )
+    eqr_optimizer: Annotated[str, OneOf(OPTIMIZERS)] = field(
+        default="trainer",
+        metadata={
+            "help": "trainer: the Trainer's optimizer (optim); adam_atan2: AdamATan2 as the published code uses it "
+            "(adam-atan2 0.0.3's rule; learning_rate, adam_beta1/2, weight_decay on every parameter)."
+        },
+    )
+    eqr_preset: Annotated[str | None, OneOf(tuple(PRESETS))] = field(
+        default=None,
+        metadata={
+            "help": "the recipe these arguments were made from (EqRTrainingArguments.from_preset or `equilibria train "
+            "--eqr_preset`), named in the training record and the card."
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
         if self.ddp_find_unused_parameters is None:
             # the learned start is unused with random starts (and vice versa): DDP must allow that
             self.ddp_find_unused_parameters = True
+
+    def validate_arguments(self) -> None:
+        super().validate_arguments()
+        loops = self.segment_loops
+        if self.grad_loops is not None and loops is not None and self.grad_loops > loops:
+            raise ValueError(
+                f"EqRTrainingArguments: grad_loops ({self.grad_loops}) must be <= segment_loops ({loops})."
+            )
+        for option, off in (("grad_loops", self.grad_loops is None), ("halt_exploration", self.halt_exploration == 0)):
+            if not off and self.supervision != "online":
+                raise ValueError(
+                    f"EqRTrainingArguments: {option} applies to supervision='online', got supervision={self.supervision!r}."
+                )
+
+    preset_option = "eqr_preset"  # the option naming a recipe whose options a command line applies
+
+    @classmethod
+    def preset_training_defaults(cls, name: str) -> dict:
+        """The recipe ``name``'s options, which ``equilibria train --eqr_preset NAME`` makes its flags' defaults."""
+        return dict(PRESETS[name])
+
+    @classmethod
+    def from_preset(cls, eqr_preset: str, **overrides) -> EqRTrainingArguments:
+        """Arguments with every option of the recipe ``eqr_preset`` (``"published"``: the locuslab/EqR code's
+        optimizer, schedule, EMA, segments and halting; pair it with ``EqRConfig.from_preset``), the keyword
+        arguments overriding any of them."""
+        if eqr_preset not in PRESETS:
+            raise ValueError(
+                f"EqRTrainingArguments.from_preset: eqr_preset must be one of {tuple(PRESETS)}, got {eqr_preset!r}."
+            )
+        return cls(eqr_preset=eqr_preset, **{**PRESETS[eqr_preset], **overrides})
+
+    def recipe(self) -> dict:
+        """``{"preset": name or None, "overrides": {option: value}}``: the preset and its options these arguments
+        change (none without a preset)."""
+        return preset_recipe(self, self.eqr_preset, PRESETS.get(self.eqr_preset, {}))
 
 
 class _Carry:
@@ -270,6 +361,18 @@ class EqRTrainer(LoopTrainer):
             self._ema.save(output_dir if output_dir is not None else self.args.output_dir)
         super().save_model(output_dir, _internal_call=_internal_call)
 
+    def own_optimizer_setting(self) -> str | None:
+        """``eqr_optimizer="adam_atan2"``: [`~equilibria.trainers.optimizers.AdamAtan2`] over every parameter."""
+        choice = self.args.eqr_optimizer
+        return None if choice == "trainer" else f"eqr_optimizer={choice!r}"
+
+    def build_own_optimizer(self, model) -> torch.optim.Optimizer:
+        args: EqRTrainingArguments = self.args
+        params = [p for p in model.parameters() if p.requires_grad]
+        return AdamAtan2(
+            params, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2), weight_decay=args.weight_decay
+        )
+
     def _segment_loops(self) -> int:
         return self.args.segment_loops or self.core.config.num_loops
 
@@ -302,6 +405,10 @@ class EqRTrainer(LoopTrainer):
         elif args.supervision == "offline_terminal" and args.max_segments > 1:
             with torch.no_grad():
                 state = model(**run, state=start, num_loops=loops * (args.max_segments - 1)).state.detach()
+        if args.grad_loops is not None and args.grad_loops < loops:  # the segment's first iterations: no gradient
+            with torch.no_grad():
+                state = model(**run, state=state, num_loops=loops - args.grad_loops).state.detach()
+            loops = args.grad_loops
         return {**run, "labels": carry.batch["labels"], "state": state, "num_loops": loops}
 
     def add_terms(self, model, lm_loss, outputs, batch: dict, scale: TermScale):
@@ -332,6 +439,11 @@ class EqRTrainer(LoopTrainer):
         done = carry.segments >= args.max_segments
         if args.halt_on_head and outputs.halt_logits is not None:
             done |= outputs.halt_logits[:, -1] > 0
+        if args.halt_exploration > 0:  # some rows must first run a least number of segments, drawn afresh
+            n, device = done.shape[0], done.device
+            least = torch.randint(2, args.max_segments + 1, (n,), device=device)
+            least = torch.where(torch.rand(n, device=device) < args.halt_exploration, least, 0)
+            done &= carry.segments >= least
         carry.state = outputs.state.detach()
         zero = torch.zeros((), device=labels.device)
         carry.done = done

@@ -11,6 +11,10 @@ gradient clipping, accumulation and checkpoints treat it like any other.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -115,4 +119,139 @@ def published_attractor_optimizer(
     )
 
 
-__all__ = ["MuonAdamW", "published_attractor_optimizer"]
+def _math_dtype(param: torch.Tensor) -> torch.dtype:
+    """float64 parameters are updated in float64; every other floating dtype (float32, bf16, fp16) in float32."""
+    return torch.float64 if param.dtype == torch.float64 else torch.float32
+
+
+class AdamAtan2(torch.optim.Optimizer):
+    """Adam with ``atan2`` in place of the division by ``sqrt(v) + eps`` (Everett et al. 2024,
+    arXiv:2407.05872): the update rule of the ``adam-atan2`` package, version 0.0.3 (imoneoi/adam-atan2, whose
+    CUDA-fused ``AdamATan2`` the Equilibrium Reasoner's published code imports), in plain PyTorch.
+
+    Per parameter ``p`` with gradient ``g``, moments ``m`` and ``v`` (zero at first) and step ``t`` (incremented
+    first, so 1 on the first step)::
+
+        p <- p * (1 - lr * weight_decay)                  # decoupled decay, before the moments
+        m <- m + (1 - beta1) * (g - m)
+        v <- beta2 * v + (1 - beta2) * g**2
+        p <- p - lr / (1 - beta1**t) * atan2(m, sqrt(v) / sqrt(1 - beta2**t))
+
+    There is no ``eps`` (``atan2(0, 0) = 0``, so a zero gradient moves nothing but the decay) and no scale
+    constants (``a = b = 1``). The first bias correction sits outside the ``atan2``, as in 0.0.3's reference and
+    kernel (0.0.2 had moved it inside; 0.0.3 reverted that). Math runs in float32 for float32, bf16 and fp16
+    parameters, whose moments are kept in float32, and in float64 for float64 parameters.
+
+    ``adam-atan2-pytorch`` (lucidrains) is a different rule: ``p -= lr * a * atan2(m / (1 - beta1**t),
+    b * sqrt(v / (1 - beta2**t)))`` with ``a = 1.27`` by default, i.e. the first bias correction inside the
+    ``atan2``, and its own weight-decay scaling and defaults. With ``a = b = 1`` the two differ only while
+    ``beta1**t`` is not negligible (the first ~100 steps at ``beta1 = 0.9``): on step 1 this rule moves each entry
+    by ``lr * atan(1 - beta1) / (1 - beta1)`` (~0.997 lr), that one by ``lr * pi / 4``.
+
+    The state per parameter is ``step`` (a float32 CPU scalar tensor, as torch's Adam keeps it), ``exp_avg`` and
+    ``exp_avg_sq``; ``state_dict``/``load_state_dict`` are torch's, except that loading keeps the moments of
+    bf16/fp16 parameters in float32 (torch would cast them to the parameter's dtype)."""
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 1e-2,
+    ) -> None:
+        if isinstance(lr, torch.Tensor) or not 0.0 <= lr:
+            raise ValueError(f"AdamAtan2: lr must be a float >= 0, got {lr!r}.")
+        if len(betas) != 2:
+            raise ValueError(f"AdamAtan2: betas must be a pair (beta1, beta2), got {betas!r}.")
+        for i, beta in enumerate(betas):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"AdamAtan2: betas[{i}] (beta{i + 1}) must be in [0, 1), got {beta!r}.")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"AdamAtan2: weight_decay must be >= 0, got {weight_decay!r}.")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
+
+    def _state(self, p: torch.Tensor) -> dict[str, Any]:
+        """``p``'s state, created on its first step, with the moments in ``p``'s math dtype."""
+        state = self.state[p]
+        dtype = _math_dtype(p)
+        if len(state) == 0:
+            state["step"] = torch.tensor(0.0, dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, dtype=dtype, memory_format=torch.preserve_format)
+        for key in ("exp_avg", "exp_avg_sq"):
+            if state[key].dtype != dtype or state[key].device != p.device:
+                state[key] = state[key].to(device=p.device, dtype=dtype)
+        return state
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        """One update of every parameter that has a gradient; ``closure`` (re-evaluates the loss) as in torch."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("AdamAtan2 does not support sparse gradients; use a dense gradient.")
+                if torch.is_complex(p):
+                    raise RuntimeError("AdamAtan2 does not support complex parameters (atan2 is real-valued).")
+                state = self._state(p)
+                t = int(state["step"]) + 1
+                state["step"] = torch.tensor(float(t), dtype=torch.float32)  # a new tensor: never aliases a loaded one
+                _adam_atan2_update(
+                    p,
+                    p.grad,
+                    state["exp_avg"],
+                    state["exp_avg_sq"],
+                    t,
+                    group["lr"],
+                    beta1,
+                    beta2,
+                    group["weight_decay"],
+                )
+        return loss
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's loading, then the saved float32 moments of bf16/fp16 parameters put back uncast."""
+        super().load_state_dict(state_dict)
+        saved = state_dict["state"]
+        ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+        params = [p for group in self.param_groups for p in group["params"]]
+        for i, p in zip(ids, params, strict=True):
+            if p.dtype == _math_dtype(p) or i not in saved:
+                continue
+            for key in ("exp_avg", "exp_avg_sq"):
+                value = saved[i].get(key)
+                if isinstance(value, torch.Tensor):
+                    self.state[p][key] = value.to(device=p.device, dtype=_math_dtype(p))
+
+
+def _adam_atan2_update(
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    exp_avg: torch.Tensor,
+    exp_avg_sq: torch.Tensor,
+    step: int,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    weight_decay: float,
+) -> None:
+    """The rule of :class:`AdamAtan2` on one tensor, in place, in the moments' dtype (``param``'s math dtype)."""
+    p = param if param.dtype == exp_avg.dtype else param.to(exp_avg.dtype)
+    g = grad.to(exp_avg.dtype)
+    if weight_decay != 0.0:
+        p.mul_(1.0 - lr * weight_decay)
+    exp_avg.lerp_(g, 1.0 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+    denom = exp_avg_sq.sqrt().div_(math.sqrt(1.0 - beta2**step))
+    p.add_(torch.atan2(exp_avg, denom), alpha=-lr / (1.0 - beta1**step))
+    if p is not param:
+        param.copy_(p)
+
+
+__all__ = ["AdamAtan2", "MuonAdamW", "published_attractor_optimizer"]

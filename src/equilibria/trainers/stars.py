@@ -25,7 +25,7 @@ from transformers import TrainingArguments
 from transformers.utils import logging
 
 from ..modeling.regularization import JSRR_ESTIMATORS, JSRR_PROBES
-from .arguments import FILLED_IN, Interval, LoopTrainingArguments, OneOf
+from .arguments import FILLED_IN, Interval, LoopTrainingArguments, OneOf, preset_recipe, same_value
 from .common import LoopTrainer, TermScale, find_core
 from .stars_presets import STARS_OPTIONS, STARS_PRESETS, preset_values
 
@@ -170,16 +170,7 @@ class StarsTrainingArguments(LoopTrainingArguments):
         """``{"preset": name or None, "overrides": {option: value}}``: the preset and every option of it (or, without
         one, every STARS default) that these arguments change."""
         wanted = {**preset_values(self.stars_preset, "stars"), **preset_values(self.stars_preset, "training")}
-        overrides = {k: getattr(self, k) for k, v in wanted.items() if not same_value(getattr(self, k), v)}
-        return {"preset": self.stars_preset, "overrides": overrides}
-
-
-def same_value(value, wanted) -> bool:
-    """Whether an argument's value is the recipe's (enums compared by value, numbers within rounding)."""
-    value = getattr(value, "value", value)
-    if isinstance(wanted, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return math.isclose(value, wanted, rel_tol=1e-9, abs_tol=1e-12)
-    return value == wanted
+        return preset_recipe(self, self.stars_preset, wanted)
 
 
 def warn_training_part_not_applied(args: StarsTrainingArguments) -> None:
