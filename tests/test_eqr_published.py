@@ -205,3 +205,29 @@ def test_the_published_recipe_trains_saves_and_loads(tmp_path):
         b = loaded(PUZZLES[:2], state=z0, noise=0.0).logits
     torch.testing.assert_close(a, b)
     assert loaded.config.preset == "published"
+
+
+def test_the_cli_trains_the_published_presets_and_the_card_names_them(tmp_path):
+    import json
+
+    from equilibria.cli import main
+
+    out = tmp_path / "eqr"
+    argv = ["train", "--family", "eqr", "--task", "sudoku", "--size", "4", "--train_size", "16", "--test_size", "4"]
+    argv += ["--config_preset", "published", "--eqr_preset", "published", "--hidden_size", "32", "--num_loops", "3"]
+    argv += ["--max_steps", "2", "--per_device_train_batch_size", "4", "--max_segments", "2", "--warmup_steps", "1"]
+    argv += ["--eval_loops", "3", "--use_cpu", "true", "--report_to", "none", "--save_strategy", "no"]
+    argv += ["--output_dir", str(out)]
+    assert main(argv) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["preset"], config["hidden_size"], config["l_cycles"], config["answer_loss"]) == (
+        "published",
+        32,
+        6,
+        "stablemax",
+    )
+    history = json.loads((out / "training_history.json").read_text())[-1]
+    assert history["recipe"]["preset"] == "published"
+    assert history["recipe"]["overrides"]["max_steps"] == 2 and "learning_rate" not in history["recipe"]["overrides"]
+    card = (out / "README.md").read_text()
+    assert "preset `published`, with `hidden_size=32`" in card and "Recipe: preset `published`" in card

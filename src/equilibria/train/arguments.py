@@ -57,6 +57,13 @@ class ModelArguments:
             "recurrence steps; Attractor, PH-DEQ: solver budget; EqR: iterations per segment)"
         },
     )
+    config_preset: str | None = field(
+        default=None,
+        metadata={
+            "help": "a new model's architecture preset (EqR: published, the locuslab/EqR code's Sudoku model); "
+            "--hidden_size, --num_layers, --num_attention_heads and --num_loops given override it"
+        },
+    )
     exit_loss: str | None = field(
         default=None,
         metadata={

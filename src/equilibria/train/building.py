@@ -221,17 +221,32 @@ def _overrides(model_args: ModelArguments, family) -> dict:
     return overrides
 
 
+def _preset_config(model_args: ModelArguments, family, data):
+    """A new model's config from the preset ``--config_preset`` of the family's config class, the task's fields
+    and the sizes given as flags overriding it."""
+    from_preset = getattr(family.config_class, "from_preset", None)
+    if from_preset is None:
+        raise ValueError(f"--config_preset: the {family.model_type} family has no architecture presets")
+    given = {key: getattr(model_args, key) for key in NEW_MODEL_SIZES if getattr(model_args, key) is not None}
+    given.pop("num_loops", None)  # set with the other overrides, under the family's key
+    return from_preset(model_args.config_preset, **dict(data.config_fields), **given)
+
+
 def _model(model_args: ModelArguments, family, head, data, config):
     """The checkpoint (``config`` is its config) loaded into ``head``'s class, or a new model of ``family``;
     ``--num_loops`` and ``--exit_loss`` set in either config."""
 
     overrides = _overrides(model_args, family)
-    if config is None:
+    if config is None and model_args.config_preset is not None:
+        config = _preset_config(model_args, family, data)
+    elif config is None:
         sizes = [
             NEW_MODEL_SIZES[key] if getattr(model_args, key) is None else getattr(model_args, key)
             for key in NEW_MODEL_SIZES
         ]
         config = family.make_config(dict(data.config_fields), *sizes)
+    elif model_args.config_preset is not None:
+        raise ValueError("--config_preset builds a new model; a checkpoint (--model_name_or_path) keeps its own config")
     vocab = len(data.tokenizer) if data.tokenizer is not None else None
     if vocab is not None and vocab > config.vocab_size:
         raise ValueError(
