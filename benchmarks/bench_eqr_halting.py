@@ -221,7 +221,7 @@ def main(argv=None) -> dict:
         model = EqRForPuzzleSolving.from_pretrained(args.model)
     else:
         model, seconds, log = sudoku.train(train_args, "eqr", data)
-        results["train_seconds"], results["log"] = seconds, log
+        results["train_seconds"], results["log"], results["recipe"] = seconds, log, train_args.recipe
         print(f"  trained EqR in {seconds:.0f} s")
         model.save_pretrained(args.output_dir / "model")
     half = len(data["test"]) // 2

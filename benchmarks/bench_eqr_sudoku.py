@@ -69,7 +69,7 @@ def parse(argv):
     p.add_argument("--min-clues", type=int, default=None, help="Sudoku: keep at least this many clues (easier puzzles)")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=None, help="default 1e-3 (with --preset: the preset's 1e-4)")
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--block", default="attention", choices=["attention", "mlp"])
@@ -79,10 +79,15 @@ def parse(argv):
         default=None,
         help="MLP width of the block's layers for every kind but attractor (default 4 x --width)",
     )
-    p.add_argument("--segment-loops", type=int, default=4)
-    p.add_argument("--max-segments", type=int, default=4)
-    p.add_argument("--noise", type=float, default=0.1, help="EqR's training noise beta")
-    p.add_argument("--test-noise", type=float, default=0.05, help="EqR's noise at test time (breadth diversity)")
+    p.add_argument("--segment-loops", type=int, default=None, help="default 4 (with --preset: its 3 H-cycles)")
+    p.add_argument("--max-segments", type=int, default=None, help="default 4 (with --preset: its 16)")
+    p.add_argument("--noise", type=float, default=None, help="EqR's training noise beta (0.1; --preset: 0.01)")
+    p.add_argument(
+        "--test-noise",
+        type=float,
+        default=None,
+        help="EqR's noise at test time (breadth diversity; 0.05; --preset: 0.01)",
+    )
     p.add_argument("--depths", default="4,8,16,32,64")
     p.add_argument("--breadths", default="1,4,16")
     p.add_argument("--seed", type=int, default=0)
@@ -121,6 +126,15 @@ def parse(argv):
         choices=("paper", "gated"),
         help="attractor: the map (paper: the paper's; gated: this package's earlier form)",
     )
+    p.add_argument(
+        "--preset",
+        default=None,
+        choices=["published"],
+        help="EqR (and its ablations): the published code's architecture and training (EqRConfig.from_preset, "
+        "EqRTrainingArguments.from_preset), cut to the CPU by --width, --block-intermediate, --batch-size, --steps "
+        "(its warm-up and EMA window kept at the same share of the run), --max-segments and --lr where given; the rest "
+        "is the preset's",
+    )
     p.add_argument("--output-dir", type=Path, default=Path("docs/results/eqr_sudoku_4x4"))
     p.add_argument(
         "--from-saved",
@@ -130,6 +144,10 @@ def parse(argv):
         "time and steps are kept (give it the same data and model options)",
     )
     args = p.parse_args(argv)
+    preset = PRESET_DEFAULTS if args.preset else PLAIN_DEFAULTS
+    for key, value in preset.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     if args.validation_size and args.task != "sudoku":
         p.error("--validation-size is implemented for Sudoku only")
     if args.task == "sudoku" and args.size not in (4, 6, 9):
@@ -151,6 +169,9 @@ def parse(argv):
     args.breadths = [int(x) for x in args.breadths.split(",")]
     return args
 
+
+PLAIN_DEFAULTS = {"lr": 1e-3, "segment_loops": 4, "max_segments": 4, "noise": 0.1, "test_noise": 0.05}
+PRESET_DEFAULTS = {"lr": 1e-4, "segment_loops": 3, "max_segments": 16, "noise": 0.01, "test_noise": 0.01}
 
 KINDS = {  # training switches per kind; "eqr" is random init (RI) + noise injection (NI), online segments
     "feedforward": dict(random_init=False, train_noise=0.0, segment_loops=1, max_segments=1),
@@ -255,21 +276,22 @@ def build(args, kind: str) -> EqRForPuzzleSolving:
     set_seed(args.seed)
     spec = KINDS[kind]
     loops = segment_loops(args, kind)
-    config = EqRConfig(
+    values = dict(
         vocab_size=args.vocab_size,
         max_seq_len=args.size * args.size,
         hidden_size=args.width,
         intermediate_size=args.block_intermediate or 4 * args.width,
         num_attention_heads=max(1, args.width // 32),
         num_layers=args.layers,
-        block_type=args.block,
         random_init=spec["random_init"],
         train_noise=spec.get("train_noise", args.noise),
         test_noise=args.test_noise if stochastic(args, kind) else 0.0,
         num_loops=loops,
         untied_depth=loops if spec.get("untied") else None,
     )
-    return EqRForPuzzleSolving(config)
+    if args.preset:  # the published architecture (its Mixer block, two levels, ...), at this width
+        return EqRForPuzzleSolving(EqRConfig.from_preset(args.preset, **values))
+    return EqRForPuzzleSolving(EqRConfig(**values, block_type=args.block))
 
 
 def train(args, kind: str, data) -> tuple[EqRForPuzzleSolving, float, list]:
@@ -299,16 +321,35 @@ def train(args, kind: str, data) -> tuple[EqRForPuzzleSolving, float, list]:
         trainer = AttractorTrainer(model=model, args=AttractorTrainingArguments(**common), train_dataset=rows)
     else:
         model = build(args, kind)
-        training_args = EqRTrainingArguments(
-            **common,
-            segment_loops=segment_loops(args, kind),
-            max_segments=spec.get("max_segments", args.max_segments),
-            supervision=spec.get("supervision", "online"),
-        )
+        training_args = eqr_training_args(args, kind, common)
         trainer = EqRTrainer(model=model, args=training_args, train_dataset=data["train"])
+        args.recipe = training_args.recipe()
     started = time.time()
     trainer.train()
     return model, time.time() - started, [h for h in trainer.state.log_history if "loss" in h]
+
+
+def eqr_training_args(args, kind: str, common: dict) -> EqRTrainingArguments:
+    """The kind's EqR training arguments: the package's recipe (``common``), or with ``--preset`` the preset's
+    optimizer, schedule, EMA and halting with ``common``'s run length, batch, logging and seeds; the warm-up (2000 of
+    its 50000 steps) and the EMA's window (decay 0.999: about 1000 steps) cut to the same share of this run."""
+    spec = KINDS[kind]
+    segments = dict(
+        segment_loops=segment_loops(args, kind),
+        max_segments=spec.get("max_segments", args.max_segments),
+        supervision=spec.get("supervision", "online"),
+    )
+    if not args.preset:
+        return EqRTrainingArguments(**common, **segments)
+    keep = ("output_dir", "max_steps", "per_device_train_batch_size", "logging_steps", "save_strategy", "report_to")
+    keep += ("use_cpu", "seed", "data_seed", "disable_tqdm", "dataloader_drop_last", "learning_rate")
+    run = {k: common[k] for k in keep}
+    share = 50000 / common["max_steps"]  # the preset's run over this one: warm-up and EMA window keep their share
+    run["warmup_steps"] = max(1, round(2000 / share))
+    run["ema_decay"] = max(0.5, 1.0 - (1.0 - 0.999) * share)  # a window of 1000 steps is 2% of its run
+    if segments["segment_loops"] == 1 or segments["supervision"] != "online":  # one iteration or offline: no split
+        segments.update(grad_loops=None, halt_exploration=0.0)
+    return EqRTrainingArguments.from_preset(args.preset, **run, **segments)
 
 
 @torch.no_grad()
@@ -461,6 +502,8 @@ def trained(args, kind: str, data) -> tuple:
     model.save_pretrained(args.output_dir / "models" / kind)
     print(f"  trained {kind} in {seconds:.0f} s (final logged loss {log[-1]['loss'] if log else float('nan'):.4f})")
     record = {"train_seconds": seconds, "train_steps": train_steps(args, kind), "parameters": model.num_parameters()}
+    if isinstance(model, EqRForPuzzleSolving):  # the recipe: a preset and what this run changed of it
+        record["recipe"] = args.recipe
     return model, {**record, "log": log}
 
 

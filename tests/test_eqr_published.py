@@ -231,3 +231,19 @@ def test_the_cli_trains_the_published_presets_and_the_card_names_them(tmp_path):
     assert history["recipe"]["overrides"]["max_steps"] == 2 and "learning_rate" not in history["recipe"]["overrides"]
     card = (out / "README.md").read_text()
     assert "preset `published`, with `hidden_size=32`" in card and "Recipe: preset `published`" in card
+
+
+def test_the_halting_benchmark_runs_the_published_preset_and_counts_block_applications(tmp_path):
+    from conftest import load_benchmark
+
+    bench = load_benchmark("bench_eqr_halting")
+    results = bench.main(["--quick", "--preset", "published", "--output-dir", str(tmp_path)])
+    fixed = results["test"]["all"]["fixed"]
+    assert [s["mean_nfe"] for s in fixed.values()] == [7.0, 14.0, 28.0]  # depths 1, 2, 4: 6 z_L + 1 z_H updates each
+    assert results["recipe"]["preset"] == "published"
+    assert results["recipe"]["overrides"]["max_steps"] == 4  # the cut to the CPU, named
+    config = EqRConfig.from_pretrained(tmp_path / "model")
+    assert (config.preset, config.l_cycles, config.norm_style) == ("published", 6, "post")
+    model = EqRForPuzzleSolving(config).eval()
+    out = model.solve(torch.tensor(DATA["test"][:2]["inputs"]), depth=2, breadth=3)
+    assert out.nfe.tolist() == [2 * 3 * 7, 2 * 3 * 7]

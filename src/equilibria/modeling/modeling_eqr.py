@@ -148,7 +148,8 @@ class EqRSolveOutput(ModelOutput):
     steps (`torch.LongTensor` of shape `(num_puzzles, breadth)`): block applications per restart (``depth``
         unless it halted early).
     nfe (`torch.LongTensor` of shape `(num_puzzles,)`): function evaluations per puzzle: the applications of the
-        weight-tied block summed over its restarts (``depth * breadth`` without halting).
+        weight-tied block summed over its restarts (``depth * breadth`` without halting; an iteration of the
+        two-level recurrence applies it ``l_cycles + 1`` times).
     """
 
     answers: torch.LongTensor | None = None
@@ -561,7 +562,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
             halt_probs=halt,
             votes=votes,
             steps=steps,
-            nfe=steps.sum(dim=1),
+            nfe=steps.sum(dim=1) * (self.config.l_cycles + 1),
         )
 
     def _check_solve(self, inputs, depth, breadth, select: str) -> tuple[int, int]:
