@@ -1543,6 +1543,32 @@ def eqr_depth_breadth_row() -> list[str]:
     ]
 
 
+def eqr_depth_breadth(folder: str, seeds: tuple[int, ...]) -> str:
+    """Per seed and depth, exact solve at each breadth of ``<folder>/seed<k>/eqr/eqr_sudoku.json``'s grid, the
+    answer chosen by the lowest residual / by vote / by the halting head (a seed not run yet says so)."""
+    rows, breadths = [], None
+    for seed in seeds:
+        path = RESULTS / folder / f"seed{seed}" / "eqr" / "eqr_sudoku.json"
+        if not path.exists():
+            rows.append([f"seed {seed}", "not run yet"])
+            continue
+        grid = json.loads(path.read_text())["eqr"]["grid"]
+        cells = {tuple(int(x) for x in key.split("x")): value for key, value in grid.items()}
+        breadths = breadths or sorted({b for _, b in cells})
+        for depth in sorted({d for d, _ in cells}):
+            rule = [cells.get((depth, b)) for b in breadths]
+            rows.append(
+                [f"seed {seed}", str(depth)]
+                + [
+                    "" if r is None else " / ".join(pct(r[k]) for k in ("residual", "vote", "halt") if k in r)
+                    for r in rule
+                ]
+            )
+    header = ["seed", "depth (iterations)"] + [f"breadth {b}" for b in (breadths or [1])]
+    width = len(header)
+    return markdown(header, [row + [""] * (width - len(row)) for row in rows])
+
+
 def eqr_halting_row() -> list[str]:
     halting = [
         load(f"eqr_halting_6x6/seed{s}/eqr_halting.json")["chosen"]
@@ -1704,6 +1730,8 @@ TABLES: dict[str, Callable[[], str]] = {
         "eqr_maze7_fullbackprop/summary.json", suffix=", 8-step backprop", training=False
     ),
     "eqr-halting-6x6": lambda: eqr_halting("eqr_halting_6x6", (1, 2)),
+    "eqr-halting-published-6x6": lambda: eqr_halting("eqr_halting_published_6x6", (0, 1, 2)),
+    "eqr-depth-breadth-published-6x6": lambda: eqr_depth_breadth("eqr_published_6x6", (0, 1, 2)),
     "eqr-6x6-seeds": eqr_seeds,
     "eqr-maze9-seeds": lambda: eqr_seeds(
         ("untied", "weight_tied", "eqr"),
