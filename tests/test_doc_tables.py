@@ -188,3 +188,15 @@ def test_published_runs_pick_exact_choices_at_the_published_rate_and_the_same_ma
         )
         == "0.2"
     )
+
+
+def test_the_depth_breadth_table_reads_each_seeds_grid_and_says_what_is_not_run(tmp_path, monkeypatch):
+    doc_tables = load_benchmark("doc_tables")
+    monkeypatch.setattr(doc_tables, "RESULTS", tmp_path)
+    grid = {"3x1": {"residual": 0.5, "vote": 0.5, "halt": 0.25}, "3x4": {"residual": 0.75, "vote": 1.0, "halt": 0.5}}
+    (tmp_path / "runs" / "seed1" / "eqr").mkdir(parents=True)
+    (tmp_path / "runs" / "seed1" / "eqr" / "eqr_sudoku.json").write_text(json.dumps({"eqr": {"grid": grid}}))
+    table = doc_tables.eqr_depth_breadth("runs", (0, 1))
+    assert "| seed 0 | not run yet | | |" in table
+    assert "| seed 1 | 3 | 50.0% / 50.0% / 25.0% | 75.0% / 100.0% / 50.0% |" in table
+    assert "| seed | depth (iterations) | breadth 1 | breadth 4 |" in table
