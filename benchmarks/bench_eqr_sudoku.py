@@ -353,9 +353,19 @@ def eqr_training_args(args, kind: str, common: dict) -> EqRTrainingArguments:
 
 
 @torch.no_grad()
+_EVALUATED: dict = {}  # (model, split, depth, breadth, seed) -> evaluate's result: the sweep, rules and grid share cells
+
+
 def evaluate(model, data, depth: int, breadth: int, seed: int, batch: int = 128, split: str = "test") -> dict:
     """Exact-solve accuracy on ``data[split]`` for each selection rule (all read from the same restarts), plus
-    every restart's final residual and correctness."""
+    every restart's final residual and correctness. Seeded, so a repeated cell is read back, not solved again."""
+    key = (id(model), id(data), split, depth, breadth, seed)
+    if key not in _EVALUATED:
+        _EVALUATED[key] = _evaluate(model, data, depth, breadth, seed, batch, split)
+    return _EVALUATED[key]
+
+
+def _evaluate(model, data, depth: int, breadth: int, seed: int, batch: int, split: str) -> dict:
     if isinstance(model, AttractorForPuzzleSolving):
         return evaluate_attractor(model, data[split], depth, batch)
     test = data[split].with_format("torch")
@@ -534,9 +544,11 @@ def main(argv=None) -> dict:
         if rules is not None:
             picks = "  ".join(f"{s} {100 * rules[s]:5.1f}" for s in SELECTIONS if s in rules)
             print(f"  {kind:<12} {picks}  (r of log residual with right: {rules['residual_correctness_r']:+.2f})")
-    if "eqr" in models:
+    path = args.output_dir / "eqr_sudoku.json"
+    if "eqr" in models:  # the record so far is saved first: the grid is the longest part of a run
+        doc_tables.save_results(path, results, indent=2, default=str)
         eqr_grid(args, models["eqr"], data, results)
-    doc_tables.save_results((args.output_dir / "eqr_sudoku.json"), results, indent=2, default=str)
+    doc_tables.save_results(path, results, indent=2, default=str)
     return results
 
 

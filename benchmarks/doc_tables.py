@@ -1552,7 +1552,10 @@ def eqr_depth_breadth(folder: str, seeds: tuple[int, ...]) -> str:
         if not path.exists():
             rows.append([f"seed {seed}", "not run yet"])
             continue
-        grid = json.loads(path.read_text())["eqr"]["grid"]
+        grid = json.loads(path.read_text())["eqr"].get("grid")
+        if grid is None:  # saved before its grid (the grid runs last)
+            rows.append([f"seed {seed}", "grid not run yet"])
+            continue
         cells = {tuple(int(x) for x in key.split("x")): value for key, value in grid.items()}
         breadths = breadths or sorted({b for _, b in cells})
         for depth in sorted({d for d, _ in cells}):
