@@ -352,7 +352,6 @@ def eqr_training_args(args, kind: str, common: dict) -> EqRTrainingArguments:
     return EqRTrainingArguments.from_preset(args.preset, **run, **segments)
 
 
-@torch.no_grad()
 _EVALUATED: dict = {}  # (model, split, depth, breadth, seed) -> evaluate's result: the sweep, rules and grid share cells
 
 
@@ -365,6 +364,7 @@ def evaluate(model, data, depth: int, breadth: int, seed: int, batch: int = 128,
     return _EVALUATED[key]
 
 
+@torch.no_grad()
 def _evaluate(model, data, depth: int, breadth: int, seed: int, batch: int, split: str) -> dict:
     if isinstance(model, AttractorForPuzzleSolving):
         return evaluate_attractor(model, data[split], depth, batch)
@@ -519,6 +519,7 @@ def trained(args, kind: str, data) -> tuple:
 
 def main(argv=None) -> dict:
     args = parse(argv)
+    _EVALUATED.clear()  # keys hold ids: a model of an earlier call in this process may share one
     data, args.vocab_size = load_task(args)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     results = {
