@@ -391,6 +391,47 @@ def _evaluate(model, data, depth: int, breadth: int, seed: int, batch: int, spli
     }
 
 
+@torch.no_grad()
+def evaluate_grid(model, data, depths, breadths, seed: int, batch: int = 128, split: str = "test") -> None:
+    """Every (depth, breadth) cell of EqR's grid from one run of ``max(breadths)`` restarts per puzzle to
+    ``max(depths)`` iterations: depth ``d`` is read off the same trajectories after ``d`` iterations (the model
+    continued from its state, as ``solve`` would have run it), breadth ``b`` is the first ``b`` restarts. Each cell
+    goes to the memo :func:`evaluate` reads, in its format; the widest column equals ``solve(depth=d,
+    breadth=max(breadths))`` on the first batch with the same seed."""
+    widest = max(breadths)
+    rules = [s for s in SELECTIONS if s != "halt" or model.config.halting]
+    cells = {(d, b): {"right": dict.fromkeys(rules, 0), "residuals": [], "correct": []} for d in depths for b in breadths}
+    test = data[split].with_format("torch")
+    generator = torch.Generator().manual_seed(seed)
+    model.eval()
+    for start in range(0, len(test), batch):
+        rows = test[start : start + batch]
+        inputs, labels = rows["inputs"].repeat_interleave(widest, dim=0), rows["labels"]
+        state, done = None, 0
+        for depth in sorted(depths):
+            out = model(inputs, state=state, num_loops=depth - done, generator=generator)
+            state, done = out.state, depth
+            predictions = out.logits.argmax(-1).view(len(labels), widest, -1)
+            residuals = out.residuals[:, -1].view(len(labels), widest)
+            halt = None if out.halt_logits is None else torch.sigmoid(out.halt_logits[:, -1].float()).view(-1, widest)
+            restart_right = (predictions == labels[:, None, :]).all(-1)
+            for breadth in breadths:
+                cell, pred = cells[(depth, breadth)], predictions[:, :breadth]
+                votes = (pred[:, :, None, :] == pred[:, None, :, :]).all(-1).sum(-1)  # as solve counts them
+                sub = None if halt is None else halt[:, :breadth]
+                for rule in rules:
+                    picks = pick_restarts(rule, residuals[:, :breadth], votes, sub)
+                    cell["right"][rule] += int(restart_right[:, :breadth].gather(1, picks[:, None]).sum())
+                cell["residuals"].append(residuals[:, :breadth].flatten())
+                cell["correct"].append(restart_right[:, :breadth].flatten())
+    for (depth, breadth), cell in cells.items():
+        _EVALUATED[(id(model), id(data), split, depth, breadth, seed)] = {
+            "accuracy": {s: r / len(test) for s, r in cell["right"].items()},
+            "residuals": torch.cat(cell["residuals"]),
+            "correct": torch.cat(cell["correct"]),
+        }
+
+
 def evaluate_attractor(model, rows, budget: int, batch: int = 128) -> dict:
     """The Attractor's exact solves of ``rows`` with a solver ``budget`` (one deterministic answer: "residual" is
     its only rule), its final relative residuals and correctness, as :func:`evaluate` reports them."""
@@ -529,6 +570,21 @@ def main(argv=None) -> dict:
     models = {}
     for kind in args.kinds:
         models[kind], results[kind] = trained(args, kind, data)
+    path = args.output_dir / "eqr_sudoku.json"
+    if args.from_saved is None:  # the training record first, JSON only (the pages wait for the whole record)
+        path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    if "eqr" in models:  # EqR's grid from one run per batch; the depth sweep's breadth-1 cells are among them
+        depths = sorted({*args.depths, args.segment_loops * args.max_segments})
+        evaluate_grid(models["eqr"], data, depths, args.breadths, args.seed)
+    sweeps(args, models, data, results)
+    if "eqr" in models:
+        eqr_grid(args, models["eqr"], data, results)
+    doc_tables.save_results(path, results, indent=2, default=str)
+    return results
+
+
+def sweeps(args, models: dict, data, results: dict) -> None:
+    """Each kind's depth sweep on each held-out split and its selection rules at the deepest, widest cell."""
     splits = ["validation", "test"] if "validation" in data else ["test"]
     for split in splits:
         print(f"\nexact solve on held-out {split} puzzles, one trajectory (mean final relative residual in brackets)")
@@ -545,12 +601,6 @@ def main(argv=None) -> dict:
         if rules is not None:
             picks = "  ".join(f"{s} {100 * rules[s]:5.1f}" for s in SELECTIONS if s in rules)
             print(f"  {kind:<12} {picks}  (r of log residual with right: {rules['residual_correctness_r']:+.2f})")
-    path = args.output_dir / "eqr_sudoku.json"
-    if "eqr" in models:  # the record so far is saved first: the grid is the longest part of a run
-        doc_tables.save_results(path, results, indent=2, default=str)
-        eqr_grid(args, models["eqr"], data, results)
-    doc_tables.save_results(path, results, indent=2, default=str)
-    return results
 
 
 if __name__ == "__main__":

@@ -258,6 +258,37 @@ def test_sudoku_benchmark_quick_mode_runs(tmp_path):
     check_ablation_summary(tmp_path, kinds.split(","))
 
 
+def test_the_benchmarks_one_pass_grid_is_what_solve_gives_at_each_depth_and_breadth():
+    """bench_eqr_sudoku reads every depth off one trajectory and every breadth off the widest run's first restarts:
+    its cells equal solve's at the widest breadth (same seed, one batch) and its narrower cells are those restarts'
+    first ones, with solve's own selection. The labels are the first restart's answers at depth 3, so cells differ."""
+    bench = load_benchmark("bench_eqr_sudoku")
+    model = tiny(3, halting=True, random_init=True, test_noise=0.05).eval()
+    puzzles = DATA["test"].with_format("torch")[:]
+    run = model.solve(puzzles["inputs"], depth=3, breadth=4, generator=torch.Generator().manual_seed(7))
+    labels = run.predictions[:, 0]  # the first restart is right at depth 3 (same seed as below)
+    data = {"test": DATA["test"].remove_columns("labels").add_column("labels", labels.tolist())}
+    bench._EVALUATED.clear()
+    bench.evaluate_grid(model, data, [1, 3, 5], [1, 2, 4], seed=7)
+    accuracies = set()
+    for depth in (1, 3, 5):
+        out = model.solve(puzzles["inputs"], depth=depth, breadth=4, generator=torch.Generator().manual_seed(7))
+        right = (out.predictions == labels[:, None, :]).all(-1)
+        for breadth in (1, 2, 4):
+            cell = bench.evaluate(model, data, depth, breadth, seed=7)
+            assert torch.equal(cell["residuals"], out.residuals[:, :breadth].flatten()), (depth, breadth)
+            assert torch.equal(cell["correct"], right[:, :breadth].flatten()), (depth, breadth)
+            accuracies.add(round(cell["accuracy"]["residual"], 6))
+        expected = {
+            rule: right.gather(1, bench.pick_restarts(rule, out.residuals, out.votes, out.halt_probs)[:, None]).float()
+            for rule in ("residual", "vote", "halt")
+        }
+        widest = bench.evaluate(model, data, depth, 4, seed=7)["accuracy"]
+        assert widest == {rule: float(v.mean()) for rule, v in expected.items()}, depth
+    assert len(accuracies) > 1  # the cells are told apart: the check cannot pass on all-wrong answers
+    bench._EVALUATED.clear()
+
+
 def test_sudoku_benchmark_trains_the_attractor_on_the_same_data_and_steps(tmp_path):
     bench_eqr_sudoku = load_benchmark("bench_eqr_sudoku")
     argv = ["--quick", "--kinds", "weight_tied,attractor", "--attractor-budget", "6", "--output-dir", str(tmp_path)]
