@@ -400,7 +400,9 @@ def evaluate_grid(model, data, depths, breadths, seed: int, batch: int = 128, sp
     breadth=max(breadths))`` on the first batch with the same seed."""
     widest = max(breadths)
     rules = [s for s in SELECTIONS if s != "halt" or model.config.halting]
-    cells = {(d, b): {"right": dict.fromkeys(rules, 0), "residuals": [], "correct": []} for d in depths for b in breadths}
+    cells = {
+        (d, b): {"right": dict.fromkeys(rules, 0), "residuals": [], "correct": []} for d in depths for b in breadths
+    }
     test = data[split].with_format("torch")
     generator = torch.Generator().manual_seed(seed)
     model.eval()
