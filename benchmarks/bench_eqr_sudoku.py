@@ -352,7 +352,7 @@ def eqr_training_args(args, kind: str, common: dict) -> EqRTrainingArguments:
     return EqRTrainingArguments.from_preset(args.preset, **run, **segments)
 
 
-_EVALUATED: dict = {}  # (model, split, depth, breadth, seed) -> evaluate's result: the sweep, rules and grid share cells
+_EVALUATED: dict = {}  # (model, data, split, depth, breadth, seed) -> evaluate's result, shared by sweep, rules, grid
 
 
 def evaluate(model, data, depth: int, breadth: int, seed: int, batch: int = 128, split: str = "test") -> dict:
@@ -369,25 +369,36 @@ def _evaluate(model, data, depth: int, breadth: int, seed: int, batch: int, spli
     if isinstance(model, AttractorForPuzzleSolving):
         return evaluate_attractor(model, data[split], depth, batch)
     test = data[split].with_format("torch")
-    rules = [s for s in SELECTIONS if s != "halt" or model.config.halting]
-    right = dict.fromkeys(rules, 0)
-    residuals, correct = [], []
+    cell = _new_cell(model)
     generator = torch.Generator().manual_seed(seed)
     for start in range(0, len(test), batch):
         rows = test[start : start + batch]
-        labels = rows["labels"]
         out = model.solve(rows["inputs"], depth=depth, breadth=breadth, select="residual", generator=generator)
-        restart_right = (out.predictions == labels[:, None, :]).all(-1)  # (puzzles, breadth)
-        for rule in rules:  # solve's own selection rules, applied to the same restarts
-            picks = pick_restarts(rule, out.residuals, out.votes, out.halt_probs)
-            right[rule] += int(restart_right.gather(1, picks[:, None]).sum())
-        residuals.append(out.residuals.flatten())
-        correct.append(restart_right.flatten())
-    n = len(test)
+        restart_right = (out.predictions == rows["labels"][:, None, :]).all(-1)  # (puzzles, breadth)
+        _tally(cell, restart_right, out.residuals, out.votes, out.halt_probs)
+    return _cell_result(cell, len(test))
+
+
+def _new_cell(model) -> dict:
+    rules = [s for s in SELECTIONS if s != "halt" or model.config.halting]
+    return {"right": dict.fromkeys(rules, 0), "residuals": [], "correct": []}
+
+
+def _tally(cell: dict, restart_right, residuals, votes, halt) -> None:
+    """Add one batch of restarts (all ``(puzzles, breadth)``) to ``cell``: each of solve's selection rules applied to
+    the same restarts, and every restart's final residual and correctness."""
+    for rule in cell["right"]:
+        picks = pick_restarts(rule, residuals, votes, halt)
+        cell["right"][rule] += int(restart_right.gather(1, picks[:, None]).sum())
+    cell["residuals"].append(residuals.flatten())
+    cell["correct"].append(restart_right.flatten())
+
+
+def _cell_result(cell: dict, n: int) -> dict:
     return {
-        "accuracy": {s: r / n for s, r in right.items()},
-        "residuals": torch.cat(residuals),
-        "correct": torch.cat(correct),
+        "accuracy": {s: r / n for s, r in cell["right"].items()},
+        "residuals": torch.cat(cell["residuals"]),
+        "correct": torch.cat(cell["correct"]),
     }
 
 
@@ -399,10 +410,7 @@ def evaluate_grid(model, data, depths, breadths, seed: int, batch: int = 128, sp
     goes to the memo :func:`evaluate` reads, in its format; the widest column equals ``solve(depth=d,
     breadth=max(breadths))`` on the first batch with the same seed."""
     widest = max(breadths)
-    rules = [s for s in SELECTIONS if s != "halt" or model.config.halting]
-    cells = {
-        (d, b): {"right": dict.fromkeys(rules, 0), "residuals": [], "correct": []} for d in depths for b in breadths
-    }
+    cells = {(d, b): _new_cell(model) for d in depths for b in breadths}
     test = data[split].with_format("torch")
     generator = torch.Generator().manual_seed(seed)
     model.eval()
@@ -418,20 +426,12 @@ def evaluate_grid(model, data, depths, breadths, seed: int, batch: int = 128, sp
             halt = None if out.halt_logits is None else torch.sigmoid(out.halt_logits[:, -1].float()).view(-1, widest)
             restart_right = (predictions == labels[:, None, :]).all(-1)
             for breadth in breadths:
-                cell, pred = cells[(depth, breadth)], predictions[:, :breadth]
+                pred = predictions[:, :breadth]
                 votes = (pred[:, :, None, :] == pred[:, None, :, :]).all(-1).sum(-1)  # as solve counts them
                 sub = None if halt is None else halt[:, :breadth]
-                for rule in rules:
-                    picks = pick_restarts(rule, residuals[:, :breadth], votes, sub)
-                    cell["right"][rule] += int(restart_right[:, :breadth].gather(1, picks[:, None]).sum())
-                cell["residuals"].append(residuals[:, :breadth].flatten())
-                cell["correct"].append(restart_right[:, :breadth].flatten())
+                _tally(cells[(depth, breadth)], restart_right[:, :breadth], residuals[:, :breadth], votes, sub)
     for (depth, breadth), cell in cells.items():
-        _EVALUATED[(id(model), id(data), split, depth, breadth, seed)] = {
-            "accuracy": {s: r / len(test) for s, r in cell["right"].items()},
-            "residuals": torch.cat(cell["residuals"]),
-            "correct": torch.cat(cell["correct"]),
-        }
+        _EVALUATED[(id(model), id(data), split, depth, breadth, seed)] = _cell_result(cell, len(test))
 
 
 def evaluate_attractor(model, rows, budget: int, batch: int = 128) -> dict:

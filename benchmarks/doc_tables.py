@@ -1582,9 +1582,10 @@ def _halting_summary(halting: dict[int, dict]) -> str:
     ratios = [h[split]["nfe_ratio"] for h in halting.values() for split in ("easy", "all")]
     equal = {split: sum(h[split]["equal_accuracy_on_test"] for h in halting.values()) for split in ("easy", "all")}
     n = len(halting)
-    said = lambda k: (
-        "both seeds" if k == n == 2 else f"all {n} seeds" if k == n > 2 else "one" if k == 1 else f"{k} of {n}"
-    )  # noqa: E731
+
+    def said(k: int) -> str:
+        return "both seeds" if k == n == 2 else f"all {n} seeds" if k == n > 2 else "one" if k == 1 else f"{k} of {n}"
+
     return (
         f"{min(ratios):.1f}-{max(ratios):.1f}x fewer evaluations than the cheapest fixed depth of equal accuracy; "
         f"equal accuracy on easy puzzles in {said(equal['easy'])}, on all puzzles in {said(equal['all'])}"
