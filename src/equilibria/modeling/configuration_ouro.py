@@ -1,12 +1,12 @@
 """Configuration of the Ouro looped language model.
 
 The keys and their meaning follow the published Ouro-1.4B / Ouro-2.6B ``config.json`` files, so
-those load unchanged. Seven keys are Ouro's own (a Llama or Qwen2 config has none of them): two from the
+those load unchanged. Eight keys are Ouro's own (a Llama or Qwen2 config has none of them): two from the
 published files, ``total_ut_steps`` (how many times the shared decoder stack is applied) and
-``early_exit_threshold`` (the cumulative exit probability at which a token stops looping), and five this
+``early_exit_threshold`` (the cumulative exit probability at which a token stops looping), and six this
 implementation adds, which the published files lack and which then load with their defaults:
-``exit_readout``, ``exit_loss``, ``exit_entropy_weight``, ``exit_gate_trained`` and ``norm_placement`` (see
-[`OuroConfig`]).
+``exit_readout``, ``exit_loss``, ``exit_entropy_weight``, ``exit_gate_trained``, ``norm_placement`` and
+``recurrent_kv_cache_mode`` (see [`OuroConfig`]).
 
 This module travels to the Hub as remote code: it imports only ``transformers``, ``huggingface_hub`` (one of its
 dependencies) and its sibling ``config_checks``, which travels with it.
@@ -25,6 +25,7 @@ from .config_checks import LoopConfigMixin, check_attention_heads, fill_attentio
 EXIT_LOSSES = ("expected_logits", "final", "expected")
 EXIT_READOUTS = ("frozen", "reference")
 NORM_PLACEMENTS = ("sandwich", "pre", "post")
+RECURRENT_KV_CACHE_MODES = ("per_loop", "last_loop")
 
 
 @raise_value_errors
@@ -82,6 +83,15 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
             ``exit_loss="final"`` (the gate frozen while the weights it reads change); ``None``: not known (a
             published checkpoint, or never trained here). Early exit and the weighted readout warn when it is
             ``False``.
+        recurrent_kv_cache_mode (`str`): The KV cache's layout (``RECURRENT_KV_CACHE_MODES``, named as transformers
+            names it for its Dory model), the default of the ``forward``/``generate`` argument of that name:
+            ``"per_loop"`` (the published code's; folders saved without the key load so): one entry per (loop
+            step, layer), ``num_loops x L`` in all, and a cached run equals an uncached one; ``"last_loop"``: one
+            entry per layer, written by the last loop step only; the earlier steps attend to those entries for past
+            tokens and to their own keys/values for the tokens of the current forward. The cache is ``num_loops``
+            times smaller and can be continued with another ``num_loops``, but a run then depends on how its input
+            was split into forwards (decoding token by token differs from one uncached forward over the same text;
+            a prompt run in one forward is exactly the uncached computation).
     """
 
     model_type = "ouro"
@@ -125,6 +135,7 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
     exit_entropy_weight: float | int = interval(min=0.0, max=math.inf, exclude_max=True)(default=0.05)
     exit_gate_trained: bool | None = None
     norm_placement: Literal[NORM_PLACEMENTS] = "sandwich"
+    recurrent_kv_cache_mode: Literal[RECURRENT_KV_CACHE_MODES] = "per_loop"
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
@@ -161,6 +172,14 @@ def check_exit_readout(value, name: str = "exit_readout") -> str:
     return value
 
 
+def check_recurrent_kv_cache_mode(value, name: str = "recurrent_kv_cache_mode") -> str:
+    """Return ``value`` unless it is not one of ``RECURRENT_KV_CACHE_MODES`` (``ValueError``): the check of the
+    ``recurrent_kv_cache_mode`` argument of ``forward``/``generate`` (the config key is checked by its field)."""
+    if value not in RECURRENT_KV_CACHE_MODES:
+        raise ValueError(f"{name} must be one of {RECURRENT_KV_CACHE_MODES}, got {value!r}.")
+    return value
+
+
 def check_exit_threshold(value, name: str = "exit_threshold") -> None:
     """Raise ``ValueError`` unless ``value`` is ``None`` or a number in ``(0, 1]``: the check of the
     ``exit_threshold`` argument of ``forward``/``generate`` (the config key is checked by its field)."""
@@ -170,4 +189,4 @@ def check_exit_threshold(value, name: str = "exit_threshold") -> None:
         raise ValueError(f"{name} must be None or a number in (0, 1], got {value!r}.")
 
 
-__all__ = ["EXIT_LOSSES", "EXIT_READOUTS", "NORM_PLACEMENTS", "OuroConfig"]
+__all__ = ["EXIT_LOSSES", "EXIT_READOUTS", "NORM_PLACEMENTS", "RECURRENT_KV_CACHE_MODES", "OuroConfig"]

@@ -243,7 +243,24 @@ class LoopedLMHead:
         args = [self._loop_arguments_out_of(a, kwargs) if isinstance(a, GenerationConfig) else a for a in args]
         if isinstance(kwargs.get("generation_config"), GenerationConfig):
             kwargs["generation_config"] = self._loop_arguments_out_of(kwargs["generation_config"], kwargs)
+        given = [a for a in args if isinstance(a, GenerationConfig)] + [kwargs.get("generation_config")]
+        self._check_generate_call(kwargs, next((g for g in given if g is not None), self.generation_config))
         return super().generate(*args, **kwargs)
+
+    def _check_generate_call(self, kwargs: dict, generation_config: GenerationConfig | None) -> None:
+        """Refuse a ``generate`` call the loop arguments in ``kwargs`` make wrong (a family's hook; ``kwargs`` are
+        ``generate``'s keywords, ``generation_config`` the one it will start from)."""
+
+    @staticmethod
+    def speculative_option(kwargs: dict, generation_config: GenerationConfig | None) -> str | None:
+        """The option of this ``generate`` call that makes it assisted (speculative) decoding, verifying several
+        proposed tokens in one forward (``assistant_model``, ``prompt_lookup_num_tokens``, ``assistant_early_exit``),
+        or ``None``."""
+        for name in ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit"):
+            value = kwargs.get(name, getattr(generation_config, name, None))
+            if value is not None:
+                return name
+        return None
 
     def _loop_arguments_out_of(self, generation_config: GenerationConfig, kwargs: dict) -> GenerationConfig:
         """A copy of ``generation_config`` without loop arguments, which go into ``kwargs`` unless given there."""

@@ -48,7 +48,7 @@ from transformers.utils import can_return_tuple
 
 from .checkpoints import StrictLoadingMixin
 from .compat import MASK_CACHE_KEYWORD, OUTPUT_CACHE_FIELD
-from .configuration_ouro import OuroConfig, check_exit_readout, check_exit_threshold
+from .configuration_ouro import OuroConfig, check_exit_readout, check_exit_threshold, check_recurrent_kv_cache_mode
 from .layers import MLP, Attention, RMSNorm, RotaryEmbedding
 from .loop_map import LoopMap
 from .looped_lm import (
@@ -116,11 +116,14 @@ class OuroCausalLMOutput(CausalLMOutputWithPast):
 
 
 class OuroCache(TelemetryCache):
-    """A dynamic KV cache with one entry per (loop step, layer): entry ``step * num_hidden_layers + layer``.
+    """A dynamic KV cache for Ouro. With ``recurrent_kv_cache_mode="per_loop"`` it holds one entry per (loop step,
+    layer), entry ``step * num_hidden_layers + layer``; with ``"last_loop"`` one per layer, written by the last loop
+    step (see [`OuroConfig`]).
 
-    Entries are created on first use, so the same class serves any number of loops. A cache is bound to
-    the loop count of the forward that first filled it; continuing it with another ``num_loops`` raises
-    ``ValueError`` (its deeper entries would be missing for the past tokens).
+    Entries are created on first use, so the same class serves any number of loops. A cache is bound to the mode
+    of the forward that first filled it, and a ``per_loop`` cache also to its loop count: continuing it otherwise
+    raises ``ValueError`` (its deeper entries would be missing for the past tokens). A ``last_loop`` cache can be
+    continued with another ``num_loops``.
 
     Besides keys and values it records telemetry for every cached position: ``exit_steps`` (a
     ``(batch, seq_len)`` LongTensor, the number of loop steps each position ran). Pass one to ``generate``
@@ -129,37 +132,88 @@ class OuroCache(TelemetryCache):
 
     telemetry_names = ("exit_steps",)
     exit_steps: torch.Tensor | None = None
-    num_loops: int | None = None  # the loop count its entries are for, once filled
+    num_loops: int | None = None  # the loop count of the forward that last extended it
+    recurrent_kv_cache_mode: str | None = None  # the mode its entries are laid out for, once filled
 
 
-def check_cache(cache: Cache, num_loops: int, num_layers: int) -> None:
-    """Check that ``cache`` can hold (or holds) this loop count's entries. An empty ``DynamicCache`` with one layer
-    per decoder layer (what ``generate`` builds from the config) gets a copy of its layers for each further loop
-    step, as transformers' Dory does."""
-    needed = num_loops * num_layers
-    if isinstance(cache, OuroCache):  # bound to the loop count of the forward that first filled it
-        if cache.get_seq_length() == 0:
-            cache.num_loops, cache.exit_steps = num_loops, None
-        elif cache.num_loops != num_loops:
-            raise ValueError(
-                f"This OuroCache holds keys/values for num_loops={cache.num_loops}; it cannot be continued with "
-                f"num_loops={num_loops}. Use the same num_loops for the whole generation, or start a new cache."
-            )
+def check_ouro_cache(cache: OuroCache, num_loops: int, mode: str) -> None:
+    """Bind an empty ``OuroCache`` to this forward's mode and loop count; refuse continuing a filled one in another
+    mode, or a ``per_loop`` one with another loop count."""
+    if cache.get_seq_length() == 0:
+        cache.recurrent_kv_cache_mode, cache.exit_steps = mode, None
+    elif (cache.recurrent_kv_cache_mode or "per_loop") != mode:
+        raise ValueError(
+            f"This OuroCache holds keys/values laid out for recurrent_kv_cache_mode={cache.recurrent_kv_cache_mode!r}; "
+            f"it cannot be continued with recurrent_kv_cache_mode={mode!r}. Use one mode for the whole generation."
+        )
+    elif mode == "per_loop" and cache.num_loops != num_loops:
+        raise ValueError(
+            f"This OuroCache holds keys/values for num_loops={cache.num_loops}; it cannot be continued with "
+            f"num_loops={num_loops}. Use the same num_loops for the whole generation, or start a new cache (a "
+            "recurrent_kv_cache_mode='last_loop' cache can change num_loops)."
+        )
+    cache.num_loops = num_loops
+
+
+def check_cache(cache: Cache, num_loops: int, num_layers: int, mode: str = "per_loop") -> None:
+    """Check that ``cache`` can hold (or holds) the entries of this loop count in this ``recurrent_kv_cache_mode``.
+    In ``per_loop``, an empty ``DynamicCache`` with one layer per decoder layer (what ``generate`` builds from the
+    config) gets a copy of its layers for each further loop step, as transformers' Dory does."""
+    if isinstance(cache, OuroCache):
+        check_ouro_cache(cache, num_loops, mode)
         return
+    needed = num_loops * num_layers if mode == "per_loop" else num_layers
+    layers = len(cache.layers)
     fixed = getattr(cache, "layer_class_to_replicate", None) is None
-    if fixed and isinstance(cache, DynamicCache) and len(cache.layers) == num_layers and cache.get_seq_length() == 0:
-        cache.layers += [copy.deepcopy(layer) for layer in cache.layers * (num_loops - 1)]
+    kinds = {type(layer).__name__ for layer in cache.layers}
+    if mode == "last_loop" and not kinds <= LastLoopView.READABLE:
+        raise ValueError(
+            f"recurrent_kv_cache_mode='last_loop' reads the cache's plain dynamic layers, but got a "
+            f"{type(cache).__name__} with {sorted(kinds - LastLoopView.READABLE)} (cache_implementation='static', "
+            "quantized and offloaded caches). Use the default dynamic cache, or recurrent_kv_cache_mode='per_loop'."
+        )
+    if fixed and isinstance(cache, DynamicCache) and layers == num_layers and cache.get_seq_length() == 0:
+        cache.layers += [copy.deepcopy(layer) for layer in cache.layers * (needed // num_layers - 1)]
     if fixed and len(cache.layers) < needed:
         raise ValueError(
             f"Ouro needs a cache with one entry per (loop step, layer) = {needed} entries for num_loops={num_loops}, "
-            f"but got a {type(cache).__name__} with {len(cache.layers)} layers (cache_implementation='static' and other "
+            f"but got a {type(cache).__name__} with {layers} layers (cache_implementation='static' and other "
             "fixed-size caches hold one per decoder layer). Use the default dynamic cache, or pass an OuroCache()."
         )
     if cache.get_seq_length() > 0 and len(cache.layers) != needed:
         raise ValueError(
-            f"The cache holds {len(cache.layers)} (loop step, layer) entries, but num_loops={num_loops} needs "
-            f"{needed}. Use the same num_loops for the whole generation."
+            f"The cache holds {len(cache.layers)} entries, but num_loops={num_loops} with recurrent_kv_cache_mode="
+            f"{mode!r} needs {needed}. Use the same num_loops and mode for the whole generation."
         )
+
+
+class LastLoopView:
+    """What the loop steps before the last see of a ``recurrent_kv_cache_mode="last_loop"`` cache. It stands in for
+    the cache in those steps' attention: ``update`` returns, for the layer, the cached keys/values of past tokens
+    (which the last step of earlier forwards wrote) followed by the step's own, and writes nothing."""
+
+    #: the cache layers whose ``keys``/``values`` hold the past as ``update`` returns it (names: the classes differ
+    #: between transformers releases)
+    READABLE = frozenset({"DynamicLayer", "DynamicSlidingWindowLayer"})
+
+    def __init__(self, cache: Cache):
+        self.cache = cache
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
+        layers = self.cache.layers
+        if layer_idx >= len(layers) or layers[layer_idx].get_seq_length() == 0:
+            return key, value
+        past = layers[layer_idx]
+        return torch.cat([past.keys, key], dim=-2), torch.cat([past.values, value], dim=-2)
+
+
+def step_cache(cache: Cache | None, mode: str, step: int, num_loops: int, num_layers: int):
+    """``(the cache loop step ``step`` attends through, the entry of its first layer)``: in ``per_loop`` the cache
+    and entry ``step * num_layers``; in ``last_loop`` the cache and entry 0 for the last step, a read-only
+    [`LastLoopView`] of it for the others."""
+    if cache is None or mode == "per_loop":
+        return cache, step * num_layers
+    return (cache if step == num_loops - 1 else LastLoopView(cache)), 0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -314,14 +368,15 @@ class OuroEarlyExit:
             self.exited |= newly
             self.any_exited = True
 
-    def backfill(self, cache: Cache | None, first_step: int, num_loops: int, num_layers: int) -> None:
-        """Every row has exited: write the frozen keys/values into the cache entries of the remaining steps."""
+    def backfill(self, cache: Cache | None, first_entries: list[int], num_layers: int) -> None:
+        """Every row has exited: write the frozen keys/values into the cache entries the remaining steps would have
+        written (``first_entries``: the entry of layer 0 of each)."""
         if cache is None:
             return
-        for later in range(first_step, num_loops):
+        for first in first_entries:
             for layer_idx in range(num_layers):
                 key, value = self.kv[layer_idx]
-                cache.update(key, value, later * num_layers + layer_idx)
+                cache.update(key, value, first + layer_idx)
 
 
 def exit_distribution(gate_logits: list[torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
@@ -448,25 +503,27 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         attention_masks: dict,
         cache: Cache | None = None,
         early_exit: OuroEarlyExit | None = None,
+        cache_entry: int | None = None,
         **kwargs,
     ) -> torch.Tensor:
         """One application of the loop body at loop step ``step`` (0-based; the step only selects the cache
-        entries): ``h -> norm(stack(h))`` with ``norm_placement="sandwich"``, ``h -> stack(h)`` otherwise (the
-        final norm then only reads out: :meth:`readout`). This is the map whose Jacobian STARS regularises. With early exit
-        (``early_exit``) it runs on the rows still looping only; ``early_exit.end_step`` puts them back."""
+        entries: layer ``l`` uses entry ``cache_entry + l``, by default ``step * L + l``): ``h -> norm(stack(h))``
+        with ``norm_placement="sandwich"``, ``h -> stack(h)`` otherwise (the final norm then only reads out:
+        :meth:`readout`). This is the map whose Jacobian STARS regularises. With early exit (``early_exit``) it runs
+        on the rows still looping only; ``early_exit.end_step`` puts them back."""
         hidden, position_embeddings, attention_masks = (
             (hidden_states, position_embeddings, attention_masks)
             if early_exit is None
             else early_exit.gather_rows(hidden_states, position_embeddings, attention_masks)
         )
-        num_layers = self.config.num_hidden_layers
+        first = step * self.config.num_hidden_layers if cache_entry is None else cache_entry
         for layer_idx, layer in enumerate(self.layers):
             hidden = layer(
                 hidden,
                 attention_mask=attention_masks[layer.attention_type],
                 position_embeddings=position_embeddings,
                 cache=cache,
-                cache_index=step * num_layers + layer_idx,
+                cache_index=first + layer_idx,
                 early_exit=early_exit,
                 **kwargs,
             )
@@ -513,6 +570,35 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
             probe=options["probe"],
         )
 
+    def _run_loop(self, hidden, num_loops, position_embeddings, masks, cache, mode, early, keep_states, jsrr_step, kwargs):
+        """Run the loop steps from ``hidden``: ``(final state, the state before it, (embeddings, each step's
+        readout) when ``keep_states`` else None, the exit gate's logits after every step but the last, the state
+        after step ``jsrr_step`` when it is not the last else None)``."""
+        num_layers = self.config.num_hidden_layers
+        states = (hidden,) if keep_states else None
+        gate_logits: list[torch.Tensor] = []
+        previous, linearised = hidden, None
+        for step in range(num_loops):
+            if early is not None and not early.start_step():  # every row has exited: copies for the rest
+                later = [0] if mode == "last_loop" else [t * num_layers for t in range(step, num_loops)]
+                early.backfill(cache, later, num_layers)
+                gate_logits += [self.exit_logit(hidden)] * (num_loops - 1 - step)
+                states = states + (self.readout(hidden),) * (num_loops - step) if keep_states else None
+                break
+            attend, entry = step_cache(cache, mode, step, num_loops, num_layers)
+            new = self.loop_step(
+                hidden, step, position_embeddings, masks, cache=attend, early_exit=early, cache_entry=entry, **kwargs
+            )
+            previous, hidden = hidden, (new if early is None else early.end_step(hidden, new))
+            if step + 1 == jsrr_step and jsrr_step < num_loops:
+                linearised = hidden
+            states = states + (self.readout(hidden),) if keep_states else None
+            if step < num_loops - 1:
+                gate_logits.append(self.exit_logit(hidden))
+                if early is not None:
+                    early.observe_gate(step, gate_logits[-1])
+        return hidden, previous, states, gate_logits, linearised
+
     @can_return_tuple
     def forward(
         self,
@@ -525,6 +611,7 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         num_loops: int | None = None,
         exit_threshold: float | None = None,
         exit_readout: str | None = None,
+        recurrent_kv_cache_mode: str | None = None,
         output_hidden_states: bool | None = None,
         spectral_radius_iters: int = 0,
         spectral_radius_estimator: str = "vjp",
@@ -543,6 +630,9 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
                 Ignored (all tokens run every step) in training mode with gradients enabled.
             exit_readout (`str`, *optional*): ``"frozen"`` (below) or ``"reference"`` (the published code's: every
                 step is computed, each token is read out at its exit step); defaults to ``config.exit_readout``.
+            recurrent_kv_cache_mode (`str`, *optional*): The cache's layout for this call, ``"per_loop"`` or
+                ``"last_loop"`` (see [`OuroConfig`]); defaults to ``config.recurrent_kv_cache_mode``. A cache is
+                continued in the mode that filled it.
             spectral_radius_iters (`int`): With ``K > 0``, also estimate the spectral radius of the loop step's
                 Jacobian at the final state by ``K`` power iterations (``spectral_radius`` in the output,
                 differentiable: the JSRR penalty). Computed inside ``forward``, so it works under any wrapper
@@ -557,9 +647,9 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         Early exit. A token exits at the first step ``t < num_loops`` where the cumulative probability of its
         exit distribution reaches the threshold; its output is its state at that step. From then on it is
         frozen: at every later loop step ``s`` and layer ``l``, later (and concurrent) tokens attend to the
-        keys/values the exited token had at its exit step for layer ``l``. The cache entries for steps after
-        the exit are filled with those copies, so the cache always holds all ``num_loops x L`` entries, and a
-        cached run equals an uncached one. During single-token decoding the layers run only on the batch
+        keys/values the exited token had at its exit step for layer ``l``. In ``per_loop`` the cache entries for
+        steps after the exit are filled with those copies, so the cache always holds all ``num_loops x L`` entries,
+        and a cached run equals an uncached one; in ``last_loop`` the one entry per layer holds them. During single-token decoding the layers run only on the batch
         rows still looping, and once every row has exited the remaining steps are skipped altogether (only
         the copies are written). During a multi-token forward (prefill) all tokens are computed and exited
         ones are masked, which gives the same numbers without the saving.
@@ -570,8 +660,11 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
             input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs
         )
         cache, hidden = inputs.cache, inputs.inputs_embeds
+        mode = check_recurrent_kv_cache_mode(
+            config.recurrent_kv_cache_mode if recurrent_kv_cache_mode is None else recurrent_kv_cache_mode
+        )
         if cache is not None:
-            check_cache(cache, num_loops, config.num_hidden_layers)
+            check_cache(cache, num_loops, config.num_hidden_layers, mode)
         masks = self._masks(hidden, attention_mask, cache, inputs.position_ids)
         position_embeddings = self.rotary_emb(hidden, inputs.position_ids)
         early, reference = None, None  # the compute-saving early exit's state, or the reference readout's threshold
@@ -585,28 +678,12 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         )
         if jsrr_step > num_loops:
             raise ValueError(f"spectral_radius_step must be at most num_loops={num_loops}, got {jsrr_step}")
-        linearised = None  # the state the JSRR estimate linearises at, when not the last
         keep_states = inputs.output_hidden_states or reference is not None
-        states = (hidden,) if keep_states else None  # the embeddings, then each step's readout
-        gate_logits: list[torch.Tensor] = []  # the exit gate read after every step but the last
-        previous = hidden
         layers_attention = [layer.self_attn for layer in self.layers]
         with recording_attentions(layers_attention) if inputs.output_attentions else nullcontext() as attentions:
-            for step in range(num_loops):
-                if early is not None and not early.start_step():  # every row has exited: copies for the rest
-                    early.backfill(cache, step, num_loops, config.num_hidden_layers)
-                    gate_logits += [self.exit_logit(hidden)] * (num_loops - 1 - step)
-                    states = states + (self.readout(hidden),) * (num_loops - step) if keep_states else None
-                    break
-                new = self.loop_step(hidden, step, position_embeddings, masks, cache=cache, early_exit=early, **kwargs)
-                previous, hidden = hidden, (new if early is None else early.end_step(hidden, new))
-                if step + 1 == jsrr_step and jsrr_step < num_loops:
-                    linearised = hidden
-                states = states + (self.readout(hidden),) if keep_states else None
-                if step < num_loops - 1:
-                    gate_logits.append(self.exit_logit(hidden))
-                    if early is not None:
-                        early.observe_gate(step, gate_logits[-1])
+            hidden, previous, states, gate_logits, linearised = self._run_loop(
+                hidden, num_loops, position_embeddings, masks, cache, mode, early, keep_states, jsrr_step, kwargs
+            )
         loop_residual = early.residual if early is not None else residual(previous, hidden, keep_dims=2)[1]
         exit_probs = exit_distribution(gate_logits, hidden)
         gate = self.early_exit_gate
@@ -729,6 +806,7 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
         "num_loops": "total_ut_steps",
         "exit_threshold": "early_exit_threshold",
         "exit_readout": "exit_readout",
+        "recurrent_kv_cache_mode": "recurrent_kv_cache_mode",
         "exit_at_step": None,
         "use_weighted_exit": None,
     }
@@ -755,6 +833,7 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
         num_loops: int | None = None,
         exit_threshold: float | None = None,
         exit_readout: str | None = None,
+        recurrent_kv_cache_mode: str | None = None,
         exit_at_step: int | None = None,
         use_weighted_exit: bool = False,
         spectral_radius_iters: int = 0,
@@ -765,8 +844,9 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
         spectral_radius_step: int | None = None,
         **kwargs,
     ) -> OuroCausalLMOutput:
-        r"""The loop ([`OuroModel.forward`]: ``num_loops``, ``exit_threshold``, ``exit_readout`` and the
-        ``spectral_radius_*`` arguments are its), then the readout and the loss (the last step's, or :meth:`read_steps`).
+        r"""The loop ([`OuroModel.forward`]: ``num_loops``, ``exit_threshold``, ``exit_readout``,
+        ``recurrent_kv_cache_mode`` and the ``spectral_radius_*`` arguments are its), then the readout and the loss
+        (the last step's, or :meth:`read_steps`).
 
         Args:
             exit_at_step (`int`, *optional*): Without ``labels``, read the logits out of this loop step (0-based).
@@ -793,6 +873,7 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
             num_loops=num_loops,
             exit_threshold=exit_threshold,
             exit_readout=exit_readout,
+            recurrent_kv_cache_mode=recurrent_kv_cache_mode,
             output_hidden_states=True if every_step else output_hidden_states,
             spectral_radius_iters=spectral_radius_iters,
             spectral_radius_estimator=spectral_radius_estimator,
@@ -825,6 +906,19 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
             loop_residual=outputs.loop_residual,
             spectral_radius=outputs.spectral_radius,
         )
+
+    def _check_generate_call(self, kwargs: dict, generation_config) -> None:
+        """Refuse assisted and prompt-lookup decoding under ``recurrent_kv_cache_mode="last_loop"``: verifying several
+        proposed tokens in one forward lets the earlier loop steps see those tokens' own keys/values where token by
+        token decoding shows them the last step's, so the output would depend on how many proposals were accepted."""
+        mode = kwargs.get("recurrent_kv_cache_mode") or self.config.recurrent_kv_cache_mode
+        option = self.speculative_option(kwargs, generation_config)
+        if check_recurrent_kv_cache_mode(mode) == "last_loop" and option is not None:
+            raise ValueError(
+                f"generate({option}=...) (assisted / prompt-lookup decoding) is not supported with "
+                "recurrent_kv_cache_mode='last_loop': the verified chunks would change what the earlier loop steps "
+                "attend to, so the output would differ from plain decoding. Pass recurrent_kv_cache_mode='per_loop'."
+            )
 
     def read_steps(self, outputs, labels, loss_kwargs: dict, logits_to_keep, exit_at_step, weighted: bool):
         """``(logits, loss)`` read from the state of every loop step (``outputs.hidden_states``). Without ``labels``:
