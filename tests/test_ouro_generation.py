@@ -79,11 +79,6 @@ def test_invalid_exit_threshold_raises_value_error(model, bad):
         model(PROMPT, exit_threshold=bad)
 
 
-def test_static_cache_is_refused_with_a_clear_error(model):
-    with pytest.raises(ValueError, match=r"one entry per \(loop step, layer\).*StaticCache"):
-        model.generate(PROMPT, max_new_tokens=2, cache_implementation="static")
-
-
 # ---------------------------------------------------------------------------------------------------
 # Early exit
 # ---------------------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ import pytest
 import torch
 from conftest import greedy, tiny_ouro
 from test_ouro_generation import PROMPT, exit_model
-from transformers import DynamicCache
+from torch._dynamo.utils import counters
+from transformers import CompileConfig, DynamicCache
 
 from equilibria import OuroCache, OuroConfig, OuroForCausalLM
 
@@ -166,3 +167,55 @@ def test_an_unknown_mode_is_a_clear_error(model, bad):
             model(PROMPT, recurrent_kv_cache_mode=bad)
     with pytest.raises(ValueError, match="recurrent_kv_cache_mode"):
         OuroConfig(recurrent_kv_cache_mode=bad if bad is not None else "first_loop")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Static cache and torch.compile
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_a_static_cache_grows_an_entry_per_loop_step_and_equals_the_dynamic_cache(model):
+    seq, logits, out = greedy(model, PROMPT, True, num_loops=3, cache_implementation="static")
+    want_seq, want_logits, _ = greedy(model, PROMPT, True, num_loops=3)
+    assert type(out.cache).__name__ == "StaticCache" and len(out.cache.layers) == 3 * model.config.num_hidden_layers
+    assert seq.tolist() == want_seq.tolist()
+    torch.testing.assert_close(logits, want_logits, rtol=0, atol=1e-4)
+    model = exit_model(seed=3)  # early exit with row dropping writes into the static buffers as well
+    seq, logits, _ = greedy(model, BATCH, True, exit_threshold=0.5, max_new_tokens=8, cache_implementation="static")
+    want_seq, want_logits, _ = greedy(model, BATCH, True, exit_threshold=0.5, max_new_tokens=8)
+    assert seq.tolist() == want_seq.tolist()
+    torch.testing.assert_close(logits, want_logits, rtol=0, atol=1e-4)
+
+
+def compiled(fullgraph=True):
+    """A compile config that compiles on the CPU too, with dynamo alone (``backend="eager"``: it checks that the
+    step traces into one graph without paying for code generation)."""
+    config = CompileConfig(fullgraph=fullgraph, backend="eager", mode=None)
+    config._compile_all_devices = True
+    return config
+
+
+def test_a_compiled_decoding_step_traces_whole_and_compiles_once_per_loop_count(model):
+    assert type(model)._can_compile_fullgraph
+    torch._dynamo.reset()
+    counters["stats"].clear()
+    for num_loops in (3, 3, 5):
+        seq, logits, _ = greedy(
+            model, PROMPT, True, num_loops=num_loops, cache_implementation="static", compile_config=compiled()
+        )
+        want_seq, want_logits, _ = greedy(model, PROMPT, True, num_loops=num_loops)
+        assert seq.tolist() == want_seq.tolist()
+        torch.testing.assert_close(logits, want_logits, rtol=0, atol=1e-4)
+    assert counters["stats"]["unique_graphs"] == 2  # one per loop count, none per token
+
+
+def test_the_compute_saving_early_exit_refuses_a_whole_graph_compile_and_the_reference_readout_compiles():
+    model = exit_model(seed=3)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="compute-saving early exit .* cannot run in a compiled forward"):
+        greedy(model, BATCH, True, exit_threshold=0.5, cache_implementation="static", compile_config=compiled())
+    options = dict(exit_threshold=0.5, exit_readout="reference", max_new_tokens=6)
+    seq, logits, _ = greedy(model, BATCH, True, cache_implementation="static", compile_config=compiled(), **options)
+    want_seq, want_logits, _ = greedy(model, BATCH, True, **options)
+    assert seq.tolist() == want_seq.tolist()
+    torch.testing.assert_close(logits, want_logits, rtol=0, atol=1e-4)

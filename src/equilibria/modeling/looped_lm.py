@@ -22,8 +22,8 @@ import numbers
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import fields
-from typing import NamedTuple
+from dataclasses import dataclass, fields
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -152,19 +152,17 @@ class LoopedLMBase:
                     )
             inputs_embeds = self.embed_tokens(input_ids)
         cache = (cache if cache is not None else self._cache_class()) if use_cache else None
-        past = cache.get_seq_length() if cache is not None else 0
-        last = past + inputs_embeds.shape[1] - 1  # the last position, or a bound on it when positions are given
-        limit = getattr(config, "max_position_embeddings", None)
+        past = cache.get_seq_length() if cache is not None else 0  # an int, or a 0-d tensor (a static cache)
         if position_ids is None:
-            position_ids = torch.arange(past, last + 1, device=inputs_embeds.device)[None]
-        elif limit is not None and last >= limit and not torch.compiler.is_compiling():
-            last = int(position_ids.max())  # packed rows restart their positions: read them (a sync, only here)
-        if limit is not None and last >= limit:
-            logger.warning_once(
-                f"{name}: positions past the {limit} the model was configured for (config.max_position_embeddings); "
-                "rotary positions continue there, but the model was not trained on them unless its rope scaling "
-                "says so"
-            )
+            position_ids = (torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past)[None]
+        limit = getattr(config, "max_position_embeddings", None)
+        if limit is not None and not torch.compiler.is_compiling() and int(past) + inputs_embeds.shape[1] > limit:
+            if int(position_ids.max()) >= limit:  # packed rows restart their positions: read them (a sync, only here)
+                logger.warning_once(
+                    f"{name}: positions past the {limit} the model was configured for (config.max_position_embeddings); "
+                    "rotary positions continue there, but the model was not trained on them unless its rope scaling "
+                    "says so"
+                )
         hidden = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return LMInputs(inputs_embeds, cache, position_ids, bool(hidden), attentions)
 
@@ -317,8 +315,29 @@ def move_loop_defaults(model) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# 4. A KV cache with per-position loop telemetry
+# 4. A KV cache with per-position loop telemetry, and a read-only view of a cache
 # --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReadOnlyCache:
+    """Stands in for ``cache`` in attention calls that must see its past without adding to it: ``update`` returns
+    the layer's cached keys/values followed by the given ones (what a dynamic layer's ``update`` returns) and writes
+    nothing. The Attractor's solver iterations attend through one (their keys/values are appended once, at the
+    solution), and so do Ouro's loop steps before the last with ``recurrent_kv_cache_mode="last_loop"``. Meant for
+    plain dynamic layers (``DynamicLayer``, ``DynamicSlidingWindowLayer``: ``READABLE``), whose ``keys`` hold the
+    past as ``update`` returns it."""
+
+    READABLE: ClassVar[frozenset] = frozenset({"DynamicLayer", "DynamicSlidingWindowLayer"})  # names: classes move
+    cache: Cache
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        layers = self.cache.layers
+        if layer_idx < len(layers) and getattr(layers[layer_idx], "is_initialized", False):
+            past_keys, past_values = layers[layer_idx].keys, layers[layer_idx].values
+            if past_keys is not None and past_keys.shape[-2] > 0:
+                return torch.cat([past_keys, key_states], dim=-2), torch.cat([past_values, value_states], dim=-2)
+        return key_states, value_states
 
 
 class TelemetryCache(DynamicCache):
@@ -373,6 +392,7 @@ __all__ = [
     "LOSS_KWARGS",
     "PASSED_THROUGH",
     "LMInputs",
+    "ReadOnlyCache",
     "LoopedLMBase",
     "LoopedLMHead",
     "TelemetryCache",

@@ -64,6 +64,7 @@ from .looped_lm import (
     LOSS_KWARGS,
     LoopedLMBase,
     LoopedLMHead,
+    ReadOnlyCache,
     TelemetryCache,
     as_int,
     check_keywords,
@@ -163,22 +164,6 @@ class AttractorCache(TelemetryCache):
     converged: torch.Tensor | None = None
 
 
-@dataclass
-class _ReadOnlyCache:
-    """Lets the attractor layers attend to a cache's past keys/values during the solver's iterations without
-    appending the iterates' keys/values to it (they are appended once, at the solution)."""
-
-    cache: Cache
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        layers = self.cache.layers
-        if layer_idx < len(layers) and getattr(layers[layer_idx], "is_initialized", False):
-            past_keys, past_values = layers[layer_idx].keys, layers[layer_idx].values
-            if past_keys is not None and past_keys.shape[-2] > 0:
-                return torch.cat([past_keys, key_states], dim=-2), torch.cat([past_values, value_states], dim=-2)
-        return key_states, value_states
-
-
 # --------------------------------------------------------------------------------------------------
 # The attractor module
 # --------------------------------------------------------------------------------------------------
@@ -212,7 +197,7 @@ class AttractorModule(nn.Module):
         y0: torch.Tensor,
         attention_mask: torch.Tensor | None,
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
-        cache: Cache | _ReadOnlyCache | None = None,
+        cache: Cache | ReadOnlyCache | None = None,
         **kwargs,
     ) -> torch.Tensor:
         x = y + y0 if self.in_proj is None else self.in_proj(torch.cat([y, y0], dim=-1))
@@ -357,7 +342,7 @@ class AttractorModel(LoopedLMBase, AttractorPreTrainedModel):
         if options.budget == 0:
             return start, None, {}
         # the map the iterations apply: it attends to the cache's past without appending to it
-        iteration = partial(step, cache=_ReadOnlyCache(cache) if cache is not None else None)
+        iteration = partial(step, cache=ReadOnlyCache(cache) if cache is not None else None)
         sampler = IterateSampler(options.correction_states) if options.correction_states else None
         y_star, stats = fixed_point(
             iteration if sampler is None else sampler.wrap(iteration),

@@ -56,6 +56,7 @@ from .looped_lm import (
     LMInputs,
     LoopedLMBase,
     LoopedLMHead,
+    ReadOnlyCache,
     TelemetryCache,
     as_int,
     check_keywords,
@@ -136,84 +137,55 @@ class OuroCache(TelemetryCache):
     recurrent_kv_cache_mode: str | None = None  # the mode its entries are laid out for, once filled
 
 
-def check_ouro_cache(cache: OuroCache, num_loops: int, mode: str) -> None:
-    """Bind an empty ``OuroCache`` to this forward's mode and loop count; refuse continuing a filled one in another
-    mode, or a ``per_loop`` one with another loop count."""
-    if cache.get_seq_length() == 0:
-        cache.recurrent_kv_cache_mode, cache.exit_steps = mode, None
-    elif (cache.recurrent_kv_cache_mode or "per_loop") != mode:
-        raise ValueError(
-            f"This OuroCache holds keys/values laid out for recurrent_kv_cache_mode={cache.recurrent_kv_cache_mode!r}; "
-            f"it cannot be continued with recurrent_kv_cache_mode={mode!r}. Use one mode for the whole generation."
-        )
-    elif mode == "per_loop" and cache.num_loops != num_loops:
-        raise ValueError(
-            f"This OuroCache holds keys/values for num_loops={cache.num_loops}; it cannot be continued with "
-            f"num_loops={num_loops}. Use the same num_loops for the whole generation, or start a new cache (a "
-            "recurrent_kv_cache_mode='last_loop' cache can change num_loops)."
-        )
-    cache.num_loops = num_loops
-
-
 def check_cache(cache: Cache, num_loops: int, num_layers: int, mode: str = "per_loop") -> None:
     """Check that ``cache`` can hold (or holds) the entries of this loop count in this ``recurrent_kv_cache_mode``.
-    In ``per_loop``, an empty ``DynamicCache`` with one layer per decoder layer (what ``generate`` builds from the
-    config) gets a copy of its layers for each further loop step, as transformers' Dory does."""
-    if isinstance(cache, OuroCache):
-        check_ouro_cache(cache, num_loops, mode)
+    In ``per_loop``, an empty fixed-layout cache with one layer per decoder layer (what ``generate`` builds from the
+    config: a ``DynamicCache``, or a ``StaticCache`` with ``cache_implementation="static"``) gets a copy of its
+    layers for each further loop step, as transformers' Dory does."""
+    if isinstance(cache, OuroCache):  # bound to the mode (and in per_loop the loop count) that first filled it
+        if cache.get_seq_length() == 0:
+            cache.recurrent_kv_cache_mode, cache.exit_steps = mode, None
+        elif (cache.recurrent_kv_cache_mode or "per_loop") != mode:
+            raise ValueError(
+                f"This OuroCache holds keys/values laid out for recurrent_kv_cache_mode="
+                f"{cache.recurrent_kv_cache_mode!r}; it cannot be continued with recurrent_kv_cache_mode={mode!r}. "
+                "Use one mode for the whole generation."
+            )
+        elif mode == "per_loop" and cache.num_loops != num_loops:
+            raise ValueError(
+                f"This OuroCache holds keys/values for num_loops={cache.num_loops}; it cannot be continued with "
+                f"num_loops={num_loops}. Use the same num_loops for the whole generation, or start a new cache (a "
+                "recurrent_kv_cache_mode='last_loop' cache can change num_loops)."
+            )
+        cache.num_loops = num_loops
         return
     needed = num_loops * num_layers if mode == "per_loop" else num_layers
     layers = len(cache.layers)
+    if torch.compiler.is_compiling():  # a compiled decoding step: the eager prefill laid the cache out
+        if layers != needed:
+            raise ValueError(f"The cache holds {layers} entries; num_loops={num_loops} in mode {mode!r} needs {needed}.")
+        return
     fixed = getattr(cache, "layer_class_to_replicate", None) is None
     kinds = {type(layer).__name__ for layer in cache.layers}
-    if mode == "last_loop" and not kinds <= LastLoopView.READABLE:
+    if mode == "last_loop" and not kinds <= ReadOnlyCache.READABLE:
         raise ValueError(
             f"recurrent_kv_cache_mode='last_loop' reads the cache's plain dynamic layers, but got a "
-            f"{type(cache).__name__} with {sorted(kinds - LastLoopView.READABLE)} (cache_implementation='static', "
+            f"{type(cache).__name__} with {sorted(kinds - ReadOnlyCache.READABLE)} (cache_implementation='static', "
             "quantized and offloaded caches). Use the default dynamic cache, or recurrent_kv_cache_mode='per_loop'."
         )
-    if fixed and isinstance(cache, DynamicCache) and layers == num_layers and cache.get_seq_length() == 0:
+    if fixed and layers == num_layers and cache.get_seq_length() == 0:  # as generate builds it: one per layer
         cache.layers += [copy.deepcopy(layer) for layer in cache.layers * (needed // num_layers - 1)]
     if fixed and len(cache.layers) < needed:
         raise ValueError(
             f"Ouro needs a cache with one entry per (loop step, layer) = {needed} entries for num_loops={num_loops}, "
-            f"but got a {type(cache).__name__} with {layers} layers (cache_implementation='static' and other "
-            "fixed-size caches hold one per decoder layer). Use the default dynamic cache, or pass an OuroCache()."
+            f"but got a {type(cache).__name__} with {layers} layers. Pass an empty cache with one layer per decoder "
+            "layer (it grows the rest), the default dynamic cache, or an OuroCache()."
         )
     if cache.get_seq_length() > 0 and len(cache.layers) != needed:
         raise ValueError(
             f"The cache holds {len(cache.layers)} entries, but num_loops={num_loops} with recurrent_kv_cache_mode="
             f"{mode!r} needs {needed}. Use the same num_loops and mode for the whole generation."
         )
-
-
-class LastLoopView:
-    """What the loop steps before the last see of a ``recurrent_kv_cache_mode="last_loop"`` cache. It stands in for
-    the cache in those steps' attention: ``update`` returns, for the layer, the cached keys/values of past tokens
-    (which the last step of earlier forwards wrote) followed by the step's own, and writes nothing."""
-
-    #: the cache layers whose ``keys``/``values`` hold the past as ``update`` returns it (names: the classes differ
-    #: between transformers releases)
-    READABLE = frozenset({"DynamicLayer", "DynamicSlidingWindowLayer"})
-
-    def __init__(self, cache: Cache):
-        self.cache = cache
-
-    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
-        layers = self.cache.layers
-        if layer_idx >= len(layers) or layers[layer_idx].get_seq_length() == 0:
-            return key, value
-        past = layers[layer_idx]
-        return torch.cat([past.keys, key], dim=-2), torch.cat([past.values, value], dim=-2)
-
-
-def step_cache(cache: Cache | None, mode: str, step: int, num_loops: int, num_layers: int):
-    """``(the cache loop step ``step`` attends through, the entry of its first layer)``: in ``per_loop`` the cache
-    and entry ``step * num_layers``; in ``last_loop`` the cache and entry 0 for the last step, a read-only
-    [`LastLoopView`] of it for the others."""
-    if cache is None or mode == "per_loop":
-        return cache, step * num_layers
-    return (cache if step == num_loops - 1 else LastLoopView(cache)), 0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -428,6 +400,9 @@ class OuroPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     _supports_flash_attn = True
     _supports_sdpa = True
     _supports_attention_backend = True
+    # a decoding step with a static cache traces into one graph (tests/test_ouro_kv_modes.py); the compute-saving
+    # early exit does not (it refuses a compiled forward), the reference readout does
+    _can_compile_fullgraph = True
 
     _weight_shaping_keys = ("norm_placement",)
     _remote_auto_map = {
@@ -487,6 +462,12 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         warn_if_gate_untrained(self, f"early exit (exit_threshold={threshold})")
         if readout == "reference":
             return None, float(threshold)
+        if torch.compiler.is_compiling():
+            raise ValueError(
+                "The compute-saving early exit (exit_readout='frozen') cannot run in a compiled forward: which rows "
+                "and steps it skips depends on the data. Decode eagerly (no compile_config, a dynamic cache), or use "
+                "exit_readout='reference', which compiles (it computes every step)."
+            )
         batch_size, seq_len = hidden.shape[:2]
         drop_rows = (
             not inputs.output_attentions
@@ -578,6 +559,7 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         states = (hidden,) if keep_states else None
         gate_logits: list[torch.Tensor] = []
         previous, linearised = hidden, None
+        past = ReadOnlyCache(cache) if mode == "last_loop" and cache is not None else None
         for step in range(num_loops):
             if early is not None and not early.start_step():  # every row has exited: copies for the rest
                 later = [0] if mode == "last_loop" else [t * num_layers for t in range(step, num_loops)]
@@ -585,7 +567,9 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
                 gate_logits += [self.exit_logit(hidden)] * (num_loops - 1 - step)
                 states = states + (self.readout(hidden),) * (num_loops - step) if keep_states else None
                 break
-            attend, entry = step_cache(cache, mode, step, num_loops, num_layers)
+            attend, entry = (  # last_loop: the steps before the last read the cache, the last one writes it
+                (cache, step * num_layers) if mode == "per_loop" else (past if step < num_loops - 1 else cache, 0)
+            )
             new = self.loop_step(
                 hidden, step, position_embeddings, masks, cache=attend, early_exit=early, cache_entry=entry, **kwargs
             )
@@ -655,13 +639,15 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         ones are masked, which gives the same numbers without the saving.
         """
         config = self.config
-        num_loops = as_int(config.total_ut_steps if num_loops is None else num_loops, "num_loops", 1, "loop steps")
+        num_loops = config.total_ut_steps if num_loops is None else as_int(num_loops, "num_loops", 1, "loop steps")
         inputs = self.prepare_inputs(
             input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs
         )
         cache, hidden = inputs.cache, inputs.inputs_embeds
-        mode = check_recurrent_kv_cache_mode(
-            config.recurrent_kv_cache_mode if recurrent_kv_cache_mode is None else recurrent_kv_cache_mode
+        mode = (  # the config's was checked when it was set
+            config.recurrent_kv_cache_mode
+            if recurrent_kv_cache_mode is None
+            else check_recurrent_kv_cache_mode(recurrent_kv_cache_mode)
         )
         if cache is not None:
             check_cache(cache, num_loops, config.num_hidden_layers, mode)
