@@ -80,7 +80,9 @@ def test_generate_in_last_loop_equals_the_reference_decoding(model):
 def test_the_cache_holds_one_entry_per_layer_num_loops_times_fewer_bytes(model):
     def cache_bytes(mode):
         _, _, out = greedy(model, PROMPT, True, num_loops=4, max_new_tokens=5, recurrent_kv_cache_mode=mode)
-        return len(out.cache.layers), sum(t.numel() * t.element_size() for l in out.cache.layers for t in (l.keys, l.values))
+        return len(out.cache.layers), sum(
+            t.numel() * t.element_size() for layer in out.cache.layers for t in (layer.keys, layer.values)
+        )
 
     (per_entries, per_bytes), (last_entries, last_bytes) = cache_bytes("per_loop"), cache_bytes("last_loop")
     assert (per_entries, last_entries) == (4 * model.config.num_hidden_layers, model.config.num_hidden_layers)
@@ -106,7 +108,9 @@ def test_left_padded_rows_equal_the_rows_alone_in_last_loop(model):
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
     seq, logits, _ = greedy(model, ids, True, attention_mask=mask, num_loops=4, recurrent_kv_cache_mode="last_loop")
     for i, r in enumerate(rows):
-        alone_seq, alone_logits, _ = greedy(model, torch.tensor([r]), True, num_loops=4, recurrent_kv_cache_mode="last_loop")
+        alone_seq, alone_logits, _ = greedy(
+            model, torch.tensor([r]), True, num_loops=4, recurrent_kv_cache_mode="last_loop"
+        )
         assert seq[i, width:].tolist() == alone_seq[0, len(r) :].tolist()
         torch.testing.assert_close(logits[i], alone_logits[0], rtol=0, atol=1e-4)
 
@@ -157,7 +161,9 @@ def test_assisted_decoding_is_refused_in_last_loop_only(model, option):
 
 def test_a_static_cache_is_refused_in_last_loop_with_a_clear_error(model):
     with pytest.raises(ValueError, match="recurrent_kv_cache_mode='last_loop' reads the cache's plain dynamic layers"):
-        greedy(model, PROMPT, True, max_new_tokens=2, cache_implementation="static", recurrent_kv_cache_mode="last_loop")
+        greedy(
+            model, PROMPT, True, max_new_tokens=2, cache_implementation="static", recurrent_kv_cache_mode="last_loop"
+        )
 
 
 @pytest.mark.parametrize("bad", ["last", "per-loop", None, 3])

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers.cache_utils import Cache, DynamicCache
+from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -163,7 +163,9 @@ def check_cache(cache: Cache, num_loops: int, num_layers: int, mode: str = "per_
     layers = len(cache.layers)
     if torch.compiler.is_compiling():  # a compiled decoding step: the eager prefill laid the cache out
         if layers != needed:
-            raise ValueError(f"The cache holds {layers} entries; num_loops={num_loops} in mode {mode!r} needs {needed}.")
+            raise ValueError(
+                f"The cache holds {layers} entries; num_loops={num_loops} in mode {mode!r} needs {needed}."
+            )
         return
     fixed = getattr(cache, "layer_class_to_replicate", None) is None
     kinds = {type(layer).__name__ for layer in cache.layers}
@@ -551,7 +553,9 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
             probe=options["probe"],
         )
 
-    def _run_loop(self, hidden, num_loops, position_embeddings, masks, cache, mode, early, keep_states, jsrr_step, kwargs):
+    def _run_loop(
+        self, hidden, num_loops, position_embeddings, masks, cache, mode, early, keep_states, jsrr_step, kwargs
+    ):
         """Run the loop steps from ``hidden``: ``(final state, the state before it, (embeddings, each step's
         readout) when ``keep_states`` else None, the exit gate's logits after every step but the last, the state
         after step ``jsrr_step`` when it is not the last else None)``."""
