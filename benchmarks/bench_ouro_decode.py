@@ -19,9 +19,11 @@ Results: ``docs/results/ouro_decode.json`` (``--output-dir`` to change).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import doc_tables
@@ -29,6 +31,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from equilibria import OuroCache, OuroConfig, OuroForCausalLM
+from equilibria.evaluation import evaluation_data
+from equilibria.loading import load_saved_model
+from equilibria.tasks import addition_tokenizer, greedy_answers
+from equilibria.tasks.tokenization import load_tokenizer
 
 
 def greedy(model, ids, new_tokens, **kwargs):
@@ -185,9 +191,128 @@ def bench_cache(args) -> dict:
     }
 
 
-def main(argv=None) -> dict:
+MODES = ("per_loop", "last_loop")
+
+
+def cache_bytes(cache) -> int:
+    """The bytes of a KV cache's keys and values."""
+    return sum(
+        t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values) if t is not None
+    )
+
+
+def paired_difference(a: list[bool], b: list[bool]) -> tuple[float, float]:
+    """``(mean of b - a, its standard error)`` over paired rows (the same problems scored twice)."""
+    diffs = [float(y) - float(x) for x, y in zip(a, b)]
+    mean = statistics.fmean(diffs)
+    spread = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
+    return mean, spread / len(diffs) ** 0.5
+
+
+def mode_decoding(model, tokenizer, prompts: list[str], new_tokens: int, loops: int, repeats: int) -> dict:
+    """Per cache mode, decoding ``new_tokens`` for a batch of ``prompts``: the cache's bytes, and seconds (runs
+    interleaved, median of paired ratios last_loop / per_loop)."""
+    enc = tokenizer(prompts, return_tensors="pt", padding=True)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    run = dict(attention_mask=mask, num_loops=loops, return_dict_in_generate=True)
+    held = {
+        mode: cache_bytes(greedy(model, ids, new_tokens, recurrent_kv_cache_mode=mode, **run).cache) for mode in MODES
+    }
+    times = compare(
+        {
+            mode: partial(
+                timed_generate,
+                model,
+                ids,
+                new_tokens,
+                attention_mask=mask,
+                num_loops=loops,
+                recurrent_kv_cache_mode=mode,
+            )
+            for mode in MODES
+        },
+        repeats,
+    )
+    ratio, low, high = paired_ratio(times, "last_loop", "per_loop")
+    return {
+        "cache_bytes": held,
+        "seconds": {m: statistics.median(t) for m, t in times.items()},
+        "time_ratio": ratio,
+        "time_ratio_range": [low, high],
+        "batch": len(prompts),
+        "new_tokens": new_tokens,
+    }
+
+
+def bench_cache_modes_on(folder: str, args) -> dict:
+    """Per cache mode, on the saved model in ``folder``: exact match of its greedy answers to its held-out rows at
+    each of ``--mode-loops`` (and the paired difference), how often the two modes answer alike, the cache's bytes and
+    decode time."""
+    model = load_saved_model(folder)
+    data = evaluation_data(model, folder, num_examples=args.mode_examples)
+    tokenizer = load_tokenizer(folder, "prompts")
+    rows, result = data.rows, {"model": folder, "data": data.record, "loops": {}}
+    new_tokens = max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in rows["answer"]) + 1
+    for loops in args.mode_loops:
+        answers = {m: greedy_answers(model, tokenizer, rows, loops, recurrent_kv_cache_mode=m) for m in MODES}
+        right = {m: [x.strip() == y.strip() for x, y in zip(answers[m], rows["answer"])] for m in MODES}
+        difference, error = paired_difference(right["per_loop"], right["last_loop"])
+        result["loops"][str(loops)] = {
+            "exact_match": {m: statistics.fmean(right[m]) for m in MODES},
+            "difference": difference,
+            "difference_se": error,
+            "same_answers": statistics.fmean(a == b for a, b in zip(answers["per_loop"], answers["last_loop"])),
+            **mode_decoding(model, tokenizer, rows["prompt"][: args.mode_batch], new_tokens, loops, args.repeats),
+        }
+        print(f"{folder} at {loops} loops: {result['loops'][str(loops)]}", flush=True)
+    return result
+
+
+def write_reversal_rows(path: Path, count: int = 4000, digits: int = 8, seed: int = 0) -> None:
+    """Rows of your own for the README's fine-tuning command, with answers long enough to tell the cache modes apart:
+    ``{"prompt": "38215907=", "completion": "70951283"}`` (the digits reversed), distinct prompts, JSON lines."""
+    generator, seen = torch.Generator().manual_seed(seed), set()
+    with Path(path).open("w") as out:
+        while len(seen) < count:
+            text = "".join(str(d) for d in torch.randint(0, 10, (digits,), generator=generator).tolist())
+            if text not in seen:
+                seen.add(text)
+                out.write(json.dumps({"prompt": text + "=", "completion": text[::-1]}) + "\n")
+
+
+def quick_mode_model(folder: Path) -> str:
+    """A tiny random Ouro saved with the addition tokenizer (``--quick`` without ``--models``)."""
+    torch.manual_seed(3)
+    model = OuroForCausalLM(ouro_config(32, 64, 4, 2, 4, len(addition_tokenizer())))
+    model.save_pretrained(folder)
+    addition_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
+def bench_cache_modes(args) -> dict:
+    """The cache modes on every model of ``--models`` (``--quick``: a tiny random one)."""
+    models = args.models or ([quick_mode_model(args.output_dir / "quick_mode_model")] if args.quick else [])
+    if not models:
+        raise ValueError(
+            "--sections cache_modes needs --models FOLDER[,FOLDER...] (saved Ouro models with a tokenizer)"
+        )
+    return {"models": [bench_cache_modes_on(folder, args) for folder in models]}
+
+
+#: each section of the run: its name in --sections and the JSON, and its function
+SECTIONS = {
+    "loop_overhead": bench_loop_overhead,
+    "early_exit": bench_early_exit,
+    "cache": bench_cache,
+    "cache_modes": bench_cache_modes,
+}
+DEFAULT_SECTIONS = ("loop_overhead", "early_exit", "cache")
+
+
+def parse_args(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
+    parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS), help=f"comma list of {list(SECTIONS)}")
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--intermediate", type=int, default=2816)
     parser.add_argument("--heads", type=int, default=16)
@@ -201,57 +326,102 @@ def main(argv=None) -> dict:
     parser.add_argument("--cache-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calibration-steps", type=int, default=7, help="bisection steps for the exit threshold")
+    parser.add_argument(
+        "--models",
+        type=lambda t: [m for m in t.split(",") if m],
+        default=[],
+        help="cache_modes: saved Ouro folders (with a tokenizer and held-out rows)",
+    )
+    parser.add_argument("--mode-loops", type=lambda t: [int(n) for n in t.split(",")], default=[4, 8])
+    parser.add_argument("--mode-examples", type=int, default=None, help="cache_modes: at most this many held-out rows")
+    parser.add_argument("--mode-batch", type=int, default=64, help="cache_modes: prompts in the timed batch")
+    parser.add_argument(
+        "--write-reversal-rows",
+        type=Path,
+        metavar="PATH",
+        help="only write digit-reversal rows (prompt/completion JSON lines) to PATH and stop",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--output-dir", type=Path, default=Path("docs/results"), help="where ouro_decode.json goes")
     args = parser.parse_args(argv)
+    args.sections = [name for name in args.sections.split(",") if name]
+    unknown = sorted(set(args.sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"--sections: unknown {unknown}; choose from {list(SECTIONS)}")
     if args.quick:
         args.width, args.intermediate, args.heads, args.vocab = 64, 128, 4, 128
         args.prompt, args.new_tokens, args.cache_width, args.cache_tokens, args.repeats = 8, 8, 64, 16, 1
-        args.calibration_steps = 3
+        args.calibration_steps, args.mode_examples, args.mode_batch = 3, args.mode_examples or 16, 8
+    return args
+
+
+def print_table(results: dict, args) -> None:
+    """The run's table of the loop overhead, early-exit and cache sections it ran."""
+    overhead, early, cache = (results.get(name) for name in DEFAULT_SECTIONS)
+    rows = []
+    if overhead:
+        rows.append(
+            (
+                "loop overhead",
+                f"Ouro {args.layers} layers x {args.loops} loops vs Llama {args.layers * args.loops} layers",
+                f"{overhead['ratio']:.3f} [{overhead['ratio_range'][0]:.3f}, {overhead['ratio_range'][1]:.3f}]",
+                "<= 1.10",
+            )
+        )
+    if early:
+        rows.append(
+            (
+                "early exit",
+                f"{early['loops']} loops, threshold {early['threshold']}, mean exit {early['mean_exit_steps']:.2f} steps",
+                f"{early['ratio']:.3f} [{early['ratio_range'][0]:.3f}, {early['ratio_range'][1]:.3f}]",
+                "<= 0.60",
+            )
+        )
+    if cache:
+        rows.append(
+            (
+                "KV cache",
+                f"{cache['new_tokens']} new tokens, width {args.cache_width}",
+                f"{cache['speedup']:.2f}x [{cache['speedup_range'][0]:.2f}, {cache['speedup_range'][1]:.2f}]",
+                "> 1",
+            )
+        )
+    header = ("measure", "setting", "paired ratio [min, max]", "target")
+    for row in [header] + rows:
+        print(
+            "  ".join(
+                str(c).ljust(w) for c, w in zip(row, [max(len(str(r[i])) for r in rows + [header]) for i in range(4)])
+            )
+        )
+
+
+def main(argv=None) -> dict:
+    """Run the chosen sections and write them into ``ouro_decode.json`` (the sections not run keep what the file
+    held, so that long sections can run apart)."""
+    args = parse_args(argv)
+    if args.write_reversal_rows:
+        write_reversal_rows(args.write_reversal_rows)
+        print(f"wrote {args.write_reversal_rows}")
+        return {}
     if args.threads:
         torch.set_num_threads(args.threads)
-
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; sizes: width {args.width}, "
-        f"intermediate {args.intermediate}, heads {args.heads}, L={args.layers}, k={args.loops}, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; sections {args.sections}; sizes: width "
+        f"{args.width}, intermediate {args.intermediate}, heads {args.heads}, L={args.layers}, k={args.loops}, "
         f"prompt {args.prompt}, new tokens {args.new_tokens}, repeats {args.repeats}",
         flush=True,
     )
-    results = {"args": {k: str(v) for k, v in vars(args).items()}}
-    results["loop_overhead"] = overhead = bench_loop_overhead(args)
-    results["early_exit"] = early = bench_early_exit(args)
-    results["cache"] = cache = bench_cache(args)
-
-    rows = [
-        (
-            "loop overhead",
-            f"Ouro {args.layers} layers x {args.loops} loops vs Llama {args.layers * args.loops} layers",
-            f"{overhead['ouro_s']:.3f} s vs {overhead['llama_s']:.3f} s",
-            f"{overhead['ratio']:.3f} [{overhead['ratio_range'][0]:.3f}, {overhead['ratio_range'][1]:.3f}]",
-            "<= 1.10",
-        ),
-        (
-            "early exit",
-            f"{early['loops']} loops, threshold {early['threshold']}, mean exit {early['mean_exit_steps']:.2f} steps",
-            f"{early['exit_s']:.3f} s vs {early['full_s']:.3f} s",
-            f"{early['ratio']:.3f} [{early['ratio_range'][0]:.3f}, {early['ratio_range'][1]:.3f}]",
-            "<= 0.60",
-        ),
-        (
-            "KV cache",
-            f"{cache['new_tokens']} new tokens, width {args.cache_width}",
-            f"{cache['no_cache_s']:.3f} s vs {cache['cache_s']:.3f} s",
-            f"{cache['speedup']:.2f}x [{cache['speedup_range'][0]:.2f}, {cache['speedup_range'][1]:.2f}]",
-            "> 1",
-        ),
-    ]
-    header = ("measure", "setting", "median times", "paired ratio [min, max]", "target")
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(5)]
-    for row in [header] + rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    doc_tables.save_results((args.output_dir / "ouro_decode.json"), results, indent=2)
-    print(f"results: {args.output_dir / 'ouro_decode.json'}")
+    path = args.output_dir / "ouro_decode.json"
+    results = json.loads(path.read_text()) if path.is_file() else {}
+    if any(name in DEFAULT_SECTIONS for name in args.sections):
+        results["args"] = {k: str(v) for k, v in vars(args).items()}
+    for name in args.sections:
+        results[name] = SECTIONS[name](args)
+        results.setdefault("commands", {})[name] = "python benchmarks/bench_ouro_decode.py " + " ".join(argv or [])
+        doc_tables.save_results(path, results, indent=2)  # after each section: a killed run keeps what ended
+    print_table(results, args)
+    print(f"results: {path}")
     return results
 
 

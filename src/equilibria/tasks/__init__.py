@@ -24,7 +24,7 @@ from .symmetry import (
     sudoku_classes,
     sudoku_equivalent,
 )
-from .text_scoring import evaluate_loop_scaling, exact_match, token_accuracy
+from .text_scoring import evaluate_loop_scaling, exact_match, greedy_answers, token_accuracy
 from .tokenization import char_tokenizer, tokenizer_fields
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "embed_entailment",
     "evaluate_loop_scaling",
     "exact_match",
+    "greedy_answers",
     "generate_maze",
     "generate_sudoku",
     "load_maze_csv",

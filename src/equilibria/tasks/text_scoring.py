@@ -11,10 +11,13 @@ from .text_data import training_collator
 
 
 @torch.no_grad()
-def exact_match(model, tokenizer, dataset: Dataset, num_loops: int, batch_size: int = 64, **generate_kwargs) -> float:
-    """Fraction of problems whose greedy continuation (up to eos) equals the answer, at ``num_loops``."""
+def greedy_answers(
+    model, tokenizer, dataset: Dataset, num_loops: int, batch_size: int = 64, **generate_kwargs
+) -> list[str]:
+    """The greedy continuation (up to eos, at most one token longer than the longest answer) of each row's
+    ``prompt`` at ``num_loops``, decoded; ``generate_kwargs`` go to ``generate`` (``recurrent_kv_cache_mode=...``)."""
     model.eval()
-    correct = 0
+    answers = []
     max_answer = max(len(a) for a in dataset["answer"]) + 1
     tokenizer.padding_side = "left"
     for start in range(0, len(dataset), batch_size):
@@ -29,9 +32,15 @@ def exact_match(model, tokenizer, dataset: Dataset, num_loops: int, batch_size: 
             eos_token_id=tokenizer.eos_token_id,
             **generate_kwargs,
         )
-        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-        correct += sum(t.strip() == a.strip() for t, a in zip(texts, batch["answer"]))
-    return correct / len(dataset)
+        answers += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    return answers
+
+
+def exact_match(model, tokenizer, dataset: Dataset, num_loops: int, batch_size: int = 64, **generate_kwargs) -> float:
+    """Fraction of problems whose greedy continuation (up to eos, :func:`greedy_answers`) equals the answer, at
+    ``num_loops``."""
+    answers = greedy_answers(model, tokenizer, dataset, num_loops, batch_size, **generate_kwargs)
+    return sum(t.strip() == a.strip() for t, a in zip(answers, dataset["answer"])) / len(dataset)
 
 
 def evaluate_loop_scaling(
@@ -61,4 +70,4 @@ def token_accuracy(model, encoded: Dataset, num_loops: int, tokenizer, batch_siz
     return right / max(total, 1)
 
 
-__all__ = ["evaluate_loop_scaling", "exact_match", "token_accuracy"]
+__all__ = ["evaluate_loop_scaling", "exact_match", "greedy_answers", "token_accuracy"]
