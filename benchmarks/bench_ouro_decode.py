@@ -191,6 +191,68 @@ def bench_cache(args) -> dict:
     }
 
 
+def bench_exit_at_one(args) -> dict:
+    """Every token exits after step 1 of ``--loops`` (the gate's bias set high): the compute-saving readout in each
+    cache mode (and with a static cache) against a one-loop run, the floor; the full run for scale."""
+    torch.manual_seed(4)
+    model = OuroForCausalLM(ouro_config(args.width, args.intermediate, args.heads, args.layers, args.loops, args.vocab))
+    model.eval()
+    with torch.no_grad():
+        model.model.early_exit_gate.bias.fill_(30.0)  # exit probability 1 after the first step
+    ids = torch.randint(3, args.vocab, (1, args.prompt))
+    exit_run = partial(timed_generate, model, ids, args.new_tokens, exit_threshold=0.5)
+    contenders = {
+        "one_loop": partial(timed_generate, model, ids, args.new_tokens, num_loops=1),
+        "exit_per_loop": exit_run,
+        "exit_last_loop": partial(exit_run, recurrent_kv_cache_mode="last_loop"),
+        "exit_static": partial(exit_run, cache_implementation="static"),
+        "full": partial(timed_generate, model, ids, args.new_tokens),
+    }
+    times = compare(contenders, args.repeats)
+    ratios = {name: paired_ratio(times, name, "one_loop") for name in contenders if name != "one_loop"}
+    return {
+        "loops": args.loops,
+        "seconds": {name: statistics.median(t) for name, t in times.items()},
+        "ratio_to_one_loop": {name: r[0] for name, r in ratios.items()},
+        "ratio_range": {name: [r[1], r[2]] for name, r in ratios.items()},
+    }
+
+
+def bench_exit_rows(args) -> dict:
+    """A batch whose rows exit at different steps (the gate calibrated as in ``early_exit``, rows of different
+    prompts): decoding that runs only the rows still looping against decoding that runs every row (exited ones
+    frozen); both give the same tokens."""
+    torch.manual_seed(1)
+    loops = args.exit_loops
+    model = OuroForCausalLM(ouro_config(args.width, args.intermediate, args.heads, args.layers, loops, args.vocab))
+    model.eval()
+    ids = torch.randint(3, args.vocab, (args.exit_batch, args.prompt))
+    threshold = args.exit_rows_threshold
+    steps = mean_decode_exit_steps(model, ids, args.new_tokens, threshold)
+
+    def run(drop: bool) -> float:
+        model.model.drop_exited_rows = drop
+        return timed_generate(model, ids, args.new_tokens, exit_threshold=threshold)
+
+    times = compare({"drop": partial(run, True), "all_rows": partial(run, False)}, args.repeats)
+    model.model.drop_exited_rows = True
+    same = [greedy(model, ids, args.new_tokens, exit_threshold=threshold)]
+    model.model.drop_exited_rows = False
+    same.append(greedy(model, ids, args.new_tokens, exit_threshold=threshold))
+    model.model.drop_exited_rows = True
+    ratio, low, high = paired_ratio(times, "drop", "all_rows")
+    return {
+        "loops": loops,
+        "batch": args.exit_batch,
+        "threshold": threshold,
+        "mean_exit_steps": steps,
+        "seconds": {name: statistics.median(t) for name, t in times.items()},
+        "ratio": ratio,
+        "ratio_range": [low, high],
+        "same_tokens": bool(torch.equal(same[0], same[1])),
+    }
+
+
 MODES = ("per_loop", "last_loop")
 
 
@@ -305,6 +367,8 @@ SECTIONS = {
     "early_exit": bench_early_exit,
     "cache": bench_cache,
     "cache_modes": bench_cache_modes,
+    "exit_at_one": bench_exit_at_one,
+    "exit_rows": bench_exit_rows,
 }
 DEFAULT_SECTIONS = ("loop_overhead", "early_exit", "cache")
 
@@ -326,6 +390,8 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--cache-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calibration-steps", type=int, default=7, help="bisection steps for the exit threshold")
+    parser.add_argument("--exit-batch", type=int, default=8, help="exit_rows: rows in the batch")
+    parser.add_argument("--exit-rows-threshold", type=float, default=0.9, help="exit_rows: the exit threshold")
     parser.add_argument(
         "--models",
         type=lambda t: [m for m in t.split(",") if m],

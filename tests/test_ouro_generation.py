@@ -159,6 +159,28 @@ def test_early_exit_skips_the_remaining_steps_while_decoding():
     assert len(decode_calls) < 6 * (len(steps) - prompt_len)
 
 
+@pytest.mark.parametrize("mode", ["per_loop", "last_loop"])
+def test_a_forward_whose_every_token_has_exited_skips_the_remaining_steps(mode):
+    """A gate that makes every token exit after step 1: the prompt's forward runs one step, and its cache holds the
+    step's keys/values for the skipped steps too; the output is the one-step run's."""
+    model = exit_model()
+    with torch.no_grad():
+        model.model.early_exit_gate.bias.fill_(20.0)
+    calls = []
+    hook = model.model.layers[0].register_forward_hook(lambda m, args, out: calls.append(out.shape))
+    try:
+        with torch.no_grad():
+            out = model(PROMPT, exit_threshold=0.5, cache=OuroCache(), use_cache=True, recurrent_kv_cache_mode=mode)
+    finally:
+        hook.remove()
+    assert len(calls) == 1 and (out.exit_steps == 1).all()
+    with torch.no_grad():
+        one = model(PROMPT, num_loops=1, use_cache=True)
+    torch.testing.assert_close(out.logits, one.logits, rtol=0, atol=1e-5)
+    last = out.cache.layers[-1] if mode == "last_loop" else out.cache.layers[5 * model.config.num_hidden_layers + 1]
+    torch.testing.assert_close(last.keys, one.cache.layers[1].keys, rtol=0, atol=0)
+
+
 def test_batched_early_exit_runs_only_the_rows_still_looping():
     model = exit_model(seed=3)
     rows = [[5, 9, 14, 3, 22, 7], [11, 4, 30, 17, 2, 9], [8, 8, 19, 2, 6, 1]]

@@ -83,7 +83,7 @@ def test_decode_benchmark_quick_mode_runs(tmp_path):
     saved = read_benchmark_json(tmp_path / "ouro_decode.json", results)
     args = saved["args"]
     assert args["quick"] == "True" and (args["width"], args["new_tokens"], args["repeats"]) == ("64", "8", "1")
-    assert set(saved) == {"args", "loop_overhead", "early_exit", "cache"}
+    assert set(saved) == {"args", "commands", "loop_overhead", "early_exit", "cache"}
 
     overhead = saved["loop_overhead"]  # Ouro 2 layers x 4 loops against Llama with 8 layers of the same width
     assert overhead["ouro_s"] > 0 and overhead["llama_s"] > 0
@@ -106,6 +106,31 @@ def test_decode_benchmark_quick_mode_runs(tmp_path):
     assert cache["new_tokens"] == 16 and cache["cache_s"] > 0 and cache["no_cache_s"] > 0
     assert cache["speedup"] == pytest.approx(cache["no_cache_s"] / cache["cache_s"])
     assert cache["speedup_range"][0] <= cache["speedup"] <= cache["speedup_range"][1]
+
+
+def test_decode_benchmark_runs_its_sections_apart_and_keeps_the_others(tmp_path):
+    """``--sections``: the cache modes on a saved model, the early exit at step 1 and exited rows dropped or not,
+    each written into the same JSON beside what an earlier run left there."""
+    bench_ouro_decode = load_benchmark("bench_ouro_decode")
+    bench_ouro_decode.main(["--quick", "--sections", "cache", "--output-dir", str(tmp_path)])
+    argv = ["--quick", "--sections", "cache_modes,exit_at_one,exit_rows", "--output-dir", str(tmp_path)]
+    results = bench_ouro_decode.main(argv)
+    saved = read_benchmark_json(tmp_path / "ouro_decode.json", results)
+    assert {"cache", "cache_modes", "exit_at_one", "exit_rows"} <= set(saved)
+    assert saved["commands"]["exit_rows"].endswith(" ".join(argv))
+
+    (model,) = saved["cache_modes"]["models"]  # --quick: a tiny random model with the addition tokenizer
+    assert model["data"]["units"] == 16
+    for loops, row in model["loops"].items():
+        assert row["cache_bytes"]["per_loop"] == int(loops) * row["cache_bytes"]["last_loop"]  # one entry per layer
+        assert set(row["exact_match"]) == {"per_loop", "last_loop"} and 0 <= row["same_answers"] <= 1
+        difference = row["exact_match"]["last_loop"] - row["exact_match"]["per_loop"]
+        assert row["difference"] == pytest.approx(difference)
+
+    at_one = saved["exit_at_one"]
+    assert set(at_one["ratio_to_one_loop"]) == {"exit_per_loop", "exit_last_loop", "exit_static", "full"}
+    rows = saved["exit_rows"]
+    assert rows["same_tokens"] is True and 1 <= rows["mean_exit_steps"] <= rows["loops"]
 
 
 def test_demo_quick_mode_writes_and_reloads_a_hub_folder(tmp_path):

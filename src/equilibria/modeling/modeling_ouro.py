@@ -275,13 +275,14 @@ class OuroEarlyExit:
         self.residual: torch.Tensor | None = None
 
     def start_step(self) -> bool:
-        """Before a step: pick the rows still looping (single-token decoding); False once every row has exited,
-        when the remaining steps are skipped."""
-        if self.any_exited and self.drop_rows:
-            active = ~self.exited[:, 0]
-            if not bool(active.any()):
-                return False
-            self.rows = active.nonzero().squeeze(1)
+        """Before a step: False once every token has exited, when the remaining steps are skipped; else pick the rows
+        still looping (single-token decoding)."""
+        if not self.any_exited:
+            return True
+        if bool(self.exited.all()):
+            return False
+        if self.drop_rows:
+            self.rows = (~self.exited[:, 0]).nonzero().squeeze(1)
         return True
 
     def gather_rows(self, hidden: torch.Tensor, position_embeddings: tuple, masks: dict):
@@ -419,6 +420,9 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
     step, or only on what is read out: ``config.norm_placement``) and the exit gate. Returns [`OuroModelOutput`]."""
 
     _cache_class = OuroCache
+    #: whether single-token decoding with the compute-saving early exit runs only the batch rows still looping
+    #: (else every row runs each step, exited ones frozen); chosen by ``bench_ouro_decode.py --sections exit_rows``
+    drop_exited_rows: bool = True
 
     def __init__(self, config: OuroConfig):
         super().__init__(config)
@@ -472,7 +476,8 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
             )
         batch_size, seq_len = hidden.shape[:2]
         drop_rows = (
-            not inputs.output_attentions
+            self.drop_exited_rows
+            and not inputs.output_attentions
             and seq_len == 1
             and all(m is None or isinstance(m, torch.Tensor) for m in masks.values())
         )
@@ -640,7 +645,8 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         and a cached run equals an uncached one; in ``last_loop`` the one entry per layer holds them. During single-token decoding the layers run only on the batch
         rows still looping, and once every row has exited the remaining steps are skipped altogether (only
         the copies are written). During a multi-token forward (prefill) all tokens are computed and exited
-        ones are masked, which gives the same numbers without the saving.
+        ones are masked, which gives the same numbers with less of the saving: only once every token of the forward
+        has exited are the remaining steps skipped.
         """
         config = self.config
         num_loops = config.total_ut_steps if num_loops is None else as_int(num_loops, "num_loops", 1, "loop steps")
