@@ -145,6 +145,69 @@ def ouro_decode() -> str:
     return markdown(["measure", "setting", "ratio [min, max]", "target"], rows)
 
 
+def ouro_cache_modes() -> str:
+    """The cache layouts on saved models (``bench_ouro_decode.py --sections cache_modes``)."""
+    section = load("ouro_decode.json").get("cache_modes")
+    if not section:
+        return "(not run yet: `python benchmarks/bench_ouro_decode.py --sections cache_modes --models FOLDERS`)"
+    rows = []
+    for model in section["models"]:
+        for loops, r in model["loops"].items():
+            held, exact = r["cache_bytes"], r["exact_match"]
+            rows.append(
+                [
+                    f"`{Path(model['model']).name}` ({model['data']['units']} held-out rows)",
+                    loops,
+                    f"{pct(exact['per_loop'])} / {pct(exact['last_loop'])}",
+                    f"{100 * r['difference']:+.1f} ± {100 * r['difference_se']:.1f} pts",
+                    pct(r["same_answers"]),
+                    f"{held['per_loop'] / 1024:.0f} / {held['last_loop'] / 1024:.0f} KiB ({held['per_loop'] / held['last_loop']:.1f}x)",
+                    "{:.3f} [{:.3f}, {:.3f}]".format(r["time_ratio"], *r["time_ratio_range"]),
+                ]
+            )
+    header = [
+        "model (data)",
+        "loops",
+        "exact match per_loop / last_loop",
+        "last - per (± SE, paired)",
+        "same answers",
+        "cache after decoding a batch",
+        "time last / per [min, max]",
+    ]
+    return markdown(header, rows)
+
+
+def ouro_exit_at_one() -> str:
+    """Every token exiting after step 1 against a one-loop run (``--sections exit_at_one``)."""
+    section = load("ouro_decode.json").get("exit_at_one")
+    if not section:
+        return "(not run yet: `python benchmarks/bench_ouro_decode.py --sections exit_at_one`)"
+    names = {
+        "exit_per_loop": "compute-saving exit, `per_loop` cache",
+        "exit_last_loop": "compute-saving exit, `last_loop` cache",
+        "exit_static": "compute-saving exit, static cache (`per_loop`)",
+        "full": f"no exit: all {section['loops']} steps",
+    }
+    rows = [
+        [names[name], "{:.3f} [{:.3f}, {:.3f}]".format(ratio, *section["ratio_range"][name])]
+        for name, ratio in section["ratio_to_one_loop"].items()
+    ]
+    return markdown(["run (every token exits after step 1)", "time / a one-loop run [min, max]"], rows)
+
+
+def ouro_exit_rows() -> str:
+    """Dropping exited rows against running every row (``--sections exit_rows``)."""
+    r = load("ouro_decode.json").get("exit_rows")
+    if not r:
+        return "(not run yet: `python benchmarks/bench_ouro_decode.py --sections exit_rows`)"
+    row = [
+        f"{r['batch']} rows, {r['loops']} loops, threshold {r['threshold']} (mean exit {r['mean_exit_steps']:.2f} steps)",
+        "{:.3f} [{:.3f}, {:.3f}]".format(r["ratio"], *r["ratio_range"]),
+        "yes" if r["same_tokens"] else "**no**",
+    ]
+    return markdown(["batch", "time dropping / running every row [min, max]", "same tokens"], [row])
+
+
 STARS_KINDS = {
     "plain": "plain, trained at {train_loops}",
     "sampling": "loop sampling only",
@@ -1736,6 +1799,9 @@ TABLES: dict[str, Callable[[], str]] = {
     "demo-loop-scaling": demo_loop_scaling,
     "demo-output": demo_output,
     "ouro-decode": ouro_decode,
+    "ouro-cache-modes": ouro_cache_modes,
+    "ouro-exit-at-one": ouro_exit_at_one,
+    "ouro-exit-rows": ouro_exit_rows,
     "stars-presets": stars_presets,
     "stars-addition": lambda: stars_accuracy("stars_addition/results.json"),
     "stars-addition-3digit": lambda: stars_accuracy("stars_addition_3digit/results.json"),

@@ -1,6 +1,7 @@
 """Saving, loading (three ways), remote code, PEFT and the transformers tools around generate."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -330,3 +331,33 @@ def test_a_token_id_past_the_vocabulary_is_a_clear_error(model):
             lm(ids)
         with pytest.raises(ValueError, match="input_ids holds token id"):
             lm.generate(ids, max_new_tokens=2)
+
+
+#: the keys of the published Ouro-1.4B config.json (30), which engines' converters read
+PUBLISHED_CONFIG_KEYS = {
+    *("architectures", "attention_dropout", "auto_map", "bos_token_id", "eos_token_id", "pad_token_id", "head_dim"),
+    *("hidden_act", "hidden_size", "initializer_range", "intermediate_size", "layer_types", "max_position_embeddings"),
+    *("max_window_layers", "model_type", "num_attention_heads", "num_hidden_layers", "num_key_value_heads"),
+    *("rms_norm_eps", "rope_scaling", "rope_theta", "sliding_window", "tie_word_embeddings", "torch_dtype"),
+    *("total_ut_steps", "early_exit_threshold", "transformers_version", "use_cache", "use_sliding_window"),
+    "vocab_size",
+}
+
+
+def test_a_saved_config_carries_every_key_of_the_published_one_and_loads_back_without_warnings(tmp_path, caplog):
+    assert len(PUBLISHED_CONFIG_KEYS) == 30
+    rope = {"rope_type": "default", "rope_theta": 1e6}
+    model = tiny_ouro(pad_token_id=0, bos_token_id=0, eos_token_id=0, rope_parameters=rope).to(torch.bfloat16)
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert PUBLISHED_CONFIG_KEYS <= set(saved), sorted(PUBLISHED_CONFIG_KEYS - set(saved))
+    assert (saved["rope_theta"], saved["rope_scaling"], saved["torch_dtype"]) == (1e6, None, "bfloat16")
+    assert saved["architectures"] == ["OuroForCausalLM"] and saved["model_type"] == "ouro"
+    logging.Logger.warning_once.cache_clear()  # transformers warns once per process: make this load count
+    with caplog.at_level("WARNING", logger="transformers"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert not [r for r in caplog.records if "torch_dtype" in r.getMessage()]
+    assert loaded.dtype == torch.bfloat16 and loaded.config.rope_parameters == rope
+    unnamed = lambda config: {k: v for k, v in config.to_dict().items() if k != "_name_or_path"}  # noqa: E731
+    assert unnamed(loaded.config) == unnamed(model.config)

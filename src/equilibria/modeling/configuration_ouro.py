@@ -153,6 +153,33 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
             ]
         super().__post_init__(**kwargs)
 
+    def to_dict(self) -> dict:
+        """transformers' keys plus the legacy rope keys the published ``config.json`` files carry, which engines'
+        converters read: ``rope_theta`` and ``rope_scaling``, from ``rope_parameters`` (loading turns them back
+        into equal ``rope_parameters``)."""
+        out = super().to_dict()
+        rope = dict(out.get("rope_parameters") or {})
+        scaling = {key: value for key, value in rope.items() if key != "rope_theta"}
+        out["rope_theta"] = rope.get("rope_theta")
+        out["rope_scaling"] = None if scaling in ({}, {"rope_type": "default"}) else scaling
+        return out
+
+    def to_diff_dict(self) -> dict:
+        """The keys ``config.json`` gets, with the published files' ``torch_dtype`` beside ``dtype`` (here and not in
+        :meth:`to_dict`: transformers reads each key of that back through a property that warns for this one)."""
+        out = super().to_diff_dict()
+        if out.get("dtype") is not None:
+            out["torch_dtype"] = out["dtype"]
+        return out
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """[`PreTrainedConfig.from_dict`]; a ``torch_dtype`` written beside ``dtype`` (by :meth:`to_dict`) is dropped,
+        so that loading a folder this package saved does not warn that ``torch_dtype`` is deprecated."""
+        if "dtype" in config_dict and "torch_dtype" in config_dict:
+            config_dict = {key: value for key, value in config_dict.items() if key != "torch_dtype"}
+        return super().from_dict(config_dict, **kwargs)
+
     def validate_architecture(self) -> None:
         """The attention shapes fit together and sliding-window attention has a window (a ``@strict`` hook, see
         [`LoopConfigMixin`]; each key's own range is checked by its field)."""
