@@ -359,3 +359,14 @@ def test_the_installed_metadata_declares_the_license_and_the_tested_python():
     meta = metadata("equilibria")
     assert meta["License-Expression"] == "Apache-2.0" and meta["Requires-Python"] == ">=3.11"
     assert (ROOT / "LICENSE").read_text().split()[:3] == ["Apache", "License", "Version"]
+
+
+def test_serving_benchmark_quick_mode_compares_an_engines_answers_with_the_packages(tmp_path):
+    """``bench_ouro_serving.py --quick``: the plumbing, with transformers' remote-code loading (without the package)
+    as the engine: the answers to the same held-out prompts are compared row by row."""
+    bench = load_benchmark("bench_ouro_serving")
+    results = bench.main(["--quick", "--output-dir", str(tmp_path)])
+    saved = read_benchmark_json(tmp_path / "ouro_serving.json", results)
+    assert saved["engine"] == "remote_code" and saved["data"]["units"] == 8 and saved["loops"] == 4
+    assert saved["tokens_equal"] is True and saved["answers_equal"] == 1.0 and saved["differing"] == []
+    assert saved["exact_match"]["engine"] == saved["exact_match"]["package"]

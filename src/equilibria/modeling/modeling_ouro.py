@@ -612,6 +612,7 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         spectral_radius_probe: str = "sequence",
         spectral_radius_rows: torch.LongTensor | None = None,
         spectral_radius_step: int | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> OuroModelOutput:
         r"""Run the loop.
@@ -636,6 +637,8 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
                 the batch rows to estimate on (the loop step runs on them alone), else all; ``spectral_radius_step``:
                 the loop step (1-based, at most ``num_loops``) whose output state the estimate linearises at, else
                 the last (the STARS paper's "an iteration inside the loop"; its code uses the last).
+            past_key_values (`Cache`, *optional*): The cache's name before transformers 5.24 (``cache=``, not both),
+                named here for exporters that pass it by that name.
 
         Early exit. A token exits at the first step ``t < num_loops`` where the cumulative probability of its
         exit distribution reaches the threshold; its output is its state at that step. From then on it is
@@ -650,6 +653,8 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         """
         config = self.config
         num_loops = config.total_ut_steps if num_loops is None else as_int(num_loops, "num_loops", 1, "loop steps")
+        if past_key_values is not None:  # the cache's name before transformers 5.24, named for exporters
+            kwargs["past_key_values"] = past_key_values
         inputs = self.prepare_inputs(
             input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs
         )
@@ -838,6 +843,7 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
         spectral_radius_probe: str = "sequence",
         spectral_radius_rows: torch.LongTensor | None = None,
         spectral_radius_step: int | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> OuroCausalLMOutput:
         r"""The loop ([`OuroModel.forward`]: ``num_loops``, ``exit_threshold``, ``exit_readout``,
@@ -877,6 +883,7 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
             spectral_radius_probe=spectral_radius_probe,
             spectral_radius_rows=spectral_radius_rows,
             spectral_radius_step=spectral_radius_step,
+            past_key_values=past_key_values,
             **kwargs,
         )
         if every_step:

@@ -12,13 +12,20 @@ from .text_data import training_collator
 
 @torch.no_grad()
 def greedy_answers(
-    model, tokenizer, dataset: Dataset, num_loops: int, batch_size: int = 64, **generate_kwargs
+    model,
+    tokenizer,
+    dataset: Dataset,
+    num_loops: int,
+    batch_size: int = 64,
+    max_new_tokens: int | None = None,
+    **generate_kwargs,
 ) -> list[str]:
-    """The greedy continuation (up to eos, at most one token longer than the longest answer) of each row's
-    ``prompt`` at ``num_loops``, decoded; ``generate_kwargs`` go to ``generate`` (``recurrent_kv_cache_mode=...``)."""
+    """The greedy continuation (up to eos, at most ``max_new_tokens``: by default one more than the longest answer
+    has characters) of each row's ``prompt`` at ``num_loops``, decoded; ``generate_kwargs`` go to ``generate``
+    (``recurrent_kv_cache_mode=...``)."""
     model.eval()
     answers = []
-    max_answer = max(len(a) for a in dataset["answer"]) + 1
+    max_answer = max_new_tokens or max(len(a) for a in dataset["answer"]) + 1
     tokenizer.padding_side = "left"
     for start in range(0, len(dataset), batch_size):
         batch = dataset[start : start + batch_size]
