@@ -253,6 +253,53 @@ def bench_exit_rows(args) -> dict:
     }
 
 
+def bench_compile(args) -> dict:
+    """Greedy decoding with a compiled decoding step (a static cache, ``torch.compile`` through generate's compile
+    config, whole graph) against eager decoding with the dynamic and with the static cache, on the loop-overhead
+    model; the compile time of the first call, and how many graphs a sweep over ``--compile-loops`` compiles."""
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig
+
+    torch.manual_seed(0)
+    model = OuroForCausalLM(ouro_config(args.width, args.intermediate, args.heads, args.layers, args.loops, args.vocab))
+    model.eval()
+    ids = torch.randint(3, args.vocab, (1, args.prompt))
+    config = CompileConfig(fullgraph=True, backend=args.compile_backend, mode=None)
+    config._compile_all_devices = True  # transformers compiles by itself on accelerators only
+    compiled = partial(
+        timed_generate, model, ids, args.new_tokens, cache_implementation="static", compile_config=config
+    )
+    torch._dynamo.reset()
+    counters["stats"].clear()
+    first = compiled()  # compiles
+    same = torch.equal(
+        greedy(model, ids, args.new_tokens, cache_implementation="static", compile_config=config),
+        greedy(model, ids, args.new_tokens),
+    )
+    contenders = {
+        "compiled_static": compiled,
+        "eager_dynamic": partial(timed_generate, model, ids, args.new_tokens),
+        "eager_static": partial(timed_generate, model, ids, args.new_tokens, cache_implementation="static"),
+    }
+    times = compare(contenders, args.repeats)
+    counters["stats"].clear()
+    sweep = {}  # graphs compiled so far in the sweep, after each loop count (run twice, same lengths)
+    for loops in args.compile_loops:
+        for _ in range(2):
+            compiled(num_loops=loops)
+        sweep[str(loops)] = counters["stats"]["unique_graphs"]
+    ratios = {name: paired_ratio(times, "compiled_static", name) for name in ("eager_dynamic", "eager_static")}
+    return {
+        "backend": args.compile_backend,
+        "first_call_s": first,
+        "seconds": {name: statistics.median(t) for name, t in times.items()},
+        "ratio": {name: r[0] for name, r in ratios.items()},
+        "ratio_range": {name: [r[1], r[2]] for name, r in ratios.items()},
+        "same_tokens": bool(same),
+        "graphs_after_loops": sweep,
+    }
+
+
 MODES = ("per_loop", "last_loop")
 
 
@@ -311,10 +358,10 @@ def bench_cache_modes_on(folder: str, args) -> dict:
     each of ``--mode-loops`` (and the paired difference), how often the two modes answer alike, the cache's bytes and
     decode time."""
     model = load_saved_model(folder)
-    data = evaluation_data(model, folder, num_examples=args.mode_examples)
+    data = evaluation_data(model, folder, num_examples=args.mode_examples, metric="exact_match")
     tokenizer = load_tokenizer(folder, "prompts")
     rows, result = data.rows, {"model": folder, "data": data.record, "loops": {}}
-    new_tokens = max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in rows["answer"]) + 1
+    new_tokens = max(len(a) for a in rows["answer"]) + 1  # greedy_answers' bound
     for loops in args.mode_loops:
         answers = {m: greedy_answers(model, tokenizer, rows, loops, recurrent_kv_cache_mode=m) for m in MODES}
         right = {m: [x.strip() == y.strip() for x, y in zip(answers[m], rows["answer"])] for m in MODES}
@@ -369,6 +416,7 @@ SECTIONS = {
     "cache_modes": bench_cache_modes,
     "exit_at_one": bench_exit_at_one,
     "exit_rows": bench_exit_rows,
+    "compile": bench_compile,
 }
 DEFAULT_SECTIONS = ("loop_overhead", "early_exit", "cache")
 
@@ -390,6 +438,8 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--cache-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calibration-steps", type=int, default=7, help="bisection steps for the exit threshold")
+    parser.add_argument("--compile-backend", default="inductor", help="compile: torch.compile's backend")
+    parser.add_argument("--compile-loops", type=lambda t: [int(n) for n in t.split(",")], default=[2, 4, 8])
     parser.add_argument("--exit-batch", type=int, default=8, help="exit_rows: rows in the batch")
     parser.add_argument("--exit-rows-threshold", type=float, default=0.9, help="exit_rows: the exit threshold")
     parser.add_argument(
@@ -418,6 +468,7 @@ def parse_args(argv) -> argparse.Namespace:
         args.width, args.intermediate, args.heads, args.vocab = 64, 128, 4, 128
         args.prompt, args.new_tokens, args.cache_width, args.cache_tokens, args.repeats = 8, 8, 64, 16, 1
         args.calibration_steps, args.mode_examples, args.mode_batch = 3, args.mode_examples or 16, 8
+        args.compile_backend = "eager"  # dynamo alone: the graph is whole without paying for code generation
     return args
 
 

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> dict:
         model.save_pretrained(folder)
         load_tokenizer(args.model, "prompts").save_pretrained(folder)
     tokenizer = load_tokenizer(args.model, "prompts")
-    data = evaluation_data(model, args.model, num_examples=args.examples)
+    data = evaluation_data(model, args.model, num_examples=args.examples, metric="exact_match")
     rows = data.rows
     new_tokens = max(len(a) for a in rows["answer"]) + 1  # greedy_answers' bound for the whole rows
     ours = package_answers(model, tokenizer, rows, loops, new_tokens)
