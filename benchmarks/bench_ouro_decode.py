@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from functools import partial
@@ -218,39 +220,41 @@ def bench_exit_at_one(args) -> dict:
     }
 
 
-def bench_exit_rows(args) -> dict:
-    """A batch whose rows exit at different steps (the gate calibrated as in ``early_exit``, rows of different
-    prompts): decoding that runs only the rows still looping against decoding that runs every row (exited ones
-    frozen); both give the same tokens."""
+def exit_rows_at(args, batch: int) -> dict:
+    """``exit_rows`` at one batch size."""
     torch.manual_seed(1)
     loops = args.exit_loops
     model = OuroForCausalLM(ouro_config(args.width, args.intermediate, args.heads, args.layers, loops, args.vocab))
     model.eval()
-    ids = torch.randint(3, args.vocab, (args.exit_batch, args.prompt))
+    ids = torch.randint(3, args.vocab, (batch, args.prompt))
     threshold = args.exit_rows_threshold
     steps = mean_decode_exit_steps(model, ids, args.new_tokens, threshold)
 
-    def run(drop: bool) -> float:
+    def run(drop: bool, timed: bool = True):
         model.model.drop_exited_rows = drop
-        return timed_generate(model, ids, args.new_tokens, exit_threshold=threshold)
+        try:
+            return (timed_generate if timed else greedy)(model, ids, args.new_tokens, exit_threshold=threshold)
+        finally:
+            model.model.drop_exited_rows = True
 
     times = compare({"drop": partial(run, True), "all_rows": partial(run, False)}, args.repeats)
-    model.model.drop_exited_rows = True
-    same = [greedy(model, ids, args.new_tokens, exit_threshold=threshold)]
-    model.model.drop_exited_rows = False
-    same.append(greedy(model, ids, args.new_tokens, exit_threshold=threshold))
-    model.model.drop_exited_rows = True
     ratio, low, high = paired_ratio(times, "drop", "all_rows")
     return {
         "loops": loops,
-        "batch": args.exit_batch,
         "threshold": threshold,
         "mean_exit_steps": steps,
         "seconds": {name: statistics.median(t) for name, t in times.items()},
         "ratio": ratio,
         "ratio_range": [low, high],
-        "same_tokens": bool(torch.equal(same[0], same[1])),
+        "same_tokens": bool(torch.equal(run(True, timed=False), run(False, timed=False))),
     }
+
+
+def bench_exit_rows(args) -> dict:
+    """Batches whose rows exit at different steps (random prompts, ``--exit-rows-threshold``), at each of
+    ``--exit-batches``: single-token decoding that runs only the rows still looping against one that runs every row
+    (exited ones frozen); both give the same tokens."""
+    return {"batches": {str(batch): exit_rows_at(args, batch) for batch in args.exit_batches}}
 
 
 def bench_compile(args) -> dict:
@@ -297,6 +301,113 @@ def bench_compile(args) -> dict:
         "ratio_range": {name: [r[1], r[2]] for name, r in ratios.items()},
         "same_tokens": bool(same),
         "graphs_after_loops": sweep,
+    }
+
+
+#: run in a fresh process per setting, so that its peak memory is its own: argv: dtype, mode, sizes as JSON, tokens
+SCALE = r"""
+import json, resource, sys, time
+import torch
+from equilibria import OuroConfig, OuroForCausalLM
+dtype, mode, sizes, new_tokens = getattr(torch, sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+torch.manual_seed(0)
+config = OuroConfig(**sizes, recurrent_kv_cache_mode=mode)
+with torch.device("cpu"):
+    model = OuroForCausalLM(config).to(dtype).eval()
+ids = torch.randint(3, config.vocab_size, (1, 32), generator=torch.Generator().manual_seed(1))
+with torch.no_grad():
+    model.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0, eos_token_id=None)  # warm-up
+    start = time.perf_counter()
+    out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                         pad_token_id=0, eos_token_id=None, return_dict_in_generate=True)
+    seconds = time.perf_counter() - start
+held = sum(t.numel() * t.element_size() for layer in out.cache.layers for t in (layer.keys, layer.values))
+weights = sum(p.numel() * p.element_size() for p in model.parameters())
+print("RESULT " + json.dumps({"tokens_per_s": new_tokens / seconds, "cache_bytes": held, "weight_bytes": weights,
+                               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+"""
+
+#: the published Ouro-1.4B's sizes (its config.json)
+OURO_1_4B = dict(
+    vocab_size=49152,
+    hidden_size=2048,
+    intermediate_size=5632,
+    num_hidden_layers=24,
+    num_attention_heads=16,
+    num_key_value_heads=16,
+    head_dim=128,
+    max_position_embeddings=65536,
+    total_ut_steps=4,
+    rms_norm_eps=1e-6,
+)
+
+
+def scale_run(dtype: str, mode: str, sizes: dict, new_tokens: int, threads: int | None) -> dict:
+    """One setting of ``real_scale`` in a process of its own (its peak memory, tokens per second, cache bytes)."""
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+    result = subprocess.run(
+        [sys.executable, "-c", SCALE, dtype, mode, json.dumps(sizes), str(new_tokens)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=7200,
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(f"real_scale {dtype} {mode} failed:\n{result.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def logit_drift(sizes: dict, loops: list[int]) -> dict:
+    """How far bfloat16 logits drift from float32 ones over deep loops: the same random weights and prompt in both
+    dtypes, per loop count: the largest and the mean absolute difference of the logits, relative to the float32
+    logits' standard deviation, and the share of positions whose top token agrees."""
+    torch.manual_seed(0)
+    model = OuroForCausalLM(OuroConfig(**sizes)).eval()
+    ids = torch.randint(3, sizes["vocab_size"], (1, 32), generator=torch.Generator().manual_seed(1))
+    drift = {}
+    with torch.no_grad():
+        for n in loops:
+            full = model(ids, num_loops=n, use_cache=False).logits.float()
+            half = model.to(torch.bfloat16)(ids, num_loops=n, use_cache=False).logits.float()
+            model.float()
+            scale = full.std().item()
+            drift[str(n)] = {
+                "max_abs_over_std": (half - full).abs().max().item() / scale,
+                "mean_abs_over_std": (half - full).abs().mean().item() / scale,
+                "top1_agreement": (half.argmax(-1) == full.argmax(-1)).float().mean().item(),
+            }
+    return drift
+
+
+def bench_real_scale(args) -> dict:
+    """An Ouro-1.4B-shaped model with random weights on the CPU: per dtype (float32, bfloat16) and cache mode, the
+    decode speed, peak memory and cache size (each in a process of its own), and the bfloat16 logits' drift from
+    float32 at ``--drift-loops``."""
+    sizes = (
+        dict(OURO_1_4B)
+        if not args.quick
+        else dict(
+            OURO_1_4B,
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            head_dim=16,
+        )
+    )
+    runs = {
+        f"{dtype}/{mode}": scale_run(dtype, mode, sizes, args.scale_tokens, args.threads)
+        for dtype in ("float32", "bfloat16")
+        for mode in MODES
+    }
+    return {
+        "sizes": sizes,
+        "new_tokens": args.scale_tokens,
+        "runs": runs,
+        "drift": logit_drift(sizes, args.drift_loops),
     }
 
 
@@ -417,6 +528,7 @@ SECTIONS = {
     "exit_at_one": bench_exit_at_one,
     "exit_rows": bench_exit_rows,
     "compile": bench_compile,
+    "real_scale": bench_real_scale,
 }
 DEFAULT_SECTIONS = ("loop_overhead", "early_exit", "cache")
 
@@ -438,9 +550,13 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--cache-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calibration-steps", type=int, default=7, help="bisection steps for the exit threshold")
+    parser.add_argument("--scale-tokens", type=int, default=16, help="real_scale: tokens decoded per setting")
+    parser.add_argument("--drift-loops", type=lambda t: [int(n) for n in t.split(",")], default=[4, 8, 16])
     parser.add_argument("--compile-backend", default="inductor", help="compile: torch.compile's backend")
     parser.add_argument("--compile-loops", type=lambda t: [int(n) for n in t.split(",")], default=[2, 4, 8])
-    parser.add_argument("--exit-batch", type=int, default=8, help="exit_rows: rows in the batch")
+    parser.add_argument(
+        "--exit-batches", type=lambda t: [int(n) for n in t.split(",")], default=[8, 64], help="exit_rows: batch sizes"
+    )
     parser.add_argument("--exit-rows-threshold", type=float, default=0.9, help="exit_rows: the exit threshold")
     parser.add_argument(
         "--models",
@@ -469,6 +585,7 @@ def parse_args(argv) -> argparse.Namespace:
         args.prompt, args.new_tokens, args.cache_width, args.cache_tokens, args.repeats = 8, 8, 64, 16, 1
         args.calibration_steps, args.mode_examples, args.mode_batch = 3, args.mode_examples or 16, 8
         args.compile_backend = "eager"  # dynamo alone: the graph is whole without paying for code generation
+        args.scale_tokens, args.drift_loops, args.exit_batches = 4, [2, 4], [4]
     return args
 
 

@@ -196,16 +196,74 @@ def ouro_exit_at_one() -> str:
 
 
 def ouro_exit_rows() -> str:
-    """Dropping exited rows against running every row (``--sections exit_rows``)."""
-    r = load("ouro_decode.json").get("exit_rows")
-    if not r:
+    """Dropping exited rows against running every row (``--sections exit_rows``), one row per batch size."""
+    section = load("ouro_decode.json").get("exit_rows")
+    if not section or "batches" not in section:
         return "(not run yet: `python benchmarks/bench_ouro_decode.py --sections exit_rows`)"
-    row = [
-        f"{r['batch']} rows, {r['loops']} loops, threshold {r['threshold']} (mean exit {r['mean_exit_steps']:.2f} steps)",
-        "{:.3f} [{:.3f}, {:.3f}]".format(r["ratio"], *r["ratio_range"]),
-        "yes" if r["same_tokens"] else "**no**",
+    rows = [
+        [
+            f"{batch} rows, {r['loops']} loops, threshold {r['threshold']} (mean exit {r['mean_exit_steps']:.2f} steps)",
+            "{:.3f} [{:.3f}, {:.3f}]".format(r["ratio"], *r["ratio_range"]),
+            "yes" if r["same_tokens"] else "**no**",
+        ]
+        for batch, r in section["batches"].items()
     ]
-    return markdown(["batch", "time dropping / running every row [min, max]", "same tokens"], [row])
+    return markdown(["batch", "time dropping / running every row [min, max]", "same tokens"], rows)
+
+
+def ouro_compile() -> str:
+    """The compiled decoding step against eager decoding (``bench_ouro_decode.py --sections compile``)."""
+    r = load("ouro_decode.json").get("compile")
+    if not r:
+        return "(not run yet: `python benchmarks/bench_ouro_decode.py --sections compile`)"
+    names = {"eager_dynamic": "eager, dynamic cache (the default)", "eager_static": "eager, static cache"}
+    rows = [
+        [
+            f"compiled ({r['backend']}, whole graph, static cache) vs {names[name]}",
+            "{:.3f} [{:.3f}, {:.3f}]".format(ratio, *r["ratio_range"][name]),
+        ]
+        for name, ratio in r["ratio"].items()
+    ]
+    sweep = ", ".join(f"{graphs} after {loops}" for loops, graphs in r["graphs_after_loops"].items())
+    rows.append(
+        [
+            "first call (compiles)",
+            f"{r['first_call_s']:.1f} s; same tokens as eager: {'yes' if r['same_tokens'] else '**no**'}",
+        ]
+    )
+    rows.append(["graphs compiled over a loop sweep (each loop count run twice)", sweep])
+    return markdown(["measure", "time ratio [min, max] or value"], rows)
+
+
+def ouro_serving() -> str:
+    """A saved Ouro on an existing engine against the package (``bench_ouro_serving.py``), one row per precision."""
+    runs = sorted(RESULTS.glob("ouro_serving*.json"))
+    if not runs:
+        return "(not run yet: `python benchmarks/bench_ouro_serving.py --model out --engine-python ENV/bin/python`)"
+    rows = []
+    for path in runs:
+        r = json.loads(path.read_text())
+        v = r["versions"]
+        engine = f"{r['engine']} {v.get('openvino', '')} (optimum-intel {v.get('optimum-intel', '-')}, transformers {v['transformers']})"
+        rows.append(
+            [
+                engine,
+                f"{r['precision']} ({v.get('inference_precision', '-')})",
+                f"{r['data']['units']} held-out problems, {r['loops']} loops",
+                f"{pct(r['answers_equal'])} ({'all' if r['tokens_equal'] else 'not all'})",
+                f"{pct(r['exact_match']['package'])} / {pct(r['exact_match']['engine'])}",
+                f"{r['seconds']['package'] / r['seconds']['engine']:.2f}x",
+            ]
+        )
+    header = [
+        "engine",
+        "precision asked (used)",
+        "data",
+        "answers equal to the package's",
+        "exact match package / engine",
+        "engine speed (package time / engine time)",
+    ]
+    return markdown(header, rows)
 
 
 STARS_KINDS = {
@@ -1802,6 +1860,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "ouro-cache-modes": ouro_cache_modes,
     "ouro-exit-at-one": ouro_exit_at_one,
     "ouro-exit-rows": ouro_exit_rows,
+    "ouro-serving": ouro_serving,
+    "ouro-compile": ouro_compile,
     "stars-presets": stars_presets,
     "stars-addition": lambda: stars_accuracy("stars_addition/results.json"),
     "stars-addition-3digit": lambda: stars_accuracy("stars_addition_3digit/results.json"),

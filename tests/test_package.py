@@ -113,10 +113,16 @@ def test_decode_benchmark_runs_its_sections_apart_and_keeps_the_others(tmp_path)
     each written into the same JSON beside what an earlier run left there."""
     bench_ouro_decode = load_benchmark("bench_ouro_decode")
     bench_ouro_decode.main(["--quick", "--sections", "cache", "--output-dir", str(tmp_path)])
-    argv = ["--quick", "--sections", "cache_modes,exit_at_one,exit_rows", "--output-dir", str(tmp_path)]
+    argv = [
+        "--quick",
+        "--sections",
+        "cache_modes,exit_at_one,exit_rows,compile,real_scale",
+        "--output-dir",
+        str(tmp_path),
+    ]
     results = bench_ouro_decode.main(argv)
     saved = read_benchmark_json(tmp_path / "ouro_decode.json", results)
-    assert {"cache", "cache_modes", "exit_at_one", "exit_rows"} <= set(saved)
+    assert {"cache", "cache_modes", "exit_at_one", "exit_rows", "compile", "real_scale"} <= set(saved)
     assert saved["commands"]["exit_rows"].endswith(" ".join(argv))
 
     (model,) = saved["cache_modes"]["models"]  # --quick: a tiny random model with the addition tokenizer
@@ -129,8 +135,19 @@ def test_decode_benchmark_runs_its_sections_apart_and_keeps_the_others(tmp_path)
 
     at_one = saved["exit_at_one"]
     assert set(at_one["ratio_to_one_loop"]) == {"exit_per_loop", "exit_last_loop", "exit_static", "full"}
-    rows = saved["exit_rows"]
+    (rows,) = saved["exit_rows"]["batches"].values()
     assert rows["same_tokens"] is True and 1 <= rows["mean_exit_steps"] <= rows["loops"]
+
+    compiled = saved["compile"]  # --quick: dynamo alone; one graph per loop count of the sweep
+    assert compiled["same_tokens"] is True and list(compiled["graphs_after_loops"].values()) == [1, 2, 3]
+    scale = saved["real_scale"]
+    runs = scale["runs"]
+    assert runs["float32/per_loop"]["weight_bytes"] == 2 * runs["bfloat16/per_loop"]["weight_bytes"]
+    for dtype in ("float32", "bfloat16"):
+        per, last = runs[f"{dtype}/per_loop"], runs[f"{dtype}/last_loop"]
+        assert per["cache_bytes"] == scale["sizes"]["total_ut_steps"] * last["cache_bytes"] > 0
+        assert per["peak_rss_bytes"] > per["weight_bytes"] and per["tokens_per_s"] > 0
+    assert set(scale["drift"]) == {"2", "4"} and all(0 <= d["top1_agreement"] <= 1 for d in scale["drift"].values())
 
 
 def test_demo_quick_mode_writes_and_reloads_a_hub_folder(tmp_path):
