@@ -19,6 +19,7 @@ Results: ``docs/results/ouro_decode.json`` (``--output-dir`` to change).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -364,13 +365,13 @@ def logit_drift(sizes: dict, loops: list[int]) -> dict:
     logits' standard deviation, and the share of positions whose top token agrees."""
     torch.manual_seed(0)
     model = OuroForCausalLM(OuroConfig(**sizes)).eval()
+    bf16 = copy.deepcopy(model).to(torch.bfloat16)
     ids = torch.randint(3, sizes["vocab_size"], (1, 32), generator=torch.Generator().manual_seed(1))
     drift = {}
     with torch.no_grad():
         for n in loops:
             full = model(ids, num_loops=n, use_cache=False).logits.float()
-            half = model.to(torch.bfloat16)(ids, num_loops=n, use_cache=False).logits.float()
-            model.float()
+            half = bf16(ids, num_loops=n, use_cache=False).logits.float()
             scale = full.std().item()
             drift[str(n)] = {
                 "max_abs_over_std": (half - full).abs().max().item() / scale,
