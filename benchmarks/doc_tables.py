@@ -235,6 +235,42 @@ def ouro_compile() -> str:
     return markdown(["measure", "time ratio [min, max] or value"], rows)
 
 
+def ouro_real_scale() -> str:
+    """An Ouro-1.4B-shaped model with random weights on the CPU (``--sections real_scale``)."""
+    r = load("ouro_decode.json").get("real_scale")
+    if not r:
+        return "(not run yet: `python benchmarks/bench_ouro_decode.py --sections real_scale`)"
+    gib = 1024**3
+    rows = [
+        [
+            dtype,
+            mode,
+            f"{run['tokens_per_s']:.2f}",
+            f"{run['weight_bytes'] / gib:.2f} GiB",
+            f"{run['cache_bytes'] / 1024**2:.1f} MiB",
+            f"{run['peak_rss_bytes'] / gib:.2f} GiB",
+        ]
+        for (dtype, mode), run in ((key.split("/"), run) for key, run in r["runs"].items())
+    ]
+    table = markdown(
+        [
+            "dtype",
+            "cache",
+            "tokens / s",
+            "weights",
+            "cache after 32 + " + str(r["new_tokens"]) + " tokens",
+            "peak memory of the process",
+        ],
+        rows,
+    )
+    drift = [
+        [loops, f"{d['max_abs_over_std']:.3f}", f"{d['mean_abs_over_std']:.4f}", pct(d["top1_agreement"])]
+        for loops, d in r["drift"].items()
+    ]
+    header = ["loops", "bf16 - fp32 logits, max / std", "mean / std", "same top token (32 positions)"]
+    return table + "\n\n" + markdown(header, drift)
+
+
 def ouro_serving() -> str:
     """A saved Ouro on an existing engine against the package (``bench_ouro_serving.py``), one row per precision."""
     runs = sorted(RESULTS.glob("ouro_serving*.json"))
@@ -1862,6 +1898,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "ouro-exit-rows": ouro_exit_rows,
     "ouro-serving": ouro_serving,
     "ouro-compile": ouro_compile,
+    "ouro-real-scale": ouro_real_scale,
     "stars-presets": stars_presets,
     "stars-addition": lambda: stars_accuracy("stars_addition/results.json"),
     "stars-addition-3digit": lambda: stars_accuracy("stars_addition_3digit/results.json"),

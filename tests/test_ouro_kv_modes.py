@@ -6,6 +6,8 @@ with a cache that keeps every step's entries, but hands the earlier steps the *l
 tokens followed by their own. A run in ``last_loop`` must equal it whenever the input is split into the same
 forwards (the "chunk schedule")."""
 
+import inspect
+
 import pytest
 import torch
 from conftest import greedy, tiny_ouro
@@ -225,3 +227,15 @@ def test_the_compute_saving_early_exit_refuses_a_whole_graph_compile_and_the_ref
     want_seq, want_logits, _ = greedy(model, BATCH, True, **options)
     assert seq.tolist() == want_seq.tolist()
     torch.testing.assert_close(logits, want_logits, rtol=0, atol=1e-4)
+
+
+def test_the_cache_can_be_passed_under_its_old_name_which_the_forward_names_for_exporters(model):
+    assert "past_key_values" in inspect.signature(type(model).forward).parameters  # exporters check the names
+    plain, old = OuroCache(), OuroCache()
+    with torch.no_grad():
+        a = model(IDS[:, :6], cache=plain, use_cache=True).logits
+        b = model(IDS[:, :6], past_key_values=old, use_cache=True).logits
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        assert old.get_seq_length() == 6  # the cache given was the one filled
+        with pytest.raises(ValueError, match="Pass the cache once"):
+            model(IDS[:, 6:7], cache=plain, past_key_values=old)
