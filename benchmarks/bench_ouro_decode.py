@@ -313,8 +313,9 @@ from equilibria import OuroConfig, OuroForCausalLM
 dtype, mode, sizes, new_tokens = getattr(torch, sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
 torch.manual_seed(0)
 config = OuroConfig(**sizes, recurrent_kv_cache_mode=mode)
-with torch.device("cpu"):
-    model = OuroForCausalLM(config).to(dtype).eval()
+torch.set_default_dtype(dtype)  # built in the dtype: the peak memory is not a float32 model's
+model = OuroForCausalLM(config).eval()
+torch.set_default_dtype(torch.float32)
 ids = torch.randint(3, config.vocab_size, (1, 32), generator=torch.Generator().manual_seed(1))
 with torch.no_grad():
     model.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0, eos_token_id=None)  # warm-up

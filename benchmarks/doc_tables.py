@@ -280,11 +280,12 @@ def ouro_serving() -> str:
     for path in runs:
         r = json.loads(path.read_text())
         v = r["versions"]
+        used = re.sub(r"<Type: '(.*)'>", r"\1", v.get("inference_precision", "-"))  # OpenVINO's element type
         engine = f"{r['engine']} {v.get('openvino', '')} (optimum-intel {v.get('optimum-intel', '-')}, transformers {v['transformers']})"
         rows.append(
             [
                 engine,
-                f"{r['precision']} ({v.get('inference_precision', '-')})",
+                f"{r['precision']} ({used})",
                 f"{r['data']['units']} held-out problems, {r['loops']} loops",
                 f"{pct(r['answers_equal'])} ({'all' if r['tokens_equal'] else 'not all'})",
                 f"{pct(r['exact_match']['package'])} / {pct(r['exact_match']['engine'])}",
@@ -1556,6 +1557,34 @@ def ouro_decode_row() -> list[str]:
     ]
 
 
+def ouro_cache_modes_row() -> list[str]:
+    """The ``last_loop`` cache layout against ``per_loop`` on the README's model (issue #46)."""
+    (readme, *_) = load("ouro_decode.json")["cache_modes"]["models"]
+    at4 = readme["loops"]["4"]
+    exact, held = at4["exact_match"], at4["cache_bytes"]
+    return [
+        "Ouro's one-entry-per-layer cache (`last_loop`)",
+        f"{held['per_loop'] / held['last_loop']:.0f}x smaller at 4 loops, but exact match {pct(exact['per_loop'])} -> "
+        f"{pct(exact['last_loop'])} on the README's model: it needs a model trained for it",
+        "(transformers' Dory layout; no paper figure)",
+        "[ouro_decode](docs/benchmarks/ouro_decode.md#the-two-cache-layouts-issue-46)",
+        "`bench_ouro_decode.py --sections cache_modes`",
+    ]
+
+
+def ouro_serving_row() -> list[str]:
+    """A saved Ouro on OpenVINO against the package (issue #46)."""
+    r = load("ouro_serving.json")
+    return [
+        "A saved Ouro served by OpenVINO",
+        f"{pct(r['answers_equal'])} of {r['data']['units']} held-out answers equal to the package's "
+        f"({r['precision']}), {r['seconds']['package'] / r['seconds']['engine']:.1f}x its speed",
+        "",
+        "[ouro_serving](docs/benchmarks/ouro_serving.md)",
+        "`bench_ouro_serving.py`",
+    ]
+
+
 def attractor_memory_row() -> list[str]:
     memory = memory_runs()
     flat = [r["saved_ratio"] for k, r in memory.items() if "/unrolled@" not in k]
@@ -1873,6 +1902,8 @@ README_ROWS: tuple[Callable[[], list[str]], ...] = (  # the README's results tab
     vjp_estimator_row,
     exit_gate_row,
     ouro_decode_row,
+    ouro_cache_modes_row,
+    ouro_serving_row,
     attractor_memory_row,
     internalization_row,
     attractor_lm_row,
