@@ -91,6 +91,22 @@ NOT_RUN = {
     "equilibria demo": "the full demo trains for about ten minutes; `equilibria demo --quick` is tested (test_package)",
     ".venv/bin/python benchmarks/bench_ouro_decode.py": "a few minutes; its --quick mode is tested (test_package)",
     ".venv/bin/python benchmarks/bench_ouro_decode.py --quick": "tested in process by test_package",
+    ".venv/bin/python benchmarks/bench_ouro_decode.py --sections loop_overhead,early_exit,cache,exit_at_one,exit_rows,"
+    "compile,real_scale --threads 1": "tens of minutes; every section's --quick is tested (test_package)",
+    "python benchmarks/bench_ouro_decode.py --sections cache_modes --models out,tuned": "minutes on the trained "
+    "models; the section's --quick is tested (test_package)",
+    "python benchmarks/bench_ouro_decode.py --sections exit_at_one": "minutes; --quick tested (test_package)",
+    "python benchmarks/bench_ouro_decode.py --sections exit_rows": "minutes; --quick tested (test_package)",
+    "python benchmarks/bench_ouro_decode.py --sections compile": "compiles with inductor (minutes); --quick (dynamo "
+    "alone) tested (test_package)",
+    "python benchmarks/bench_ouro_decode.py --sections real_scale --threads 1": "an Ouro-1.4B-sized model (6 GiB, tens "
+    "of minutes); --quick tested (test_package)",
+    'python -m venv ov && ov/bin/pip install torch==2.14.1 transformers==5.5.4 "huggingface-hub<1.22" '
+    "optimum-intel==2.2.0 openvino==2026.4.1": "builds the engine's environment from the package index (minutes)",
+    "python benchmarks/bench_ouro_serving.py --model out --engine-python ov/bin/python": "needs the engine's "
+    "environment; --quick (transformers' remote code as the engine) is tested (test_package)",
+    "python benchmarks/bench_ouro_serving.py --model out --engine-python ov/bin/python --precision default": "needs the "
+    "engine's environment; --quick is tested (test_package)",
     "equilibria eval ouro-chat --lm_eval_tasks gsm8k,arc_easy --loops 1,2,4,8 --lm_eval_fewshot 5 --output_dir "
     "ouro-chat": "downloads the tasks' data from the Hub; test_lm_eval runs the harness offline",
     "equilibria train --model_name_or_path ByteDance/Ouro-1.4B --dataset_name trl-lib/Capybara --output_dir ouro-chat "
