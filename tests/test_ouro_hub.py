@@ -361,3 +361,22 @@ def test_a_saved_config_carries_every_key_of_the_published_one_and_loads_back_wi
     assert loaded.dtype == torch.bfloat16 and loaded.config.rope_parameters == rope
     unnamed = lambda config: {k: v for k, v in config.to_dict().items() if k != "_name_or_path"}  # noqa: E731
     assert unnamed(loaded.config) == unnamed(model.config)
+
+
+def test_a_last_loop_folder_decodes_as_remote_code_as_the_package_does(tmp_path):
+    """The `last_loop` layout travels with the folder: as remote code, without the package, greedy decoding (its
+    config's default mode) gives the package's tokens, and its cache holds one entry per layer."""
+    model = tiny_ouro(total_ut_steps=4, recurrent_kv_cache_mode="last_loop")
+    with torch.no_grad():
+        ours = model.generate(IDS[:1], max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
+    then = """
+        with torch.no_grad():
+            out = model.generate(data["inputs"][:1], max_new_tokens=6, do_sample=False, pad_token_id=0,
+                                 eos_token_id=None, return_dict_in_generate=True)
+        assert out.sequences.tolist() == data["ours"].tolist(), (out.sequences, data["ours"])
+        assert len(out.cache.layers) == model.config.num_hidden_layers
+        print("LAST_LOOP_OK")
+    """
+    load = ', attn_implementation="eager"'  # the package's model's kernel: exact logits
+    stdout = remote_code_run(model, IDS, "AutoModelForCausalLM", tmp_path, 4, load, then, saved={"ours": ours})
+    assert "LAST_LOOP_OK" in stdout
