@@ -344,20 +344,23 @@ OURO_1_4B = dict(
 )
 
 
+def run_script(command: list[str], what: str, env: dict | None = None, timeout: int = 7200) -> dict:
+    """Run ``command`` (a Python script in a process of its own) and return the JSON of the last line of its output
+    that starts with ``RESULT ``; ``RuntimeError`` naming ``what``, with the output's tail, when there is none."""
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"{what} failed (exit {result.returncode}):\n{result.stdout[-1000:]}\n{result.stderr[-3000:]}"
+        )
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
 def scale_run(dtype: str, mode: str, sizes: dict, new_tokens: int, threads: int | None) -> dict:
     """One setting of ``real_scale`` in a process of its own (its peak memory, tokens per second, cache bytes)."""
     env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
-    result = subprocess.run(
-        [sys.executable, "-c", SCALE, dtype, mode, json.dumps(sizes), str(new_tokens)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=7200,
-    )
-    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-    if result.returncode != 0 or not lines:
-        raise RuntimeError(f"real_scale {dtype} {mode} failed:\n{result.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT ") :])
+    command = [sys.executable, "-c", SCALE, dtype, mode, json.dumps(sizes), str(new_tokens)]
+    return run_script(command, f"real_scale {dtype} {mode}", env)
 
 
 def logit_drift(sizes: dict, loops: list[int]) -> dict:
@@ -502,10 +505,14 @@ def write_reversal_rows(path: Path, count: int = 4000, digits: int = 8, seed: in
                 out.write(json.dumps({"prompt": text + "=", "completion": text[::-1]}) + "\n")
 
 
-def quick_mode_model(folder: Path) -> str:
-    """A tiny random Ouro saved with the addition tokenizer (``--quick`` without ``--models``)."""
-    torch.manual_seed(3)
+def quick_mode_model(folder: Path, seed: int = 3) -> str:
+    """A tiny random Ouro saved with the addition tokenizer, its logits sharpened so that greedy choices are not
+    decided by rounding noise (``--quick`` here and in ``bench_ouro_serving.py``)."""
+    torch.manual_seed(seed)
     model = OuroForCausalLM(ouro_config(32, 64, 4, 2, 4, len(addition_tokenizer())))
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+        model.model.embed_tokens.weight.mul_(20.0)
     model.save_pretrained(folder)
     addition_tokenizer().save_pretrained(folder)
     return str(folder)

@@ -25,19 +25,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import doc_tables
-import torch
-from bench_ouro_decode import ouro_config
+from bench_ouro_decode import quick_mode_model, run_script
 
 from equilibria import OuroForCausalLM
 from equilibria.evaluation import evaluation_data
-from equilibria.tasks import addition_tokenizer, greedy_answers
+from equilibria.tasks import greedy_answers
 from equilibria.tasks.tokenization import load_tokenizer
 
 #: run in the engine's environment: ``argv``: engine, folder, a JSON file of prompts, new tokens, the engine's inference
@@ -86,18 +84,8 @@ def run_engine(python: str, engine: str, folder: str, prompts: list[str], new_to
     with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
         json.dump(prompts, file)
         file.flush()
-        result = subprocess.run(
-            [python, "-c", ENGINE, engine, folder, file.name, str(new_tokens), precision],
-            capture_output=True,
-            text=True,
-            timeout=3600,
-        )
-    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-    if result.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"the {engine} engine failed (exit {result.returncode}):\n{result.stdout[-1000:]}\n{result.stderr[-3000:]}"
-        )
-    return json.loads(lines[-1][len("RESULT ") :])
+        command = [python, "-c", ENGINE, engine, folder, file.name, str(new_tokens), precision]
+        return run_script(command, f"the {engine} engine", timeout=3600)
 
 
 def package_answers(model, tokenizer, rows, loops: int, new_tokens: int) -> dict:
@@ -108,18 +96,6 @@ def package_answers(model, tokenizer, rows, loops: int, new_tokens: int) -> dict
         for i in range(len(rows))
     ]
     return {"answers": answers, "seconds": time.perf_counter() - start}
-
-
-def quick_model(folder: Path) -> str:
-    """A tiny random Ouro with the addition tokenizer, its logits sharpened (``--quick``)."""
-    torch.manual_seed(5)
-    model = OuroForCausalLM(ouro_config(32, 64, 4, 2, 4, len(addition_tokenizer())))
-    with torch.no_grad():  # sharpen the random logits, so that greedy choices are not decided by rounding noise
-        model.lm_head.weight.mul_(20.0)
-        model.model.embed_tokens.weight.mul_(20.0)
-    model.save_pretrained(folder)
-    addition_tokenizer().save_pretrained(folder)
-    return str(folder)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -137,7 +113,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="ouro_serving_"))
     if args.quick:
-        args.engine, args.examples, args.model = "remote_code", 8, args.model or quick_model(work / "quick")
+        args.engine, args.examples, args.model = (
+            "remote_code",
+            8,
+            args.model or quick_mode_model(work / "quick", seed=5),
+        )
     if not args.model:
         parser.error("--model FOLDER is needed (a saved Ouro with its tokenizer)")
     model = OuroForCausalLM.from_pretrained(args.model).eval()

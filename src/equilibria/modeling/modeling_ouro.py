@@ -645,9 +645,9 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         frozen: at every later loop step ``s`` and layer ``l``, later (and concurrent) tokens attend to the
         keys/values the exited token had at its exit step for layer ``l``. In ``per_loop`` the cache entries for
         steps after the exit are filled with those copies, so the cache always holds all ``num_loops x L`` entries,
-        and a cached run equals an uncached one; in ``last_loop`` the one entry per layer holds them. During single-token decoding the layers run only on the batch
-        rows still looping, and once every row has exited the remaining steps are skipped altogether (only
-        the copies are written). During a multi-token forward (prefill) all tokens are computed and exited
+        and a cached run equals an uncached one; in ``last_loop`` the one entry per layer holds them. During
+        single-token decoding the layers run only on the batch rows still looping, and once every row has exited
+        the remaining steps are skipped altogether (only the copies are written). During a multi-token forward (prefill) all tokens are computed and exited
         ones are masked, which gives the same numbers with less of the saving: only once every token of the forward
         has exited are the remaining steps skipped.
         """
