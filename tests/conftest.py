@@ -369,3 +369,22 @@ def remote_code_run(
 
 def _loops_keyword(num_loops: int | None) -> dict:
     return {} if num_loops is None else {"num_loops": num_loops}
+
+
+def tiny_native(model_type: str, seed: int = 0, num_loops: int = 3, hidden_size: int = 32, **overrides):
+    """A tiny random transformers looped LM (``dory``, ``hrm_text``, ``inkling2_loop_text``) from its family
+    record's small config (two looped layers, the CHARS vocabulary, eager attention), with sharpened logits as
+    :func:`tiny_ouro`'s."""
+    from equilibria.families import FAMILIES
+
+    family = FAMILIES[model_type]
+    fields = dict(vocab_size=len(CHARS) + 3, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = family.make_config(fields, hidden_size, 2, 4, num_loops)
+    config._attn_implementation = overrides.pop("attn_implementation", "eager")
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    torch.manual_seed(seed)
+    model = family.heads[0].model_class(config).eval()
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(20.0)
+    return model

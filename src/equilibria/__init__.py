@@ -17,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from . import modeling
 from .families import register_auto_classes
+from .native import looped
 from .modeling import *  # noqa: F403  (the model classes, configs and outputs of every family)
 
 try:
@@ -26,4 +27,4 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 register_auto_classes()
 
-__all__ = [*modeling.__all__, "__version__"]
+__all__ = [*modeling.__all__, "__version__", "looped"]

@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import transformers
 from transformers import PreTrainedConfig, PreTrainedTokenizerBase
 
 from .modeling import (
@@ -89,6 +90,9 @@ class Family:
         "v_proj",
         "o_proj",
     )  # LoRA's default: the attention projections
+    #: a looped LM transformers itself ships: its classes are transformers', registered there, saved without remote
+    #: code, and :func:`equilibria.looped` gives it the loop arguments (:mod:`equilibria.native`)
+    native: bool = False
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -286,6 +290,99 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+def _dory_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
+    """A small Dory: one input layer, ``num_layers`` recurrent layers looped ``num_loops`` times, one output layer,
+    full attention (a sliding window as long as the positions)."""
+    fields = {"max_position_embeddings": 64, **fields}
+    return transformers.DoryConfig(
+        **fields,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers + 2,
+        n_input_layers=1,
+        n_recurrent_layers=num_layers,
+        n_output_layers=1,
+        n_recurrent_loops=num_loops,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_attention_heads,
+        head_dim=hidden_size // num_attention_heads,
+        sliding_window=fields["max_position_embeddings"],
+    )
+
+
+def _hrm_text_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
+    """A small HRM-text: stacks of ``num_layers`` layers, ``num_loops`` H-cycles of 2 L-cycles, causal attention
+    everywhere (``prefix_lm`` off)."""
+    return transformers.HrmTextConfig(
+        **{"max_position_embeddings": 64, **fields},
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_attention_heads,
+        head_dim=hidden_size // num_attention_heads,
+        H_cycles=num_loops,
+        L_cycles=2,
+        prefix_lm=False,
+    )
+
+
+def _inkling2_loop_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
+    """A small Inkling2-loop: one layer before and one after ``num_layers`` looped layers passed ``num_loops``
+    times, 4 experts (2 per token), a residual block per layer."""
+    fields = {"max_position_embeddings": 64, **fields}
+    heads = dict(num_attention_heads=num_attention_heads, head_dim=hidden_size // num_attention_heads)
+    return transformers.Inkling2LoopTextConfig(
+        **fields,
+        unpadded_vocab_size=fields["vocab_size"],
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers + 2,
+        **heads,
+        num_key_value_heads=num_attention_heads,
+        swa_num_attention_heads=num_attention_heads,
+        swa_num_key_value_heads=num_attention_heads,
+        swa_head_dim=heads["head_dim"],
+        sliding_window_size=fields["max_position_embeddings"],
+        rel_extent=fields["max_position_embeddings"],
+        d_rel=8,
+        moe_intermediate_size=hidden_size,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_layers_per_attn_res_block=1,
+        loop_layer_index_start=1,
+        loop_layer_index_end=1 + num_layers,
+        loop_num_passes=num_loops,
+        loop_gate_rank=8,
+    )
+
+
+def _native_families() -> list[Family]:
+    """The records of the looped LMs transformers ships, where the installed release has their classes (Dory and
+    Inkling2-loop from 5.24, HRM-text from 5.9)."""
+    lm = lambda cls: (Head(cls, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),)  # noqa: E731
+    known = [
+        ("dory", "passes of the recurrent section", "n_recurrent_loops", "Dory", _dory_config),
+        ("hrm_text", "H-cycles (each: L_cycles of the L-stack, then the H-stack)", "H_cycles", "HrmText",
+         _hrm_text_config),
+        ("inkling2_loop_text", "passes of the looped layers", "loop_num_passes", "Inkling2Loop",
+         _inkling2_loop_config),
+    ]  # fmt: skip
+    records = []
+    for model_type, meaning, key, prefix, make in known:
+        names = (f"{prefix}TextConfig" if prefix == "Inkling2Loop" else f"{prefix}Config", f"{prefix}ForCausalLM")
+        if not all(hasattr(transformers, name) for name in names):
+            continue
+        base = f"{prefix}TextModel" if prefix == "Inkling2Loop" else f"{prefix}Model"
+        config_class, head_class = (getattr(transformers, name) for name in names)
+        records.append(
+            Family(model_type, meaning, key, 1, config_class, getattr(transformers, base), lm(head_class), make,
+                   native=True)
+        )  # fmt: skip
+    return records
+
+
+FAMILIES.update((family.model_type, family) for family in _native_families())
+
+
 def family_record(model_or_config, needed: str | None = None) -> Family:
     """The record of a model's (or config's, or a ``model_type`` string's) family; ``ValueError`` naming the
     families otherwise (starting "no <needed> for ..." when the caller says what it was looking for)."""
@@ -323,9 +420,9 @@ def model_task(model_or_config) -> str:
 
 def register_auto_classes() -> None:
     """Register every family's config, base model and heads with transformers' Auto classes."""
-    import transformers
-
     for family in FAMILIES.values():
+        if family.native:  # transformers' own: registered there
+            continue
         transformers.AutoConfig.register(family.model_type, family.config_class, exist_ok=True)
         transformers.AutoModel.register(family.config_class, family.base_class, exist_ok=True)
         for head in family.heads:

@@ -20,6 +20,7 @@ from ..modeling.loop_map import LoopMap
 from ..modeling.modeling_ouro import exit_distribution
 from ..modeling.puzzles import puzzle_solved
 from ..modeling.solvers import fixed_point, residual, solver_options
+from ..native import base_model_of, loop_count, native_loop_for, native_loop_map, native_model_types
 from ..wording import with_article
 
 
@@ -451,7 +452,60 @@ class OuroAdapter(_CausalLMAdapter):
         return self.model.lm_head(self.model.model.readout(state_flat.view(num, width, -1)))
 
 
-ADAPTERS = (PHDEQAdapter, EqRAdapter, AttractorAdapter, AttractorPuzzleAdapter, OuroAdapter)
+class NativeLoopAdapter(_CausalLMAdapter):
+    """A looped LM that transformers ships (Dory, HRM-text, Inkling2-loop; :mod:`equilibria.native`), a fixed
+    number of passes as for Ouro: do the passes after the first compute? ``z0`` is the loop state after the first
+    pass, ``h*`` the state after all ``num_loops`` (both read from one forward of the model, by hooks), the decoder
+    the model's own layers after the loop and its head (a one-pass forward that continues from the given state).
+    "Iterations" are the passes (no pass exits early). A sequence has converged when the last pass's relative
+    change (over its real tokens) is below ``tol``. T4 does not apply (no fixed point to return to)."""
+
+    model_types = native_model_types()
+    start_name = "h_1 (the loop state after the first pass)"
+    solved_name = "h_T (the loop state after the last pass)"
+    displacement_applies = False
+
+    def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
+        super().__init__(model, num_loops, seed)
+        self.tol = tol
+        self.protocol = native_loop_for(model)
+
+    @property
+    def family(self) -> str:
+        return self.model.config.model_type
+
+    def run(self, batch, start=None):
+        if start is not None:
+            raise ValueError(f"{self.family}: T4 does not apply (a fixed number of passes)")
+        base = base_model_of(self.model)
+        with loop_count(self.model, self.max_iter), self.protocol.recorder(base) as recorded:
+            logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        states = [self.protocol.state_after(base, recorded, p) for p in (1, max(self.max_iter - 1, 1), None)]
+        first, previous, last = (self._flatten_real(batch, s) for s in states)
+        change = residual(previous, last, keep_dims=1)[1]
+        return LoopRun(
+            valid=self._real_entries(batch, states[0]),
+            start=first,
+            solved=last,
+            steps=torch.full((len(last),), float(self.max_iter), dtype=torch.float64),
+            converged=change < self.tol if self.max_iter > 1 else torch.ones(len(last), dtype=torch.bool),
+            diverged=~torch.isfinite(last).all(1),
+            correct=self._units_right(batch, logits),
+            extra={"last_change": change},
+        )
+
+    def _decoder_logits(self, batch, state_flat):
+        num, width = batch["input_ids"].shape
+        base = base_model_of(self.model)
+        with loop_count(self.model, 1), self.protocol.substitute(base, state_flat.view(num, width, -1)):
+            return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+
+    def loop(self, batch):
+        base = base_model_of(self.model)
+        return native_loop_map(base, batch["input_ids"], batch["attention_mask"]), self._real_tokens(batch)
+
+
+ADAPTERS = (PHDEQAdapter, EqRAdapter, AttractorAdapter, AttractorPuzzleAdapter, OuroAdapter, NativeLoopAdapter)
 
 
 def adapter_class_for(model_type: str, head_kind: str) -> type[LoopAdapter]:
@@ -485,6 +539,7 @@ __all__ = [
     "EqRAdapter",
     "LoopAdapter",
     "LoopRun",
+    "NativeLoopAdapter",
     "OuroAdapter",
     "PHDEQAdapter",
     "adapter_class_for",

@@ -1,0 +1,140 @@
+"""The looped LMs transformers ships (Dory, HRM-text, Inkling2-loop) driven through ``equilibria.looped``: a loop
+count per call, cache included, equal to setting the config key and reloading; the loop map and the audit."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from conftest import tiny_native
+from transformers import AutoModelForCausalLM
+
+from equilibria import looped
+from equilibria.diagnostics import audit
+from equilibria.families import FAMILIES
+from equilibria.native import base_model_of, native_loop_for, native_model_types
+
+NATIVE = [t for t in ("dory", "hrm_text", "inkling2_loop_text") if t in FAMILIES]
+IDS = torch.randint(3, 20, (2, 7), generator=torch.Generator().manual_seed(0))
+
+
+def reloaded_at(model, folder, num_loops: int):
+    """The saved model loaded with its loop count set in the config (HRM-text: with the cache slots it needs)."""
+    protocol = native_loop_for(model)
+    values = protocol.loop_config(model.config, num_loops)
+    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", **values).eval()
+
+
+def test_every_native_architecture_of_the_installed_transformers_has_a_record_and_a_protocol():
+    import transformers
+
+    assert set(native_model_types()) == {"dory", "hrm_text", "inkling2_loop_text"}
+    for model_type in NATIVE:
+        assert FAMILIES[model_type].native and native_loop_for(model_type).model_types == (model_type,)
+    assert ("dory" in FAMILIES) == hasattr(transformers, "DoryForCausalLM")
+
+
+@pytest.mark.parametrize("model_type", NATIVE)
+def test_num_loops_per_call_equals_setting_the_config_and_reloading(model_type, tmp_path):
+    """forward and generate (with its cache) at 1 and 5 passes equal the saved model reloaded with that count; the
+    config is untouched afterwards, and the folder saved after ``looped`` is the plain transformers model."""
+    model = tiny_native(model_type, num_loops=3)
+    model.save_pretrained(tmp_path / "plain")
+    before = json.loads((tmp_path / "plain" / "config.json").read_text())
+    looped(model)
+    for loops in (1, 5):
+        other = reloaded_at(model, tmp_path / "plain", loops)
+        with torch.no_grad():
+            ours = model(IDS, num_loops=loops)
+            assert ours.num_loops == loops and torch.equal(ours.logits, other(IDS).logits)
+            cached = model.generate(IDS, num_loops=loops, max_new_tokens=5, do_sample=False)
+            uncached = other.generate(IDS, max_new_tokens=5, do_sample=False, use_cache=False)
+        assert torch.equal(cached, uncached)
+    assert model.config.to_diff_dict() == AutoModelForCausalLM.from_pretrained(tmp_path / "plain").config.to_diff_dict()
+    model.save_pretrained(tmp_path / "after")
+    assert json.loads((tmp_path / "after" / "config.json").read_text()) == before
+    assert not list((tmp_path / "after").glob("*.py"))  # no remote code: the architecture is in transformers
+
+
+@pytest.mark.parametrize("model_type", NATIVE)
+def test_a_cache_filled_at_another_loop_count_is_refused_and_a_fitting_one_continues(model_type):
+    model = looped(tiny_native(model_type, num_loops=2))
+    with torch.no_grad():
+        whole = model(torch.cat([IDS, IDS[:, :1]], 1), num_loops=3).logits[:, -1]
+        prefix = model(IDS, num_loops=3, use_cache=True)
+        with pytest.raises(ValueError, match="does not fit num_loops=5"):
+            model(IDS[:, :1], num_loops=5, cache=prefix.cache)
+        step = model(IDS[:, :1], num_loops=3, cache=prefix.cache).logits[:, -1]
+    torch.testing.assert_close(step, whole, rtol=1e-4, atol=1e-4)  # cache equals no cache
+
+
+def test_dory_last_loop_cache_takes_any_count_as_its_reloaded_model_does(tmp_path):
+    """In ``last_loop`` mode one cache serves every count: continuing at 4 passes from a past written at 2 equals
+    the model reloaded at 4 continuing from the same past."""
+    model = tiny_native("dory", num_loops=2, recurrent_kv_cache_mode="last_loop")
+    model.save_pretrained(tmp_path)
+    looped(model)
+    with torch.no_grad():
+        prefix = model(IDS, num_loops=2, use_cache=True).cache
+        same_past = copy.deepcopy(prefix)
+        ours = model(IDS[:, :1], num_loops=4, cache=prefix).logits
+        theirs = reloaded_at(model, tmp_path, 4)(IDS[:, :1], cache=same_past).logits
+    assert torch.equal(ours, theirs)
+
+
+def test_looped_refuses_a_model_that_is_not_a_transformers_looped_lm():
+    from conftest import tiny_ouro
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    for model in (tiny_ouro(), LlamaForCausalLM(LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                                              num_attention_heads=2, vocab_size=32))):  # fmt: skip
+        with pytest.raises(ValueError, match=r"supported ones are \['dory', 'hrm_text', 'inkling2_loop_text'\]"):
+            looped(model)
+    model = looped(tiny_native("dory"))
+    with pytest.raises(ValueError, match="num_loops must be an integer >= 1"):
+        model(IDS, num_loops=0)
+
+
+@pytest.mark.parametrize("model_type", [t for t in NATIVE if not native_loop_for(t).no_map_reason])
+def test_the_loop_map_iterated_from_its_start_gives_the_forwards_states(model_type):
+    """``f^t(h_0)`` is the state the model's own forward reaches after ``t`` passes, and decoding it gives the
+    forward's logits."""
+    model = looped(tiny_native(model_type, num_loops=4))
+    protocol, base = native_loop_for(model), base_model_of(model)
+    with torch.no_grad(), protocol.recorder(base) as recorded:
+        logits = model(IDS).logits
+    with torch.no_grad():
+        f, state = base.loop_map(IDS)
+        for passes in range(1, 5):
+            state = f(state)
+            assert torch.equal(state, protocol.state_after(base, recorded, passes))
+    assert state.shape[-1] == base.loop_state_width
+
+
+def test_inkling2_loop_says_why_it_has_no_loop_map():
+    if "inkling2_loop_text" not in FAMILIES:
+        pytest.skip("this transformers has no Inkling2-loop")
+    model = looped(tiny_native("inkling2_loop_text"))
+    assert not hasattr(base_model_of(model), "loop_map")
+    with pytest.raises(ValueError, match="gated messages"):
+        native_loop_for(model).step(base_model_of(model), None)
+
+
+@pytest.mark.parametrize("model_type", NATIVE)
+def test_the_audit_reads_the_first_and_last_pass_and_decodes_through_the_models_own_layers(model_type):
+    """On a random model labelled with its own answers: the audit reproduces them (accuracy 1), ``z0`` decodes to
+    the one-pass model's answers (T1's accuracy is theirs), and every sequence used all the passes."""
+    from test_audit import lm_data
+
+    model = tiny_native(model_type, num_loops=4)
+    data = lm_data(model, n=16)
+    report = audit(model, data, progress=False, batch_size=8, probe=False)
+    assert report.accuracy == 1.0 and report.max_iter == 4 and report.iterations["mean_steps"] == 4
+    ids, labels = torch.tensor(data["input_ids"]), torch.tensor(data["labels"])[:, 1:]
+    with torch.no_grad():
+        one_pass = looped(model)(ids, num_loops=1).logits.argmax(-1)[:, :-1]
+    right = ((one_pass == labels) | (labels == -100)).all(1).double().mean().item()
+    assert report.substitution["accuracy"] == pytest.approx(right)
+    assert not report.family["t4_applies"] and report.family["family"] == model_type
