@@ -159,6 +159,7 @@ LAYERS = (
     "lm_eval_loops",
     "plots",
     "families",
+    "native",
     "tasks",
     "provenance",
     "modeling",
@@ -332,8 +333,10 @@ def test_trainers_and_adapters_take_their_family_from_their_own_declaration():
             assert family.model_type in adapter_class_for(family.model_type, head.kind).model_types
         if issubclass(trainer_for(family.model_type), LoopTrainer):
             assert trainer_for(family.model_type).family() is family
-    for declared in (*ADAPTERS, *TRAINERS):  # each declares one family, and it has a record
+    for declared in TRAINERS:  # each declares one family, and it has a record
         assert len(declared.model_types) == 1 and declared.model_types[0] in FAMILIES
+    for declared in ADAPTERS:  # each declares families with records (one, or transformers' looped LMs)
+        assert declared.model_types and set(declared.model_types) <= set(FAMILIES)
     assert type("MyStars", (StarsTrainer,), {}).family() is FAMILIES["ouro"]  # a subclass keeps its family
     with pytest.raises(ValueError, match="Orphan declares no family"):
         type("Orphan", (LoopTrainer,), {}).family()

@@ -19,6 +19,15 @@ LM_USAGE = (
     "out = model.generate(**inputs, num_loops=8, max_new_tokens=8)",
 )
 
+#: a looped LM transformers ships reads its loop count from its config; ``looped`` gives it ``num_loops`` per call
+NATIVE_LM_USAGE = (
+    "from equilibria import looped",
+    "from transformers import AutoTokenizer",
+    "",
+    "model = looped(model)  # num_loops per call, the config untouched",
+    *LM_USAGE[2:],
+)
+
 
 @dataclass(frozen=True)
 class FamilyText:
@@ -188,6 +197,27 @@ FAMILY_TEXTS: dict[str, FamilyText] = {
             "classifier": ("out = model(inputs, num_loops=300)  # logits, solved_state, solver_steps, converged, ...",)
         },
         citation=PHDEQ_BIBTEX,
+    ),
+    "dory": FamilyText(
+        name="Dory looped language model (transformers' `DoryForCausalLM`)",
+        paper="NVIDIA Nemotron-Labs' Dory: input layers, a recurrent section looped `n_recurrent_loops` times, output "
+        "layers; the architecture ships in transformers",
+        tags=("looped-lm", "recurrent-depth"),
+        usage={"causal_lm": NATIVE_LM_USAGE},
+    ),
+    "hrm_text": FamilyText(
+        name="HRM-text language model (transformers' `HrmTextForCausalLM`)",
+        paper="the Hierarchical Reasoning Model's text variant (Sapient): an L-stack and an H-stack, `H_cycles` x "
+        "`L_cycles`; the architecture ships in transformers",
+        tags=("looped-lm", "recurrent-depth"),
+        usage={"causal_lm": NATIVE_LM_USAGE},
+    ),
+    "inkling2_loop_text": FamilyText(
+        name="Inkling2-loop language model (transformers' `Inkling2LoopForCausalLM`)",
+        paper="Thinking Machines' Inkling-2 with looped layers passed `loop_num_passes` times through a gated message "
+        "path; the architecture ships in transformers",
+        tags=("looped-lm", "recurrent-depth"),
+        usage={"causal_lm": NATIVE_LM_USAGE},
     ),
 }
 
