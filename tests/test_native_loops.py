@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 from equilibria import looped
 from equilibria.diagnostics import audit
 from equilibria.families import FAMILIES
-from equilibria.native import base_model_of, native_loop_for, native_model_types
+from equilibria.native import base_model_of, loop_count, native_loop_for, native_model_types
 
 NATIVE = [t for t in ("dory", "hrm_text", "inkling2_loop_text") if t in FAMILIES]
 IDS = torch.randint(3, 20, (2, 7), generator=torch.Generator().manual_seed(0))
@@ -97,29 +97,22 @@ def test_looped_refuses_a_model_that_is_not_a_transformers_looped_lm():
         model(IDS, num_loops=0)
 
 
-@pytest.mark.parametrize("model_type", [t for t in NATIVE if not native_loop_for(t).no_map_reason])
+@pytest.mark.parametrize("model_type", NATIVE)
 def test_the_loop_map_iterated_from_its_start_gives_the_forwards_states(model_type):
-    """``f^t(h_0)`` is the state the model's own forward reaches after ``t`` passes, and decoding it gives the
-    forward's logits."""
+    """``f^t(h_0)`` is the state the model's own forward reaches after ``t`` more passes (Inkling2-loop's map
+    starts after the first pass, which reads no messages), and decoding the last gives the forward's logits."""
     model = looped(tiny_native(model_type, num_loops=4))
     protocol, base = native_loop_for(model), base_model_of(model)
     with torch.no_grad(), protocol.recorder(base) as recorded:
         logits = model(IDS).logits
     with torch.no_grad():
         f, state = base.loop_map(IDS)
-        for passes in range(1, 5):
+        for passes in range(protocol.start_after_passes + 1, 5):
             state = f(state)
-            assert torch.equal(state, protocol.state_after(base, recorded, passes))
+            torch.testing.assert_close(state, protocol.state_after(base, recorded, passes), rtol=0, atol=1e-6)
+        with loop_count(model, 1), protocol.substitute(base, state):
+            torch.testing.assert_close(model(IDS).logits, logits, rtol=0, atol=1e-5)
     assert state.shape[-1] == base.loop_state_width
-
-
-def test_inkling2_loop_says_why_it_has_no_loop_map():
-    if "inkling2_loop_text" not in FAMILIES:
-        pytest.skip("this transformers has no Inkling2-loop")
-    model = looped(tiny_native("inkling2_loop_text"))
-    assert not hasattr(base_model_of(model), "loop_map")
-    with pytest.raises(ValueError, match="gated messages"):
-        native_loop_for(model).step(base_model_of(model), None)
 
 
 @pytest.mark.parametrize("model_type", NATIVE)

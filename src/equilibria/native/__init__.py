@@ -12,7 +12,7 @@ Each reads its loop count from its config inside ``forward`` (``n_recurrent_loop
 
 One :class:`~equilibria.native.base.NativeLoop` per architecture (:data:`NATIVE_LOOPS`, each declaring the model
 types it serves) says which config keys hold the count, which cache layers a count reads, where the loop state is
-and, where the structure allows, the loop as a map ``h -> h'``. The audit, ``equilibria eval`` and ``StarsTrainer``
+and the loop as a map ``h -> h'``. The audit, ``equilibria eval`` and ``StarsTrainer``
 use it; ``save_pretrained`` still writes the untouched transformers class and config.
 """
 
@@ -89,20 +89,11 @@ def loop_count(model, num_loops: int | None) -> Iterator[int]:
     """Within the block, ``model`` (a transformers looped LM, its head or base model) runs ``num_loops`` passes
     (``None``: its config's); the config (shared by the head and base model) is restored on leaving."""
     protocol = native_loop_for(model)
-    config = model.config
     if num_loops is None:
-        yield protocol.default_loops(config)
+        yield protocol.default_loops(model.config)
         return
-    values = protocol.loop_config(config, _check_num_loops(num_loops))
-    kept = {key: getattr(config, key) for key in values}
-    try:
-        for key, value in values.items():
-            setattr(config, key, value)
-        with protocol.extra_settings(base_model_of(model), num_loops):
-            yield num_loops
-    finally:
-        for key, value in kept.items():
-            setattr(config, key, value)
+    with protocol.running(model, _check_num_loops(num_loops)):
+        yield num_loops
 
 
 def check_cache(model, cache, num_loops: int) -> None:
@@ -203,11 +194,9 @@ def _looped_generate(original):
 def native_loop_map(base, input_ids=None, attention_mask=None, inputs_embeds=None) -> LoopMap:
     """``(f, h_0)`` of a transformers looped LM's base model: one pass of the loop for these inputs as a function of
     the state alone, and the state the loop starts from (the model's own modules, with the masks and position
-    embeddings its forward builds: recorded from a forward of one pass without a cache). ``ValueError`` where the
-    architecture has no map (the reason)."""
+    embeddings its forward builds: recorded from a forward of one pass without a cache; Inkling2-loop's map starts
+    after that pass)."""
     protocol = native_loop_for(base)
-    if protocol.no_map_reason:
-        raise ValueError(protocol.no_map_reason)
     with loop_count(base, 1), protocol.recorder(base) as recorded:
         base(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, use_cache=False)
     return protocol.loop_map(base, recorded)
@@ -219,8 +208,8 @@ def looped(model):
 
     * ``forward(..., num_loops=k)`` and ``generate(..., num_loops=k)`` run ``k`` passes for that call (the config's
       count otherwise); a cache filled at another count is refused with a ``ValueError``;
-    * the base model gets ``loop_map(input_ids, attention_mask)`` (the loop as a map ``h -> h'`` with its start),
-      where the architecture has one, so that the audit, the loop trajectory and ``StarsTrainer`` work on it;
+    * the base model gets ``loop_map(input_ids, attention_mask)`` (the loop as a map ``h -> h'`` with its start)
+      and ``loop_state_width``, so that the audit, the loop trajectory and ``StarsTrainer`` work on it;
     * ``forward`` also takes the ``spectral_radius_*`` arguments of Ouro's (the STARS penalty, computed inside
       ``forward`` so that DDP sees it) and returns the radius in ``spectral_radius``.
 
@@ -234,9 +223,8 @@ def looped(model):
     head.forward = MethodType(_looped_forward(type(head).forward), head)
     head.generate = MethodType(_looped_generate(type(head).generate), head)
     base = base_model_of(head)
-    if not protocol.no_map_reason:
-        base.loop_map = functools.partial(native_loop_map, base)
-        base.loop_state_width = protocol.state_width(head.config)
+    base.loop_map = functools.partial(native_loop_map, base)
+    base.loop_state_width = protocol.state_width(head.config)
     head.equilibria_looped = True
     return model
 

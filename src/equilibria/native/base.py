@@ -3,8 +3,7 @@ architectures share: recording the calls of a model's own modules during one of 
 and replacing the loop section's output in a forward (:func:`replace_output`).
 
 Nothing here reimplements a model: every state is one its installed class computed, every decoded state goes through
-its own layers, and a loop map (where there is one) calls its own loop-section modules with the keywords its
-forward passed them.
+its own layers, and a loop map calls its own modules with the keywords its forward passed them.
 """
 
 from __future__ import annotations
@@ -92,16 +91,16 @@ class NativeLoop:
     """How equilibria drives one transformers looped LM (one subclass per architecture, declaring the
     ``model_type`` values it serves): which config keys hold a loop count, which cache layers a forward with a
     given count reads, which of the model's modules to watch for its states, how to read the loop state after the
-    last pass from a recorded forward, how to put a state of our choosing in its place, and (where the structure
-    allows) the loop as a map ``h -> h'`` for the Jacobian penalty and the trajectory diagnostic.
+    last pass from a recorded forward, how to put a state of our choosing in its place, and the loop as a map ``h -> h'`` (for the
+    Jacobian penalty and the trajectory diagnostic).
 
     A *state* is per position: ``(batch, seq_len, state_width)``. ``base`` is the model's base model (``model.model``),
     ``model`` the causal-LM head model."""
 
     model_types: tuple[str, ...] = ()
     loops_key = ""
-    #: why the loop has no map ``h -> h'`` here (None: it has one)
-    no_map_reason: str | None = None
+    #: the passes before the state the loop map starts from (0: before the first pass)
+    start_after_passes = 0
 
     def loop_config(self, config, num_loops: int) -> dict:
         """The config values that make a forward run ``num_loops`` passes."""
@@ -114,6 +113,22 @@ class NativeLoop:
     def extra_settings(self, base: nn.Module, num_loops: int) -> Iterator[None]:
         """Anything besides the config that a forward with ``num_loops`` passes needs (default: nothing)."""
         yield
+
+    @contextlib.contextmanager
+    def running(self, model: nn.Module, num_loops: int) -> Iterator[None]:
+        """Within the block, ``model`` (head or base model: they share the config) runs ``num_loops`` passes; the
+        config is restored on leaving."""
+        config = model.config
+        values = self.loop_config(config, num_loops)
+        kept = {key: getattr(config, key) for key in values}
+        try:
+            for key, value in values.items():
+                setattr(config, key, value)
+            with self.extra_settings(getattr(model, getattr(model, "base_model_prefix", ""), model), num_loops):
+                yield
+        finally:
+            for key, value in kept.items():
+                setattr(config, key, value)
 
     def cache_slots(self, config, num_loops: int) -> list[int] | None:
         """The cache layers a forward with ``num_loops`` passes reads (None: any cache fits any count)."""
@@ -138,11 +153,11 @@ class NativeLoop:
     def step(self, base: nn.Module, recorded: Recorder) -> Callable[[torch.Tensor], torch.Tensor]:
         """One pass of the loop as a function of the state, for the inputs of the recorded forward (its masks and
         position embeddings), differentiable in the state and the weights."""
-        raise ValueError(self.no_map_reason or f"{type(self).__name__} has no loop map")
+        raise NotImplementedError
 
     def start(self, base: nn.Module, recorded: Recorder) -> torch.Tensor:
         """The state the loop starts from (before its first pass) in the recorded forward."""
-        raise ValueError(self.no_map_reason or f"{type(self).__name__} has no loop map")
+        raise NotImplementedError
 
     def loop_map(self, base: nn.Module, recorded: Recorder) -> LoopMap:
         return LoopMap(self.step(base, recorded), self.start(base, recorded))
