@@ -9,12 +9,14 @@ import transformers
 from transformers import AutoConfig
 
 from .families import family_record
+from .native import looped
 
 
 def load_saved_model(path: str, trust_remote_code: bool = False):
     """A saved model of any family with its task head (the head's Auto class from the family's record), in eval
     mode; a folder holding a LoRA adapter loads its base model with the adapter applied (transformers' peft
-    integration). ``ValueError`` when ``path`` is no saved model of a family."""
+    integration). A looped LM that transformers ships gets :func:`~equilibria.looped`. ``ValueError`` when ``path``
+    is no saved model of a family."""
     if not Path(path).is_dir():
         raise ValueError(f"{path} is not a folder written by save_pretrained")
     config_of = path
@@ -27,7 +29,8 @@ def load_saved_model(path: str, trust_remote_code: bool = False):
         auto = getattr(transformers, family_record(config).head_of_config(config).auto_class)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
-    return auto.from_pretrained(path, trust_remote_code=trust_remote_code).eval()
+    model = auto.from_pretrained(path, trust_remote_code=trust_remote_code).eval()
+    return looped(model) if family_record(config).native else model  # transformers' looped LMs: num_loops per call
 
 
 __all__ = ["load_saved_model"]

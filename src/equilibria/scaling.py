@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from .families import family_record
+from .native import looped
 from .modeling.puzzles import puzzle_solved
 from .plots import plot_loop_scaling
 from .provenance import replacement_note
@@ -102,7 +103,10 @@ def loop_scores(model, data, loops: list[int], scoring: Scoring | None = None) -
     """``model`` scored at each loop count of ``loops`` by the evaluator of its head's kind; ``ValueError`` for a
     puzzle solver's search on a model of another kind."""
     scoring = scoring or Scoring()
-    kind = family_record(model).head_of_model(model).kind
+    family = family_record(model)
+    kind = family.head_of_model(model).kind
+    if family.native:  # a looped LM transformers ships: num_loops per call
+        looped(model)
     if scoring.searches and kind != "puzzle_solver":
         raise ValueError(f"halt_threshold and breadth apply to a puzzle solver's head, not to a {kind} head")
     return EVALUATORS[kind](model, data, loops, scoring)

@@ -16,6 +16,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import TrainingArguments
 
 from ..families import Family, family_record, model_task
+from ..native import native_loop_for
 from ..tasks.named_splits import held_out_split, trained_on_rows
 from ..tasks.registry import TASK_RECORDS, task_record
 from ..wording import counted, with_article
@@ -176,7 +177,15 @@ def build_model_card(
     note = f" ({evaluated['note']})" if evaluated and evaluated.get("note") else ""
     sections = [
         _intro(model, family, text, title, base_model, adapter),
-        _loading(head, usage, repo_id or "path/to/this/folder", adapter, _example_prompt(model, training_record)),
+        _loading(
+            head,
+            usage,
+            repo_id or "path/to/this/folder",
+            adapter,
+            _example_prompt(model, training_record),
+            family,
+            config,
+        ),
         _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name, metric, halting),
         _lm_eval_section(lm_eval, lm_eval_plot),
         _audit_section(audit_data),
@@ -357,11 +366,50 @@ def _intro(
     ]
 
 
+def _native_loading(head, family, where: str, config) -> list[str]:
+    """A looped LM transformers ships: it loads without the package (no remote code), at another loop count with
+    the config keys that count needs (HRM-text: its cache slots too); the package gives it a loop count per call."""
+    load = f'model = {head.auto_class}.from_pretrained("{where}")'
+    other = ", ".join(f"{key}={value}" for key, value in native_loop_for(config).loop_config(config, 8).items())
+    return [
+        "## How to load it",
+        "",
+        f"The architecture ships in transformers (`{head.model_class.__name__}`): no remote code is needed.",
+        "",
+        "```python",
+        f"from transformers import {head.auto_class}",
+        "",
+        f"{load}  # runs the config's {family.loops_key} passes",
+        f'model = {head.auto_class}.from_pretrained("{where}", {other})  # 8 passes, in the config',
+        "```",
+        "",
+        "With the package (`pip install equilibria`), `equilibria.looped(model)` takes `num_loops` per call in "
+        "`forward` and `generate` (see below).",
+        "",
+    ]
+
+
 def _loading(
-    head, usage: tuple[str, ...], where: str, adapter: dict | None = None, prompt: str | None = None
+    head,
+    usage: tuple[str, ...],
+    where: str,
+    adapter: dict | None = None,
+    prompt: str | None = None,
+    family=None,
+    config=None,
 ) -> list[str]:
     """How to load the model, with and without the package, and the head's ``usage`` snippet (``{where}``: the repo
     id or folder; ``{prompt}``: an input in the format of the model's task, from its record)."""
+    usage_lines = [
+        "## How to use it",
+        "",
+        "```python",
+        *[line.format(where=where, prompt=prompt or "") for line in usage],
+        "```",
+        "",
+    ]
+    if family is not None and family.native and not adapter:
+        return _native_loading(head, family, where, config) + usage_lines
     remote = (
         ["Without it, load the base model with `trust_remote_code=True` and apply the adapter with `peft`."]
         if adapter
@@ -389,12 +437,7 @@ def _loading(
         "",
         *remote,
         "",
-        "## How to use it",
-        "",
-        "```python",
-        *[line.format(where=where, prompt=prompt or "") for line in usage],
-        "```",
-        "",
+        *usage_lines,
     ]
 
 

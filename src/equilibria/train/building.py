@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..families import FAMILIES
+from ..native import looped, native_loop_for
 from ..tasks.registry import puzzle_cells
 from .arguments import DTYPES, NEW_MODEL_SIZES, ModelArguments, TrainDataArguments, checkpoint_config
 
@@ -47,6 +48,8 @@ def build(model_args: ModelArguments, data_args: TrainDataArguments, seed: int):
         if config is not None and data.tokenizer is not None:
             _check_task_tokenizer(checkpoint, data.tokenizer, task)
     model = _model(model_args, family, head, data, config)
+    if family.native:  # a looped LM transformers ships: num_loops per call, its loop map
+        looped(model)
     # the last stage's task: a generated task, or rows of your own (no generated task is then the model's)
     model.config.equilibria_task = task if task is not None else ROWS_TASK
     if model_args.use_peft:
@@ -253,6 +256,8 @@ def _model(model_args: ModelArguments, family, head, data, config):
             f"the tokenizer has {vocab} tokens but the model's vocab_size is {config.vocab_size}: give the tokenizer "
             "the checkpoint was trained with"
         )
+    if family.native and model_args.num_loops is not None:  # HRM-text: its cache slots follow its H-cycles
+        overrides.update(native_loop_for(config).loop_config(config, model_args.num_loops))
     for key, value in overrides.items():
         setattr(config, key, value)
     config.validate_architecture()

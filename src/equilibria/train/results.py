@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..families import family_record
 from ..scaling import loop_scaling, loop_scaling_report
 from ..wording import counted
 from .arguments import ModelArguments, TrainDataArguments
@@ -47,7 +48,8 @@ def write_results(trainer, model_args: ModelArguments, data_args: TrainDataArgum
     else:
         print("no held-out rows (--test_size 0): no loop-scaling evaluation")
     trainer.create_model_card(dataset=hub_dataset)
-    print(f"wrote the model, its remote code, card and plot to {out}")
+    code = "" if family_record(model).native else " its remote code,"  # transformers' own: no code of ours
+    print(f"wrote the model,{code} card and plot to {out}")
     return result
 
 

@@ -17,15 +17,15 @@ from transformers import Trainer, TrainingArguments
 from ..families import Family, family_record
 
 
-def find_core(model: nn.Module | None, model_type: str) -> nn.Module | None:
-    """The family's base model (the first module with ``loop_map`` whose config is of ``model_type``) inside
-    ``model`` and any wrapper around it (PEFT, DDP), or ``None``. The same object stays inside wrappers added
+def find_core(model: nn.Module | None, model_types: tuple[str, ...]) -> nn.Module | None:
+    """The family's base model (the first module with ``loop_map`` whose config is of one of ``model_types``)
+    inside ``model`` and any wrapper around it (PEFT, DDP), or ``None``. The same object stays inside wrappers added
     later. Works on classes loaded as remote code too (it reads the config, not the class)."""
     if model is None:
         return None
     for module in model.modules():
         config = getattr(module, "config", None)
-        if callable(getattr(module, "loop_map", None)) and getattr(config, "model_type", None) == model_type:
+        if callable(getattr(module, "loop_map", None)) and getattr(config, "model_type", None) in model_types:
             return module
     return None
 
@@ -174,7 +174,7 @@ class LoopTrainer(ModelCardMixin, Trainer):
     (:meth:`model_inputs`). In training the family then adds its terms, put on that loss's scale, and names the
     metrics to log (:meth:`add_terms`, the one hook for a new term)."""
 
-    model_types: tuple[str, ...] = ()  # the family it drives: a subclass declares its model_type
+    model_types: tuple[str, ...] = ()  # the families it drives: a subclass declares their model types
     arguments_class: type = TrainingArguments
     model_description = ""  # what the error says the model must be
     log_keys: tuple[str, ...] = ()
@@ -182,18 +182,18 @@ class LoopTrainer(ModelCardMixin, Trainer):
     loss_is_scaled_for_ga = None  # Trainer's rule: the loss is scaled when the model normalised it by the token count
 
     @classmethod
-    def family(cls) -> Family:
-        """The record of the family whose base model the trainer drives: the one it (or the trainer it derives
+    def families(cls) -> tuple[Family, ...]:
+        """The records of the families whose base models the trainer drives: those it (or the trainer it derives
         from) declares in ``model_types``."""
-        if len(cls.model_types) != 1:
+        if not cls.model_types:
             raise ValueError(f"{cls.__name__} declares no family: set model_types = ('<its model_type>',)")
-        return family_record(cls.model_types[0])
+        return tuple(family_record(model_type) for model_type in cls.model_types)
 
     def __init__(self, model=None, args=None, **kwargs):
         name, wanted = type(self).__name__, self.arguments_class.__name__
         if not isinstance(args, self.arguments_class):
             raise ValueError(f"{name} needs {wanted} (args={wanted}(...)), got {type(args).__name__}.")
-        core = find_core(model, self.family().model_type)
+        core = find_core(model, tuple(f.model_type for f in self.families()))
         if core is None:
             raise ValueError(f"{name} needs {self.model_description}; got {type(model).__name__}.")
         if args.label_smoothing_factor > 0 or kwargs.get("compute_loss_func") is not None:

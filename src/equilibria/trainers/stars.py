@@ -25,6 +25,7 @@ from transformers import TrainingArguments
 from transformers.utils import logging
 
 from ..modeling.regularization import JSRR_ESTIMATORS, JSRR_PROBES
+from ..native import looped, native_model_types
 from .arguments import FILLED_IN, Interval, LoopTrainingArguments, OneOf, preset_recipe, same_value
 from .common import LoopTrainer, TermScale, find_core
 from .stars_presets import STARS_OPTIONS, STARS_PRESETS, preset_values
@@ -259,9 +260,14 @@ def penalty_rows(inputs: dict, fraction: float, seed: int, step: int) -> torch.T
 
 
 def find_looped_core(model: nn.Module) -> nn.Module | None:
-    """The module that exposes ``loop_map`` (e.g. ``OuroModel``) inside ``model`` and any wrapper around it
-    (PEFT, DDP), or ``None``."""
-    return find_core(model, StarsTrainer.family().model_type)
+    """The module that exposes ``loop_map`` (e.g. ``OuroModel``, or the base model of a transformers looped LM given
+    :func:`~equilibria.looped`) inside ``model`` and any wrapper around it (PEFT, DDP), or ``None``."""
+    return find_core(model, StarsTrainer.model_types)
+
+
+def _is_native(model) -> bool:
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return getattr(getattr(model, "config", None), "model_type", None) in native_model_types()
 
 
 def _math_attention():
@@ -274,7 +280,9 @@ class StarsTrainer(LoopTrainer):
     """[`~transformers.Trainer`] with STARS' random loop sampling and Jacobian spectral-radius regularisation.
 
     The model must be a looped model whose ``forward`` takes ``num_loops`` and that contains an Ouro base model
-    (``OuroForCausalLM``, also wrapped by PEFT). Logged next to the loss (so the progress bar,
+    (``OuroForCausalLM``, also wrapped by PEFT), or a looped LM that transformers ships (Dory, HRM-text,
+    Inkling2-loop), which it gives :func:`~equilibria.looped` (the penalty is then computed in that forward, on the
+    loop map of :mod:`equilibria.native`). Logged next to the loss (so the progress bar,
     TensorBoard and W&B show them): ``num_loops`` (mean sampled count), ``spectral_radius``, ``lm_loss`` and
     ``jsrr_penalty`` (means over the logging interval and the processes).
 
@@ -284,13 +292,18 @@ class StarsTrainer(LoopTrainer):
     the penalty's double backward and is refused).
     """
 
-    model_types = ("ouro",)
+    model_types = ("ouro", *native_model_types())
     arguments_class = StarsTrainingArguments
-    model_description = "a looped model (one containing an Ouro base model with `loop_map`, such as OuroForCausalLM)"
+    model_description = (
+        "a looped model: OuroForCausalLM, or a looped LM that transformers ships (DoryForCausalLM, "
+        "HrmTextForCausalLM, Inkling2LoopForCausalLM), also inside PEFT"
+    )
     log_keys = STARS_LOG_KEYS
     weighted_log_keys = {"spectral_radius": "jsrr_weight", "jsrr_penalty": "jsrr_weight"}
 
     def __init__(self, model=None, args: StarsTrainingArguments | None = None, **kwargs):
+        if model is not None and _is_native(model):  # transformers' looped LMs: num_loops per call, a loop map
+            looped(model)
         if isinstance(args, StarsTrainingArguments) and args.gradient_checkpointing and args.jsrr_weight > 0:
             given = dict(args.gradient_checkpointing_kwargs or {})
             if given.get("use_reentrant") is True:
@@ -321,6 +334,11 @@ class StarsTrainer(LoopTrainer):
 
     def double_backward_option(self, args) -> str | None:
         return "the JSRR penalty (jsrr_weight > 0)" if args.jsrr_weight > 0 else None
+
+    @property
+    def state_width(self) -> int:
+        """The width of the loop state per position (the hidden size; HRM-text's ``(z_H, z_L)``: twice it)."""
+        return int(getattr(self.core, "loop_state_width", self.core.config.hidden_size))
 
     # -- the loss ---------------------------------------------------------------------------------------
 
@@ -365,7 +383,7 @@ class StarsTrainer(LoopTrainer):
             batch.update(
                 spectral_radius_iters=args.jsrr_power_iters,
                 spectral_radius_estimator=args.jsrr_estimator,
-                spectral_radius_start=row_probes(inputs, self.core.config.hidden_size, args.seed, step),
+                spectral_radius_start=row_probes(inputs, self.state_width, args.seed, step),
                 spectral_radius_probe=args.jsrr_probe,
                 spectral_radius_rows=penalty_rows(inputs, args.jsrr_sample_fraction, args.seed, step),
             )
