@@ -333,7 +333,10 @@ def test_trainers_and_adapters_take_their_family_from_their_own_declaration():
             assert family.model_type in adapter_class_for(family.model_type, head.kind).model_types
         if issubclass(trainer_for(family.model_type), LoopTrainer):
             assert family in trainer_for(family.model_type).families()
-    for declared in (*ADAPTERS, *TRAINERS):  # each declares families with records (one, or with transformers' looped LMs)
+    for declared in (
+        *ADAPTERS,
+        *TRAINERS,
+    ):  # each declares families with records (one, or with transformers' looped LMs)
         assert declared.model_types and set(declared.model_types) <= set(FAMILIES)
     assert type("MyStars", (StarsTrainer,), {}).families()[0] is FAMILIES["ouro"]  # a subclass keeps its families
     with pytest.raises(ValueError, match="Orphan declares no family"):

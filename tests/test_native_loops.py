@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import pytest
 import torch
@@ -131,3 +132,87 @@ def test_the_audit_reads_the_first_and_last_pass_and_decodes_through_the_models_
     right = ((one_pass == labels) | (labels == -100)).all(1).double().mean().item()
     assert report.substitution["accuracy"] == pytest.approx(right)
     assert not report.family["t4_applies"] and report.family["family"] == model_type
+
+
+def stars_arguments(out, **overrides):
+    from equilibria.trainers import StarsTrainingArguments
+
+    kwargs = dict(output_dir=str(out), max_steps=3, per_device_train_batch_size=4, learning_rate=3e-3, report_to=[],
+                  use_cpu=True, save_strategy="no", logging_steps=1, min_loops=1, max_loops=5, jsrr_weight=0.3, seed=0,
+                  disable_tqdm=True)  # fmt: skip
+    return StarsTrainingArguments(**{**kwargs, **overrides})
+
+
+@pytest.mark.parametrize("model_type", NATIVE)
+def test_stars_trains_a_transformers_looped_lm_at_the_sampled_counts_with_the_penalty(model_type, tmp_path):
+    """``StarsTrainer`` takes the transformers model as it is (it applies ``looped``): each step runs the sampled
+    count, the spectral radius of the loop map is logged, and the penalty's gradient reaches the loop's weights."""
+    from conftest import ragged_lm_rows
+    from datasets import Dataset
+
+    from equilibria.trainers import StarsTrainer, sample_num_loops
+
+    model = tiny_native(model_type, num_loops=2)
+    trainer = StarsTrainer(
+        model=model, args=stars_arguments(tmp_path), train_dataset=Dataset.from_dict(ragged_lm_rows())
+    )
+    seen = []
+    model.register_forward_hook(lambda _m, _a, out: seen.append(out.num_loops) if model.training else None)
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    a = trainer.args
+    expected = [
+        sample_num_loops(s, a.seed, a.loop_log_mean, a.loop_log_std, a.min_loops, a.max_loops) for s in range(3)
+    ]
+    assert seen == expected and len(set(seen)) > 1, seen
+    assert len(logged) == 3 and all(h["spectral_radius"] > 0 and math.isfinite(h["loss"]) for h in logged)
+    assert model.config.to_diff_dict()[native_loop_for(model).loops_key] == 2  # the config keeps its own count
+
+
+def test_the_penalty_on_a_transformers_looped_lm_is_the_radius_of_its_loop_maps_jacobian():
+    """``forward(spectral_radius_iters=K)`` estimates the radius at the last state by the same power iteration as
+    :func:`~equilibria.trainers.spectral_radius` on the loop map: the two agree."""
+    from equilibria.trainers import spectral_radius
+
+    model = looped(tiny_native("dory", num_loops=3))
+    start = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(1))
+    out = model(IDS, spectral_radius_iters=6, spectral_radius_start=start)
+    f, state = base_model_of(model).loop_map(IDS)
+    for _ in range(3):
+        state = f(state)
+    direct = spectral_radius(f, state.detach(), num_iters=6, start=start)
+    torch.testing.assert_close(out.spectral_radius, direct, rtol=1e-5, atol=1e-6)
+    assert out.spectral_radius.requires_grad  # a penalty: differentiable in the weights
+
+
+def test_stars_under_torchrun_keeps_the_replicas_of_transformers_looped_lms_identical(tmp_path):
+    """torchrun --nproc_per_node 2 (gloo, CPU), Dory and HRM-text: the penalty computed in the looped forward is
+    all-reduced with the LM loss, so both replicas hold the same parameters, moved from the start, and they equal
+    one process accumulating the two halves."""
+    from conftest import run_two_processes
+
+    from equilibria.trainers import StarsTrainer
+
+    r0, r1 = run_two_processes("native_stars_ddp.py", tmp_path)
+    assert r0["world"] == r1["world"] == 2
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "scripts"))
+    try:
+        import stars_ddp
+    finally:
+        sys.path.pop(0)
+    for model_type in ("dory", "hrm_text"):
+        start = tiny_native(model_type, num_loops=2).state_dict()
+        params = r0[model_type]["params"]
+        for name, p0 in params.items():
+            assert torch.equal(p0, r1[model_type]["params"][name]), (model_type, name)
+        assert any(not torch.equal(p, start[n]) for n, p in params.items())
+        assert all(h["spectral_radius"] > 0 for h in r0[model_type]["log"] if "loss" in h)
+        single = tiny_native(model_type, num_loops=2)
+        args = stars_ddp.arguments(tmp_path / f"single_{model_type}", max_loops=4, gradient_accumulation_steps=2,
+                                   ddp_backend=None)  # fmt: skip
+        StarsTrainer(model=single, args=args, train_dataset=stars_ddp.data()).train()
+        for name, p in single.named_parameters():
+            torch.testing.assert_close(params[name], p.detach(), rtol=1e-5, atol=1e-5, msg=(model_type, name))

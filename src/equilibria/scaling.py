@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from .families import family_record
-from .native import looped
 from .modeling.puzzles import puzzle_solved
+from .native import looped
 from .plots import plot_loop_scaling
 from .provenance import replacement_note
 from .tasks.text_scoring import evaluate_loop_scaling, token_accuracy

@@ -155,7 +155,13 @@ def _looped_forward(original):
     def forward(self, *args, num_loops: int | None = None, **kwargs):
         options = {key: kwargs.pop(key, default) for key, default in _JSRR_DEFAULTS.items()}
         with loop_count(self, num_loops) as count:
-            check_cache(self, kwargs.get("cache", kwargs.get("past_key_values")), count)
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            check_cache(self, cache, count)
+            if options["spectral_radius_iters"] and cache is not None and cache.get_seq_length():
+                raise ValueError(
+                    "spectral_radius_iters: the loop map is read from a forward without past tokens; "
+                    "pass no cache (use_cache=False)"
+                )
             if not options["spectral_radius_iters"]:
                 outputs = original(self, *args, **kwargs)
                 rho = None

@@ -70,6 +70,13 @@ def replace_inputs(module: nn.Module, value: Callable[[tuple, dict], tuple[tuple
         handle.remove()
 
 
+def without_cache(kwargs: dict) -> dict:
+    """A recorded call's keywords for a call of our own outside the model's forward: no cache (nor its offsets and
+    shared past)."""
+    dropped = {"hidden_states", "cache_offset", "cycle_offset", "shared_kv_states"}
+    return {**{k: v for k, v in kwargs.items() if k not in dropped}, "cache": None}
+
+
 def first_tensor(value):
     """The output of a layer as a tensor (the first element of a tuple output)."""
     return value[0] if isinstance(value, tuple) else value
@@ -163,4 +170,4 @@ class NativeLoop:
         return LoopMap(self.step(base, recorded), self.start(base, recorded))
 
 
-__all__ = ["NativeLoop", "Recorder", "first_tensor", "replace_inputs", "replace_output", "rows_of"]
+__all__ = ["NativeLoop", "Recorder", "first_tensor", "without_cache", "replace_inputs", "replace_output", "rows_of"]

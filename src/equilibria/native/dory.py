@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import NativeLoop, Recorder, first_tensor, replace_output
+from .base import NativeLoop, Recorder, first_tensor, replace_output, without_cache
 
 
 class DoryLoop(NativeLoop):
@@ -47,13 +47,13 @@ class DoryLoop(NativeLoop):
 
     def step(self, base, recorded):
         start, end = self._section(base.config)
-        calls = [recorded.inputs[f"layer{i}"][0] for i in range(start, end)]
+        calls = [(None, without_cache(recorded.inputs[f"layer{i}"][0][1])) for i in range(start, end)]
         anchor = base.norm(self.start(base, recorded))
 
         def one_pass(h: torch.Tensor) -> torch.Tensor:
             h = base.norm(h) + anchor
             for layer, (_args, kwargs) in zip(base.layers[start:end], calls):
-                h = first_tensor(layer(h, **{k: v for k, v in kwargs.items() if k != "hidden_states"}))
+                h = first_tensor(layer(h, **kwargs))
             return h
 
         return one_pass

@@ -9,7 +9,7 @@ import contextlib
 
 import torch
 
-from .base import NativeLoop, Recorder, first_tensor, replace_output
+from .base import NativeLoop, Recorder, first_tensor, replace_output, without_cache
 
 
 class HrmTextLoop(NativeLoop):
@@ -62,7 +62,7 @@ class HrmTextLoop(NativeLoop):
         return torch.cat([z_high, z_low], dim=-1)
 
     def step(self, base, recorded):
-        low_kwargs, high_kwargs = (recorded.inputs[s][0][1] for s in ("L", "H"))
+        low_kwargs, high_kwargs = (without_cache(recorded.inputs[s][0][1]) for s in ("L", "H"))
         width, cycles = base.config.hidden_size, int(base.config.L_cycles)
 
         def one_cycle(state: torch.Tensor) -> torch.Tensor:
