@@ -45,13 +45,16 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from equilibria import OuroForCausalLM
 from equilibria.diagnostics import loop_trajectory
-from equilibria.families import small_ouro_config
+from equilibria.families import FAMILIES, small_ouro_config
+from equilibria.loading import load_saved_model
+from equilibria.native import native_model_types
 from equilibria.tasks import (
     STARS_ADDITION_FORMAT,
     addition_tokenizer,
     build_addition_dataset,
     evaluate_loop_scaling,
     tokenize_for_training,
+    tokenizer_fields,
 )
 from equilibria.trainers import StarsTrainer, StarsTrainingArguments
 from equilibria.trainers.stars_presets import PRESETS
@@ -108,6 +111,13 @@ def parse(argv):
     p.add_argument("--heads", type=int, default=4)
     p.add_argument(
         "--norm-placement", default="sandwich", choices=("sandwich", "pre", "post"), help="OuroConfig.norm_placement"
+    )
+    p.add_argument(
+        "--family",
+        default="ouro",
+        choices=("ouro", *native_model_types()),
+        help="the looped LM: Ouro, or one transformers ships (its small config: --layers looped layers, "
+        "--train-loops passes)",
     )
     p.add_argument("--train-loops", type=int, default=4, help="the fixed loop count of plain and jsrr")
     p.add_argument("--eval-loops", default=None, help="test loop counts (reference_*: 1,2,4,...,64,100)")
@@ -195,8 +205,12 @@ def build_data(args):
     return data["train"], validation, test, addition_tokenizer(with_space=bool(style))
 
 
-def build_model(args, tokenizer, seed: int) -> OuroForCausalLM:
+def build_model(args, tokenizer, seed: int):
     set_seed(seed)
+    if args.family != "ouro":  # transformers' own class (StarsTrainer gives it `looped`)
+        family = FAMILIES[args.family]
+        sizes = (args.width, args.layers, args.heads, args.train_loops)
+        return family.heads[0].model_class(family.make_config(tokenizer_fields(tokenizer), *sizes))
     config = small_ouro_config(
         tokenizer,
         hidden_size=args.width,
@@ -273,7 +287,7 @@ def rediagnose(args) -> None:
         if last is None:
             print(f"  {path.name}: no checkpoint under {folder}; left as it is")
             continue
-        model = OuroForCausalLM.from_pretrained(last)
+        model = OuroForCausalLM.from_pretrained(last) if args.family == "ouro" else load_saved_model(last)
         run["dynamics"] = latent_dynamics(model, tokenizer, scored, max(args.eval_loops))
         run["dynamics_from"] = Path(last).name
         path.write_text(json.dumps(run, indent=1, default=str) + "\n")
@@ -303,7 +317,8 @@ def train_one(kind: str, seed: int, args, data) -> dict:
         "kind": kind,
         "seed": seed,
         "recipe": targs.recipe(),
-        "norm_placement": args.norm_placement,
+        "family": args.family,
+        "norm_placement": args.norm_placement if args.family == "ouro" else None,
         "resumed_from": last and Path(last).name,
         "train_seconds_this_session": seconds,
         "accuracy": evaluate_loop_scaling(model, tokenizer, scored, loops=args.eval_loops),
@@ -445,7 +460,8 @@ def main(argv=None) -> dict:
         print(
             f"{args.digits}-digit addition ({'reference format' if args.reverse_answer else 'plain format'}): "
             f"{len(data[0])} train / {len(data[1])} validation / {args.test_eval} of {len(data[2])} test problems; "
-            f"preset {args.preset} with {recipe_overrides(args)}; Ouro width {args.width}, {args.layers} layers",
+            f"preset {args.preset} with {recipe_overrides(args)}; {args.family} width {args.width}, {args.layers} "
+            "looped layers",
             flush=True,
         )
         for seed in args.seeds:

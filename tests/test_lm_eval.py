@@ -89,6 +89,25 @@ def test_the_loop_count_reaches_every_forward_of_both_request_kinds(saved, tasks
     assert model.config.total_ut_steps == 3  # tiny_ouro's default, put back
 
 
+def test_a_transformers_looped_lm_runs_each_request_at_each_loop_count(tasks, tmp_path):
+    """HRM-text (transformers' class), whose cache has a slot per attention call: generation at more H-cycles than
+    its config's runs (the cache is built for the count) and every forward runs the count; its config is restored."""
+    from conftest import char_tokenizer, tiny_native
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tiny_native("hrm_text", num_loops=2).save_pretrained(tmp_path)
+    char_tokenizer().save_pretrained(tmp_path)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(tmp_path).eval(), AutoTokenizer.from_pretrained(tmp_path)
+    calls = {"forward": 0, "cycle": 0}
+    model.register_forward_pre_hook(lambda *_: calls.__setitem__("forward", calls["forward"] + 1))
+    model.model.H_module.register_forward_pre_hook(lambda *_: calls.__setitem__("cycle", calls["cycle"] + 1))
+    for task in ("tiny_mc", "tiny_gen"):
+        calls.update(forward=0, cycle=0)
+        lm_eval_at_loops(model, tokenizer, [task], [4], include_path=str(tasks), batch_size=4)
+        assert calls["forward"] > 0 and calls["cycle"] == 4 * calls["forward"], (task, calls)
+    assert model.config.H_cycles == 2 and model.config.num_hidden_layers == 2 * 2 * 3  # put back
+
+
 def test_eval_writes_the_table_json_plot_and_card_entries(saved, tasks, tmp_path, capsys):
     argv = ["eval", str(saved), "--lm-eval-tasks", "tiny_mc,tiny_gen", "--lm-eval-include", str(tasks)]
     assert main([*argv, "--loops", "1,2", "--output-dir", str(saved), "--batch-size", "4"]) == 0

@@ -216,3 +216,33 @@ def test_stars_under_torchrun_keeps_the_replicas_of_transformers_looped_lms_iden
         StarsTrainer(model=single, args=args, train_dataset=stars_ddp.data()).train()
         for name, p in single.named_parameters():
             torch.testing.assert_close(params[name], p.detach(), rtol=1e-5, atol=1e-5, msg=(model_type, name))
+
+
+@pytest.mark.parametrize("model_type", NATIVE)
+def test_the_cli_trains_evaluates_audits_and_cards_a_transformers_looped_lm(model_type, tmp_path, capsys):
+    """``equilibria train --family`` builds transformers' class and trains it with STARS; the folder holds no code of
+    ours and its card loads it without remote code; ``eval`` and ``audit`` read it at other counts; ``train
+    --model_name_or_path`` fine-tunes it at another saved count (HRM-text: with its cache slots)."""
+    from huggingface_hub import ModelCard
+
+    from equilibria.cli import main
+
+    out, tuned = tmp_path / "out", tmp_path / "tuned"
+    common = ["--task", "addition", "--digits", "1", "--train_size", "60", "--test_size", "20", "--max_steps", "2",
+              "--use_cpu", "--report_to", "none",
+              "--disable_tqdm", "true", "--eval_loops", "1,3", "--per_device_train_batch_size", "8"]  # fmt: skip
+    assert main(["train", "--family", model_type, "--num_loops", "2", *common, "--output_dir", str(out)]) == 0
+    assert not list(out.glob("*.py")) and "remote code" not in capsys.readouterr().out
+    card = ModelCard.load(out / "README.md").text
+    assert "trust_remote_code" not in card and "equilibria.looped(model)" in card
+    assert main(["eval", str(out), "--loops", "1,5", "--num-examples", "8", "--output-dir", str(tmp_path)]) == 0
+    assert set(json.loads((tmp_path / "loop_scaling.json").read_text())["accuracy"]) == {"1", "5"}
+    assert main(["audit", str(out), "--num-examples", "8", "--output-dir", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "audit.json").read_text())["family"]["family"] == model_type
+    argv = ["train", "--model_name_or_path", str(out), "--num_loops", "4", *common, "--output_dir", str(tuned)]
+    assert main(argv) == 0
+    reloaded = AutoModelForCausalLM.from_pretrained(tuned)
+    assert getattr(reloaded.config, native_loop_for(model_type).loops_key) == 4
+    with torch.no_grad():  # the saved count runs as saved, cache included
+        generated = reloaded.generate(IDS[:, :3], max_new_tokens=3, do_sample=False)
+        assert torch.equal(generated, reloaded.generate(IDS[:, :3], max_new_tokens=3, do_sample=False, use_cache=False))

@@ -32,6 +32,7 @@ PAGES = [
     "docs/attractor.md",
     "docs/eqr.md",
     "docs/phdeq.md",
+    "docs/native.md",
     "docs/audit.md",
     "docs/hub.md",
     "docs/solvers.md",
@@ -48,6 +49,7 @@ pytestmark = pytest.mark.xdist_group("readme")  # one worker runs the blocks and
 # (what the README says, what the test runs instead): sizes and placeholder paths, applied to blocks and commands
 SIZES = [
     ("path/to/ouro-checkpoint", "tiny-ouro"),  # a tiny random Ouro checkpoint with a character tokenizer
+    ("path/to/dory", "tiny-dory"),  # a tiny random DoryForCausalLM (2 passes) with the same tokenizer
     ("path/to/saved-model", "tiny-phdeq"),  # a tiny random PH-DEQ (reachability, 16 nodes)
     ("max_new_tokens=20", "max_new_tokens=3"),
     ("2000, 200, seed=0", "64, 8, seed=0"),
@@ -157,15 +159,20 @@ def workdir(tmp_path_factory):
     import torch
 
     from equilibria import OuroForCausalLM, PHDEQConfig, PHDEQForSequenceClassification
-    from equilibria.families import small_ouro_config
+    from equilibria.families import FAMILIES, small_ouro_config
     from equilibria.tasks import build_reachability_dataset, reachability_input_size
-    from equilibria.tasks.tokenization import char_tokenizer
+    from equilibria.tasks.tokenization import char_tokenizer, tokenizer_fields
 
     work = tmp_path_factory.mktemp("readme")
     torch.manual_seed(0)
     tokenizer = char_tokenizer(string.ascii_letters + string.digits + " .,+=?!")
     OuroForCausalLM(small_ouro_config(tokenizer, hidden_size=32)).save_pretrained(work / "tiny-ouro")
     tokenizer.save_pretrained(work / "tiny-ouro")
+    dory = FAMILIES["dory"]
+    dory.heads[0].model_class(dory.make_config(tokenizer_fields(tokenizer), 32, 2, 4, 2)).save_pretrained(
+        work / "tiny-dory"
+    )
+    tokenizer.save_pretrained(work / "tiny-dory")
     config = PHDEQConfig(input_size=reachability_input_size(16), hidden_size=8, intermediate_size=16, num_labels=2)
     phdeq = PHDEQForSequenceClassification(config)
     phdeq.config.equilibria_task = "reachability"

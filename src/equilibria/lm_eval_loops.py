@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from .families import family_record
+from .native import loop_count as native_loop_count
 from .plots import plot_loop_scaling
 from .provenance import replacement_note
 
@@ -32,7 +33,12 @@ def require_lm_eval():
 @contextlib.contextmanager
 def loop_count(model, num_loops: int):
     """Within the block, ``model`` runs ``num_loops`` loops by default (the config's loop count, which ``forward``
-    and ``generate`` both read); put back afterwards."""
+    and ``generate`` both read); put back afterwards. A looped LM transformers ships sets every key its count needs
+    (:func:`equilibria.native.loop_count`)."""
+    if family_record(model).native:
+        with native_loop_count(model, num_loops):
+            yield model
+        return
     key = family_record(model).loops_key
     saved = getattr(model.config, key)
     setattr(model.config, key, num_loops)
