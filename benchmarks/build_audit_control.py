@@ -10,7 +10,12 @@ audits it through ``audit()`` and ``equilibria audit`` and expects ``computing``
     python benchmarks/build_audit_control.py           # about 5 minutes on 2 CPU cores
     python benchmarks/build_audit_control.py --quick   # seconds (a test runs it): a few steps into a temporary folder
 
-Results: ``docs/results/audit_control.json`` (``--output-dir`` to change; ``--quick`` writes beside its folder).
+``--family dory`` (``hrm_text``, ``inkling2_loop_text``) builds the same control from a looped LM that transformers
+ships (width 64, its small config's looped layers, four passes, no exit gate to choose a loss for) into
+``tests/data/<family>-audit-control``; ``tests/test_native_loops.py`` audits those.
+
+Results: ``docs/results/audit_control.json`` (``audit_control_<family>.json`` for another family; ``--output-dir``
+to change; ``--quick`` writes beside its folder).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 import doc_tables
 
 from equilibria.cli import main as equilibria
+from equilibria.native import native_model_types
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "tests" / "data" / "ouro-audit-control"
@@ -41,9 +47,20 @@ RECIPE = [
 ]  # fmt: skip
 
 
-def train(out: Path, steps: int) -> None:
-    """``equilibria train`` with the recipe above for ``steps`` optimizer steps, into ``out``."""
-    code = equilibria(["train", *RECIPE, "--max_steps", str(steps), "--output_dir", str(out)])
+def recipe(family: str) -> list[str]:
+    """The recipe above for ``family``: Ouro's as it is; a transformers looped LM at width 64 (the folder stays under
+    1 MB) without Ouro's exit-gate loss."""
+    if family == "ouro":
+        return RECIPE
+    flags = [flag for flag in RECIPE if flag not in ("--exit_loss", "final")]
+    flags[flags.index("--family") + 1] = family
+    flags[flags.index("--hidden_size") + 1] = "64"
+    return flags
+
+
+def train(out: Path, steps: int, family: str = "ouro") -> None:
+    """``equilibria train`` with ``family``'s recipe for ``steps`` optimizer steps, into ``out``."""
+    code = equilibria(["train", *recipe(family), "--max_steps", str(steps), "--output_dir", str(out)])
     if code != 0:
         raise SystemExit(f"equilibria train failed (exit {code})")
 
@@ -73,27 +90,33 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="a few steps into a temporary folder (for tests)")
     parser.add_argument("--steps", type=int, default=1500, help="optimizer steps (default 1500; --quick: 4)")
     parser.add_argument("--folder", type=Path, default=None, help=f"where the control goes (default {FOLDER})")
+    parser.add_argument(
+        "--family", default="ouro", choices=("ouro", *native_model_types()), help="the looped LM (default ouro)"
+    )
     parser.add_argument("--output-dir", type=Path, default=None, help="where audit_control.json goes")
     args = parser.parse_args(argv)
     steps = 4 if args.quick else args.steps
     scratch = Path(tempfile.mkdtemp(prefix="audit-control-"))
-    folder = args.folder or (scratch / "control" if args.quick else FOLDER)
+    own = FOLDER if args.family == "ouro" else FOLDER.parent / f"{args.family}-audit-control"
+    folder = args.folder or (scratch / "control" if args.quick else own)
     output_dir = args.output_dir or (scratch if args.quick else doc_tables.RESULTS)
     start = time.perf_counter()
-    train(scratch / "trained", steps)
+    train(scratch / "trained", steps, args.family)
     keep_what_loads(scratch / "trained", folder)
     report = audit_folder(folder, 40 if args.quick else 500)
     scaling = json.loads((folder / "loop_scaling.json").read_text())
+    named = "" if args.family == "ouro" else f" --family {args.family}"
     results = {
-        "command": "python benchmarks/build_audit_control.py" + (" --quick" if args.quick else ""),
-        "train": "equilibria train " + " ".join(RECIPE) + f" --max_steps {steps}",
+        "command": "python benchmarks/build_audit_control.py" + named + (" --quick" if args.quick else ""),
+        "train": "equilibria train " + " ".join(recipe(args.family)) + f" --max_steps {steps}",
         "folder": str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(folder),
         "folder_bytes": sum(p.stat().st_size for p in folder.iterdir()),
         "loop_scaling": {"data": scaling["data"], "accuracy": scaling["accuracy"]},
         "audit": {key: report[key] for key in ("verdict", "reasons", "accuracy", "substitution", "probe", "data")},
         "seconds": round(time.perf_counter() - start),
     }
-    doc_tables.save_results(output_dir / "audit_control.json", results, indent=1)
+    name = "audit_control.json" if args.family == "ouro" else f"audit_control_{args.family}.json"
+    doc_tables.save_results(output_dir / name, results, indent=1)
     if not args.quick:
         shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps({k: results[k] for k in ("folder_bytes", "seconds")}), results["loop_scaling"]["accuracy"])
