@@ -12,7 +12,8 @@ audits it through ``audit()`` and ``equilibria audit`` and expects ``computing``
 
 ``--family dory`` (``hrm_text``, ``inkling2_loop_text``) builds the same control from a looped LM that transformers
 ships (width 64, its small config's looped layers, four passes, no exit gate to choose a loss for) into
-``tests/data/<family>-audit-control``; ``tests/test_native_loops.py`` audits those.
+``tests/data/<family>-audit-control``; ``--family dory --lazy`` the negative control, a Dory whose loop returns its
+start, trained the same way (``tests/data/dory-lazy-audit-control``); ``tests/test_native_loops.py`` audits those.
 
 Results: ``docs/results/audit_control.json`` (``audit_control_<family>.json`` for another family; ``--output-dir``
 to change; ``--quick`` writes beside its folder).
@@ -58,9 +59,43 @@ def recipe(family: str) -> list[str]:
     return flags
 
 
-def train(out: Path, steps: int, family: str = "ouro") -> None:
-    """``equilibria train`` with ``family``'s recipe for ``steps`` optimizer steps, into ``out``."""
-    code = equilibria(["train", *recipe(family), "--max_steps", str(steps), "--output_dir", str(out)])
+SIZE_FLAGS = ("--family", "--hidden_size", "--num_layers")
+
+
+def lazy_start(folder: Path) -> None:
+    """The negative control's start: a new Dory of the recipe's sizes whose recurrent layers' update rates
+    (``lambda_1``, ``lambda_2``) are zero. Each of those layers then only renormalises its input, so every pass
+    returns its start (``norm(norm(h) + x0) = x0``) and only the input and output layers can learn the task; the
+    rates stay zero in training (the gradient of ``|lambda|`` at 0 is 0, and so Adam's update and weight decay)."""
+    import torch
+
+    from equilibria.families import FAMILIES
+    from equilibria.tasks import addition_tokenizer, tokenizer_fields
+
+    flags, dory = recipe("dory"), FAMILIES["dory"]
+    size = {flag: int(flags[flags.index(flag) + 1]) for flag in ("--hidden_size", "--num_layers", "--num_loops")}
+    tokenizer = addition_tokenizer()
+    torch.manual_seed(42)
+    config = dory.make_config(tokenizer_fields(tokenizer), size["--hidden_size"], size["--num_layers"], 4,
+                              size["--num_loops"])  # fmt: skip
+    model = dory.heads[0].model_class(config)
+    with torch.no_grad():
+        for layer in model.model.layers[config.n_input_layers : config.n_input_layers + config.n_recurrent_layers]:
+            layer.lambda_1.zero_()
+            layer.lambda_2.zero_()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def train(out: Path, steps: int, family: str = "ouro", lazy: bool = False) -> None:
+    """``equilibria train`` with ``family``'s recipe for ``steps`` optimizer steps, into ``out`` (``lazy``: from
+    :func:`lazy_start`, a Dory whose loop returns its start)."""
+    flags = recipe(family)
+    if lazy:
+        lazy_start(out.parent / "lazy-start")
+        flags = [f for i, f in enumerate(flags) if f not in SIZE_FLAGS and flags[i - 1] not in SIZE_FLAGS]
+        flags = ["--model_name_or_path", str(out.parent / "lazy-start"), *flags]
+    code = equilibria(["train", *flags, "--max_steps", str(steps), "--output_dir", str(out)])
     if code != 0:
         raise SystemExit(f"equilibria train failed (exit {code})")
 
@@ -93,29 +128,36 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--family", default="ouro", choices=("ouro", *native_model_types()), help="the looped LM (default ouro)"
     )
+    parser.add_argument(
+        "--lazy", action="store_true", help="Dory only: the negative control, a loop that returns its start"
+    )
     parser.add_argument("--output-dir", type=Path, default=None, help="where audit_control.json goes")
     args = parser.parse_args(argv)
     steps = 4 if args.quick else args.steps
     scratch = Path(tempfile.mkdtemp(prefix="audit-control-"))
-    own = FOLDER if args.family == "ouro" else FOLDER.parent / f"{args.family}-audit-control"
+    if args.lazy and args.family != "dory":
+        parser.error("--lazy builds a Dory (--family dory)")
+    label = args.family + ("-lazy" if args.lazy else "")
+    own = FOLDER if args.family == "ouro" else FOLDER.parent / f"{label}-audit-control"
     folder = args.folder or (scratch / "control" if args.quick else own)
     output_dir = args.output_dir or (scratch if args.quick else doc_tables.RESULTS)
     start = time.perf_counter()
-    train(scratch / "trained", steps, args.family)
+    train(scratch / "trained", steps, args.family, args.lazy)
     keep_what_loads(scratch / "trained", folder)
     report = audit_folder(folder, 40 if args.quick else 500)
     scaling = json.loads((folder / "loop_scaling.json").read_text())
-    named = "" if args.family == "ouro" else f" --family {args.family}"
+    named = ("" if args.family == "ouro" else f" --family {args.family}") + (" --lazy" if args.lazy else "")
     results = {
         "command": "python benchmarks/build_audit_control.py" + named + (" --quick" if args.quick else ""),
         "train": "equilibria train " + " ".join(recipe(args.family)) + f" --max_steps {steps}",
+        "lazy_start": args.lazy,
         "folder": str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(folder),
         "folder_bytes": sum(p.stat().st_size for p in folder.iterdir()),
         "loop_scaling": {"data": scaling["data"], "accuracy": scaling["accuracy"]},
         "audit": {key: report[key] for key in ("verdict", "reasons", "accuracy", "substitution", "probe", "data")},
         "seconds": round(time.perf_counter() - start),
     }
-    name = "audit_control.json" if args.family == "ouro" else f"audit_control_{args.family}.json"
+    name = "audit_control.json" if args.family == "ouro" else f"audit_control_{label}.json"
     doc_tables.save_results(output_dir / name, results, indent=1)
     if not args.quick:
         shutil.rmtree(scratch, ignore_errors=True)
