@@ -183,6 +183,9 @@ def test_the_penalty_on_a_transformers_looped_lm_is_the_radius_of_its_loop_maps_
     direct = spectral_radius(f, state.detach(), num_iters=6, start=start)
     torch.testing.assert_close(out.spectral_radius, direct, rtol=1e-5, atol=1e-6)
     assert out.spectral_radius.requires_grad  # a penalty: differentiable in the weights
+    rows = torch.tensor([1])  # jsrr_sample_fraction < 1: the estimate on some rows alone, as on the whole batch
+    picked = model(IDS, spectral_radius_iters=6, spectral_radius_start=start, spectral_radius_rows=rows)
+    torch.testing.assert_close(picked.spectral_radius, direct[1:], rtol=1e-5, atol=1e-6)
 
 
 def test_stars_under_torchrun_keeps_the_replicas_of_transformers_looped_lms_identical(tmp_path):
