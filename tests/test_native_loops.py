@@ -249,3 +249,17 @@ def test_the_cli_trains_evaluates_audits_and_cards_a_transformers_looped_lm(mode
     with torch.no_grad():  # the saved count runs as saved, cache included
         generated = reloaded.generate(IDS[:, :3], max_new_tokens=3, do_sample=False)
         assert torch.equal(generated, reloaded.generate(IDS[:, :3], max_new_tokens=3, do_sample=False, use_cache=False))
+
+
+def test_the_stars_benchmark_quick_mode_trains_a_dory(tmp_path):
+    """``bench_stars_addition.py --family dory``: transformers' class through the same runs, JSON and summary."""
+    from conftest import load_benchmark, read_benchmark_json
+
+    bench = load_benchmark("bench_stars_addition")
+    results = bench.main(["--quick", "--family", "dory", "--kinds", "plain,stars", "--output-dir", str(tmp_path)])
+    saved = read_benchmark_json(tmp_path / "results.json", results)
+    assert set(saved["runs"]) == {"plain", "stars"}
+    for seeds in saved["runs"].values():
+        for run in seeds.values():
+            assert run["family"] == "dory" and set(run["accuracy"]) == {"1", "2", "4"}
+            assert run["dynamics"]["spectral_radius"]  # the trajectory diagnostic read the loop map
