@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -263,3 +264,48 @@ def test_the_stars_benchmark_quick_mode_trains_a_dory(tmp_path):
         for run in seeds.values():
             assert run["family"] == "dory" and set(run["accuracy"]) == {"1", "2", "4"}
             assert run["dynamics"]["spectral_radius"]  # the trajectory diagnostic read the loop map
+
+
+CONTROLS = Path(__file__).resolve().parent / "data"
+
+
+@pytest.mark.parametrize("model_type", NATIVE)
+def test_a_trained_transformers_looped_lm_whose_extra_passes_do_the_task_is_computing(model_type, tmp_path):
+    """The positive controls (``benchmarks/build_audit_control.py --family F``): trained at 4 passes on 2-digit
+    addition, each does better at four passes than at one on problems it never trained on, and ``equilibria audit``
+    calls it `computing`: substituting the one-pass state costs accuracy, and the probe agrees. Dory and HRM-text
+    fail at one pass; Inkling2-loop's layers do most of the work in its first pass (its passes add a few points)."""
+    from equilibria.cli import main
+
+    folder = CONTROLS / f"{model_type}-audit-control"
+    assert sum(f.stat().st_size for f in folder.iterdir()) < 1_100_000 and not list(folder.glob("*.py"))
+    argv = ["--num-examples", "500", "--output-dir", str(tmp_path)]  # the builder's audit: 200 leave Inkling2 undecided
+    assert main(["eval", str(folder), "--loops", "1,4", *argv]) == 0
+    accuracy = json.loads((tmp_path / "loop_scaling.json").read_text())["accuracy"]
+    strong = model_type != "inkling2_loop_text"
+    assert accuracy["4"] > accuracy["1"] + (0.3 if strong else 0.0) and (accuracy["1"] < 0.1 or not strong), accuracy
+    assert main(["audit", str(folder), *argv]) == 0
+    report = json.loads((tmp_path / "audit.json").read_text())
+    assert report["verdict"] == "computing", report["reasons"]
+    assert report["substitution"]["change_points"] < (-30 if strong else 0)
+    assert any("independently" in r for r in report["reasons"])
+
+
+def test_a_trained_dory_whose_loop_returns_its_start_is_a_lazy_identity_collapse(tmp_path):
+    """The negative control (``build_audit_control.py --family dory --lazy``): a Dory trained with its recurrent
+    layers' update rates at zero, so that every pass returns its start and only the input and output layers learn.
+    It beats chance at every count alike, and the audit calls its loop a lazy identity collapse, not computing."""
+    from equilibria.cli import main
+
+    folder = CONTROLS / "dory-lazy-audit-control"
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    config = model.config
+    for layer in model.model.layers[config.n_input_layers : config.n_input_layers + config.n_recurrent_layers]:
+        assert not layer.lambda_1.any() and not layer.lambda_2.any()  # training left the rates at zero
+    argv = ["--num-examples", "200", "--output-dir", str(tmp_path)]
+    assert main(["eval", str(folder), "--loops", "1,4", *argv]) == 0
+    accuracy = json.loads((tmp_path / "loop_scaling.json").read_text())["accuracy"]
+    assert accuracy["1"] == accuracy["4"] > 0.3, accuracy
+    assert main(["audit", str(folder), *argv]) == 0
+    report = json.loads((tmp_path / "audit.json").read_text())
+    assert report["verdict"] == "lazy identity collapse", report["reasons"]

@@ -327,15 +327,16 @@ def _hrm_text_config(fields: dict, hidden_size: int, num_layers: int, num_attent
 
 
 def _inkling2_loop_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
-    """A small Inkling2-loop: one layer before and one after ``num_layers`` looped layers passed ``num_loops``
-    times, 4 experts (2 per token), a residual block per layer."""
+    """A small Inkling2-loop: one layer before ``num_layers`` looped layers passed ``num_loops`` times and none after
+    them (the model needs a layer before its loop; with none after, the passes do the rest of the work), 4 experts
+    (2 per token), a residual block per layer."""
     fields = {"max_position_embeddings": 64, **fields}
     heads = dict(num_attention_heads=num_attention_heads, head_dim=hidden_size // num_attention_heads)
     return transformers.Inkling2LoopTextConfig(
         **fields,
         unpadded_vocab_size=fields["vocab_size"],
         hidden_size=hidden_size,
-        num_hidden_layers=num_layers + 2,
+        num_hidden_layers=num_layers + 1,
         **heads,
         num_key_value_heads=num_attention_heads,
         swa_num_attention_heads=num_attention_heads,
