@@ -353,8 +353,9 @@ def test_flags_after_a_config_file_override_it(tmp_path, capsys):
     assert "unknown key `max_step` (did you mean `max_steps`?)" in capsys.readouterr().err
     config.write_text(f"family: eqr\noutput_dir: {tmp_path}\njsrr_weight: 0.2\n")
     assert main(["train", str(config)]) == 2
-    assert "key `jsrr_weight` is a flag of the ouro family (StarsTrainingArguments), not of eqr" in (
-        capsys.readouterr().err
+    assert (
+        "key `jsrr_weight` is a flag of the ouro, dory, hrm_text and inkling2_loop_text families (StarsTrainingArguments), not of eqr"
+        in (capsys.readouterr().err)
     )
 
 
@@ -383,7 +384,7 @@ def test_train_errors_are_one_line(tmp_path, capsys):
         # a flag of another family, or of another command, says whose it is (not HfArgumentParser's "not used")
         (
             ["--family", "eqr", "--jsrr_weight", "0.2"],
-            "--jsrr_weight is a flag of the ouro family (StarsTrainingArguments), not of eqr, the family trained here",
+            "--jsrr_weight is a flag of the ouro, dory, hrm_text and inkling2_loop_text families (StarsTrainingArguments), not of eqr, the family trained here",
         ),
         (
             ["--family", "ouro", "--breadth", "4"],

@@ -241,8 +241,12 @@ def test_the_cli_trains_evaluates_audits_and_cards_a_transformers_looped_lm(mode
     assert "trust_remote_code" not in card and "equilibria.looped(model)" in card
     assert main(["eval", str(out), "--loops", "1,5", "--num-examples", "8", "--output-dir", str(tmp_path)]) == 0
     assert set(json.loads((tmp_path / "loop_scaling.json").read_text())["accuracy"]) == {"1", "5"}
-    assert main(["audit", str(out), "--num-examples", "8", "--output-dir", str(tmp_path)]) == 0
-    assert json.loads((tmp_path / "audit.json").read_text())["family"]["family"] == model_type
+    assert main(["audit", str(out), "--num-examples", "8", "--output-dir", str(out)]) == 0
+    assert json.loads((out / "audit.json").read_text())["family"]["family"] == model_type
+    assert main(["card", str(out)]) == 0  # the card of the folder: its loop scaling, audit and training history
+    card = ModelCard.load(out / "README.md").text
+    assert "## Computation audit" in card and "| num_loops | accuracy |" in card and "StarsTrainer" in card
+    assert "trust_remote_code" not in card
     argv = ["train", "--model_name_or_path", str(out), "--num_loops", "4", *common, "--output_dir", str(tuned)]
     assert main(argv) == 0
     reloaded = AutoModelForCausalLM.from_pretrained(tuned)

@@ -20,7 +20,7 @@ from ..command_arguments import (
 )
 from ..families import FAMILIES
 from ..scaling import parse_loops
-from ..wording import with_article
+from ..wording import listed, with_article
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")  # what from_pretrained(dtype=...) takes by name
 
@@ -292,9 +292,9 @@ class UnusedFlags(UnknownFlags):
     def parts(self, others: dict[str, str] | None) -> list[str]:
         parts = []
         for name, families in self.owners.items():
-            classes = ", ".join(_arguments_class(f).__name__ for f in families)
+            classes = ", ".join(dict.fromkeys(_arguments_class(f).__name__ for f in families))
             parts.append(
-                f"{self.label(name)} is a flag of the {' and '.join(families)} "
+                f"{self.label(name)} is a flag of the {listed(families)} "
                 f"{'families' if len(families) > 1 else 'family'} ({classes}), not of {self.family}, the family "
                 "trained here"
             )
