@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from types import MethodType
 
 import torch
+import transformers
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.utils import ModelOutput
 
@@ -50,7 +51,9 @@ _JSRR_DEFAULTS = dict(
 
 
 def native_model_types() -> tuple[str, ...]:
-    return tuple(t for cls in NATIVE_LOOPS for t in cls.model_types)
+    """The model types of the architectures the installed transformers has (Dory and Inkling2-loop from 5.24,
+    HRM-text from 5.9)."""
+    return tuple(t for cls in NATIVE_LOOPS if hasattr(transformers, cls.head_class) for t in cls.model_types)
 
 
 def native_loop_for(model_or_config) -> NativeLoop:

@@ -105,6 +105,7 @@ class NativeLoop:
     ``model`` the causal-LM head model."""
 
     model_types: tuple[str, ...] = ()
+    head_class = ""  # the causal-LM class in transformers (an older release may lack it)
     loops_key = ""
     #: the passes before the state the loop map starts from (0: before the first pass)
     start_after_passes = 0

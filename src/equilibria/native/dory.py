@@ -16,6 +16,7 @@ class DoryLoop(NativeLoop):
     ``last_loop`` one set for every pass."""
 
     model_types = ("dory",)
+    head_class = "DoryForCausalLM"
     loops_key = "n_recurrent_loops"
 
     @staticmethod

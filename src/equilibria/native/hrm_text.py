@@ -21,6 +21,7 @@ class HrmTextLoop(NativeLoop):
     count."""
 
     model_types = ("hrm_text",)
+    head_class = "HrmTextForCausalLM"
     loops_key = "H_cycles"
 
     def loop_config(self, config, num_loops):

@@ -22,6 +22,7 @@ class Inkling2Loop(NativeLoop):
     appended after the model's layers on a cache's first forward."""
 
     model_types = ("inkling2_loop_text",)
+    head_class = "Inkling2LoopForCausalLM"
     loops_key = "loop_num_passes"
     start_after_passes = 1
 
