@@ -360,24 +360,21 @@ def _native_families() -> list[Family]:
     """The records of the looped LMs transformers ships, where the installed release has their classes (Dory and
     Inkling2-loop from 5.24, HRM-text from 5.9)."""
     lm = lambda cls: (Head(cls, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),)  # noqa: E731
-    known = [
-        ("dory", "passes of the recurrent section", "n_recurrent_loops", "Dory", _dory_config),
-        ("hrm_text", "H-cycles (each: L_cycles of the L-stack, then the H-stack)", "H_cycles", "HrmText",
-         _hrm_text_config),
-        ("inkling2_loop_text", "passes of the looped layers", "loop_num_passes", "Inkling2Loop",
-         _inkling2_loop_config),
+    known = [  # model type, loop meaning, loop key, (config, base model, head) class names, small config
+        ("dory", "passes of the recurrent section", "n_recurrent_loops",
+         ("DoryConfig", "DoryModel", "DoryForCausalLM"), _dory_config),
+        ("hrm_text", "H-cycles (each: L_cycles of the L-stack, then the H-stack)", "H_cycles",
+         ("HrmTextConfig", "HrmTextModel", "HrmTextForCausalLM"), _hrm_text_config),
+        ("inkling2_loop_text", "passes of the looped layers", "loop_num_passes",
+         ("Inkling2LoopTextConfig", "Inkling2LoopTextModel", "Inkling2LoopForCausalLM"), _inkling2_loop_config),
     ]  # fmt: skip
     records = []
-    for model_type, meaning, key, prefix, make in known:
-        names = (f"{prefix}TextConfig" if prefix == "Inkling2Loop" else f"{prefix}Config", f"{prefix}ForCausalLM")
-        if not all(hasattr(transformers, name) for name in names):
-            continue
-        base = f"{prefix}TextModel" if prefix == "Inkling2Loop" else f"{prefix}Model"
-        config_class, head_class = (getattr(transformers, name) for name in names)
-        records.append(
-            Family(model_type, meaning, key, 1, config_class, getattr(transformers, base), lm(head_class), make,
-                   native=True)
-        )  # fmt: skip
+    for model_type, meaning, key, names, make in known:
+        if all(hasattr(transformers, name) for name in names):
+            config_class, base_class, head_class = (getattr(transformers, name) for name in names)
+            records.append(
+                Family(model_type, meaning, key, 1, config_class, base_class, lm(head_class), make, native=True)
+            )
     return records
 
 

@@ -398,7 +398,36 @@ class AttractorPuzzleAdapter(_PuzzleCells, AttractorAdapter):
         return puzzle_solved(logits, batch["labels"])
 
 
-class OuroAdapter(_CausalLMAdapter):
+class _FixedCountAdapter(_CausalLMAdapter):
+    """Shared by the language models that run a fixed number of loop steps (Ouro, transformers' looped LMs): a
+    sequence has converged when the last step's relative change ``||h_T - h_{T-1}|| / ||h_T||`` (over its real
+    tokens) is below ``tol``; T4 does not apply (there is no fixed point to return to)."""
+
+    displacement_applies = False
+
+    def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
+        super().__init__(model, num_loops, seed)
+        self.tol = tol
+
+    def _fixed_run(self, batch, first, previous, last, steps, correct=None) -> LoopRun:
+        """The run from the states after the first, the second-to-last and the last step (``(batch, seq, width)``),
+        the steps per sequence and, when known, which sequences are right (else decoded from the last state)."""
+        change = residual(self._flatten_real(batch, previous), self._flatten_real(batch, last), keep_dims=1)[1]
+        run = LoopRun(
+            valid=self._real_entries(batch, first),
+            start=self._flatten_real(batch, first),
+            solved=self._flatten_real(batch, last),
+            steps=steps,
+            converged=change < self.tol if self.max_iter > 1 else torch.ones(len(last), dtype=torch.bool),
+            diverged=~torch.isfinite(last.flatten(1)).all(1),
+            correct=torch.zeros(0, dtype=torch.bool),
+            extra={"last_change": change},
+        )
+        run.correct = self.decode(batch, run, run.solved) if correct is None else correct
+        return run
+
+
+class OuroAdapter(_FixedCountAdapter):
     """Ouro, a fixed number of loop steps without an attractor: the audit asks whether the steps after the first
     compute. ``z0`` is the state after the first loop step (normalised, as every step's output is, so the decoder
     reads it as it reads the last), ``h*`` the state after all ``num_loops`` steps, the decoder ``lm_head``.
@@ -410,11 +439,6 @@ class OuroAdapter(_CausalLMAdapter):
     model_types = ("ouro",)
     start_name = "h_1 (the state after the first loop step)"
     solved_name = "h_T (the state after the last loop step)"
-    displacement_applies = False
-
-    def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
-        super().__init__(model, num_loops, seed)
-        self.tol = tol
 
     def run(self, batch, start=None):
         loop = self.model.model.loop_map(batch["input_ids"], attention_mask=batch["attention_mask"])
@@ -423,19 +447,7 @@ class OuroAdapter(_CausalLMAdapter):
         for _ in range(1, self.max_iter):  # h_{t+1} = f(h_t) up to h_T; the gate is read after every step but the last
             gate_logits.append(self.model.model.exit_logit(last))  # the gate forward reads
             previous, last = last, loop(last)
-        change = residual(self._flatten_real(batch, previous), self._flatten_real(batch, last), keep_dims=1)[1]
-        run = LoopRun(
-            valid=self._real_entries(batch, loop.start),
-            start=self._flatten_real(batch, first),
-            solved=self._flatten_real(batch, last),
-            steps=self._expected_exit_step(batch, gate_logits, last),
-            converged=change < self.tol if self.max_iter > 1 else torch.ones(len(last), dtype=torch.bool),
-            diverged=~torch.isfinite(last.flatten(1)).all(1),
-            correct=torch.zeros(0, dtype=torch.bool),
-            extra={"last_change": change},
-        )
-        run.correct = self.decode(batch, run, run.solved)
-        return run
+        return self._fixed_run(batch, first, previous, last, self._expected_exit_step(batch, gate_logits, last))
 
     def _expected_exit_step(self, batch, gate_logits: list[torch.Tensor], last: torch.Tensor) -> torch.Tensor:
         """Per sequence: the expected exit step under the model's exit distribution, averaged over its labelled
@@ -452,7 +464,7 @@ class OuroAdapter(_CausalLMAdapter):
         return self.model.lm_head(self.model.model.readout(state_flat.view(num, width, -1)))
 
 
-class NativeLoopAdapter(_CausalLMAdapter):
+class NativeLoopAdapter(_FixedCountAdapter):
     """A looped LM that transformers ships (Dory, HRM-text, Inkling2-loop; :mod:`equilibria.native`), a fixed
     number of passes as for Ouro: do the passes after the first compute? ``z0`` is the loop state after the first
     pass, ``h*`` the state after all ``num_loops`` (both read from one forward of the model, by hooks), the decoder
@@ -463,11 +475,9 @@ class NativeLoopAdapter(_CausalLMAdapter):
     model_types = native_model_types()
     start_name = "h_1 (the loop state after the first pass)"
     solved_name = "h_T (the loop state after the last pass)"
-    displacement_applies = False
 
     def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
-        super().__init__(model, num_loops, seed)
-        self.tol = tol
+        super().__init__(model, num_loops, tol, seed)
         self.protocol = native_loop_for(model)
 
     @property
@@ -480,19 +490,11 @@ class NativeLoopAdapter(_CausalLMAdapter):
         base = base_model_of(self.model)
         with loop_count(self.model, self.max_iter), self.protocol.recorder(base) as recorded:
             logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        states = [self.protocol.state_after(base, recorded, p) for p in (1, max(self.max_iter - 1, 1), None)]
-        first, previous, last = (self._flatten_real(batch, s) for s in states)
-        change = residual(previous, last, keep_dims=1)[1]
-        return LoopRun(
-            valid=self._real_entries(batch, states[0]),
-            start=first,
-            solved=last,
-            steps=torch.full((len(last),), float(self.max_iter), dtype=torch.float64),
-            converged=change < self.tol if self.max_iter > 1 else torch.ones(len(last), dtype=torch.bool),
-            diverged=~torch.isfinite(last).all(1),
-            correct=self._units_right(batch, logits),
-            extra={"last_change": change},
+        first, previous, last = (
+            self.protocol.state_after(base, recorded, p) for p in (1, max(self.max_iter - 1, 1), None)
         )
+        steps = torch.full((len(last),), float(self.max_iter), dtype=torch.float64)
+        return self._fixed_run(batch, first, previous, last, steps, correct=self._units_right(batch, logits))
 
     def _decoder_logits(self, batch, state_flat):
         num, width = batch["input_ids"].shape

@@ -154,6 +154,16 @@ def _eqr_card_notes(config) -> list[str]:
     return lines
 
 
+def _native_text(name: str, class_name: str, source: str) -> FamilyText:
+    """The card text of a looped LM that transformers ships: its usage applies :func:`equilibria.looped`."""
+    return FamilyText(
+        name=f"{name} (transformers' `{class_name}`)",
+        paper=f"{source}; the architecture ships in transformers",
+        tags=("looped-lm", "recurrent-depth"),
+        usage={"causal_lm": NATIVE_LM_USAGE},
+    )
+
+
 FAMILY_TEXTS: dict[str, FamilyText] = {
     "ouro": FamilyText(
         name="Ouro looped language model",
@@ -198,26 +208,20 @@ FAMILY_TEXTS: dict[str, FamilyText] = {
         },
         citation=PHDEQ_BIBTEX,
     ),
-    "dory": FamilyText(
-        name="Dory looped language model (transformers' `DoryForCausalLM`)",
-        paper="NVIDIA Nemotron-Labs' Dory: input layers, a recurrent section looped `n_recurrent_loops` times, output "
-        "layers; the architecture ships in transformers",
-        tags=("looped-lm", "recurrent-depth"),
-        usage={"causal_lm": NATIVE_LM_USAGE},
+    "dory": _native_text(
+        "Dory looped language model",
+        "DoryForCausalLM",
+        "NVIDIA Nemotron-Labs' Dory: input layers, a recurrent section looped `n_recurrent_loops` times, output layers",
     ),
-    "hrm_text": FamilyText(
-        name="HRM-text language model (transformers' `HrmTextForCausalLM`)",
-        paper="the Hierarchical Reasoning Model's text variant (Sapient): an L-stack and an H-stack, `H_cycles` x "
-        "`L_cycles`; the architecture ships in transformers",
-        tags=("looped-lm", "recurrent-depth"),
-        usage={"causal_lm": NATIVE_LM_USAGE},
+    "hrm_text": _native_text(
+        "HRM-text language model",
+        "HrmTextForCausalLM",
+        "the Hierarchical Reasoning Model's text variant (Sapient): an L-stack and an H-stack, `H_cycles` x `L_cycles`",
     ),
-    "inkling2_loop_text": FamilyText(
-        name="Inkling2-loop language model (transformers' `Inkling2LoopForCausalLM`)",
-        paper="Thinking Machines' Inkling-2 with looped layers passed `loop_num_passes` times through a gated message "
-        "path; the architecture ships in transformers",
-        tags=("looped-lm", "recurrent-depth"),
-        usage={"causal_lm": NATIVE_LM_USAGE},
+    "inkling2_loop_text": _native_text(
+        "Inkling2-loop language model",
+        "Inkling2LoopForCausalLM",
+        "Thinking Machines' Inkling-2 with looped layers passed `loop_num_passes` times through a gated message path",
     ),
 }
 

@@ -70,6 +70,11 @@ def native_loop_for(model_or_config) -> NativeLoop:
     )
 
 
+def is_native(model) -> bool:
+    """Whether ``model`` (or the base model of a PEFT model) is a looped LM that transformers ships."""
+    return getattr(getattr(_head_model(model), "config", None), "model_type", None) in native_model_types()
+
+
 def _head_model(model):
     """The causal-LM model inside ``model`` (a PEFT model's base model)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -131,7 +136,6 @@ def _jsrr(head, recorded: Recorder, attention_mask, options: dict) -> torch.Tens
     ``spectral_radius_step`` passes), over the real tokens; with ``rows``, on those batch rows only."""
     protocol, base = native_loop_for(head), base_model_of(head)
     state = protocol.state_after(base, recorded, options["spectral_radius_step"])
-    step = protocol.step(base, recorded)
     valid = attention_mask if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 else None
     rows, start = options["spectral_radius_rows"], options["spectral_radius_start"]
     if rows is not None:
@@ -141,9 +145,8 @@ def _jsrr(head, recorded: Recorder, attention_mask, options: dict) -> torch.Tens
         state, valid, start = (rows_of(t, rows, batch) for t in (state, valid, start))
         recorded.inputs = {k: rows_of(v, rows, batch) for k, v in recorded.inputs.items()}
         recorded.outputs = {k: rows_of(v, rows, batch) for k, v in recorded.outputs.items()}
-        step = protocol.step(base, recorded)
     return spectral_radius(
-        step,
+        protocol.step(base, recorded),
         state,
         num_iters=options["spectral_radius_iters"],
         valid=valid,
@@ -244,6 +247,7 @@ __all__ = [
     "NativeLoop",
     "base_model_of",
     "check_cache",
+    "is_native",
     "loop_count",
     "looped",
     "native_loop_for",

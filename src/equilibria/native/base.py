@@ -60,16 +60,6 @@ def replace_output(module: nn.Module, value: Callable[[object], object], call: i
         handle.remove()
 
 
-@contextlib.contextmanager
-def replace_inputs(module: nn.Module, value: Callable[[tuple, dict], tuple[tuple, dict]]) -> Iterator[None]:
-    """Within the block, every call of ``module`` gets ``value(args, kwargs)`` in place of its arguments."""
-    handle = module.register_forward_pre_hook(lambda _m, args, kwargs: value(args, kwargs), with_kwargs=True)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
 def without_cache(kwargs: dict) -> dict:
     """A recorded call's keywords for a call of our own outside the model's forward: no cache (nor its offsets and
     shared past)."""
@@ -171,4 +161,4 @@ class NativeLoop:
         return LoopMap(self.step(base, recorded), self.start(base, recorded))
 
 
-__all__ = ["NativeLoop", "Recorder", "first_tensor", "without_cache", "replace_inputs", "replace_output", "rows_of"]
+__all__ = ["NativeLoop", "Recorder", "first_tensor", "without_cache", "replace_output", "rows_of"]

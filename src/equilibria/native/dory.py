@@ -48,12 +48,12 @@ class DoryLoop(NativeLoop):
 
     def step(self, base, recorded):
         start, end = self._section(base.config)
-        calls = [(None, without_cache(recorded.inputs[f"layer{i}"][0][1])) for i in range(start, end)]
+        keywords = [without_cache(recorded.inputs[f"layer{i}"][0][1]) for i in range(start, end)]
         anchor = base.norm(self.start(base, recorded))
 
         def one_pass(h: torch.Tensor) -> torch.Tensor:
             h = base.norm(h) + anchor
-            for layer, (_args, kwargs) in zip(base.layers[start:end], calls):
+            for layer, kwargs in zip(base.layers[start:end], keywords):
                 h = first_tensor(layer(h, **kwargs))
             return h
 

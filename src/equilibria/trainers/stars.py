@@ -25,7 +25,7 @@ from transformers import TrainingArguments
 from transformers.utils import logging
 
 from ..modeling.regularization import JSRR_ESTIMATORS, JSRR_PROBES
-from ..native import looped, native_model_types
+from ..native import is_native, looped, native_model_types
 from .arguments import FILLED_IN, Interval, LoopTrainingArguments, OneOf, preset_recipe, same_value
 from .common import LoopTrainer, TermScale, find_core
 from .stars_presets import STARS_OPTIONS, STARS_PRESETS, preset_values
@@ -265,11 +265,6 @@ def find_looped_core(model: nn.Module) -> nn.Module | None:
     return find_core(model, StarsTrainer.model_types)
 
 
-def _is_native(model) -> bool:
-    model = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return getattr(getattr(model, "config", None), "model_type", None) in native_model_types()
-
-
 def _math_attention():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -302,7 +297,7 @@ class StarsTrainer(LoopTrainer):
     weighted_log_keys = {"spectral_radius": "jsrr_weight", "jsrr_penalty": "jsrr_weight"}
 
     def __init__(self, model=None, args: StarsTrainingArguments | None = None, **kwargs):
-        if model is not None and _is_native(model):  # transformers' looped LMs: num_loops per call, a loop map
+        if model is not None and is_native(model):  # transformers' looped LMs: num_loops per call, a loop map
             looped(model)
         if isinstance(args, StarsTrainingArguments) and args.gradient_checkpointing and args.jsrr_weight > 0:
             given = dict(args.gradient_checkpointing_kwargs or {})
