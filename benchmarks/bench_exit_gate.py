@@ -1,6 +1,6 @@
 """Early exit on addition, with the exit gate trained each way: accuracy against the mean number of loop steps.
 
-The README's `equilibria train` model (2-digit addition, 4 loops, 1500 steps) is trained once per
+The README's earlier (before issue #59) `equilibria train` model (2-digit addition, 4 loops, 1500 steps) is trained once per
 ``OuroConfig.exit_loss`` ("expected_logits", the published code's loss and the default; "expected", the Ouro
 paper's objective; "final", the last step only, which leaves the gate untrained and frozen). Each is evaluated on
 the same 200 held-out problems by greedy generation: at fixed loop counts 1-4, and with early exit for a sweep of

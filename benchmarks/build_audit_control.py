@@ -43,7 +43,8 @@ RECIPE = [
     "--family", "ouro", "--task", "addition", "--digits", "2", "--hidden_size", "96", "--num_layers", "2",
     "--num_loops", "4", "--min_loops", "4", "--max_loops", "4", "--exit_loss", "final", "--jsrr_weight", "0",
     "--learning_rate", "1e-3", "--per_device_train_batch_size", "64", "--lr_scheduler_type", "cosine",
-    "--warmup_steps", "0.05", "--weight_decay", "0.01", "--eval_loops", "1,2,4", "--use_cpu", "--seed", "42",
+    "--warmup_steps", "0.05", "--weight_decay", "0.01", "--train_size", "2000", "--eval_loops", "1,2,4", "--use_cpu",
+    "--seed", "42",
     "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
 ]  # fmt: skip
 

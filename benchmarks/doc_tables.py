@@ -1397,6 +1397,44 @@ def _paired(a: dict[int, dict], b: dict[int, dict], depth: str) -> str:
     )
 
 
+def recipe_range(runs: list[dict], loops: int | str) -> str:
+    """``95.5-99.0%`` (``98.0%`` when every run agrees): the lowest and highest share right at ``loops`` over
+    ``runs``."""
+    values = [run["accuracy"][str(loops)] for run in runs]
+    low, high = pct(min(values)), pct(max(values))
+    return low if low == high else f"{low[:-1]}-{high}"
+
+
+def recipe_runs_label(runs: list[dict]) -> str:
+    """``seeds 0-2 x 1, 2 threads``: which runs a range covers."""
+    seeds = sorted({run["seed"] for run in runs})
+    threads = sorted({run["threads"] for run in runs})
+    span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2 else (
+        ", ".join(map(str, seeds)))  # fmt: skip
+    return f"seeds {span}, {' and '.join(map(str, threads))} thread{'s' if threads != [1] else ''}"
+
+
+def recipes() -> str:
+    """Every documented training command (``benchmarks/recipes.py``): what it gives at its trained loop count over
+    every seed and thread count run, the wall time, and what the page's earlier command gave."""
+    rows = []
+    for name, entry in load("recipes.json")["recipes"].items():
+        runs, loops = entry["runs"], entry["loops"]
+        before = entry.get("before", {}).get("runs") or []
+        walls = [run["wall_s"] for run in runs]
+        rows.append([
+            f"`{name}` ({entry['page']})",
+            f"`{entry['command']}`",
+            entry["what"],
+            f"{recipe_range(runs, loops)} ({recipe_runs_label(runs)})",
+            "" if entry["target"] is None else f">= {pct(entry['target'], 0)}",
+            f"{min(walls) / 60:.1f}-{max(walls) / 60:.1f} min",
+            f"{recipe_range(before, loops)} ({recipe_runs_label(before)})" if before else "",
+        ])  # fmt: skip
+    header = ["recipe", "command (`--seed S` added)", "result", "measured", "promised", "wall time", "the old command"]
+    return markdown(header, rows)
+
+
 def readme_results() -> str:
     """The README's results table: a row per headline result (:data:`README_ROWS`), each with the command that
     produced it, every number read from the JSON its page's tables are generated from."""
@@ -2039,6 +2077,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "attractor-puzzles-select": attractor_puzzles_select,
     "attractor-smoke": attractor_smoke,
     "readme-results": readme_results,
+    "recipes": recipes,
 }
 
 

@@ -60,6 +60,12 @@ SIZES = [
     ("num_train=6000, num_test=1000", "num_train=16, num_test=8"),
     ("num_test=500", "num_test=20"),
     ("--max_steps 1500", "--max_steps 2"),  # steps only: the commands' data defaults must work as written
+    # the README's recipe commands (their settings are the family and task's recipe): 2 steps on 64 problems
+    (
+        "--task addition --output_dir out --use_cpu",
+        "--task addition --output_dir out --use_cpu --max_steps 2 --train_size 64",
+    ),
+    ("--output_dir dory --use_cpu", "--output_dir dory --use_cpu --max_steps 2 --train_size 64"),
     ("--max_steps 300", "--max_steps 2"),
     ("--max_steps 200 --use_cpu", "--max_steps 2 --use_cpu"),
     ("--max_steps 2000 --learning_rate 1e-3", "--max_steps 2 --learning_rate 1e-3"),

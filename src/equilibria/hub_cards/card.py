@@ -560,6 +560,15 @@ def _stage_lines(number: int, total: int, stage: dict) -> list[str]:
             f"{', '.join(lora['target_modules'])}" + (f", {kept}" if kept else "") + ".",
             "",
         ]
+    task_recipe = stage.get("task_recipe")
+    if task_recipe:
+        changed = ", ".join(f"`{k}={v}`" for k, v in (task_recipe.get("overrides") or {}).items())
+        lines += [
+            f"Settings: `equilibria train`'s recipe `{task_recipe['name']}`"
+            + (f", overridden: {changed}." if changed else ", as it is.")
+            + " `equilibria train ... --show_recipe` lists it.",
+            "",
+        ]
     recipe = stage.get("recipe")
     if recipe:
         preset = f"preset `{recipe['preset']}`" if recipe.get("preset") else "no preset (the defaults)"
@@ -570,10 +579,22 @@ def _stage_lines(number: int, total: int, stage: dict) -> list[str]:
         lines += ["| argument | value |", "| --- | --- |", *[f"| {k} | {v} |" for k, v in arguments.items()], ""]
     losses = stage.get("losses") or []
     if losses:
-        lines += ["| step | training loss |", "| --- | --- |"]
-        lines += [f"| {step} | {loss:.4f} |" for step, loss in losses]
+        parts = stage.get("loss_parts") or []
+        if stage.get("objective") and parts:
+            lines += [f"Training loss = {stage['objective']}.", ""]
+        lines += [
+            "| step | training loss |" + "".join(f" {p} |" for p in parts),
+            "| --- | --- |" + " --- |" * len(parts),
+        ]
+        lines += ["| " + " | ".join(_loss_cell(v) for v in row) + " |" for row in losses]
         lines.append("")
     return lines
+
+
+def _loss_cell(value) -> str:
+    if value is None:
+        return ""
+    return str(value) if isinstance(value, int) else f"{value:.4f}"
 
 
 def _limitations(text: str | None) -> list[str]:

@@ -149,6 +149,14 @@ def _hub_origin(model) -> str | None:
     return name
 
 
+# the terms of a family trainer's loss, logged beside it (their names in the trainers' logs)
+LOSS_PARTS = ("lm_loss", "jsrr_penalty", "halt_loss", "jacobian_penalty", "correction_loss")
+
+
+def _rounded(value):
+    return None if value is None else round(float(value), 4)
+
+
 def _thin(points: list, keep: int = 8) -> list:
     """About ``keep`` evenly spaced points, the last always among them."""
     shown = points[:: max(1, len(points) // keep)]
@@ -171,7 +179,10 @@ def record_training_stage(folder, trainer, source=None) -> list[dict]:
         history = _read_json(Path(source) / HISTORY_FILE)
     history = list(history or [])
     state, args = trainer.state, trainer.args
-    losses = [(h["step"], round(h["loss"], 4)) for h in state.log_history if "loss" in h and "step" in h]
+    logged = [h for h in state.log_history if "loss" in h and "step" in h]
+    parts = [key for key in LOSS_PARTS if any(key in h for h in logged)]  # the loss's terms, logged beside it
+    parts = [] if parts == ["lm_loss"] else parts  # the loss is the LM loss: no column repeats it
+    losses = [(h["step"], round(h["loss"], 4), *(_rounded(h.get(key)) for key in parts)) for h in logged]
     record = _read_json(folder / "training_data.json") or {}
     stage = {
         "trainer": type(trainer).__name__,
@@ -181,9 +192,17 @@ def record_training_stage(folder, trainer, source=None) -> list[dict]:
         "losses": _thin(losses),
         "run": _run_id(trainer),
     }
+    if parts:  # each row of "losses": step, loss, then these terms of it
+        stage["loss_parts"] = parts
+    objective = getattr(trainer, "objective", None)
+    if callable(objective):
+        stage["objective"] = objective()
     recipe = getattr(args, "recipe", None)
     if callable(recipe):  # a trainer with recipe presets (StarsTrainingArguments): the preset and its overrides
         stage["recipe"] = json.loads(json.dumps(recipe(), default=lambda v: getattr(v, "value", str(v))))
+    task_recipe = getattr(trainer, "task_recipe", None)
+    if task_recipe:  # equilibria train's recipe of the family and task (or of fine-tuning) and what the run changed
+        stage["task_recipe"] = json.loads(json.dumps(task_recipe, default=lambda v: getattr(v, "value", str(v))))
     lora = getattr(trainer, "lora", None) or lora_settings(trainer.model)
     if lora:
         stage["lora"] = lora

@@ -41,6 +41,12 @@ def train_and_evaluate(argv: list[str]):
     from transformers import set_seed
 
     model_args, data_args, args = parse_train_args(argv)
+    if model_args.show_recipe:
+        none = f"no recipe for a new {model_args.family} model on rows of your own: the flags decide"
+        print("\n".join(model_args.recipe_lines or [none]))
+        return None, {}
+    if args.process_index == 0 and model_args.recipe_lines:
+        print(model_args.recipe_lines[0] + _recipe_note(model_args.recipe))
     loops = parse_loops(data_args.eval_loops)
     set_seed(args.seed)
     model, data, collator = build(model_args, data_args, args.seed)
@@ -56,6 +62,7 @@ def train_and_evaluate(argv: list[str]):
         processing_class=data.tokenizer,
         callbacks=callbacks_for(model_args.family),
     )
+    trainer.task_recipe = model_args.recipe  # the training history and the card name it
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model()
     result = {}
@@ -64,6 +71,13 @@ def train_and_evaluate(argv: list[str]):
     if args.push_to_hub:
         trainer.push_to_hub()
     return trainer, result
+
+
+def _recipe_note(recipe: dict) -> str:
+    """What the start of a run says after its recipe's name: the settings this run overrides, if any
+    (``; overridden: --max_steps 2 (--show_recipe lists it)``)."""
+    changed = " ".join(f"--{k} {getattr(v, 'value', v)}" for k, v in recipe["overrides"].items())
+    return f"; overridden: {changed} (--show_recipe lists it)" if changed else " (--show_recipe lists it)"
 
 
 __all__ = [

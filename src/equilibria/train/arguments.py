@@ -71,6 +71,15 @@ class ModelArguments:
             "paper's) or final (the last step's; what fixed loop counts read)"
         },
     )
+    show_recipe: bool = field(
+        default=False,
+        metadata={
+            "help": "print the recipe this family and task train with (the settings used wherever no flag or config "
+            "key is given; the flags given shown beside them) and exit"
+        },
+    )
+    recipe: dict | None = field(default=None, init=False)  # the recipe applied: its name and the values overridden
+    recipe_lines: list[str] = field(default_factory=list, init=False)  # what --show_recipe prints
     dtype: str = field(
         default="float32",
         metadata={"choices": DTYPES, "help": "the dtype a checkpoint's weights are loaded in (auto: the checkpoint's)"},
@@ -258,15 +267,52 @@ def parse_train_args(argv: list[str]):
     arguments_class = _arguments_class(family)
     option = getattr(arguments_class, "preset_option", None)
     preset = _flag(argv, file_values, option) if option else None
-    if preset is not None:  # a recipe (--stars_preset): its optimiser and schedule are the flags' defaults
-        parser.set_defaults(**arguments_class.preset_training_defaults(preset))
+    # the defaults, lowest first: ten log points per run, the family and task's recipe, a trainer preset's training
+    # part (--stars_preset), then the config file; the flags given override them all
+    parser.set_defaults(logging_steps=LOG_POINTS)
+    preset_defaults = arguments_class.preset_training_defaults(preset) if preset is not None else {}
+    parser.set_defaults(**preset_defaults)  # a recipe (--stars_preset): its optimiser and schedule
     apply_config(parser, file_values, path, unknown)
+    recipe = _recipe(parser, argv, family)
+    if recipe is not None:  # a trainer preset also decides its own options (STARS': filled in where unset)
+        own = getattr(arguments_class, "preset_options", ()) if preset is not None else ()
+        below = {**file_values, **preset_defaults, **dict.fromkeys(own)}
+        parser.set_defaults(**{k: v for k, v in recipe.settings.items() if k not in below})
     if _flag(argv, file_values, "output_dir") is None and not {"-h", "--help"} & set(argv):
         raise ValueError("--output_dir is required: the folder the trained model, its results and card are written to")
     model_args, data_args, args = parse_dataclasses(parser, argv, unknown)
     model_args.family = family
+    if recipe is not None:  # what the run takes from it, for the start of the run, the record and the card
+        used = {
+            **vars(model_args),
+            **vars(data_args),
+            **{k: getattr(args, k) for k in recipe.settings if hasattr(args, k)},
+        }
+        model_args.recipe = {
+            "name": recipe.name,
+            "settings": dict(recipe.settings),
+            "overrides": recipe.overrides(used),
+        }
+        model_args.recipe_lines = recipe.describe(used)
     check_train_args(model_args, data_args, args)
     return model_args, data_args, args
+
+
+LOG_POINTS = 0.1  # logging_steps' default: a log line every tenth of the run (TrainingArguments reads < 1 as a share)
+
+
+def _recipe(parser, argv: list[str], family: str):
+    """The :class:`~equilibria.tasks.recipes.Recipe` of this run, from what the flags and the config file say:
+    fine-tuning (``--model_name_or_path``, with ``--use_peft`` or not), else the family's for ``--task`` (default:
+    the family's first task); ``None`` for a new model on rows of your own (``--dataset_name`` without ``--task``)."""
+    from ..tasks.recipes import recipe_for
+
+    given, _ = parser.parse_known_args([arg for arg in argv if arg not in ("-h", "--help")])
+    if given.model_name_or_path:
+        return recipe_for(family, given.task, fine_tune=True, lora=bool(given.use_peft))
+    if given.task is None and given.dataset_name:
+        return None
+    return recipe_for(family, given.task or FAMILIES[family].default_task)
 
 
 class UnusedFlags(UnknownFlags):

@@ -20,6 +20,9 @@ def write_results(trainer, model_args: ModelArguments, data_args: TrainDataArgum
     from ..tasks import save_training_record
 
     out = Path(trainer.args.output_dir)
+    line = loss_line(trainer)
+    if line:
+        print(line)
     model = trainer.accelerator.unwrap_model(trainer.model).eval()
     if model_args.use_peft:
         from ..hub_cards.publish import lora_settings
@@ -51,6 +54,24 @@ def write_results(trainer, model_args: ModelArguments, data_args: TrainDataArgum
     code = "" if family_record(model).native else " its remote code,"  # transformers' own: no code of ours
     print(f"wrote the model,{code} card and plot to {out}")
     return result
+
+
+def loss_line(trainer) -> str | None:
+    """What the run's ``train_loss`` is: ``training loss 6.92 = 0.9 x lm_loss + 0.1 x jsrr_penalty over the run
+    (lm_loss 2.31, jsrr_penalty 48.5)``, from the trainer's objective and the run's means of the logged terms;
+    ``None`` for a trainer without logged terms."""
+    summary = next((h for h in reversed(trainer.state.log_history) if "train_loss" in h), None)
+    objective = getattr(trainer, "objective", None)
+    if summary is None or not callable(objective):
+        return None
+    from ..hub_cards.publish import LOSS_PARTS
+
+    if objective() == "lm_loss":
+        return f"training loss {summary['train_loss']:.4g}: the language-model loss (lm_loss), its mean over the run"
+    parts = [f"{key} {summary[f'train_{key}']:.4g}" for key in LOSS_PARTS if f"train_{key}" in summary]
+    return f"training loss {summary['train_loss']:.4g}: the mean over the run of {objective()}" + (
+        f" ({', '.join(parts)})" if parts else ""
+    )
 
 
 def held_out_line(data) -> str:

@@ -23,6 +23,8 @@ from typing import Annotated, Union, get_args, get_origin, get_type_hints
 
 from transformers import TrainingArguments
 
+from ..tasks.recipes import same_value
+
 
 @dataclass(frozen=True)
 class Interval:
@@ -136,14 +138,6 @@ class LoopTrainingArguments(TrainingArguments):
                 f"{type(self).__name__}: lr_decay_fraction applies to lr_scheduler_type='warmup_stable_decay' only, "
                 f"got lr_scheduler_type={scheduler!r}"
             )
-
-
-def same_value(value, wanted) -> bool:
-    """Whether an argument's value is a recipe's (enums compared by value, numbers within rounding)."""
-    value = getattr(value, "value", value)
-    if isinstance(wanted, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return math.isclose(value, wanted, rel_tol=1e-9, abs_tol=1e-12)
-    return value == wanted
 
 
 def preset_recipe(args, preset: str | None, wanted: dict) -> dict:

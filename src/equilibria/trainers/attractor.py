@@ -147,6 +147,12 @@ class AttractorTrainer(LoopTrainer):
             }
         return {**inputs, "use_cache": False, **{k: v for k, v in options.items() if v is not None}}
 
+    def objective(self) -> str:
+        args: AttractorTrainingArguments = self.args
+        terms = [f"{w:g} x {name}" for name, w in (("jacobian_penalty", args.jacobian_weight),
+                                                     ("correction_loss", args.correction_weight)) if w > 0]  # fmt: skip
+        return " + ".join(["lm_loss", *terms])
+
     def add_terms(self, model, lm_loss, outputs, batch: dict, scale: TermScale):
         """``LM + jacobian_weight * J + correction_weight * C`` (``J`` a mean over the micro-batch, ``C`` normalised
         like the LM loss), with the solver's statistics."""

@@ -41,29 +41,43 @@ class TermScale:
 
 
 class RunningMeans:
-    """Sums of named scalar metrics over the micro-batches since the last log, kept on the device (no host sync
-    per step); :meth:`pop` averages them over the micro-batches and the processes."""
+    """Sums of named scalar metrics over the micro-batches since the last log and over the whole run, kept on the
+    device (no host sync per step); :meth:`pop` averages those since the last log, :meth:`run` those of the run,
+    over the micro-batches and the processes."""
 
     def __init__(self, keys: tuple[str, ...]):
         self.keys = keys
         self._sums: torch.Tensor | None = None
         self._count = 0
+        self._run_sums: torch.Tensor | None = None
+        self._run_count = 0
 
     def add(self, values: dict[str, torch.Tensor | float], device: torch.device) -> None:
         row = torch.stack([torch.as_tensor(values[k], dtype=torch.float32, device=device).detach() for k in self.keys])
         self._sums = row if self._sums is None else self._sums + row
+        self._run_sums = row.double() if self._run_sums is None else self._run_sums + row.double()
         self._count += 1
+        self._run_count += 1
+
+    def _mean(self, sums: torch.Tensor | None, count: int, accelerator) -> dict[str, float]:
+        if count == 0:
+            return {}
+        values = (sums / count).double()
+        if accelerator.num_processes > 1:
+            values = accelerator.reduce(values, reduction="mean")
+        return {k: round(v, 6) for k, v in zip(self.keys, values.tolist())}
 
     def pop(self, accelerator) -> dict[str, float]:
         """The means since the last call (``{}`` if nothing was added), averaged over the processes. Every rank
         logs at the same step, so the collective cannot hang."""
-        if self._count == 0:
-            return {}
-        values = (self._sums / self._count).double()
-        if accelerator.num_processes > 1:
-            values = accelerator.reduce(values, reduction="mean")
+        means = self._mean(self._sums, self._count, accelerator)
         self._sums, self._count = None, 0
-        return {k: round(v, 6) for k, v in zip(self.keys, values.tolist())}
+        return means
+
+    def run(self, accelerator) -> dict[str, float]:
+        """The means over every micro-batch of the run so far (of this trainer object), averaged over the
+        processes."""
+        return self._mean(self._run_sums, self._run_count, accelerator)
 
 
 def finish_distributed() -> None:
@@ -314,7 +328,15 @@ class LoopTrainer(ModelCardMixin, Trainer):
         off = {key for key, weight in self.weighted_log_keys.items() if getattr(self.args, weight) == 0}
         return {key: value for key, value in means.items() if key not in off}
 
+    def objective(self) -> str:
+        """The training loss in terms of the logged parts (``train_loss`` is its mean over the run): a family with
+        added terms says how they are weighted."""
+        return "lm_loss"
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
             logs.update(self.logged_means(self.means.pop(self.accelerator)))
+        if "train_loss" in logs and self.log_keys:  # the run's summary: each part of the loss over the whole run
+            parts = self.logged_means(self.means.run(self.accelerator))
+            logs.update({f"train_{key}": value for key, value in parts.items()})
         super().log(logs, start_time)

@@ -411,6 +411,11 @@ class EqRTrainer(LoopTrainer):
             loops = args.grad_loops
         return {**run, "labels": carry.batch["labels"], "state": state, "num_loops": loops}
 
+    def objective(self) -> str:
+        weight = getattr(self.core.config, "halt_loss_weight", 0)
+        each = f"lm_loss + {weight:g} x halt_loss" if weight else "lm_loss"
+        return f"the mean over segments of {each}" if self.args.supervision == "offline" else each
+
     def add_terms(self, model, lm_loss, outputs, batch: dict, scale: TermScale):
         """EqR's loss is the supervised segments' (a per-micro-batch mean, as the model's ``accepts_loss_kwargs =
         False`` tells the Trainer, which divides it for accumulation): under "offline" every segment of the fresh

@@ -154,6 +154,7 @@ class StarsTrainingArguments(LoopTrainingArguments):
             )
 
     preset_option = "stars_preset"  # the option naming a recipe whose training part a command line applies
+    preset_options = STARS_OPTIONS  # the options a preset fills in where they are unset (a command line leaves them)
 
     @classmethod
     def preset_training_defaults(cls, name: str) -> dict:
@@ -329,6 +330,14 @@ class StarsTrainer(LoopTrainer):
 
     def double_backward_option(self, args) -> str | None:
         return "the JSRR penalty (jsrr_weight > 0)" if args.jsrr_weight > 0 else None
+
+    def objective(self) -> str:
+        weight = self.args.jsrr_weight
+        if weight == 0:
+            return "lm_loss"
+        warmup = self.args.jsrr_warmup_steps
+        after = f" from step {warmup} (lm_loss before)" if warmup else ""
+        return f"{1 - weight:g} x lm_loss + {weight:g} x jsrr_penalty{after}"
 
     @property
     def state_width(self) -> int:

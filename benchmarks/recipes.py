@@ -1,0 +1,165 @@
+"""Every documented training command, run as a user runs it, on seeds 0, 1 and 2: what each recipe delivers.
+
+A page that trains and states a result (the README's ``equilibria train`` commands, ...) gets its numbers from here:
+each command in :data:`DOCUMENTED` is run as written, with ``--seed S`` added (and its output folder moved into a
+scratch folder), in a process of its own limited to the given torch threads, and its held-out loop-scaling table
+(``loop_scaling.json``, written by ``equilibria train``) is recorded with the wall time of the whole command. Every
+run is kept: the pages state the range over seeds and threads (lowest-highest), generated from the JSON by
+``benchmarks/doc_tables.py``, never one run. ``before`` holds the same measurement of the command the page showed
+before the recipes existed, where there was one.
+
+    python benchmarks/recipes.py                                 # every recipe, seeds 0-2 (about 30 minutes on 2 cores)
+    python benchmarks/recipes.py --recipes readme-ouro --threads 1,2
+    python benchmarks/recipes.py --before --recipes readme-ouro  # the command the page showed before
+    python benchmarks/recipes.py --quick                         # seconds (a test runs it): 2 steps, a scratch JSON
+
+Results: ``docs/results/recipes.json`` (a top-level ``recipes`` mapping: per recipe its command, page, trained loop
+count and target, and ``runs``, each with its ``seed``, ``threads``, ``wall_s`` and ``accuracy`` by loop count),
+saved after every run, so a stopped sweep keeps what it measured; a run of the same recipe, seed and threads
+replaces the earlier one. Run it alone: a second busy process slows small torch ops many times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import doc_tables
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUT = doc_tables.RESULTS / "recipes.json"
+
+
+@dataclass(frozen=True)
+class Documented:
+    """A training command as a page shows it, the loop count its result is read at and what the page promises
+    there (``target``: the lowest share of held-out problems right on every seed; ``None``: the page states what
+    the runs give). ``before``: the command the page showed before the recipes existed."""
+
+    name: str
+    page: str
+    command: str
+    loops: int
+    target: float | None
+    what: str
+    before: str | None = None
+
+
+DOCUMENTED = (
+    Documented(
+        "readme-ouro",
+        "README.md",
+        "equilibria train --family ouro --task addition --output_dir out --use_cpu",
+        4,
+        0.95,
+        "exact match at 4 loops on the 200 held-out 2-digit sums",
+        before="equilibria train --family ouro --task addition --output_dir out --max_steps 1500 --use_cpu "
+        "--learning_rate 1e-3 --per_device_train_batch_size 64 --lr_scheduler_type cosine --warmup_steps 75 "
+        "--weight_decay 0.01 --min_loops 4 --max_loops 4 --jsrr_weight 0 --train_size 2000 --exit_loss expected_logits",
+    ),
+    Documented(
+        "readme-dory",
+        "README.md",
+        "equilibria train --family dory --task addition --output_dir dory --use_cpu",
+        4,
+        0.90,
+        "exact match at 4 passes on the 200 held-out 2-digit sums",
+        before="equilibria train --family dory --task addition --max_steps 300 --output_dir dory --use_cpu "
+        "--learning_rate 5e-5 --per_device_train_batch_size 8 --lr_scheduler_type linear --warmup_steps 0 "
+        "--weight_decay 0 --train_size 2000 --min_loops 1 --max_loops 16 --jsrr_weight 0.1",
+    ),
+)
+QUICK = ["--max_steps", "2", "--train_size", "64", "--test_size", "8", "--eval_loops", "1,4"]
+
+
+def run_command(command: str, seed: int, threads: int, scratch: Path, extra: list[str] = ()) -> dict:
+    """One run of ``command`` (an ``equilibria ...`` line) with ``--seed seed`` in a process of ``threads`` torch
+    threads, its output folder inside ``scratch``: ``{"seed", "threads", "wall_s", "accuracy", "trained_loops"}``."""
+    argv = shlex.split(command)
+    if argv[0] != "equilibria":
+        raise ValueError(f"not an equilibria command: {command!r}")
+    out = scratch / f"seed{seed}-threads{threads}"
+    argv[argv.index("--output_dir") + 1] = str(out)
+    flags = [*argv[1:], "--seed", str(seed), *extra, "--disable_tqdm", "true", "--report_to", "none"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "equilibria.cli", *flags], capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{command} (seed {seed}) failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    scaling = json.loads((out / "loop_scaling.json").read_text())
+    stage = json.loads((out / "training_history.json").read_text())[-1]
+    config = json.loads((out / "config.json").read_text())
+    trained = next(
+        config[k] for k in ("total_ut_steps", "n_recurrent_loops", "H_cycles", "loop_num_passes") if k in config
+    )
+    return {
+        "seed": seed,
+        "threads": threads,
+        "wall_s": round(wall, 1),
+        "accuracy": scaling["accuracy"],
+        "trained_loops": trained,
+        "data": scaling["data"]["name"],
+        "recipe": stage.get("task_recipe"),  # the recipe's settings as the run applied them, and what it changed
+    }
+
+
+def record(results: dict, recipe: Documented, run: dict, before: bool) -> None:
+    """Put ``run`` into ``results`` under ``recipe`` (its ``before`` part when ``before``), replacing a run of the
+    same seed and threads."""
+    entry = results.setdefault("recipes", {}).setdefault(recipe.name, {})
+    entry.update(page=recipe.page, command=recipe.command, loops=recipe.loops, target=recipe.target, what=recipe.what)
+    part = entry.setdefault("before", {"command": recipe.before}) if before else entry
+    runs = [r for r in part.get("runs", []) if (r["seed"], r["threads"]) != (run["seed"], run["threads"])]
+    part["runs"] = sorted([*runs, run], key=lambda r: (r["threads"], r["seed"]))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipes", default=",".join(r.name for r in DOCUMENTED), help="comma-separated names")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--threads", default="2", help="torch threads per run, comma-separated (e.g. 1,2)")
+    parser.add_argument("--before", action="store_true", help="run the command each page showed before instead")
+    parser.add_argument("--quick", action="store_true", help="2 steps on 64 problems, seed 0, into --output")
+    parser.add_argument("--output", type=Path, default=None, help=f"the JSON (default {OUTPUT.relative_to(ROOT)})")
+    args = parser.parse_args(argv)
+    known = {r.name: r for r in DOCUMENTED}
+    names = [n for n in args.recipes.split(",") if n]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        parser.error(f"--recipes: unknown {unknown}; the recipes are {sorted(known)}")
+    seeds = [0] if args.quick else [int(s) for s in args.seeds.split(",")]
+    threads = [1] if args.quick else [int(t) for t in args.threads.split(",")]
+    output = args.output or (Path(tempfile.mkdtemp()) / "recipes.json" if args.quick else OUTPUT)
+    results = json.loads(output.read_text()) if output.exists() else {}
+    results["command"] = "python benchmarks/recipes.py"
+    for name in names:
+        recipe = known[name]
+        command = recipe.before if args.before else recipe.command
+        if command is None:
+            continue
+        for t in threads:
+            for seed in seeds:
+                with tempfile.TemporaryDirectory() as scratch:
+                    run = run_command(command, seed, t, Path(scratch), QUICK if args.quick else [])
+                record(results, recipe, run, args.before)
+                print(f"{name}{' (before)' if args.before else ''} seed {seed}, {t} threads: {run['wall_s']} s, "
+                      f"{json.dumps(run['accuracy'])}", flush=True)  # fmt: skip
+                output.parent.mkdir(parents=True, exist_ok=True)
+                if args.quick:
+                    output.write_text(json.dumps(results, indent=1) + "\n")
+                else:
+                    doc_tables.save_results(output, results, indent=1)
+    return results
+
+
+if __name__ == "__main__":
+    main()

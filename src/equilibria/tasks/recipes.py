@@ -1,0 +1,152 @@
+"""The default recipe of every family and task ``equilibria train`` trains from scratch, and of fine-tuning a
+checkpoint: the learning rate, batch, schedule, length, loop settings, sizes and data a run uses wherever no flag
+(or config-file key) says otherwise.
+
+``transformers.TrainingArguments``' own defaults (learning rate 5e-5, batch 8, three epochs) are made for
+fine-tuning a pretrained model; a 0.3M-parameter looped model trained from scratch on generated problems learns
+nothing useful with them. A recipe is a mapping from ``equilibria train`` flag names to values, so that it is
+applied, shown (``--show_recipe``) and recorded (training history, model card) the way the flags are, and any flag
+given explicitly overrides it. What each documented recipe delivers on seeds 0-2 is measured by
+``benchmarks/recipes.py`` into ``docs/results/recipes.json``; the pages state that range.
+
+Layers above choose: :func:`recipe_for` takes the family's ``model_type`` (a string: this module names no class of
+the families), the task (or :data:`~equilibria.tasks.named_splits.ROWS_TASK` for rows of your own) and whether a
+checkpoint is fine-tuned (with LoRA or not).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One recipe: its ``name`` (``"ouro/addition"``, ``"fine-tune/lora"``), what it is for (``summary``) and
+    ``settings``, ``{flag name: value}`` of ``equilibria train`` (``TrainingArguments`` fields, the family trainer's
+    own options, the new model's sizes and the generated data's sizes)."""
+
+    name: str
+    summary: str
+    settings: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
+
+    def overrides(self, values: Mapping[str, object]) -> dict:
+        """``{flag: value}`` of ``values`` (what a run used) that differ from this recipe's settings."""
+        return {k: values[k] for k, v in self.settings.items() if k in values and not same_value(values[k], v)}
+
+    def describe(self, values: Mapping[str, object] | None = None) -> list[str]:
+        """Lines for ``--show_recipe`` and the start of a run: each setting, and where ``values`` (what a run
+        uses) differs, the value used and the recipe's."""
+        values = values or {}
+        changed = self.overrides(values)
+        width = max((len(k) for k in self.settings), default=0)
+        lines = [f"recipe {self.name}: {self.summary}"]
+        for key, value in self.settings.items():
+            shown = f"{_plain(changed[key])} (given; the recipe's {_plain(value)})" if key in changed else _plain(value)
+            lines.append(f"  --{key:<{width}}  {shown}")
+        return lines
+
+
+def same_value(value, wanted) -> bool:
+    """Whether a value is a recipe's (enums compared by value, numbers within rounding); the presets of the
+    trainers' arguments compare the same way."""
+    value = getattr(value, "value", value)
+    if isinstance(wanted, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return math.isclose(value, wanted, rel_tol=1e-9, abs_tol=1e-12)
+    return value == wanted
+
+
+def _plain(value) -> str:
+    value = getattr(value, "value", value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+# From scratch: AdamW at 1e-3 with a short warm-up and a cosine decay, batch 64, clipped gradients; each recipe
+# below adds its length, loop settings and data. Logging: ten points per run (train sets logging_steps 0.1).
+_SCRATCH = {
+    "learning_rate": 1e-3,
+    "per_device_train_batch_size": 64,
+    "lr_scheduler_type": "cosine",
+    "warmup_steps": 0.05,
+    "weight_decay": 0.01,
+    "max_grad_norm": 1.0,
+}
+# a looped LM trained at one loop count (STARS' sampling and penalty off): what its loop-scaling table is read against.
+# 2e-3: at 1e-3 the README's earlier Ouro (1500 steps) reached 79.5% on the default seed and a Dory 90% on seed 0;
+# 2e-3 learns the sums in fewer steps. Ouro, 2000 steps: 96-100% on seeds 0-2 (2 threads), so 3000 for a margin
+# (3000 steps, one thread: 99.5-100% on seeds 0 and 1 at 1e-3 and 2e-3)
+_LOOPED_LM_ADDITION = {
+    **_SCRATCH,
+    "learning_rate": 2e-3,
+    "max_steps": 2000,
+    "train_size": 8000,
+    "num_loops": 4,
+    "min_loops": 4,
+    "max_loops": 4,
+    "jsrr_weight": 0.0,
+}
+
+
+def _scratch(name: str, summary: str, **settings) -> Recipe:
+    return Recipe(name, summary, {**_SCRATCH, **settings})
+
+
+def _looped_lm(name: str, summary: str, **settings) -> Recipe:
+    return Recipe(name, summary, {**_LOOPED_LM_ADDITION, **settings})
+
+
+RECIPES: dict[tuple[str, str], Recipe] = {
+    (recipe.name.split("/")[0], recipe.name.split("/")[1]): recipe
+    for recipe in (
+        # the last step's loss: what a fixed loop count reads (under the default expected-logits loss the exit gate
+        # learns to exit early, and the 4th step's own logits go half-trained: 79.5% at 4 loops, 92% at 2)
+        _looped_lm("ouro/addition", "a 0.33M-parameter Ouro (width 128, 2 layers) at 4 loops on 8000 generated "
+                   "2-digit sums, the last step's loss", exit_loss="final", max_steps=3000),
+        _looped_lm("dory/addition", "a small DoryForCausalLM (width 128, 2 recurrent layers) at 4 passes on 8000 "
+                   "generated 2-digit sums"),
+        _looped_lm("hrm_text/addition", "a small HrmTextForCausalLM (width 128) at 4 H-cycles on 8000 generated "
+                   "2-digit sums (the Dory recipe, not measured for HRM-text)"),
+        _looped_lm("inkling2_loop_text/addition", "a small Inkling2LoopForCausalLM (width 128) at 4 passes on 8000 "
+                   "generated 2-digit sums (the Dory recipe, not measured for Inkling2-loop)"),
+        _scratch("attractor_lm/addition", "a small Attractor LM on 8000 generated 2-digit sums", max_steps=1500,
+                 train_size=8000),
+        _scratch("attractor_lm/sudoku", "a small Attractor puzzle model on generated Sudoku", max_steps=1500),
+        _scratch("attractor_lm/maze", "a small Attractor puzzle model on generated mazes", max_steps=1500),
+        _scratch("eqr/sudoku", "a small EqR on generated Sudoku", max_steps=1500),
+        _scratch("eqr/maze", "a small EqR on generated mazes", max_steps=1500),
+        _scratch("phdeq/reachability", "a small PH-DEQ on generated reachability graphs", max_steps=1500),
+        _scratch("phdeq/entailment", "a small PH-DEQ on generated entailment problems", max_steps=1500),
+    )
+}  # fmt: skip
+
+# Fine-tuning a checkpoint (--model_name_or_path) on your rows or a task: with LoRA or all weights; no warm-up (the
+# weights are trained already, and the first step moves them)
+FINE_TUNE_RECIPES: dict[str, Recipe] = {
+    "lora": Recipe(
+        "fine-tune/lora",
+        "LoRA on a checkpoint: a LoRA-sized learning rate, a cosine decay",
+        {"learning_rate": 1e-3, "lr_scheduler_type": "cosine", "warmup_steps": 0, "weight_decay": 0.0},
+    ),
+    "full": Recipe(
+        "fine-tune/full",
+        "all the weights of a checkpoint: a small learning rate, a cosine decay",
+        {"learning_rate": 1e-4, "lr_scheduler_type": "cosine", "warmup_steps": 0, "weight_decay": 0.01},
+    ),
+}
+
+
+def recipe_for(model_type: str, task: str | None, fine_tune: bool = False, lora: bool = False) -> Recipe | None:
+    """The recipe ``equilibria train`` uses: fine-tuning a checkpoint (``fine_tune``; with LoRA or not) whatever
+    the task, else the family's recipe for ``task``; ``None`` where there is none (a new model on rows of your own:
+    the flags decide)."""
+    if fine_tune:
+        return FINE_TUNE_RECIPES["lora" if lora else "full"]
+    return RECIPES.get((model_type, task))
+
+
+__all__ = ["FINE_TUNE_RECIPES", "RECIPES", "Recipe", "recipe_for", "same_value"]
