@@ -230,7 +230,7 @@ def test_the_cli_trains_the_published_presets_and_the_card_names_them(tmp_path):
     assert history["recipe"]["preset"] == "published"
     assert history["recipe"]["overrides"]["max_steps"] == 2 and "learning_rate" not in history["recipe"]["overrides"]
     card = (out / "README.md").read_text()
-    assert "preset `published`, with `hidden_size=32`" in card and "Recipe: preset `published`" in card
+    assert "preset `published`, with `hidden_size=32`" in card and "Trainer preset: `published`" in card
 
 
 def test_the_halting_benchmark_runs_the_published_preset_and_counts_block_applications(tmp_path):

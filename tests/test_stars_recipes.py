@@ -277,8 +277,8 @@ def test_the_training_record_and_the_card_name_the_preset_and_its_overrides(tmp_
         "overrides": {"max_steps": 2, "per_device_train_batch_size": 4, "jsrr_warmup_steps": 0},
     }
     card = (tmp_path / "README.md").read_text()
-    line = next(line for line in card.splitlines() if line.startswith("Recipe: "))
-    assert line.startswith("Recipe: preset `reference_addition`, with ")
+    line = next(line for line in card.splitlines() if line.startswith("Trainer preset: "))
+    assert line.startswith("Trainer preset: `reference_addition`, with ")
     assert {"`jsrr_warmup_steps=0`", "`max_steps=2`", "`per_device_train_batch_size=4`."} == set(
         line.split(", with ")[1].split(", ")
     )

@@ -571,9 +571,9 @@ def _stage_lines(number: int, total: int, stage: dict) -> list[str]:
         ]
     recipe = stage.get("recipe")
     if recipe:
-        preset = f"preset `{recipe['preset']}`" if recipe.get("preset") else "no preset (the defaults)"
+        preset = f"`{recipe['preset']}`" if recipe.get("preset") else "none (the trainer's defaults)"
         changed = ", ".join(f"`{k}={v}`" for k, v in (recipe.get("overrides") or {}).items())
-        lines += [f"Recipe: {preset}" + (f", with {changed}." if changed else ", unchanged."), ""]
+        lines += [f"Trainer preset: {preset}" + (f", with {changed}." if changed else ", unchanged."), ""]
     arguments = stage.get("arguments") or {}
     if arguments:
         lines += ["| argument | value |", "| --- | --- |", *[f"| {k} | {v} |" for k, v in arguments.items()], ""]
