@@ -34,6 +34,8 @@ from pathlib import Path
 
 import doc_tables
 
+from equilibria.families import family_record
+
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = doc_tables.RESULTS / "recipes.json"
 
@@ -82,7 +84,8 @@ QUICK = ["--max_steps", "2", "--train_size", "64", "--test_size", "8", "--eval_l
 
 def run_command(command: str, seed: int, threads: int, scratch: Path, extra: list[str] = ()) -> dict:
     """One run of ``command`` (an ``equilibria ...`` line) with ``--seed seed`` in a process of ``threads`` torch
-    threads, its output folder inside ``scratch``: ``{"seed", "threads", "wall_s", "accuracy", "trained_loops"}``."""
+    threads, its output folder inside ``scratch``: ``{"seed", "threads", "wall_s", "accuracy", "trained_loops",
+    "data", "recipe"}`` (the held-out data's name; the recipe's settings and what the command overrode)."""
     argv = shlex.split(command)
     if argv[0] != "equilibria":
         raise ValueError(f"not an equilibria command: {command!r}")
@@ -98,9 +101,7 @@ def run_command(command: str, seed: int, threads: int, scratch: Path, extra: lis
     scaling = json.loads((out / "loop_scaling.json").read_text())
     stage = json.loads((out / "training_history.json").read_text())[-1]
     config = json.loads((out / "config.json").read_text())
-    trained = next(
-        config[k] for k in ("total_ut_steps", "n_recurrent_loops", "H_cycles", "loop_num_passes") if k in config
-    )
+    trained = config[family_record(config["model_type"]).loops_key]
     return {
         "seed": seed,
         "threads": threads,

@@ -101,7 +101,7 @@ def _looped_lm(name: str, summary: str, **settings) -> Recipe:
 
 
 RECIPES: dict[tuple[str, str], Recipe] = {
-    (recipe.name.split("/")[0], recipe.name.split("/")[1]): recipe
+    tuple(recipe.name.split("/")): recipe  # (model type, task)
     for recipe in (
         # the last step's loss: what a fixed loop count reads (under the default expected-logits loss the exit gate
         # learns to exit early, and the 4th step's own logits go half-trained: 79.5% at 4 loops, 92% at 2)

@@ -57,9 +57,9 @@ def write_results(trainer, model_args: ModelArguments, data_args: TrainDataArgum
 
 
 def loss_line(trainer) -> str | None:
-    """What the run's ``train_loss`` is: ``training loss 6.92 = 0.9 x lm_loss + 0.1 x jsrr_penalty over the run
-    (lm_loss 2.31, jsrr_penalty 48.5)``, from the trainer's objective and the run's means of the logged terms;
-    ``None`` for a trainer without logged terms."""
+    """What the run's ``train_loss`` is (``training loss 6.437: the mean over the run of 0.9 x lm_loss + 0.1 x
+    jsrr_penalty (lm_loss 6.968, jsrr_penalty 1.655)``), from the trainer's objective and the run's means of the
+    logged terms; ``None`` for a trainer without an objective (the plain ``Trainer``)."""
     summary = next((h for h in reversed(trainer.state.log_history) if "train_loss" in h), None)
     objective = getattr(trainer, "objective", None)
     if summary is None or not callable(objective):
