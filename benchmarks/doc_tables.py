@@ -1366,9 +1366,6 @@ def lm_iterations(runs) -> str:
 # ---- the README's results table --------------------------------------------------------------------------------
 
 
-WORDS = {1: "one", 2: "two", 3: "three"}
-
-
 def _sudoku_runs(kind: str) -> dict[int, dict]:
     """Seed -> the 6x6 run of ``kind`` (``"attractor (chosen settings)"``: the chosen setting's runs)."""
     if kind == "attractor (chosen settings)":
@@ -1436,12 +1433,12 @@ def recipes() -> str:
 
 
 def readme_results() -> str:
-    """The README's results table: a row per headline result (:data:`README_ROWS`), each with the command that
-    produced it, every number read from the JSON its page's tables are generated from."""
+    """The README's results table: a short line per headline result (:data:`README_ROWS`), every number read from
+    the JSON its page's tables are generated from; the page has the command and the details."""
     return markdown(README_HEADER, [row() for row in README_ROWS])
 
 
-README_HEADER = ["result", "measured here", "against the paper", "page", "command (`python benchmarks/...`)"]
+README_HEADER = ["result", "here", "the paper", "seeds", "page"]
 
 
 def _stars_at(kind: str, loops: int, relative: str = "stars_addition/results.json") -> float:
@@ -1450,17 +1447,15 @@ def _stars_at(kind: str, loops: int, relative: str = "stars_addition/results.jso
 
 
 def stars_depth_row() -> list[str]:
-    n_test = load("stars_addition/results.json")["args"]["test_size"]
     three = min(_stars_at("stars", n, "stars_addition_3digit/results.json") for n in (2, 4, 8, 16, 32))
     return [
-        "STARS keeps a looped LM accurate deeper than trained",
-        f"2-digit addition: STARS {_span([_stars_at('stars', n) for n in (2, 4, 8, 16)])} at 2-16 loops, "
-        f"{pct(_stars_at('stars', 32))} at 32 (plain: {pct(_stars_at('plain', 8))} at 8); its settings were "
-        f"chosen on these {n_test} test problems, and no rerun has chosen them on a validation split",
-        f"the paper's 100% at every depth is not reproduced at 32; 3-digit (same settings): >= {100 * three:.0f}% "
-        "from 2 to 32",
+        "STARS: accurate deeper than trained",
+        f"2 digits: {_span([_stars_at('stars', n) for n in (2, 4, 8, 16)])} at 2-16 loops, "
+        f"{pct(_stars_at('stars', 32))} at 32 (plain {pct(_stars_at('plain', 8))} at 8); 3 digits >= "
+        f"{100 * three:.0f}% (tuned on test)",
+        "not reproduced at 32 (paper: 100% at every depth)",
+        "1",
         "[stars_addition](docs/benchmarks/stars_addition.md)",
-        "`bench_stars_addition.py` (3-digit: `--digits 3 --reverse-answer --pad-operands --kinds plain,stars`)",
     ]
 
 
@@ -1468,39 +1463,31 @@ def stars_presets_row() -> list[str]:
     """The two STARS recipes on 4-digit reversed addition, one cut (``stars_reference_addition``,
     ``stars_equilibria_addition4``)."""
     ref = load("stars_reference_addition/results.json")["summary"]
-    ours = load("stars_equilibria_addition4/results.json")["summary"]
+    ours = load("stars_equilibria_addition4/results.json")["summary"]["accuracy"]["stars"]
 
-    def cell(row: dict, signed: bool = False) -> str:
-        mean = f"{100 * row['mean']:+.0f}" if signed else pct(row["mean"], 0)
-        return mean + ("" if row["se"] is None else f" ± {100 * row['se']:.0f}")
+    def cell(row: dict) -> str:
+        return pct(row["mean"], 0) + ("" if row["se"] is None else f" ± {100 * row['se']:.0f}")
 
     learned = max(row["mean"] for kind in ("sampling", "stars") for row in ref["accuracy"][kind].values())
-    elsewhere = max(row["mean"] for loops, row in ref["accuracy"]["plain"].items() if loops != "4")
-    gain = ours["differences"]["stars - sampling"]
-    n = ours["accuracy"]["stars"]["100"]["n"]
+    n, n_ref = ours["100"]["n"], ref["accuracy"]["plain"]["4"]["n"]
     return [
-        "STARS, the reference recipe and ours, on the paper's 4-digit task",
-        f"reference recipe (means of 3 seeds): plain {pct(ref['accuracy']['plain']['4']['mean'], 0)} at its 4 "
-        f"loops, at most {pct(elsewhere)} elsewhere; sampling and STARS do not learn the task within the cut (at "
-        f"most {pct(learned)} anywhere). `equilibria` "
-        f"preset ({seeds_label(n)}): STARS {cell(ours['accuracy']['stars']['32'])} / "
-        f"{cell(ours['accuracy']['stars']['100'])} at 32 / 100 loops, sampling "
-        f"{cell(ours['accuracy']['sampling']['32'])} / {cell(ours['accuracy']['sampling']['100'])}; STARS - "
-        f"sampling beyond the sampled range {cell(gain['32'], True)} / {cell(gain['100'], True)} points",
-        "the paper's 100% at every depth is not reproduced at this cut (batch 64, a width-128 Ouro layer, CPU)",
+        "STARS on the paper's 4-digit task",
+        f"reference: sampling, STARS <= {pct(learned)}; ours: STARS {cell(ours['32'])} / "
+        f"{cell(ours['100'])} at 32 / 100 loops",
+        "not reproduced at this cut (paper: 100% at every depth)",
+        str(n) if n == n_ref else f"{n_ref} (reference), {n} (ours)",
         "[stars_addition](docs/benchmarks/stars_addition.md#the-reference-recipe-on-4-digit-reversed-addition)",
-        "`bench_stars_addition.py --preset reference_addition` / `--preset equilibria --digits 4 --reverse-answer`",
     ]
 
 
 def stars_ablation_row() -> list[str]:
     return [
-        "what carries the extrapolation",
-        f"loop sampling alone {100 * _stars_at('sampling', 32):.0f}% at 32 loops; the penalty alone collapses "
-        f"off its trained count ({pct(_stars_at('jsrr', 8))} at 8); settings chosen on the test problems",
-        "suggests sampling, not the penalty, carries it; one seed each, so not established (3+ seeds needed)",
+        "STARS: what carries the extrapolation",
+        f"sampling alone {100 * _stars_at('sampling', 32):.0f}% at 32 loops; the penalty alone "
+        f"{pct(_stars_at('jsrr', 8))} at 8 (tuned on test)",
+        "suggests sampling, not the penalty; not established",
+        "1 each (3+ needed)",
         "[stars_addition](docs/benchmarks/stars_addition.md)",
-        "`bench_stars_addition.py`",
     ]
 
 
@@ -1514,17 +1501,16 @@ def jsrr_cost_row() -> list[str]:
     def at(form: str) -> str:
         return " / ".join(f"{cost[n][form]:.2f}x" for n in loops)
 
-    error = cost[loops[0]]["sampling_error"]
+    error = cost[loops[0]]["sampling_error"]["mean_relative_error"]
     cheap = [f for f in ("vjp@1 rows 1/4", "batch@1 rows 1/4") if all(cost[n][f] <= COST_TARGET for n in loops)]
+    met = f"met only on 1/4 of the sequences ({100 * error:.0f}% sampling error)" if cheap else "not met"
     return [
-        "the JSRR penalty's cost",
-        f"a STARS step / a plain one at {' / '.join(loops)} loops: one vjp iteration {at('vjp@1')}, the reference "
-        f"code's batch probe {at('batch@1')}, the penalty on 1/4 of the sequences {at('vjp@1 rows 1/4')}",
-        f"the {COST_TARGET}x target met by {', '.join(f'`{f}`' for f in cheap) or 'no form'}, at a sampling error of "
-        f"{100 * error['mean_relative_error']:.0f}% per step's estimate (gradient cosine {error['gradient_cosine']:.2f} "
-        "with the full penalty's); the full forms miss it",
+        "STARS: the penalty's cost",
+        f"vs a plain step at {' / '.join(loops)} loops: vjp@1 {at('vjp@1')}; on 1/4 of sequences "
+        f"{at('vjp@1 rows 1/4')}",
+        f"no paper figure; our {COST_TARGET}x target {met}",
+        "1 run",
         "[stars_cost](docs/benchmarks/stars_cost.md)",
-        "`bench_stars_cost.py`",
     ]
 
 
@@ -1561,12 +1547,11 @@ def vjp_estimator_row() -> list[str]:
     ratios = [m["cost"]["vjp@1"] / m["cost"]["jvp@1"] for m in load("jsrr_estimator.json")["maps"].values()]
     return [
         "backward (vjp) power iteration",
-        f"as accurate as the paper's jvp; in one measurement at width 32 an estimate cost {min(ratios):.2f}-"
-        f"{max(ratios):.2f}x jvp's at 1 iteration (a whole STARS step: {cost['4']['vjp@1']:.2f}x vs "
-        f"{cost['4']['jvp@1']:.2f}x a plain one)",
-        "ours is the default; `jvp` is offered",
+        f"as accurate as jvp at {min(ratios):.2f}-{max(ratios):.2f}x its cost (1 iteration); a STARS step "
+        f"{cost['4']['vjp@1']:.2f}x plain, {cost['4']['jvp@1']:.2f}x with jvp",
+        "ours is the default; `jvp` offered",
+        "1 run",
         "[jsrr_estimator](docs/benchmarks/jsrr_estimator.md)",
-        "`bench_jsrr_estimator.py`",
     ]
 
 
@@ -1574,12 +1559,12 @@ def exit_gate_row() -> list[str]:
     paper = load("exit_gate.json")["losses"]["expected"]
     frozen, fixed = paper["frozen"]["0.5"], paper["fixed"]["3"]
     return [
-        "Ouro's exit gate, per loss",
-        f"the paper's objective: {pct(frozen['accuracy'])} at {frozen['mean_steps']:.2f} computed steps; "
-        f"3 fixed loops: {pct(fixed['accuracy'])} (thresholds read on the test problems)",
-        "no saving at equal accuracy here; the published loss's gate hurts when exits are frozen",
+        "Ouro's exit gate",
+        f"the paper's objective: {pct(frozen['accuracy'])} at {frozen['mean_steps']:.2f} steps; 3 fixed "
+        f"loops {pct(fixed['accuracy'])} (thresholds read on test)",
+        "no saving at equal accuracy; the published loss's gate hurts with frozen exits",
+        "1",
         "[exit_gate](docs/benchmarks/exit_gate.md)",
-        "`bench_exit_gate.py`",
     ]
 
 
@@ -1588,10 +1573,10 @@ def ouro_decode_row() -> list[str]:
     return [
         "Ouro decoding",
         f"loop overhead {decode['loop_overhead']['ratio']:.2f}x a Llama of equal depth; early exit "
-        f"{decode['early_exit']['ratio']:.2f}x the time; the cache {decode['cache']['speedup']:.1f}x faster",
+        f"{decode['early_exit']['ratio']:.2f}x the time; cache {decode['cache']['speedup']:.1f}x faster",
         "",
+        "1 run",
         "[ouro_decode](docs/benchmarks/ouro_decode.md)",
-        "`bench_ouro_decode.py`",
     ]
 
 
@@ -1601,12 +1586,12 @@ def ouro_cache_modes_row() -> list[str]:
     at4 = readme["loops"]["4"]
     exact, held = at4["exact_match"], at4["cache_bytes"]
     return [
-        "Ouro's one-entry-per-layer cache (`last_loop`)",
-        f"{held['per_loop'] / held['last_loop']:.0f}x smaller at 4 loops, but exact match {pct(exact['per_loop'])} -> "
-        f"{pct(exact['last_loop'])} on the README's model: it needs a model trained for it",
-        "(transformers' Dory layout; no paper figure)",
+        "Ouro's `last_loop` cache",
+        f"{held['per_loop'] / held['last_loop']:.0f}x smaller at 4 loops; exact match {pct(exact['per_loop'])} -> "
+        f"{pct(exact['last_loop'])} (needs a model trained for it)",
+        "no paper figure (transformers' Dory layout)",
+        "1",
         "[ouro_decode](docs/benchmarks/ouro_decode.md#the-two-cache-layouts-issue-46)",
-        "`bench_ouro_decode.py --sections cache_modes`",
     ]
 
 
@@ -1614,12 +1599,12 @@ def ouro_serving_row() -> list[str]:
     """A saved Ouro on OpenVINO against the package (issue #46)."""
     r = load("ouro_serving.json")
     return [
-        "A saved Ouro served by OpenVINO",
-        f"{pct(r['answers_equal'])} of {r['data']['units']} held-out answers equal to the package's "
-        f"({r['precision']}), {r['seconds']['package'] / r['seconds']['engine']:.1f}x its speed",
+        "a saved Ouro served by OpenVINO",
+        f"{pct(r['answers_equal'])} of {r['data']['units']} answers equal to the package's ({r['precision']}), "
+        f"{r['seconds']['package'] / r['seconds']['engine']:.1f}x its speed",
         "",
+        "1",
         "[ouro_serving](docs/benchmarks/ouro_serving.md)",
-        "`bench_ouro_serving.py`",
     ]
 
 
@@ -1630,60 +1615,45 @@ def attractor_memory_row() -> list[str]:
     budgets = sorted({int(k.split("@")[1]) for k in memory})
     same = "equal" if max(abs(r - 1) for r in flat) < 0.005 else f"within {max(abs(r - 1) for r in flat):.0%}"
     return [
-        "Attractor LM trains in constant memory",
-        f"saved activations {same} at budgets {', '.join(map(str, budgets))} with one-step and implicit "
-        f"gradients, both maps; unrolled: linear, {min(unrolled):.1f}-{max(unrolled):.1f}x more at "
-        f"{budgets[-1]} than at {budgets[0]}",
-        "reproduced (one run; saved bytes are exact)",
+        "Attractor LM: constant training memory",
+        f"saved activations {same} at budgets {', '.join(map(str, budgets))}; unrolled {min(unrolled):.1f}-"
+        f"{max(unrolled):.1f}x more at {budgets[-1]} than at {budgets[0]}",
+        "reproduced",
+        "1 run (bytes are exact)",
         "[attractor_memory](docs/benchmarks/attractor_memory.md)",
-        "`bench_attractor_memory.py`",
     ]
 
 
-def _published_internalization_clause() -> str:
-    """The published code's choices on addition and on Sudoku, for the README row (a task's part empty until run)."""
-    clause = ""
+def _published_internalization() -> tuple[str, str]:
+    """The published code's four choices on addition, for the README row: its T=0 / solved clause and its seeds
+    (both empty until run)."""
     runs = published_runs("addition", "all")
-    if runs:
-        ends = [_end_shares(run) for run in runs.values()]
-        clause += (
-            f"; with the published code's four choices ({len(runs)} seeds) {_span([e[0] for e in ends], 0)} at T=0, "
-            f"{_span([e[1] for e in ends], 0)} at T=1, {_span([e[2] for e in ends], 0)} solved"
-        )
-    together, without = published_runs("sudoku", "all"), published_runs("sudoku", "gates+batch_stop+optimizer")
-    if together and without:
-        ends = [_end_shares(run) for run in without.values()]
-        clause += (
-            f"; on Sudoku the four together solve {_span([_end_shares(r)[2] for r in together.values()], 0)} "
-            f"({len(together)} seeds), and without the Neumann backward {_span([e[2] for e in ends], 0)} with "
-            f"{_span([e[t] for e in ends for t in (0, 1)], 0)} at T=0 and T=1 ({len(without)} seeds)"
-        )
-    return clause
+    if not runs:
+        return "", ""
+    ends = [_end_shares(run) for run in runs.values()]
+    shares = f"{_span([e[0] for e in ends], 0)} / {_span([e[2] for e in ends], 0)}"
+    return f"; published code {shares}", f" (published code: {len(runs)})"
 
 
 def internalization_row() -> list[str]:
     def last(name: str) -> dict:
         return internalization_run(name)["rows"][-1]["accuracy"]
 
-    ap, ag, ai = last("addition-paper-one-step"), last("addition-gated-one-step"), last("addition-paper-implicit")
+    paper = last("addition-paper-one-step")
     sudoku = [last(f"sudoku-{f}-one-step") for f in ("paper", "gated")]
+    published, seeds = _published_internalization()
     return [
         "equilibrium internalization",
-        f"on addition (one seed per map) iterations rise with every map; with the paper's map the proposal alone "
-        f"decodes {pct(ap['0'])} against {pct(ap['30'])} solved (the gated map's: {pct(ag['0'])} against "
-        f"{pct(ag['30'])}); the implicit gradient the same ({pct(ai['0'])} against {pct(ai['30'])}); 6x6 Sudoku, "
-        f"both maps: {_span([s[t] for s in sudoku for t in ('0', '1')], 0)} at T=0 and T=1 against "
-        f"{_span([s['30'] for s in sudoku], 0)} solved, iterations rising" + _published_internalization_clause(),
+        f"T=0 / solved: addition {pct(paper['0'])} / {pct(paper['30'])} (paper's map); Sudoku "
+        f"{_span([s[t] for s in sudoku for t in ('0', '1')], 0)} / {_span([s['30'] for s in sudoku], 0)}" + published,
         "not reproduced at this scale",
+        "1" + seeds,
         "[attractor_internalization](docs/benchmarks/attractor_internalization.md)",
-        "`bench_attractor_internalization.py --form F` (`--task sudoku`, `--gradient-mode implicit`, "
-        "`--published C --seed S`, `--device cuda`)",
     ]
 
 
 def attractor_lm_row() -> list[str]:
     lm = lm_runs()
-    base = lm["llama"]
 
     def vs(kind: str) -> str:
         return difference_cell(lm_paired(lm, kind), digits=2)
@@ -1694,47 +1664,31 @@ def attractor_lm_row() -> list[str]:
     fewer = [
         1 - mean_of(k, "train_flops") / mean_of("looped", "train_flops") for k in ("attractor-paper", "attractor-gated")
     ]
-    first = next(iter(base.values()))
     return [
-        "Attractor LM vs transformer and looped baseline",
-        f"Python standard library source, {first['parameters'] / 1e6:.1f}M parameters, "
-        f"{first['training_tokens'] / 1e6:.1f}M tokens, {len(base)} seeds: perplexity not separated (gated map "
-        f"{vs('attractor-gated')} vs the transformer, paper's map {vs('attractor-paper')}, looped {vs('looped')}); "
-        f"{100 * min(fewer):.0f}-{100 * max(fewer):.0f}% fewer training FLOPs than the looped model; saved "
-        "activations equal to the transformer's, the looped model's "
-        f"{mean_of('looped', 'saved_bytes') / mean_of('llama', 'saved_bytes'):.2f}x",
-        "FLOPs and memory reproduced; lower perplexity not reproduced at this scale (nor contradicted)",
+        "Attractor LM vs transformer and looped model",
+        f"perplexity vs transformer: gated {vs('attractor-gated')}, paper's {vs('attractor-paper')}; "
+        f"{100 * min(fewer):.0f}-{100 * max(fewer):.0f}% fewer FLOPs than looped",
+        "FLOPs and memory reproduced; lower perplexity not (nor contradicted)",
+        str(len(lm["llama"])),
         "[attractor_lm](docs/benchmarks/attractor_lm.md)",
-        "`bench_attractor_lm.py --kind K --seed N`",
     ]
 
 
 def attractor_puzzles_row() -> list[str]:
-    chosen, eqr, tied, split1 = (
-        _sudoku_runs(k) for k in ("attractor (chosen settings)", "eqr", "weight_tied", "attractor")
-    )
-    at64 = lambda runs: [r["accuracy_by_depth"]["64"] for r in runs.values()]  # noqa: E731
-    w64 = lambda folder, kind: load(f"{folder}/{kind}/eqr_sudoku.json")[kind]["accuracy_by_depth"]["64"]  # noqa: E731
+    chosen, eqr, tied = (_sudoku_runs(k) for k in ("attractor (chosen settings)", "eqr", "weight_tied"))
+    at64 = lambda runs: _span([r["accuracy_by_depth"]["64"] for r in runs.values()])  # noqa: E731
     return [
-        "Attractor on puzzles vs EqR",
-        f"6x6 Sudoku held out by class, {chosen[0]['parameters'] / 1e6:.2f}M parameters, {len(chosen)} seeds, "
-        f"equal budget: with its layers split 2 + 2 (chosen on a validation split) the Attractor solves "
-        f"{_span(at64(chosen))} at 64 iterations, EqR {_span(at64(eqr))} ({_paired(chosen, eqr, '64')} points), "
-        f"weight-tied {_span(at64(tied))} ({_paired(chosen, tied, '64')}); with EqR's 1 + 1 split, "
-        f"{_span(at64(split1))}; at width 64 (one seed) the 2 + 2 Attractor keeps "
-        f"{pct(w64('attractor_puzzles_width64_chosen', 'attractor'))}, EqR and weight-tied with the same 4-layer "
-        f"shape {pct(w64('attractor_puzzles_width64_4layer', 'eqr'))} and "
-        f"{pct(w64('attractor_puzzles_width64_4layer', 'weight_tied'))} (with their 2-layer block "
-        f"{pct(w64('attractor_puzzles_width64', 'eqr'))} and {pct(w64('attractor_puzzles_width64', 'weight_tied'))})",
-        "not separated from EqR or weight-tied; the paper's gap (recursive models fail, 27M Attractor 91.4% on "
-        "Sudoku-Extreme) not seen at this scale; only the Attractor's settings were searched",
+        "Attractor vs EqR on 6x6 Sudoku",
+        f"at 64 iterations: Attractor {at64(chosen)}, EqR {at64(eqr)} ({_paired(chosen, eqr, '64')}), weight-tied "
+        f"{at64(tied)} ({_paired(chosen, tied, '64')})",
+        "not separated (only the Attractor's settings searched); the paper's gap not seen at this scale",
+        str(len(chosen)),
         "[attractor_puzzles](docs/benchmarks/attractor_puzzles.md)",
-        "`bench_eqr_sudoku.py --kinds attractor` (settings, seeds and widths on the page)",
     ]
 
 
 def eqr_depth_breadth_row() -> list[str]:
-    eqr, tied = _sudoku_runs("eqr"), _sudoku_runs("weight_tied")
+    eqr = _sudoku_runs("eqr")
     depth16 = [r["accuracy_by_depth"]["16"] for r in eqr.values()]
     gains = {s: r["grid"]["16x16"]["halt"] - r["grid"]["16x1"]["halt"] for s, r in eqr.items()}
     top = max(gains, key=gains.get)
@@ -1746,24 +1700,13 @@ def eqr_depth_breadth_row() -> list[str]:
         for b in (4, 16)
         for rule in ("residual", "vote", "halt")
     ]
-    deep = [
-        mean_se([eqr[s]["accuracy_by_depth"][d] - tied[s]["accuracy_by_depth"][d] for s in eqr if s in tied])
-        for d in ("8", "16", "32", "64")
-    ]
     return [
-        "EqR depth x breadth",
-        f"6x6 Sudoku (18+ clues, held out up to symmetry), {len(eqr)} seeds: {_span(depth16)} at depth 16; 16 "
-        f"restarts add {100 * gains[top]:.0f} points in one seed of {WORDS.get(len(eqr), len(eqr))} "
-        f"({100 * eqr[top]['grid']['16x1']['halt']:.1f} -> {pct(eqr[top]['grid']['16x16']['halt'])}, the answer "
-        "picked by the halting head, the best of three rules as read on the test puzzles) and at most "
-        f"{100 * max(others):.0f} point{'s' if round(100 * max(others)) != 1 else ''} either way in the other two "
-        "(4x4: a memorisation check)",
-        "the depth gain reproduces, the breadth gain in one seed of three; EqR and the plain weight-tied model "
-        f"are not separated from depth 8 on (mean difference {100 * min(m for m, _ in deep):+.1f} to "
-        f"{100 * max(m for m, _ in deep):+.1f} points, SE {100 * min(se for _, se in deep):.1f}-"
-        f"{100 * max(se for _, se in deep):.1f})",
+        "EqR depth x breadth on 6x6 Sudoku",
+        f"{_span(depth16)} at depth 16; 16 restarts: +{100 * gains[top]:.0f} points in one seed (rule read on test), "
+        f"<= {100 * max(others):.0f} in the others",
+        f"depth gain reproduced, breadth gain in 1 of {len(eqr)} seeds; not separated from weight-tied",
+        str(len(eqr)),
         "[eqr_sudoku](docs/benchmarks/eqr_sudoku.md), [eqr_ablations](docs/benchmarks/eqr_ablations.md)",
-        "`bench_eqr_sudoku.py --size 6 --min-clues 18 --steps 2400 --augmentations 2 --kinds K --seed S`",
     ]
 
 
@@ -1802,47 +1745,39 @@ def _halting_chosen(folder: str, seeds: tuple[int, ...]) -> dict[int, dict]:
     return {s: json.loads(path.read_text())["chosen"] for s, path in paths.items() if path.exists()}
 
 
-def _halting_summary(halting: dict[int, dict]) -> str:
+def _halting_cells(halting: dict[int, dict]) -> tuple[str, str]:
+    """The README row's saving and its seeds, with how many of them kept the fixed depth's accuracy."""
     ratios = [h[split]["nfe_ratio"] for h in halting.values() for split in ("easy", "all")]
     equal = {split: sum(h[split]["equal_accuracy_on_test"] for h in halting.values()) for split in ("easy", "all")}
-    n = len(halting)
-
-    def said(k: int) -> str:
-        return "both seeds" if k == n == 2 else f"all {n} seeds" if k == n > 2 else "one" if k == 1 else f"{k} of {n}"
-
     return (
-        f"{min(ratios):.1f}-{max(ratios):.1f}x fewer evaluations than the cheapest fixed depth of equal accuracy; "
-        f"equal accuracy on easy puzzles in {said(equal['easy'])}, on all puzzles in {said(equal['all'])}"
+        f"{min(ratios):.1f}-{max(ratios):.1f}x fewer evaluations than the cheapest fixed depth of equal accuracy",
+        f"{len(halting)} (equal accuracy: all puzzles {equal['all']}, easy {equal['easy']})",
     )
 
 
 def eqr_halting_row() -> list[str]:
-    halting = _halting_chosen("eqr_halting_6x6", (1, 2))
+    here, seeds = _halting_cells(_halting_chosen("eqr_halting_6x6", (1, 2)))
     return [
         "EqR halting",
-        f"6x6, {len(halting)} seeds, depth and threshold chosen on a validation half: {_halting_summary(halting)}",
-        "the >= 3x target is not met; the paper's 11.34x is a different comparison",
+        here,
+        "the >= 3x target not met; the paper's 11.34x is a different comparison",
+        seeds,
         "[eqr_halting](docs/benchmarks/eqr_halting.md)",
-        "`bench_eqr_halting.py --size 6 --min-clues 18 --model ... --seed S`",
     ]
 
 
 def eqr_halting_published_row() -> list[str]:
     """The halting saving on models trained with the published recipe (cut to the CPU), for the seeds run."""
     halting = _halting_chosen("eqr_halting_published_6x6", (0, 1, 2))
-    seeds = (
-        f"{len(halting)} seeds"
-        if len(halting) == 3
-        else f"seeds run: {', '.join(map(str, halting)) or 'none'} of 0, 1, 2"
-    )
-    measured = _halting_summary(halting) if halting else "not run yet"
+    here, seeds = _halting_cells(halting) if halting else ("not run yet", "0")
+    if len(halting) < 3:
+        seeds += f" (run: {', '.join(map(str, halting)) or 'none'} of 0, 1, 2)"
     return [
         "EqR halting, the published recipe",
-        f"6x6, the published architecture and training cut to the CPU, {seeds}: {measured}",
-        "the 11.34x of the paper is not computed by the published code (it always runs every segment); here the "
-        "saving is against the cheapest fixed depth of equal accuracy, as above",
+        here,
+        "the paper's 11.34x is not computed by the published code (it runs every segment)",
+        seeds,
         "[eqr_halting](docs/benchmarks/eqr_halting.md#with-the-published-recipe-issue-45)",
-        "`bench_eqr_halting.py --preset published --size 6 --min-clues 18 --lr 1e-3 --model ... --seed S`",
     ]
 
 
@@ -1850,35 +1785,32 @@ def eqr_maze_row() -> list[str]:
     maze = {
         k: [load(f"{MAZE9_RUNS[s]}/{k}/eqr_sudoku.json") for s in MAZE9_RUNS] for k in ("eqr", "weight_tied", "untied")
     }
-    best = lambda k: [max(run[k]["accuracy_by_depth"].values()) for run in maze[k]]  # noqa: E731
+    best = lambda k: _span([max(run[k]["accuracy_by_depth"].values()) for run in maze[k]])  # noqa: E731
     d32 = [
         a["eqr"]["accuracy_by_depth"]["32"] - b["weight_tied"]["accuracy_by_depth"]["32"]
         for a, b in zip(maze["eqr"], maze["weight_tied"])
     ]
-    margs = maze["eqr"][0]["args"]
     return [
         "EqR on 9x9 mazes (held out by class)",
-        f"{len(MAZE9_RUNS)} seeds, {margs['steps']} steps, width {margs['width']}: EqR {_span(best('eqr'))} and "
-        f"weight-tied {_span(best('weight_tied'))} at their best depth; the untied baseline (8x the parameters) "
-        f"{_span([run['untied']['accuracy_by_depth']['8'] for run in maze['untied']])}",
-        f"not reproduced at this scale; EqR and weight-tied not separated ({difference_cell(d32, scale=100)} "
-        "points at depth 32)",
+        f"best depth: EqR {best('eqr')}, weight-tied {best('weight_tied')}; untied baseline (8x the "
+        f"parameters) {_span([run['untied']['accuracy_by_depth']['8'] for run in maze['untied']])}",
+        f"not reproduced at this scale; not separated from weight-tied ({difference_cell(d32, scale=100)} at 32)",
+        str(len(MAZE9_RUNS)),
         "[eqr_ablations](docs/benchmarks/eqr_ablations.md)",
-        "`bench_eqr_sudoku.py --task maze --size 9 --width 96 --train-size 2000 --steps 2000 --kinds K --seed S`",
     ]
 
 
 def lazy_identity_audit_row() -> list[str]:
-    audits = [json.loads(p.read_text()) for p in sorted((RESULTS / "audit_reachability").glob("*-seed*/audit.json"))]
+    paths = sorted((RESULTS / "audit_reachability").glob("*-seed*/audit.json"))
+    audits = [json.loads(p.read_text()) for p in paths]
+    seeds = {p.parent.name.rsplit("-seed", 1)[1] for p in paths}
     return [
         "the lazy-identity study's audit",
-        f"iterations do not track difficulty (yes: Pearson r within ±"
-        f"{max(abs(a['iterations']['pearson']) for a in audits):.2f} in {len(audits)} runs); `h* = z0` with "
-        f"solves at the cap (no: at most {max(a['iterations']['cap_share'] for a in audits):.0%} at the cap, "
-        "only without the anchor)",
+        f"iterations blind to difficulty: yes (r within ±{max(abs(a['iterations']['pearson']) for a in audits):.2f}); "
+        f"`h* = z0`, solves at the cap: no (<= {max(a['iterations']['cap_share'] for a in audits):.0%})",
         "partly reproduced at small scale",
+        f"{len(seeds)} ({len(audits)} runs)",
         "[audit_reachability](docs/benchmarks/audit_reachability.md)",
-        "`bench_audit_reachability.py --models M --summary-name S`",
     ]
 
 
@@ -1886,20 +1818,16 @@ def lazy_identity_regime_row() -> list[str]:
     """The study's regime (``bench_lazy_identity.py``, the start-anchored PH-DEQ) on reachability."""
     runs = lazy_runs("reachability")
     lazy = runs["lazy"] + runs["lazy_noisy"]
-    control = runs["lazy_control"]
     caps = [r["tolerances"]["rows"][-1]["at_cap"] for rs in runs.values() for r in rs]
+    disp = [r["disp_rel"] for r in runs["lazy"]]
     return [
         "the lazy-identity study's regime",
-        f"start-anchored PH-DEQ, reachability, {len(runs['lazy'])} seeds: T1 "
-        f"{min(r['t1'] for r in lazy):+.1f} to {max(r['t1'] for r in lazy):+.1f} points with the direct path, "
-        f"but `h*` {min(r['disp_rel'] for r in runs['lazy']):.2f}-{max(r['disp_rel'] for r in runs['lazy']):.2f} "
-        "(relative) from `z0`, not 1e-7; no solve at the cap at 1e-4, "
-        f"{100 * min(caps):.0f}-{pct(max(caps), 0)} at 1e-8; the zero-start control without the direct path: "
-        f"computing in {sum(r['verdict'] == 'computing' for r in control)} of {len(control)}",
-        "the loop adds nothing (T1 ~ 0) and the noisy start is kept, as in the study; `h* = z0` and the cap share "
-        "not reproduced",
+        f"T1 {min(r['t1'] for r in lazy):+.1f} to {max(r['t1'] for r in lazy):+.1f} points; `h*` {min(disp):.2f}-"
+        f"{max(disp):.2f} from `z0`, not 1e-7; at the cap 0 at 1e-4, {100 * min(caps):.0f}-{pct(max(caps), 0)} "
+        "at 1e-8",
+        "partly: T1 ~ 0, noisy start kept, as in the study; `h* = z0` and the cap share not",
+        str(len(runs["lazy"])),
         "[lazy_identity](docs/benchmarks/lazy_identity.md)",
-        "`bench_lazy_identity.py --models M` (`--task entailment`)",
     ]
 
 
@@ -1910,13 +1838,12 @@ def audit_control_row() -> list[str]:
     accuracy, audit = control["loop_scaling"]["accuracy"], control["audit"]
     return [
         "the audit's positive control",
-        f"a trained Ouro ({control['folder_bytes'] / 1000:.0f} KB) on 2-digit addition: {pct(accuracy['1'], 0)} at "
-        f"1 loop, {pct(accuracy['4'], 0)} at 4 on held-out problems; `equilibria audit` on "
-        f"{audit['data']['units']} fresh problems: {audit['verdict']} (T1 "
-        f"{audit['substitution']['change_points']:+.0f} points, probe {audit['probe']['change_points']:+.0f} points)",
+        f"trained Ouro: {pct(accuracy['1'], 0)} at 1 loop, {pct(accuracy['4'], 0)} at 4 on addition; audit: "
+        f"{audit['verdict']} (T1 {audit['substitution']['change_points']:+.0f}, probe "
+        f"{audit['probe']['change_points']:+.0f} points)",
         "",
+        "1",
         "[audit](docs/audit.md)",
-        "`build_audit_control.py`",
     ]
 
 
@@ -1954,13 +1881,12 @@ def anderson_row() -> list[str]:
     extra = [b["iterations"] - ours[name]["iterations"] for name, b in solved["best_torchdeq"].items()]
     times = [abs(b["seconds"] / ours[name]["seconds"] - 1) for name, b in solved["best_torchdeq"].items()]
     return [
-        "our Anderson against torchdeq's",
-        f"torchdeq at its best ridge takes {min(extra) if min(extra) == max(extra) else f'{min(extra)}-{max(extra)}'}"
-        f" iteration{'s' if max(extra) != 1 else ''} "
-        f"more than ours on each map, its time within {max(times):.1%} of ours (one run)",
+        "our Anderson vs torchdeq's",
+        f"torchdeq at its best ridge: {min(extra) if min(extra) == max(extra) else f'{min(extra)}-{max(extra)}'} "
+        f"iteration{'s' if max(extra) != 1 else ''} more on each map, its time within {max(times):.1%} of ours",
         "",
+        "1 run",
         "[solvers](docs/benchmarks/solvers.md)",
-        "`bench_solvers.py`",
     ]
 
 
