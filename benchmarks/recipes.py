@@ -53,6 +53,9 @@ class Documented:
     target: float | None
     what: str
     before: str | None = None
+    folder: str = ""  # where, inside the output folder, the model folder with its loop_scaling.json lies
+    flags: tuple[str, ...] = ("--disable_tqdm", "true", "--report_to", "none")  # added to every run
+    base: str | None = None  # a command run first (same seed); its output folder is --model_name_or_path
 
 
 DOCUMENTED = (
@@ -78,30 +81,98 @@ DOCUMENTED = (
         "--learning_rate 5e-5 --per_device_train_batch_size 8 --lr_scheduler_type linear --warmup_steps 0 "
         "--weight_decay 0 --train_size 2000 --min_loops 1 --max_loops 16 --jsrr_weight 0.1",
     ),
+    Documented(
+        "demo",
+        "docs/demo.md",
+        "equilibria demo --output_dir equilibria-demo",
+        8,
+        None,
+        "exact match at 8 loops of the STARS model (trained at 4) on the demo's 200 held-out 2-digit sums",
+        folder="model",
+        flags=(),
+    ),
+    Documented(
+        "readme-fine-tune",
+        "README.md",
+        "equilibria train --model_name_or_path out --dataset_name examples/sum_rows.jsonl --output_dir tuned "
+        "--use_peft --max_steps 1000 --min_loops 2 --max_loops 8 --jsrr_weight 0.1 --exit_loss final "
+        "--eval_metric exact_match --use_cpu",
+        8,
+        None,
+        "exact match at 8 loops on the 200 held-out rows of examples/sum_rows.jsonl (3-digit sums; the base model "
+        "knows 2-digit ones, at 4 loops)",
+        base="equilibria train --family ouro --task addition --output_dir out --use_cpu",
+    ),
+    Documented(
+        "cli-eqr",
+        "docs/cli.md",
+        "torchrun --nproc_per_node 2 -m equilibria.cli train --family eqr --task sudoku --split_by board "
+        "--output_dir out-eqr --max_steps 2000 --learning_rate 1e-3 --per_device_train_batch_size 32 "
+        "--warmup_steps 100 --use_cpu --eval_loops 4,8,16,32,64",
+        8,
+        None,
+        "4x4 Sudoku solved at depth 8 on its 200 held-out boards (two processes of 1 thread; a memorisation check)",
+    ),
 )
 QUICK = ["--max_steps", "2", "--train_size", "64", "--test_size", "8", "--eval_loops", "1,4"]
 
 
-def run_command(command: str, seed: int, threads: int, scratch: Path, extra: list[str] = ()) -> dict:
-    """One run of ``command`` (an ``equilibria ...`` line) with ``--seed seed`` in a process of ``threads`` torch
-    threads, its output folder inside ``scratch``: ``{"seed", "threads", "wall_s", "accuracy", "trained_loops",
-    "data", "recipe"}`` (the held-out data's name; the recipe's settings and what the command overrode)."""
+def quick_flags(recipe: Documented, quick: bool) -> list[str]:
+    """The flags that make ``recipe``'s command a seconds-long smoke run (none outside ``--quick``)."""
+    if not quick:
+        return []
+    return ["--quick"] if recipe.command.startswith("equilibria demo") else QUICK
+
+
+def launcher(command: str) -> list[str]:
+    """``command`` (``equilibria ...``, or ``torchrun ... -m equilibria.cli ...``) as the argv this interpreter runs."""
     argv = shlex.split(command)
-    if argv[0] != "equilibria":
-        raise ValueError(f"not an equilibria command: {command!r}")
-    out = scratch / f"seed{seed}-threads{threads}"
-    argv[argv.index("--output_dir") + 1] = str(out)
-    flags = [*argv[1:], "--seed", str(seed), *extra, "--disable_tqdm", "true", "--report_to", "none"]
+    if argv[0] == "equilibria":
+        return [sys.executable, "-m", "equilibria.cli", *argv[1:]]
+    if argv[0] == "torchrun" and "equilibria.cli" in argv:
+        return [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
+    raise ValueError(f"not an equilibria or torchrun -m equilibria.cli command: {command!r}")
+
+
+def _replace(argv: list[str], flag: str, value: str) -> list[str]:
+    argv = list(argv)
+    argv[argv.index(flag) + 1] = value
+    return argv
+
+
+def timed(argv: list[str], threads: int, what: str) -> float:
+    """Run ``argv`` from the repository's root with ``threads`` torch threads per process; its wall time in s."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "equilibria.cli", *flags], capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
     if done.returncode != 0:
-        raise RuntimeError(f"{command} (seed {seed}) failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-    scaling = json.loads((out / "loop_scaling.json").read_text())
-    stage = json.loads((out / "training_history.json").read_text())[-1]
-    config = json.loads((out / "config.json").read_text())
+        raise RuntimeError(f"{what} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def run_command(recipe: Documented, command: str, seed: int, threads: int, scratch: Path, extra=()) -> dict:
+    """One run of ``command`` (``recipe``'s line or its ``before``) with ``--seed seed``, ``threads`` torch threads
+    per process, its output folder inside ``scratch`` (after ``recipe.base``, run the same way, whose folder becomes
+    ``--model_name_or_path``): ``{"seed", "threads", "wall_s", "accuracy", "trained_loops", "data", "recipe"}``
+    (the held-out data's name; the recipe's settings and what the command overrode), ``compared`` where the
+    folder's ``loop_scaling.json`` has other models' tables too, and ``base`` (its wall time and accuracy)."""
+    argv, base = launcher(command), {}
+    if recipe.base:
+        base_run = run_command(
+            Documented("base", "", recipe.base, 0, None, ""), recipe.base, seed, threads, scratch / "base", extra
+        )
+        argv = _replace(argv, "--model_name_or_path", str(scratch / "base" / f"seed{seed}-threads{threads}"))
+        base = {"base": {k: base_run[k] for k in ("wall_s", "accuracy", "data")}}
+    out = scratch / f"seed{seed}-threads{threads}"
+    argv = [*_replace(argv, "--output_dir", str(out)), "--seed", str(seed), *extra, *recipe.flags]
+    wall = timed(argv, threads, f"{command} (seed {seed})")
+    folder = out / recipe.folder
+    scaling = json.loads((folder / "loop_scaling.json").read_text())
+    stage = json.loads((folder / "training_history.json").read_text())[-1]
+    config = json.loads((folder / "config.json").read_text())
     trained = config[family_record(config["model_type"]).loops_key]
+    compared = scaling.get("compared")  # {"plain, 1500 + 600 steps": ..., "STARS": ...}: keyed by the first word
+    compared = {"compared": {name.split(",")[0]: curve for name, curve in compared.items()}} if compared else {}
     return {
         "seed": seed,
         "threads": threads,
@@ -110,6 +181,8 @@ def run_command(command: str, seed: int, threads: int, scratch: Path, extra: lis
         "trained_loops": trained,
         "data": scaling["data"]["name"],
         "recipe": stage.get("task_recipe"),  # the recipe's settings as the run applied them, and what it changed
+        **compared,
+        **base,
     }
 
 
@@ -150,7 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
         for t in threads:
             for seed in seeds:
                 with tempfile.TemporaryDirectory() as scratch:
-                    run = run_command(command, seed, t, Path(scratch), QUICK if args.quick else [])
+                    run = run_command(recipe, command, seed, t, Path(scratch), quick_flags(recipe, args.quick))
                 record(results, recipe, run, args.before)
                 print(f"{name}{' (before)' if args.before else ''} seed {seed}, {t} threads: {run['wall_s']} s, "
                       f"{json.dumps(run['accuracy'])}", flush=True)  # fmt: skip
