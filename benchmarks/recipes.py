@@ -95,12 +95,12 @@ DOCUMENTED = (
         "readme-fine-tune",
         "README.md",
         "equilibria train --model_name_or_path out --dataset_name examples/sum_rows.jsonl --output_dir tuned "
-        "--use_peft --max_steps 1000 --min_loops 2 --max_loops 8 --jsrr_weight 0.1 --exit_loss final "
-        "--eval_metric exact_match --use_cpu",
+        "--use_peft --learning_rate 3e-3 --per_device_train_batch_size 64 --max_steps 3000 --min_loops 2 "
+        "--max_loops 8 --jsrr_weight 0.1 --exit_loss final --eval_metric exact_match --use_cpu",
         8,
         None,
         "exact match at 8 loops on the 200 held-out rows of examples/sum_rows.jsonl (3-digit sums; the base model "
-        "knows 2-digit ones, at 4 loops)",
+        "was trained on 2-digit ones at 4 loops)",
         base="equilibria train --family ouro --task addition --output_dir out --use_cpu",
     ),
     Documented(
