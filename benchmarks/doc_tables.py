@@ -1416,7 +1416,7 @@ def recipes() -> str:
         before = entry.get("before", {}).get("runs") or []
         walls = [run["wall_s"] for run in runs]
         rows.append([
-            f"`{name}` ({entry['page']})",
+            f"`{name}` ({entry['page'] if entry.get('shown', True) else 'no page: the recipe alone'})",
             f"`{entry['command']}`",
             entry["what"],
             f"{recipe_range(runs, loops)} ({recipe_runs_label(runs)})",
@@ -1440,6 +1440,25 @@ README_HEADER = ["result", "here", "the paper", "seeds", "page"]
 def _stars_at(kind: str, loops: int, relative: str = "stars_addition/results.json") -> float:
     """Exact match of the STARS addition run ``kind`` (2-digit unless ``relative`` says otherwise) at ``loops``."""
     return load(relative)["results"][kind]["accuracy"][str(loops)]
+
+
+def recipes_row() -> list[str]:
+    """The documented training commands (``recipes.json``): each one's lowest-highest at the count its page reads."""
+    entries = load("recipes.json")["recipes"]
+    shown = {"readme-ouro": "Ouro", "readme-dory": "Dory", "demo": "demo's STARS", "readme-fine-tune": "fine-tune"}
+    cells = [
+        f"{label} {recipe_range(entries[name]['runs'], entries[name]['loops'])} at {entries[name]['loops']} loops"
+        for name, label in shown.items()
+        if name in entries
+    ]
+    seeds = sorted({run["seed"] for name in shown if name in entries for run in entries[name]["runs"]})
+    return [
+        "the README's training commands, as written",
+        "exact match on held-out sums: " + ", ".join(cells),
+        "",
+        str(len(seeds)),
+        "[cli](docs/cli.md#recipes)",
+    ]
 
 
 def stars_depth_row() -> list[str]:
@@ -1887,6 +1906,7 @@ def anderson_row() -> list[str]:
 
 
 README_ROWS: tuple[Callable[[], list[str]], ...] = (  # the README's results table, a row each, in its order
+    recipes_row,
     stars_depth_row,
     stars_ablation_row,
     stars_presets_row,

@@ -6,11 +6,13 @@ scratch folder), in a process of its own limited to the given torch threads, and
 (``loop_scaling.json``, written by ``equilibria train``) is recorded with the wall time of the whole command. Every
 run is kept: the pages state the range over seeds and threads (lowest-highest), generated from the JSON by
 ``benchmarks/doc_tables.py``, never one run. ``before`` holds the same measurement of the command the page showed
-before the recipes existed, where there was one.
+before the recipes existed, where there was one. :data:`RECIPE_CHECKS` run the recipes no page shows with a result
+(``equilibria train --family F --task T`` alone), to see that their settings train.
 
     python benchmarks/recipes.py                                 # every recipe, seeds 0-2 (about 30 minutes on 2 cores)
     python benchmarks/recipes.py --recipes readme-ouro --threads 1,2
     python benchmarks/recipes.py --before --recipes readme-ouro  # the command the page showed before
+    python benchmarks/recipes.py --recipes recipe-eqr-sudoku --seeds 0   # a recipe no page runs
     python benchmarks/recipes.py --quick                         # seconds (a test runs it): 2 steps, a scratch JSON
 
 Results: ``docs/results/recipes.json`` (a top-level ``recipes`` mapping: per recipe its command, page, trained loop
@@ -56,6 +58,7 @@ class Documented:
     folder: str = ""  # where, inside the output folder, the model folder with its loop_scaling.json lies
     flags: tuple[str, ...] = ("--disable_tqdm", "true", "--report_to", "none")  # added to every run
     base: str | None = None  # a command run first (same seed); its output folder is --model_name_or_path
+    shown: bool = True  # a page shows the command (else: a check of a recipe's settings, in the recipes table only)
 
 
 DOCUMENTED = (
@@ -106,13 +109,33 @@ DOCUMENTED = (
     Documented(
         "cli-eqr",
         "docs/cli.md",
-        "torchrun --nproc_per_node 2 -m equilibria.cli train --family eqr --task sudoku --split_by board "
+        "torchrun --nproc_per_node 2 -m equilibria.cli train --family eqr --task sudoku --size 4 --split_by board "
         "--output_dir out-eqr --max_steps 2000 --learning_rate 1e-3 --per_device_train_batch_size 32 "
         "--warmup_steps 100 --use_cpu --eval_loops 4,8,16,32,64",
         8,
         None,
         "4x4 Sudoku solved at depth 8 on its 200 held-out boards (two processes of 1 thread; a memorisation check)",
     ),
+)
+
+
+def recipe_check(family: str, task: str, what: str) -> Documented:
+    """A recipe no page runs with a stated result: ``equilibria train --family F --task T`` as it is, to see that
+    its settings train (the table in docs/cli.md#recipes shows what it gives)."""
+    command = f"equilibria train --family {family} --task {task} --output_dir out --use_cpu"
+    return Documented(f"recipe-{family}-{task}", "docs/cli.md", command, 8, None, what, shown=False)
+
+
+RECIPE_CHECKS = (
+    recipe_check("hrm_text", "addition", "exact match at 8 H-cycles (trained at 4) on 200 held-out 2-digit sums"),
+    recipe_check("inkling2_loop_text", "addition", "exact match at 8 passes (trained at 4) on 200 held-out sums"),
+    recipe_check("attractor_lm", "addition", "exact match with 8 solver iterations on 200 held-out 2-digit sums"),
+    recipe_check("attractor_lm", "sudoku", "puzzles solved at 8 iterations on the held-out split"),
+    recipe_check("attractor_lm", "maze", "puzzles solved at 8 iterations on the held-out split"),
+    recipe_check("eqr", "sudoku", "puzzles solved at depth 8 on the held-out split"),
+    recipe_check("eqr", "maze", "puzzles solved at depth 8 on the held-out split"),
+    recipe_check("phdeq", "reachability", "accuracy at 8 solver iterations on the held-out graphs"),
+    recipe_check("phdeq", "entailment", "accuracy at 8 solver iterations on the held-out problems"),
 )
 QUICK = ["--max_steps", "2", "--train_size", "64", "--test_size", "8", "--eval_loops", "1,4"]
 
@@ -191,6 +214,7 @@ def record(results: dict, recipe: Documented, run: dict, before: bool) -> None:
     same seed and threads."""
     entry = results.setdefault("recipes", {}).setdefault(recipe.name, {})
     entry.update(page=recipe.page, command=recipe.command, loops=recipe.loops, target=recipe.target, what=recipe.what)
+    entry["shown"] = recipe.shown
     part = entry.setdefault("before", {"command": recipe.before}) if before else entry
     runs = [r for r in part.get("runs", []) if (r["seed"], r["threads"]) != (run["seed"], run["threads"])]
     part["runs"] = sorted([*runs, run], key=lambda r: (r["threads"], r["seed"]))
@@ -198,14 +222,19 @@ def record(results: dict, recipe: Documented, run: dict, before: bool) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipes", default=",".join(r.name for r in DOCUMENTED), help="comma-separated names")
+    parser.add_argument(
+        "--recipes",
+        default=",".join(r.name for r in DOCUMENTED),
+        help="comma-separated names "
+        f"(default: the documented commands; also {', '.join(r.name for r in RECIPE_CHECKS)})",
+    )
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--threads", default="2", help="torch threads per run, comma-separated (e.g. 1,2)")
     parser.add_argument("--before", action="store_true", help="run the command each page showed before instead")
     parser.add_argument("--quick", action="store_true", help="2 steps on 64 problems, seed 0, into --output")
     parser.add_argument("--output", type=Path, default=None, help=f"the JSON (default {OUTPUT.relative_to(ROOT)})")
     args = parser.parse_args(argv)
-    known = {r.name: r for r in DOCUMENTED}
+    known = {r.name: r for r in (*DOCUMENTED, *RECIPE_CHECKS)}
     names = [n for n in args.recipes.split(",") if n]
     unknown = sorted(set(names) - set(known))
     if unknown:

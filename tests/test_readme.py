@@ -75,7 +75,7 @@ SIZES = [
     # before the next substitution, whose pattern this command contains
     ("diagnose out --loops 1,2,4,8,16,32,64", "diagnose out --loops 1,2,4,8 --num_examples 8 --power_iters 4"),
     ("--loops 1,2,4,8,16", "--loops 1,4 --num_examples 8"),
-    ("--use_peft --max_steps 1000", "--use_peft --max_steps 2"),
+    ("--max_steps 3000 --min_loops 2", "--max_steps 2 --test_size 8 --min_loops 2"),  # the README's fine-tune
     ("equilibria audit out --output_dir out", "equilibria audit out --output_dir out --num_examples 16"),
 ]
 
@@ -184,8 +184,6 @@ def workdir(tmp_path_factory):
     phdeq.config.equilibria_task = "reachability"
     phdeq.save_pretrained(work / "tiny-phdeq")
     build_reachability_dataset(num_train=8, num_test=16, num_nodes=16, seed=3).save_to_disk(work / "my_saved_dataset")
-    rows = [f'{{"prompt": "{a}+{b}=", "completion": "{a + b}"}}' for a in range(10) for b in range(4)]
-    (work / "my_rows.jsonl").write_text("\n".join(rows) + "\n")  # what the README fine-tunes on
     return work  # the README's lm-eval tasks are the shipped examples/lm_eval_tasks (paths under examples/ are ROOT's)
 
 

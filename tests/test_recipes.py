@@ -5,6 +5,7 @@ records it, and a run logs about ten points whatever its length."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -112,8 +113,9 @@ def test_the_recipes_benchmark_runs_every_documented_command_as_its_page_shows_i
 
     bench = load_benchmark("recipes")
     root = Path(__file__).resolve().parents[1]
-    for recipe in bench.DOCUMENTED:
-        assert recipe.command in (root / recipe.page).read_text(), recipe.name
+    for recipe in bench.DOCUMENTED:  # as the page shows it, continuation lines joined
+        page = re.sub(r"[ \t]+", " ", (root / recipe.page).read_text().replace("\\\n", " "))
+        assert recipe.command in page, recipe.name
     results = bench.main(["--quick", "--output", str(tmp_path / "recipes.json"), "--recipes", "readme-ouro"])
     saved = read_benchmark_json(tmp_path / "recipes.json", results)
     entry = saved["recipes"]["readme-ouro"]
@@ -122,3 +124,23 @@ def test_the_recipes_benchmark_runs_every_documented_command_as_its_page_shows_i
     assert set(run["accuracy"]) == {"1", "4"} and entry["loops"] == 4 and entry["target"] == 0.95
     again = bench.main(["--quick", "--output", str(tmp_path / "recipes.json"), "--recipes", "readme-ouro"])
     assert len(again["recipes"]["readme-ouro"]["runs"]) == 1  # a run of the same seed and threads replaces it
+
+
+def test_the_recipes_benchmark_trains_a_fine_tunes_base_first_and_runs_torchrun_commands(tmp_path):
+    """A fine-tune's base (the README's Ouro command) is trained first with the same seed, and its folder is the
+    ``--model_name_or_path`` the fine-tune starts from (both recorded); a ``torchrun ... -m equilibria.cli`` command
+    runs under this interpreter's ``torch.distributed.run``; anything else is refused."""
+    import sys
+
+    from conftest import load_benchmark
+
+    bench = load_benchmark("recipes")
+    results = bench.main(["--quick", "--output", str(tmp_path / "recipes.json"), "--recipes", "readme-fine-tune"])
+    (run,) = results["recipes"]["readme-fine-tune"]["runs"]
+    assert run["base"]["data"].endswith("addition problems") and set(run["base"]["accuracy"]) == {"1", "4"}
+    assert "sum_rows.jsonl" in run["data"] and run["recipe"]["name"] == "fine-tune/lora"
+    assert run["recipe"]["overrides"]["learning_rate"] == 3e-3
+    command = next(r.command for r in bench.DOCUMENTED if r.name == "cli-eqr")
+    assert bench.launcher(command)[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    with pytest.raises(ValueError, match="not an equilibria"):
+        bench.launcher("python train.py --output_dir x")

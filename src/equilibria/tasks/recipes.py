@@ -100,6 +100,8 @@ def _looped_lm(name: str, summary: str, **settings) -> Recipe:
     return Recipe(name, summary, {**_LOOPED_LM_ADDITION, **settings})
 
 
+# Puzzles: the smallest boards whose generators have classes enough for a test split held out by class (4x4 Sudoku has
+# 36 classes up to symmetry, 7x7 mazes too few: `--size 4 --split_by board` is a memorisation check)
 RECIPES: dict[tuple[str, str], Recipe] = {
     tuple(recipe.name.split("/")): recipe  # (model type, task)
     for recipe in (
@@ -115,10 +117,10 @@ RECIPES: dict[tuple[str, str], Recipe] = {
                    "generated 2-digit sums (the Dory recipe, not measured for Inkling2-loop)"),
         _scratch("attractor_lm/addition", "a small Attractor LM on 8000 generated 2-digit sums", max_steps=1500,
                  train_size=8000),
-        _scratch("attractor_lm/sudoku", "a small Attractor puzzle model on generated Sudoku", max_steps=1500),
-        _scratch("attractor_lm/maze", "a small Attractor puzzle model on generated mazes", max_steps=1500),
-        _scratch("eqr/sudoku", "a small EqR on generated Sudoku", max_steps=1500),
-        _scratch("eqr/maze", "a small EqR on generated mazes", max_steps=1500),
+        _scratch("attractor_lm/sudoku", "a small Attractor puzzle model on generated 6x6 Sudoku", max_steps=1500, size=6),
+        _scratch("attractor_lm/maze", "a small Attractor puzzle model on generated 9x9 mazes", max_steps=1500, size=9),
+        _scratch("eqr/sudoku", "a small EqR on generated 6x6 Sudoku", max_steps=1500, size=6),
+        _scratch("eqr/maze", "a small EqR on generated 9x9 mazes", max_steps=1500, size=9),
         _scratch("phdeq/reachability", "a small PH-DEQ on generated reachability graphs", max_steps=1500),
         _scratch("phdeq/entailment", "a small PH-DEQ on generated entailment problems", max_steps=1500),
     )
