@@ -1404,7 +1404,7 @@ def recipe_runs_label(runs: list[dict]) -> str:
     threads = sorted({run["threads"] for run in runs})
     span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2 else (
         ", ".join(map(str, seeds)))  # fmt: skip
-    return f"seeds {span}, {' and '.join(map(str, threads))} thread{'s' if threads != [1] else ''}"
+    return f"seed{'s' if len(seeds) > 1 else ''} {span}, {' and '.join(map(str, threads))} thread{'s' if threads != [1] else ''}"
 
 
 def recipes() -> str:
@@ -1421,7 +1421,7 @@ def recipes() -> str:
             entry["what"],
             f"{recipe_range(runs, loops)} ({recipe_runs_label(runs)})",
             "" if entry["target"] is None else f">= {pct(entry['target'], 0)}",
-            f"{min(walls) / 60:.1f}-{max(walls) / 60:.1f} min",
+            "-".join(sorted({f"{min(walls) / 60:.1f}", f"{max(walls) / 60:.1f}"}, key=float)) + " min",
             f"{recipe_range(before, loops)} ({recipe_runs_label(before)})" if before else "",
         ])  # fmt: skip
     header = ["recipe", "command (`--seed S` added)", "result", "measured", "promised", "wall time", "the old command"]

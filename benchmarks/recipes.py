@@ -122,23 +122,23 @@ DOCUMENTED = (
 )
 
 
-def recipe_check(family: str, task: str, what: str) -> Documented:
+def recipe_check(family: str, task: str, what: str, loops: int = 8) -> Documented:
     """A recipe no page runs with a stated result: ``equilibria train --family F --task T`` as it is, to see that
     its settings train (the table in docs/cli.md#recipes shows what it gives)."""
     command = f"equilibria train --family {family} --task {task} --output_dir out --use_cpu"
-    return Documented(f"recipe-{family}-{task}", "docs/cli.md", command, 8, None, what, shown=False)
+    return Documented(f"recipe-{family}-{task}", "docs/cli.md", command, loops, None, what, shown=False)
 
 
 RECIPE_CHECKS = (
-    recipe_check("hrm_text", "addition", "exact match at 8 H-cycles (trained at 4) on 200 held-out 2-digit sums"),
-    recipe_check("inkling2_loop_text", "addition", "exact match at 8 passes (trained at 4) on 200 held-out sums"),
+    recipe_check("hrm_text", "addition", "exact match at its trained 4 H-cycles on 200 held-out 2-digit sums", 4),
+    recipe_check("inkling2_loop_text", "addition", "exact match at its trained 4 passes on 200 held-out sums", 4),
     recipe_check("attractor_lm", "addition", "exact match with 8 solver iterations on 200 held-out 2-digit sums"),
-    recipe_check("attractor_lm", "sudoku", "puzzles solved at 8 iterations on the held-out split"),
-    recipe_check("attractor_lm", "maze", "puzzles solved at 8 iterations on the held-out split"),
-    recipe_check("eqr", "sudoku", "puzzles solved at depth 8 on the held-out split"),
-    recipe_check("eqr", "maze", "puzzles solved at depth 8 on the held-out split"),
-    recipe_check("phdeq", "reachability", "accuracy at 8 solver iterations on the held-out graphs"),
-    recipe_check("phdeq", "entailment", "accuracy at 8 solver iterations on the held-out problems"),
+    recipe_check("attractor_lm", "sudoku", "6x6 Sudoku solved at 8 iterations, 200 puzzles held out by class"),
+    recipe_check("attractor_lm", "maze", "9x9 mazes solved at 8 iterations, 200 held out by class"),
+    recipe_check("eqr", "sudoku", "6x6 Sudoku solved at depth 8, 200 puzzles held out by class"),
+    recipe_check("eqr", "maze", "9x9 mazes solved at depth 8, 200 held out by class"),
+    recipe_check("phdeq", "reachability", "accuracy at 8 solver iterations on 200 held-out 16-node graphs"),
+    recipe_check("phdeq", "entailment", "accuracy at 8 solver iterations on 200 held-out problems"),
 )
 QUICK = ["--max_steps", "2", "--train_size", "64", "--test_size", "8", "--eval_loops", "1,4"]
 

@@ -93,7 +93,9 @@ _LOOPED_LM_ADDITION = {
 
 
 def _scratch(name: str, summary: str, **settings) -> Recipe:
-    return Recipe(name, summary, {**_SCRATCH, **settings})
+    """A recipe of the generic settings, not tuned for its family and task (docs/cli.md#recipes: what they give)."""
+    return Recipe(name, f"{summary} (generic settings, untuned; what one seed gives: docs/cli.md#recipes)",
+                  {**_SCRATCH, **settings})  # fmt: skip
 
 
 def _looped_lm(name: str, summary: str, **settings) -> Recipe:
@@ -112,9 +114,9 @@ RECIPES: dict[tuple[str, str], Recipe] = {
         _looped_lm("dory/addition", "a small DoryForCausalLM (width 128, 2 recurrent layers) at 4 passes on 8000 "
                    "generated 2-digit sums"),
         _looped_lm("hrm_text/addition", "a small HrmTextForCausalLM (width 128) at 4 H-cycles on 8000 generated "
-                   "2-digit sums (the Dory recipe, not measured for HRM-text)"),
+                   "2-digit sums (the Dory recipe; one seed's result in docs/cli.md#recipes)"),
         _looped_lm("inkling2_loop_text/addition", "a small Inkling2LoopForCausalLM (width 128) at 4 passes on 8000 "
-                   "generated 2-digit sums (the Dory recipe, not measured for Inkling2-loop)"),
+                   "generated 2-digit sums (the Dory recipe; one seed's result in docs/cli.md#recipes)"),
         _scratch("attractor_lm/addition", "a small Attractor LM on 8000 generated 2-digit sums", max_steps=1500,
                  train_size=8000),
         _scratch("attractor_lm/sudoku", "a small Attractor puzzle model on generated 6x6 Sudoku", max_steps=1500, size=6),
