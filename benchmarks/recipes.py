@@ -87,7 +87,7 @@ DOCUMENTED = (
     Documented(
         "demo",
         "docs/demo.md",
-        "equilibria demo --output_dir equilibria-demo",
+        "equilibria demo",
         8,
         None,
         "exact match at 8 loops of the STARS model (trained at 4) on the demo's 200 held-out 2-digit sums",
@@ -161,6 +161,9 @@ def launcher(command: str) -> list[str]:
 
 
 def _replace(argv: list[str], flag: str, value: str) -> list[str]:
+    """``argv`` with ``flag``'s value set to ``value`` (added where the command does not give it)."""
+    if flag not in argv:
+        return [*argv, flag, value]
     argv = list(argv)
     argv[argv.index(flag) + 1] = value
     return argv

@@ -137,7 +137,7 @@ def test_the_recipes_benchmark_trains_a_fine_tunes_base_first_and_runs_torchrun_
     bench = load_benchmark("recipes")
     results = bench.main(["--quick", "--output", str(tmp_path / "recipes.json"), "--recipes", "readme-fine-tune"])
     (run,) = results["recipes"]["readme-fine-tune"]["runs"]
-    assert run["base"]["data"].endswith("addition problems") and set(run["base"]["accuracy"]) == {"1", "4"}
+    assert "test split generated with the training data" in run["base"]["data"] and run["base"]["wall_s"] > 0
     assert "sum_rows.jsonl" in run["data"] and run["recipe"]["name"] == "fine-tune/lora"
     assert run["recipe"]["overrides"]["learning_rate"] == 3e-3
     command = next(r.command for r in bench.DOCUMENTED if r.name == "cli-eqr")
