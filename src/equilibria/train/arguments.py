@@ -152,7 +152,13 @@ class TrainDataArguments(DataArguments):
             "its test split, else a tenth of its rows, 5 to 200, held out before training)"
         },
     )
-    size: int = field(default=4, metadata={"help": "sudoku / maze: board side (a checkpoint's own when given)"})
+    size: int = field(
+        default=4,
+        metadata={
+            "help": "sudoku / maze: board side (a new model: the recipe's, 6 for Sudoku and 9 for mazes; a "
+            "checkpoint: its own when given)"
+        },
+    )
     nodes: int = field(default=16, metadata={"help": "reachability: graph nodes (a checkpoint's own when given)"})
     split_by: str = field(
         default="class",
