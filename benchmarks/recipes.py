@@ -111,13 +111,10 @@ DOCUMENTED = (
         "docs/cli.md",
         "torchrun --nproc_per_node 2 -m equilibria.cli train --family eqr --task sudoku --size 4 --split_by board "
         "--output_dir out-eqr --max_steps 2000 --learning_rate 1e-3 --per_device_train_batch_size 32 "
-        "--warmup_steps 100 --use_cpu --eval_loops 4,8,16,32,64",
+        "--warmup_steps 100 --lr_scheduler_type linear --weight_decay 0 --use_cpu --eval_loops 4,8,16,32,64",
         8,
         None,
         "4x4 Sudoku solved at depth 8 on its 200 held-out boards (two processes of 1 thread; a memorisation check)",
-        before="torchrun --nproc_per_node 2 -m equilibria.cli train --family eqr --task sudoku --size 4 --split_by board "
-        "--output_dir out-eqr --max_steps 2000 --learning_rate 1e-3 --per_device_train_batch_size 32 "
-        "--warmup_steps 100 --use_cpu --eval_loops 4,8,16,32,64 --lr_scheduler_type linear --weight_decay 0",
     ),
 )
 
