@@ -61,11 +61,12 @@ class Documented:
     shown: bool = True  # a page shows the command (else: a check of a recipe's settings, in the recipes table only)
 
 
+README_OURO = "equilibria train --family ouro --task addition --output_dir out --use_cpu"  # also the fine-tune's base
 DOCUMENTED = (
     Documented(
         "readme-ouro",
         "README.md",
-        "equilibria train --family ouro --task addition --output_dir out --use_cpu",
+        README_OURO,
         4,
         0.95,
         "exact match at 4 loops on the 200 held-out 2-digit sums",
@@ -104,7 +105,7 @@ DOCUMENTED = (
         None,
         "exact match at 8 loops on the 200 held-out rows of examples/sum_rows.jsonl (3-digit sums; the base model "
         "was trained on 2-digit ones at 4 loops)",
-        base="equilibria train --family ouro --task addition --output_dir out --use_cpu",
+        base=README_OURO,
     ),
     Documented(
         "cli-eqr",
