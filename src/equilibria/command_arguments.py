@@ -279,9 +279,17 @@ class DataArguments:
         },
     )
 
+    min_clues: int | None = field(
+        default=None,
+        metadata={
+            "help": "sudoku: clues a generated puzzle keeps at the least (default: removed while the solution stays "
+            "unique, the fewest; more clues make easier puzzles); eval, audit: default the training record's"
+        },
+    )
+
     def task_options(self) -> dict:
         """The generated task's format options these flags set (unset ones left to the task's default)."""
-        return {"reverse_answer": self.reverse_answer}
+        return {"reverse_answer": self.reverse_answer, "min_clues": self.min_clues}
 
 
 @dataclass

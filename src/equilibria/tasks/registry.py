@@ -197,6 +197,30 @@ def _describe_addition(digits: int, reverse_answer: bool = False) -> str:
     )
 
 
+def _generate_sudoku(
+    size: int,
+    train: int,
+    test: int,
+    seed: int,
+    split_by: str = "class",
+    min_clues: int | None = None,
+    augmentations: int = 0,
+) -> DatasetDict:
+    """Sudoku puzzles; ``min_clues``: clues kept at the least, ``augmentations``: symmetry transforms added per
+    training puzzle."""
+    if min_clues is not None and not 0 <= min_clues <= size * size:
+        raise ValueError(f"--min_clues must be between 0 and {size * size} for {size}x{size} Sudoku, got {min_clues}")
+    return build_sudoku_dataset(
+        size, train, test, seed=seed, min_clues=min_clues, augmentations=augmentations, split_by=split_by
+    )
+
+
+def _describe_sudoku(size: int, min_clues: int | None = None, augmentations: int = 0) -> str:
+    notes = [f"at least {min_clues} clues"] if min_clues is not None else []
+    notes += [f"{augmentations} symmetric variants added per training puzzle"] if augmentations else []
+    return f"{size}x{size} sudoku" + (f" ({'; '.join(notes)})" if notes else "")
+
+
 TASK_RECORDS: dict[str, Task] = {
     task.name: task
     for task in (
@@ -227,10 +251,8 @@ TASK_RECORDS: dict[str, Task] = {
             name="sudoku",
             summary="fill a Sudoku board (the published Sudoku-Extreme encoding; EqR)",
             shape_option="size",
-            describe=lambda size: f"{size}x{size} sudoku",
-            generate=lambda size, train, test, seed, split_by="class": build_sudoku_dataset(
-                size, train, test, seed=seed, split_by=split_by
-            ),
+            describe=_describe_sudoku,
+            generate=_generate_sudoku,
             question=_inputs_key,
             shape_of=_board_side("sudoku", SUDOKU_VOCAB_SIZE),
             metric="share of boards solved exactly",
@@ -239,6 +261,7 @@ TASK_RECORDS: dict[str, Task] = {
             published_format="Sudoku-Extreme CSV (source,question,answer,rating)",
             class_key=lambda row: sudoku_class_key(decode_board(row["inputs"])),
             same_class=_same_sudoku,
+            options=("min_clues", "augmentations"),
         ),
         Task(
             name="maze",

@@ -168,8 +168,19 @@ class TrainDataArguments(DataArguments):
             "choices": ["class", "board"],
         },
     )
+    augmentations: int | None = field(
+        default=None,
+        metadata={
+            "help": "sudoku: random symmetry transforms added per training puzzle, in its class (default 0; the test "
+            "split is never augmented)"
+        },
+    )
     eval_loops: str = field(default="1,2,4,8", metadata={"help": "loop counts of the loop-scaling evaluation"})
     data_seed_offset: int = field(default=0, metadata={"help": "added to --seed for the data"})
+
+    def task_options(self) -> dict:
+        """:meth:`DataArguments.task_options` and how the training split is augmented."""
+        return {**super().task_options(), "augmentations": self.augmentations}
 
     def __post_init__(self):
         # train's defaults of the shared flags (eval and audit default to what training used)
@@ -179,6 +190,9 @@ class TrainDataArguments(DataArguments):
         for name, value in (("max_length", self.max_length), ("train_size", self.train_size)):
             if value is not None and value < 1:
                 raise ValueError(f"--{name} must be >= 1, got {value}")
+        for name, value in (("min_clues", self.min_clues), ("augmentations", self.augmentations)):
+            if value is not None and value < 0:
+                raise ValueError(f"--{name} must be >= 0, got {value}")
         if self.test_size is not None and self.test_size < 0:
             raise ValueError(f"--test_size must be >= 0 (0: no held-out evaluation), got {self.test_size}")
 
