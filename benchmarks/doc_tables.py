@@ -1424,7 +1424,7 @@ def recipes() -> str:
             "-".join(sorted({f"{min(walls) / 60:.1f}", f"{max(walls) / 60:.1f}"}, key=float)) + " min",
             f"{recipe_range(before, loops)} ({recipe_runs_label(before)})" if before else "",
         ])  # fmt: skip
-    header = ["recipe", "command (`--seed S` added)", "result", "measured", "promised", "wall time", "the old command"]
+    header = ["recipe", "command (`--seed S` added)", "result", "measured", "promised", "wall time", "before"]
     return markdown(header, rows)
 
 

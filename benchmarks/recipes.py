@@ -131,9 +131,11 @@ RECIPE_CHECKS = (
     recipe_check("hrm_text", "addition", "exact match at its trained 4 H-cycles on 200 held-out 2-digit sums", 4),
     recipe_check("inkling2_loop_text", "addition", "exact match at its trained 4 passes on 200 held-out sums", 4),
     recipe_check("attractor_lm", "addition", "exact match with 8 solver iterations on 200 held-out 2-digit sums"),
-    recipe_check("attractor_lm", "sudoku", "6x6 Sudoku solved at 8 iterations, 200 puzzles held out by class"),
+    recipe_check(
+        "attractor_lm", "sudoku", "6x6 Sudoku (at least 18 clues) solved at 8 iterations, 200 held out by class"
+    ),
     recipe_check("attractor_lm", "maze", "9x9 mazes solved at 8 iterations, 200 held out by class"),
-    recipe_check("eqr", "sudoku", "6x6 Sudoku solved at depth 8, 200 puzzles held out by class"),
+    recipe_check("eqr", "sudoku", "6x6 Sudoku (at least 18 clues) solved at depth 8, 200 held out by class"),
     recipe_check("eqr", "maze", "9x9 mazes solved at depth 8, 200 held out by class"),
     recipe_check("phdeq", "reachability", "accuracy at 8 solver iterations on 200 held-out 16-node graphs"),
     recipe_check("phdeq", "entailment", "accuracy at 8 solver iterations on 200 held-out problems"),

@@ -339,6 +339,27 @@ def test_train_reads_a_yaml_config(tmp_path):
     assert json.loads((tmp_path / "eqr" / "config.json").read_text())["equilibria_task"] == "sudoku"
 
 
+def test_sudoku_clues_and_augmentations_are_recorded_and_eval_draws_alike(tmp_path, capsys):
+    from equilibria.evaluation import evaluation_data
+    from equilibria.loading import load_saved_model
+
+    out = tmp_path / "eqr"
+    flags = ["--family", "eqr", "--task", "sudoku", "--min_clues", "20", "--augmentations", "1", "--train_size", "12"]
+    flags += ["--test_size", "4", "--max_steps", "1", "--hidden_size", "32", "--num_attention_heads", "2"]
+    assert (
+        main(["train", *flags, "--eval_loops", "1", "--output_dir", str(out), "--use_cpu", "--report_to", "none"]) == 0
+    )
+    record = json.loads((out / "training_data.json").read_text())
+    assert record["generator"] == {"size": 6, "min_clues": 20, "augmentations": 1}
+    assert "6x6 sudoku (at least 20 clues; 1 symmetric variant added per training puzzle)" in record["description"]
+    rows = evaluation_data(load_saved_model(str(out)), str(out), num_examples=5, seed=1).rows
+    assert len(rows) == 5 and min(rows["clues"]) >= 20  # the puzzles it trained on, not minimal ones
+    assert main(["train", *flags[:4], "--min_clues", "37", "--output_dir", str(out)]) == 2
+    assert "--min_clues must be between 0 and 36 for 6x6 Sudoku, got 37" in capsys.readouterr().err
+    assert main(["train", "--family", "ouro", "--task", "addition", "--min_clues", "3", "--output_dir", str(out)]) == 2
+    assert "--min_clues does not apply to task addition" in capsys.readouterr().err
+
+
 def test_flags_after_a_config_file_override_it(tmp_path, capsys):
     from equilibria.train import parse_train_args
 

@@ -59,6 +59,27 @@ def test_flags_a_config_file_and_a_preset_override_the_recipe(tmp_path):
     assert (args.min_loops, args.max_loops, args.jsrr_weight) == (1, 100, 0.1)  # the preset's STARS options
 
 
+def test_another_board_size_leaves_out_the_recipes_puzzle_data_for_its_own(tmp_path):
+    eqr = ["--family", "eqr", "--task", "sudoku", "--output_dir", str(tmp_path)]
+    model_args, data_args, args = parse_train_args(eqr)
+    assert (data_args.size, data_args.min_clues, data_args.augmentations, data_args.train_size) == (6, 18, 2, 3000)
+    for given in (["--size", "4"], ["--size=4"]):  # 18 clues do not fit a 4x4 board: the defaults hold
+        model_args, data_args, args = parse_train_args([*eqr, *given])
+        assert (data_args.size, data_args.min_clues, data_args.augmentations, data_args.train_size) == (
+            4,
+            None,
+            None,
+            None,
+        )
+        assert args.weight_decay == 0.1 and "min_clues" not in model_args.recipe["settings"]
+        assert model_args.recipe["overrides"] == {"size": 4}
+        assert "at --size 4 without its settings for size 6" in model_args.recipe_lines[0]
+    config = tmp_path / "run.yaml"
+    config.write_text(f"family: eqr\ntask: sudoku\noutput_dir: {tmp_path}\nsize: 4\n")
+    assert parse_train_args([str(config)])[1].min_clues is None
+    assert parse_train_args([*eqr, "--size", "6"])[1].min_clues == 18
+
+
 def test_fine_tuning_a_checkpoint_takes_the_fine_tuning_recipe(tmp_path):
     from equilibria.families import small_ouro_config
     from equilibria.modeling import OuroForCausalLM

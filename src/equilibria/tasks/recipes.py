@@ -31,9 +31,21 @@ class Recipe:
     name: str
     summary: str
     settings: Mapping[str, object] = field(default_factory=dict)
+    sized: tuple[str, ...] = ()  # settings made for the recipe's board --size only (its puzzle data)
 
     def __post_init__(self):
         object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
+
+    def at_size(self, size: int | None) -> Recipe:
+        """This recipe for a run at board ``size`` (``None``: not given, the recipe's own). At another size the
+        settings made for the recipe's (:attr:`sized`, e.g. ``min_clues``) are left out, the defaults hold for
+        them, and the summary says so."""
+        own = self.settings.get("size")
+        if size is None or own is None or size == own or not self.sized:
+            return self
+        note = f"; at --size {size} without its settings for size {own} ({', '.join('--' + k for k in self.sized)})"
+        kept = {k: v for k, v in self.settings.items() if k not in self.sized}
+        return Recipe(self.name, self.summary + note, kept)
 
     def overrides(self, values: Mapping[str, object]) -> dict:
         """``{flag: value}`` of ``values`` (what a run used) that differ from this recipe's settings."""
@@ -94,23 +106,16 @@ _LOOPED_LM_ADDITION = {
 
 # EqR on 6x6 Sudoku: benchmarks/bench_eqr_sudoku.py's settings (docs/benchmarks/eqr_sudoku.md: 91-96% at depth 8
 # on seeds 0-2). Puzzles cut down to a unique solution with no floor on their clues are far harder: the generic
-# settings below on 1500 steps of them solved none.
-_EQR_SUDOKU = {
-    **_SCRATCH,
-    "weight_decay": 0.1,
-    "max_steps": 2400,
-    "size": 6,
-    "train_size": 3000,
-    "min_clues": 18,
-    "augmentations": 2,
-    "eval_loops": "1,2,4,8,16,32",
-}
+# settings (_SCRATCH) on 1500 steps of those solved none.
+_SUDOKU_DATA = {"size": 6, "train_size": 3000, "min_clues": 18, "augmentations": 2, "eval_loops": "1,2,4,8,16,32"}
+_SUDOKU_SIZED = ("train_size", "min_clues", "augmentations")  # another --size: the defaults (4x4 has 16 cells)
+_EQR_SUDOKU = {**_SCRATCH, "weight_decay": 0.1, "max_steps": 2400, **_SUDOKU_DATA}
 
 
-def _scratch(name: str, summary: str, **settings) -> Recipe:
+def _scratch(name: str, summary: str, sized: tuple[str, ...] = (), **settings) -> Recipe:
     """A recipe of the generic settings, not tuned for its family and task (docs/cli.md#recipes: what they give)."""
     return Recipe(name, f"{summary} (generic settings, untuned; what one seed gives: docs/cli.md#recipes)",
-                  {**_SCRATCH, **settings})  # fmt: skip
+                  {**_SCRATCH, **settings}, sized)  # fmt: skip
 
 
 def _looped_lm(name: str, summary: str, **settings) -> Recipe:
@@ -134,11 +139,12 @@ RECIPES: dict[tuple[str, str], Recipe] = {
                    "generated 2-digit sums (the Dory recipe; one seed's result in docs/cli.md#recipes)"),
         _scratch("attractor_lm/addition", "a small Attractor LM on 8000 generated 2-digit sums", max_steps=1500,
                  train_size=8000),
-        _scratch("attractor_lm/sudoku", "a small Attractor puzzle model on generated 6x6 Sudoku", max_steps=1500, size=6),
+        _scratch("attractor_lm/sudoku", "a small Attractor puzzle model on the EqR recipe's 6x6 Sudoku puzzles",
+                 max_steps=2400, sized=_SUDOKU_SIZED, **_SUDOKU_DATA),
         _scratch("attractor_lm/maze", "a small Attractor puzzle model on generated 9x9 mazes", max_steps=1500, size=9),
         Recipe("eqr/sudoku", "a small EqR (width 128, 2 layers, segments of 4 iterations) on 3000 generated 6x6 "
                "Sudoku puzzles of at least 18 clues, each with 2 symmetric variants: benchmarks/bench_eqr_sudoku.py's "
-               "settings", _EQR_SUDOKU),
+               "settings", _EQR_SUDOKU, sized=_SUDOKU_SIZED),
         _scratch("eqr/maze", "a small EqR on generated 9x9 mazes", max_steps=1500, size=9),
         _scratch("phdeq/reachability", "a small PH-DEQ on generated reachability graphs", max_steps=1500),
         _scratch("phdeq/entailment", "a small PH-DEQ on generated entailment problems", max_steps=1500),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from datasets import Dataset, DatasetDict
 
+from ..wording import counted
 from .addition import STARS_ADDITION_FORMAT, addition_tokenizer, build_addition_dataset
 from .embedding import EMBEDDING_SIZE, SentenceEmbedder, embed_entailment
 from .entailment import build_entailment_dataset
@@ -98,8 +99,9 @@ class Task:
         options = {k: v for k, v in (options or {}).items() if v is not None}
         unknown = sorted(set(options) - set(self.options))
         if unknown:
-            takes = f"takes only {self.options}" if self.options else "takes none"
-            raise ValueError(f"task {self.name!r}: options {unknown} do not apply ({self.name} {takes})")
+            takes = f"it takes {', '.join('--' + k for k in self.options)}" if self.options else "it takes none"
+            flags = ", ".join(f"--{k}" for k in unknown)
+            raise ValueError(f"{flags} {'does' if len(unknown) == 1 else 'do'} not apply to task {self.name} ({takes})")
         return options
 
     def classes(self) -> SymmetryClasses[dict]:
@@ -217,7 +219,7 @@ def _generate_sudoku(
 
 def _describe_sudoku(size: int, min_clues: int | None = None, augmentations: int = 0) -> str:
     notes = [f"at least {min_clues} clues"] if min_clues is not None else []
-    notes += [f"{augmentations} symmetric variants added per training puzzle"] if augmentations else []
+    notes += [f"{counted(augmentations, 'symmetric variant')} added per training puzzle"] if augmentations else []
     return f"{size}x{size} sudoku" + (f" ({'; '.join(notes)})" if notes else "")
 
 

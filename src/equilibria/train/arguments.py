@@ -293,7 +293,7 @@ def parse_train_args(argv: list[str]):
     preset_defaults = arguments_class.preset_training_defaults(preset) if preset is not None else {}
     parser.set_defaults(**preset_defaults)  # a recipe (--stars_preset): its optimiser and schedule
     apply_config(parser, file_values, path, unknown)
-    recipe = _recipe(parser, argv, family)
+    recipe = _recipe(parser, argv, family, _flag(argv, file_values, "size"))
     if recipe is not None:  # a trainer preset also decides its own options (STARS': filled in where unset)
         own = getattr(arguments_class, "preset_options", ()) if preset is not None else ()
         below = {**file_values, **preset_defaults, **dict.fromkeys(own)}
@@ -321,10 +321,11 @@ def parse_train_args(argv: list[str]):
 LOG_POINTS = 0.1  # logging_steps' default: a log line every tenth of the run (TrainingArguments reads < 1 as a share)
 
 
-def _recipe(parser, argv: list[str], family: str):
+def _recipe(parser, argv: list[str], family: str, size=None):
     """The :class:`~equilibria.tasks.recipes.Recipe` of this run, from what the flags and the config file say:
     fine-tuning (``--model_name_or_path``, with ``--use_peft`` or not), else the family's for ``--task`` (default:
-    the family's first task); ``None`` for a new model on rows of your own (``--dataset_name`` without ``--task``)."""
+    the family's first task) at the board ``size`` given (flag or file; ``None``: not given); ``None`` for a new
+    model on rows of your own (``--dataset_name`` without ``--task``)."""
     from ..tasks.recipes import recipe_for
 
     given, _ = parser.parse_known_args([arg for arg in argv if arg not in ("-h", "--help")])
@@ -332,7 +333,8 @@ def _recipe(parser, argv: list[str], family: str):
         return recipe_for(family, given.task, fine_tune=True, lora=bool(given.use_peft))
     if given.task is None and given.dataset_name:
         return None
-    return recipe_for(family, given.task or FAMILIES[family].default_task)
+    recipe = recipe_for(family, given.task or FAMILIES[family].default_task)
+    return recipe.at_size(given.size if size is not None else None) if recipe is not None else None
 
 
 class UnusedFlags(UnknownFlags):
