@@ -138,6 +138,26 @@ def test_every_micro_batch_of_a_step_uses_the_steps_sampled_count(tmp_path):
         assert h["loss"] == pytest.approx(0.9 * h["lm_loss"] + 0.1 * h["jsrr_penalty"], rel=1e-4)
 
 
+def test_the_exit_gates_entropy_is_logged_where_the_loss_rewards_it(tmp_path):
+    rows = token_data(n=1).select([0, 0, 0, 0])  # one batch, every step: the logged entropy can be recomputed
+    model = tiny_ouro(exit_loss="expected")
+    args = stars_args(tmp_path, max_steps=4, learning_rate=0.0, jsrr_weight=0.0)
+    trainer = StarsTrainer(model=model, args=args, train_dataset=rows)
+    trainer.train()
+    weight = model.config.exit_entropy_weight
+    assert trainer.objective() == f"lm_loss (the gate-weighted cross-entropy - {weight:g} x exit_entropy)"
+    ids = torch.tensor(rows["input_ids"])
+    for h in (h for h in trainer.state.log_history if "loss" in h):
+        with torch.no_grad():
+            probs = model(input_ids=ids, num_loops=int(h["num_loops"])).exit_probs[:, :-1].float()
+        expected = -(probs * probs.clamp_min(1e-12).log()).sum(-1).mean().item()
+        assert h["exit_entropy"] == pytest.approx(expected, rel=1e-4)
+        assert 0 < h["exit_entropy"] <= math.log(h["num_loops"]) + 1e-6
+    plain = StarsTrainer(model=tiny_ouro(), args=stars_args(tmp_path, max_steps=2), train_dataset=token_data())
+    plain.train()  # exit_loss "expected_logits": no entropy term, none logged
+    assert not any("exit_entropy" in h for h in plain.state.log_history)
+
+
 # ---- the spectral radius --------------------------------------------------------------------------
 
 

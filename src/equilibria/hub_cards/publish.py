@@ -150,7 +150,7 @@ def _hub_origin(model) -> str | None:
 
 
 # the terms of a family trainer's loss, logged beside it (their names in the trainers' logs)
-LOSS_PARTS = ("lm_loss", "jsrr_penalty", "halt_loss", "jacobian_penalty", "correction_loss")
+LOSS_PARTS = ("lm_loss", "exit_entropy", "jsrr_penalty", "halt_loss", "jacobian_penalty", "correction_loss")
 
 
 def _rounded(value):

@@ -35,7 +35,7 @@ logger = logging.get_logger(__name__)
 JSRR_PENALTIES = ("square", "hinge")
 LOOP_DRAWS = ("per_step", "per_micro_batch")
 JSRR_STATES = ("final", "random_step")
-STARS_LOG_KEYS = ("num_loops", "spectral_radius", "lm_loss", "jsrr_penalty")
+STARS_LOG_KEYS = ("num_loops", "spectral_radius", "lm_loss", "jsrr_penalty", "exit_entropy")
 
 
 @dataclass
@@ -272,6 +272,18 @@ def _math_attention():
     return sdpa_kernel(SDPBackend.MATH)
 
 
+def exit_entropy(outputs, labels: torch.Tensor | None) -> torch.Tensor:
+    """The mean entropy (nats) of the exit distribution over the loop steps at the positions the loss reads (those
+    whose next label is not -100; every position without labels): the term Ouro's ``exit_loss="expected"``
+    rewards."""
+    probs = outputs.exit_probs.detach().float()
+    entropy = -(probs * probs.clamp_min(1e-12).log()).sum(-1)
+    if labels is None:
+        return entropy.mean()
+    valid = (labels[:, 1:] != -100).to(entropy.device)
+    return (entropy[:, :-1] * valid).sum() / valid.sum().clamp_min(1)
+
+
 class StarsTrainer(LoopTrainer):
     """[`~transformers.Trainer`] with STARS' random loop sampling and Jacobian spectral-radius regularisation.
 
@@ -333,11 +345,24 @@ class StarsTrainer(LoopTrainer):
 
     def objective(self) -> str:
         weight = self.args.jsrr_weight
+        lm = "lm_loss"
+        if self._entropy_weight() is not None:  # Ouro's exit_loss="expected": the gate's entropy bonus is in it
+            lm = f"lm_loss (the gate-weighted cross-entropy - {self._entropy_weight():g} x exit_entropy)"
         if weight == 0:
-            return "lm_loss"
+            return lm
         warmup = self.args.jsrr_warmup_steps
         after = f" from step {warmup} (lm_loss before)" if warmup else ""
-        return f"{1 - weight:g} x lm_loss + {weight:g} x jsrr_penalty{after}"
+        return f"{1 - weight:g} x {lm} + {weight:g} x jsrr_penalty{after}"
+
+    def _entropy_weight(self) -> float | None:
+        """The weight of the exit distribution's entropy inside the model's loss (Ouro's ``exit_loss="expected"``:
+        ``sum_t p_t CE_t - w H(p)``), else ``None``."""
+        config = self.core.config
+        return config.exit_entropy_weight if getattr(config, "exit_loss", None) == "expected" else None
+
+    def logged_means(self, means: dict[str, float]) -> dict[str, float]:
+        means = super().logged_means(means)
+        return means if self._entropy_weight() is not None else {k: v for k, v in means.items() if k != "exit_entropy"}
 
     @property
     def state_width(self) -> int:
@@ -422,4 +447,7 @@ class StarsTrainer(LoopTrainer):
             penalty, rho_mean = self.penalty(outputs.spectral_radius.float(), rows.shape[0])
             loss = (1.0 - args.jsrr_weight) * lm_loss + args.jsrr_weight * penalty * scale.per_batch
         metrics = {"num_loops": float(batch["num_loops"]), "spectral_radius": rho_mean, "jsrr_penalty": penalty}
+        metrics["exit_entropy"] = (
+            exit_entropy(outputs, batch.get("labels")) if self._entropy_weight() is not None else 0.0
+        )
         return loss, {**metrics, "lm_loss": lm_loss * scale.report}  # the LM loss as a per-token mean
