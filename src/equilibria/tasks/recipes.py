@@ -144,7 +144,7 @@ RECIPES: dict[tuple[str, str], Recipe] = {
         _scratch("attractor_lm/maze", "a small Attractor puzzle model on generated 9x9 mazes", max_steps=1500, size=9),
         Recipe("eqr/sudoku", "a small EqR (width 128, 2 layers, segments of 4 iterations) on 3000 generated 6x6 "
                "Sudoku puzzles of at least 18 clues, each with 2 symmetric variants: benchmarks/bench_eqr_sudoku.py's "
-               "settings", _EQR_SUDOKU, sized=_SUDOKU_SIZED),
+               "settings (what they give on seeds 0-2: docs/cli.md#recipes)", _EQR_SUDOKU, sized=_SUDOKU_SIZED),
         _scratch("eqr/maze", "a small EqR on generated 9x9 mazes", max_steps=1500, size=9),
         _scratch("phdeq/reachability", "a small PH-DEQ on generated reachability graphs", max_steps=1500),
         _scratch("phdeq/entailment", "a small PH-DEQ on generated entailment problems", max_steps=1500),
