@@ -92,12 +92,12 @@ def demo_output() -> str:
     loops = list(data["accuracy_by_loops"])
     n = int(data["evaluation_data"].split()[0])
     lines = [
-        f"[4/6] exact match on the {n} held-out problems at loops [{', '.join(loops)}] (trained at {data['trained_loops']})"
+        f"[5/7] exact match on the {n} held-out problems at loops [{', '.join(loops)}] (trained at {data['trained_loops']})"
     ]
     lines.append("  loops | " + " | ".join(f"{name:>24}" for name in curves))
     lines += [f"  {k:>5} | " + " | ".join(f"{curve[k]:>24.1%}" for curve in curves.values()) for k in loops]
     lines.append(
-        "[5/6] the computation audit of both loops on the held-out problems (start: the state after the first loop "
+        "[6/7] the computation audit of both loops on the held-out problems (start: the state after the first loop "
         "step; solved: after the last; do the extra steps compute?)"
     )
     for name, audit in data["audit"].items():

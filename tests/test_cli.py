@@ -131,6 +131,8 @@ def test_card_collects_the_folders_results(saved, capsys):
         (["generate", "{ouro}", "--prompt", "1", "--temperature", "-1"], "--temperature must be >= 0 (0: greedy)"),
         (["generate", "{ouro}", "--prompt", "1", "--exit-threshold", "1.5"], "--exit_threshold must be in (0, 1]"),
         (["eval", "{ouro}", "--loops", "0,4"], "--loops must be comma-separated integers >= 1, got '0,4'"),
+        (["eval", "{ouro}", "--loops", "-1,2"], "--loops must be comma-separated integers >= 1, got '-1,2'"),
+        (["diagnose", "{ouro}", "--loops", "-1,2"], "--loops must be comma-separated integers >= 1, got '-1,2'"),
         (["eval", "{phdeq}", "--breadth", "4"], "--halt_threshold and --breadth need an EqR model"),
         (["eval", "{ouro}", "--dataset_name", "{missing}.jsonl"], "--dataset_name {missing}.jsonl: no such file"),
         (["eval", "{ouro}", "--eval_metric", "bleu"], "--eval_metric must be one of ('token_accuracy', 'exact_match')"),

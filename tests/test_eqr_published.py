@@ -138,6 +138,8 @@ def test_the_training_preset_is_the_published_recipe_and_names_its_overrides(tmp
     assert (args.adam_beta1, args.adam_beta2, args.ema_decay, args.eqr_optimizer) == (0.9, 0.95, 0.999, "adam_atan2")
     assert (args.segment_loops, args.grad_loops, args.max_segments, args.halt_exploration) == (3, 1, 16, 0.1)
     assert args.recipe() == {"preset": "published", "overrides": {"max_steps": 10}}
+    linear = EqRTrainingArguments.from_preset("published", output_dir=str(tmp_path), lr_scheduler_type="linear")
+    assert linear.recipe()["overrides"] == {"lr_scheduler_type": "linear"}  # the value, not SchedulerType.LINEAR
     with pytest.raises(ValueError, match="grad_loops \\(4\\) must be <= segment_loops \\(3\\)"):
         EqRTrainingArguments.from_preset("published", output_dir=str(tmp_path), grad_loops=4)
     with pytest.raises(ValueError, match="halt_exploration applies to supervision='online'"):

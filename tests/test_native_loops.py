@@ -94,6 +94,8 @@ def test_looped_refuses_a_model_that_is_not_a_transformers_looped_lm():
                                                               num_attention_heads=2, vocab_size=32))):  # fmt: skip
         with pytest.raises(ValueError, match=r"supported ones are \['dory', 'hrm_text', 'inkling2_loop_text'\]"):
             looped(model)
+    with pytest.raises(TypeError, match="looped\\(\\) takes a model .*got str 'dory'; load one first"):
+        looped("dory")
     model = looped(tiny_native("dory"))
     with pytest.raises(ValueError, match="num_loops must be an integer >= 1"):
         model(IDS, num_loops=0)

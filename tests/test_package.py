@@ -387,3 +387,18 @@ def test_serving_benchmark_quick_mode_compares_an_engines_answers_with_the_packa
     assert saved["engine"] == "remote_code" and saved["data"]["units"] == 8 and saved["loops"] == 4
     assert saved["tokens_equal"] is True and saved["answers_equal"] == 1.0 and saved["differing"] == []
     assert saved["exact_match"]["engine"] == saved["exact_match"]["package"]
+
+
+def test_the_small_configs_take_a_tokenizer_or_a_vocabulary_size():
+    from equilibria.families import small_attractor_config, small_ouro_config
+    from equilibria.tasks import addition_tokenizer
+
+    tokenizer = addition_tokenizer()
+    for make in (small_ouro_config, small_attractor_config):
+        sized, from_tokenizer = make(16), make(tokenizer)
+        assert (sized.vocab_size, sized.max_position_embeddings) == (16, 512)
+        assert (from_tokenizer.vocab_size, from_tokenizer.pad_token_id) == (len(tokenizer), tokenizer.pad_token_id)
+        with pytest.raises(ValueError, match="the vocabulary size must be >= 1, got 0"):
+            make(0)
+        with pytest.raises(TypeError, match="pass a tokenizer or a vocabulary size \\(an int\\), got str"):
+            make("gpt2")

@@ -5,6 +5,7 @@ or :mod:`equilibria.demo`; this module parses and prints, nothing else."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from .command_arguments import COMMANDS, UnknownFlags
@@ -52,8 +53,22 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def _joined_negative_values(argv: list[str]) -> list[str]:
+    """``argv`` with a value that starts with a minus and a digit joined to its flag (``--loops -1,2`` ->
+    ``--loops=-1,2``), so that argparse reads it as the value (and the flag's check names what is wrong with it)
+    rather than as an unknown flag."""
+    out = []
+    for arg in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and re.match(r"-\.?\d", arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def _run(name: str, argv: list[str], debug: bool) -> int:
     """Parse and run the subcommand ``name``; an error is one line (``--debug``: the traceback)."""
+    argv = _joined_negative_values(argv)
     try:
         if name == "train":
             from .train import run_train

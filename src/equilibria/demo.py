@@ -122,7 +122,7 @@ def run_demo(
 
 def _loop_scaling(run: _Run, models: dict) -> dict[str, dict[int, float]]:
     print(
-        f"[4/6] exact match on the {run.n_test} held-out problems at loops {list(run.loops_grid)} (trained at {TRAINED_LOOPS})"
+        f"[5/7] exact match on the {run.n_test} held-out problems at loops {list(run.loops_grid)} (trained at {TRAINED_LOOPS})"
     )
     curves = {
         name: {n: exact_match(model, run.tokenizer, run.data["test"], num_loops=n) for n in run.loops_grid}
@@ -140,7 +140,7 @@ def _audits(run: _Run, models: dict) -> dict:
     from .provenance import data_fingerprint
 
     print(
-        "[5/6] the computation audit of both loops on the held-out problems (start: the state after the first loop "
+        "[6/7] the computation audit of both loops on the held-out problems (start: the state after the first loop "
         "step; solved: after the last; do the extra steps compute?)"
     )
     data = tokenize_for_training(run.data["test"], run.tokenizer)
@@ -185,7 +185,7 @@ class _Run:
         self.digits, n_train, self.n_test = (2, 2000, 200) if not quick else (1, 80, 20)
         self.loops_grid = EVAL_LOOPS if not quick else (1, 2, 4, 8)
         print(
-            f"[1/6] addition data: {self.digits}-digit operands, {n_train} train / {self.n_test} test problems "
+            f"[1/7] addition data: {self.digits}-digit operands, {n_train} train / {self.n_test} test problems "
             "(no overlap)"
         )
         self.data = build_addition_dataset(num_digits=self.digits, num_train=n_train, num_test=self.n_test, seed=seed)
@@ -215,7 +215,7 @@ def _train_plain(run: _Run, steps: int):
     model = OuroForCausalLM(config)
     n_params = sum(p.numel() for p in model.parameters())
     print(
-        f"[2/6] training an Ouro model ({n_params / 1e6:.2f}M parameters, {config.num_hidden_layers} layers x "
+        f"[2/7] training an Ouro model ({n_params / 1e6:.2f}M parameters, {config.num_hidden_layers} layers x "
         f"{config.total_ut_steps} loops) for {steps} steps"
     )
     args = TrainingArguments(
@@ -233,7 +233,7 @@ def _train_plain(run: _Run, steps: int):
 def _continue_plain(run: _Run, model, steps: int):
     """The baseline for STARS: a copy trained ``steps`` more steps the plain way (4 loops), with STARS' schedule."""
     plain = copy.deepcopy(model)
-    print(f"[3/6] continuing a copy the plain way for {steps} steps (the baseline for STARS' {steps} steps)")
+    print(f"[3/7] continuing a copy the plain way for {steps} steps (the baseline for STARS' {steps} steps)")
     args = TrainingArguments(
         output_dir=str(run.output_dir / "plain-continuation"),
         max_steps=steps,
@@ -250,7 +250,7 @@ def _train_stars(run: _Run, model, stars_steps: int):
 
     stars_model = copy.deepcopy(model)
     print(
-        f"[3/6] STARS fine-tuning of a copy for {stars_steps} steps: loop counts drawn log-normally in [2, 10] "
+        f"[4/7] STARS fine-tuning of a copy for {stars_steps} steps: loop counts drawn log-normally in [2, 10] "
         "each step, plus the Jacobian spectral-radius penalty (hinge at 0.9, weight 0.1)"
     )
     stars_args = StarsTrainingArguments(
@@ -304,7 +304,7 @@ def _write_folder(run: _Run, stages: tuple, curves: dict, report) -> Path:
         model_name="ouro-addition-stars (equilibria demo)",
         task_name=f"{run.digits}-digit addition",
     )
-    print(f"[6/6] wrote a Hub-ready folder to {folder}:")
+    print(f"[7/7] wrote a Hub-ready folder to {folder}:")
     for name, what in (
         ("model.safetensors", "the weights"),
         ("config.json, generation_config.json", f"the config (num_loops default {TRAINED_LOOPS})"),

@@ -142,13 +142,27 @@ class Family:
 
 
 def small_ouro_config(
-    tokenizer, hidden_size: int = 128, num_hidden_layers: int = 2, num_attention_heads: int = 4, total_ut_steps: int = 4
+    tokenizer: PreTrainedTokenizerBase | int,
+    hidden_size: int = 128,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 4,
+    total_ut_steps: int = 4,
 ) -> OuroConfig:
-    """A small Ouro config for a character-level task: vocabulary and special tokens from ``tokenizer``, SwiGLU
-    width ``2 * hidden_size``, positions up to 64."""
-    return _ouro_config(
-        tokenizer_fields(tokenizer), hidden_size, num_hidden_layers, num_attention_heads, total_ut_steps
-    )
+    """A small Ouro config for a character-level task: vocabulary and special tokens from ``tokenizer`` (or just a
+    vocabulary size), SwiGLU width ``2 * hidden_size``, positions up to 64 with a tokenizer (512 without)."""
+    return _ouro_config(_vocabulary(tokenizer), hidden_size, num_hidden_layers, num_attention_heads, total_ut_steps)
+
+
+def _vocabulary(tokenizer) -> dict:
+    """What a small LM config takes from ``tokenizer`` (vocabulary, special tokens, 64 positions) or from a vocabulary
+    size (512 positions); ``ValueError`` for a size below 1, ``TypeError`` for anything else."""
+    if isinstance(tokenizer, int) and not isinstance(tokenizer, bool):
+        if tokenizer < 1:
+            raise ValueError(f"the vocabulary size must be >= 1, got {tokenizer}")
+        return dict(vocab_size=tokenizer, max_position_embeddings=512)
+    if not hasattr(tokenizer, "pad_token_id"):
+        raise TypeError(f"pass a tokenizer or a vocabulary size (an int), got {type(tokenizer).__name__} {tokenizer!r}")
+    return dict(tokenizer_fields(tokenizer), max_position_embeddings=64)
 
 
 def _ouro_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
@@ -173,10 +187,7 @@ def small_attractor_config(
     """A small Attractor LM config: vocabulary and special tokens from ``tokenizer`` (or just a vocabulary size),
     SwiGLU width ``2 * hidden_size``, heads of width 32 unless given, positions up to 64 with a tokenizer (512
     without); ``overrides`` set any other field (``num_loops``, ``solver``, ``gradient_mode`` ...)."""
-    if isinstance(tokenizer, int):
-        fields = dict(vocab_size=tokenizer, max_position_embeddings=512)
-    else:
-        fields = dict(tokenizer_fields(tokenizer), max_position_embeddings=64)
+    fields = _vocabulary(tokenizer)
     return AttractorConfig(
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,

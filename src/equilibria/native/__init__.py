@@ -227,7 +227,12 @@ def looped(model):
 
     The weights, the class and the config are untouched: ``save_pretrained`` writes the transformers model as
     before, loadable without this package. Calling it again does nothing. ``ValueError`` for any other model,
-    naming the supported model types."""
+    naming the supported model types; ``TypeError`` for anything but a model."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"looped() takes a model (a DoryForCausalLM, HrmTextForCausalLM or Inkling2LoopForCausalLM), got "
+            f"{type(model).__name__} {model!r}; load one first, e.g. AutoModelForCausalLM.from_pretrained(folder)"
+        )
     head = _head_model(model)
     protocol = native_loop_for(head)
     if getattr(head, "equilibria_looped", False):

@@ -143,5 +143,6 @@ class LoopTrainingArguments(TrainingArguments):
 def preset_recipe(args, preset: str | None, wanted: dict) -> dict:
     """``{"preset": name or None, "overrides": {option: value}}``: the preset and every option of ``wanted`` (its
     values) that ``args`` changes; what the training record and the model card name."""
-    overrides = {k: getattr(args, k) for k, v in wanted.items() if not same_value(getattr(args, k), v)}
+    changed = [k for k, v in wanted.items() if not same_value(getattr(args, k), v)]
+    overrides = {k: getattr(getattr(args, k), "value", getattr(args, k)) for k in changed}  # enums as their values
     return {"preset": preset, "overrides": overrides}
