@@ -118,6 +118,7 @@ def test_card_collects_the_folders_results(saved, capsys):
         (["eval", "{phdeq}", "--loops", "1,a"], "--loops must be comma-separated integers"),
         (["eval", "{phdeq}", "--task", "sudoku"], "--task sudoku does not fit a phdeq model"),
         (["card", "{missing}"], "is not a folder written by save_pretrained"),
+        (["eval", "{empty}"], "{empty} is not a folder written by save_pretrained: it has no config.json"),
         (["eval", "{phdeq}", "--num-examples", "0"], "--num_examples must be >= 1, got 0"),
         (["eval", "{phdeq}", "--halt-threshold", "0.9"], "--halt_threshold and --breadth need an EqR model"),
         (["eval", "{eqr}", "--halt-threshold", "1.5"], "halt_threshold must be a probability in (0, 1]"),
@@ -140,8 +141,9 @@ def test_card_collects_the_folders_results(saved, capsys):
         (["audit", "{eqr}", "--task", "sudoku", "--dataset", "x.csv"], "pass either --task (generated problems) or"),
     ],
 )
-def test_errors_are_one_line(saved, capsys, argv, message):
+def test_errors_are_one_line(saved, tmp_path, capsys, argv, message):
     names = {name: saved / name for name in ("phdeq", "ouro", "eqr", "missing")}
+    names["empty"] = tmp_path
     argv = [a.format(**names) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err

@@ -277,6 +277,14 @@ def test_a_saved_model_is_evaluated_on_the_task_it_was_trained_on(tmp_path, caps
     assert "loop scaling of" in capsys.readouterr().out
 
 
+def test_ouro_takes_num_loops_as_its_total_ut_steps():
+    """``num_loops``, the loop count's name everywhere else, sets Ouro's ``total_ut_steps`` and is checked the same."""
+    config = OuroConfig(num_loops=6)
+    assert config.total_ut_steps == 6 and "num_loops" not in config.to_dict()
+    with pytest.raises(ValueError, match=r"total_ut_steps must be greater or equal to 1, got 0\. \(num_loops sets"):
+        OuroConfig(num_loops=0)
+
+
 def test_a_config_subclass_can_be_strict_again():
     """``raise_value_errors`` replaces ``@strict``'s ``validate`` and leaves huggingface_hub's mark of its own on it,
     so a subclass of a family's config can be decorated with ``@strict`` again (as transformers' configs are); its

@@ -141,6 +141,11 @@ class OuroConfig(LoopConfigMixin, PreTrainedConfig):
     eos_token_id: int | list[int] | None = None
 
     def __post_init__(self, **kwargs):
+        if "num_loops" in kwargs:  # the loop count's name everywhere else in the package: here total_ut_steps
+            try:
+                self.total_ut_steps = kwargs.pop("num_loops")
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"{err} (num_loops sets OuroConfig's total_ut_steps)") from None
         fill_attention_defaults(self)
         if not self.use_sliding_window:
             self.sliding_window = None
