@@ -401,3 +401,22 @@ def test_reference_readout_generation_with_the_cache_equals_without():
     assert model.generate(IDS[:1], **kwargs).tolist() == model.generate(IDS[:1], use_cache=False, **kwargs).tolist()
     with pytest.raises(ValueError, match="exit_readout must be one of"):
         model(IDS, exit_threshold=0.6, exit_readout="published")
+
+
+def test_generating_far_beyond_the_configured_loops_warns_once_naming_both_counts():
+    import warnings
+
+    from conftest import tiny_native
+
+    from equilibria import looped
+
+    for model, key in ((tiny_ouro(), "total_ut_steps"), (looped(tiny_native("dory")), "n_recurrent_loops")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.generate(PROMPT, num_loops=12, max_new_tokens=1)  # 4x the config's 3: within reach, no warning
+            model.generate(PROMPT, num_loops=30, max_new_tokens=1)
+            model.generate(PROMPT, num_loops=40, max_new_tokens=1)  # once per model
+        far = [str(w.message) for w in caught if "far beyond" in str(w.message) or "runs 10x" in str(w.message)]
+        assert far == [f"generate(num_loops=30) runs 10x the 3 loops of this model's config ({key}, the count it was "
+                       "saved with): a looped model trained at a few loops is rarely right that far beyond them; "
+                       "measure it (equilibria eval FOLDER --loops ...) before trusting the answers."], far  # fmt: skip

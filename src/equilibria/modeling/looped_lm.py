@@ -73,6 +73,29 @@ def as_int(value, name: str, minimum: int, meaning: str) -> int:
     return value
 
 
+FAR_BEYOND = 4  # a loop count more than this many times the configured one draws a warning (once per model)
+
+
+def warn_far_beyond(model, num_loops, configured: int, key: str) -> None:
+    """Warn once per ``model`` when ``generate`` runs ``num_loops`` passes, more than :data:`FAR_BEYOND` times the
+    ``configured`` count (its config's ``key``: what it was saved with, and for a trained folder what it was trained
+    at): a loop trained at a few passes is rarely right far beyond them, and nothing else would say so."""
+    try:
+        loops = as_int(num_loops, "num_loops", 1, "")
+    except ValueError:
+        return  # the forward's own check names it
+    if loops <= FAR_BEYOND * configured or getattr(model, "_warned_far_beyond", False):
+        return
+    model._warned_far_beyond = True
+    warnings.warn(
+        f"generate(num_loops={loops}) runs {loops / configured:.0f}x the {configured} loops of this model's config "
+        f"({key}, the count it was saved with): a looped model trained at a few loops is rarely right that far "
+        "beyond them; measure it (equilibria eval FOLDER --loops ...) before trusting the answers.",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
 def shared_fields(source, target_class) -> dict:
     """The fields of the output dataclass ``target_class`` that ``source`` (another output) also has, with its
     values (``last_hidden_state`` excepted: a head reads it, it does not pass it on)."""

@@ -62,6 +62,7 @@ from .looped_lm import (
     check_keywords,
     keep_positions,
     recording_attentions,
+    warn_far_beyond,
 )
 from .regularization import check_estimator_fits, spectral_radius
 from .solvers import residual
@@ -914,6 +915,8 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
         """Refuse assisted and prompt-lookup decoding under ``recurrent_kv_cache_mode="last_loop"``: verifying several
         proposed tokens in one forward lets the earlier loop steps see those tokens' own keys/values where token by
         token decoding shows them the last step's, so the output would depend on how many proposals were accepted."""
+        if kwargs.get("num_loops") is not None:
+            warn_far_beyond(self, kwargs["num_loops"], self.config.total_ut_steps, "total_ut_steps")
         mode = kwargs.get("recurrent_kv_cache_mode") or self.config.recurrent_kv_cache_mode
         option = self.speculative_option(kwargs, generation_config)
         if check_recurrent_kv_cache_mode(mode) == "last_loop" and option is not None:

@@ -31,6 +31,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.utils import ModelOutput
 
 from ..modeling.loop_map import LoopMap
+from ..modeling.looped_lm import warn_far_beyond
 from ..modeling.regularization import spectral_radius
 from .base import NativeLoop, Recorder, rows_of
 from .dory import DoryLoop
@@ -197,6 +198,9 @@ def _with_radius(outputs, rho, count):
 def _looped_generate(original):
     @functools.wraps(original)
     def generate(self, *args, num_loops: int | None = None, **kwargs):
+        if num_loops is not None:
+            protocol = native_loop_for(self)
+            warn_far_beyond(self, num_loops, protocol.default_loops(self.config), protocol.loops_key)
         with loop_count(self, num_loops):  # the cache generate builds is sized for the count, every forward runs it
             return original(self, *args, **kwargs)
 
