@@ -484,3 +484,26 @@ def test_the_readme_train_example_learns_in_600_steps(tmp_path, capsys):
     correct = torch.arange(200) < round(accuracy * 200)
     chance = chance_baseline(correct, answers, significance=2.0)
     assert chance["beats_chance"] and math.isfinite(chance["margin_se"]), (accuracy, chance)
+
+
+def test_push_to_hub_without_the_hub_is_one_line_before_training(tmp_path, capsys, monkeypatch):
+    import huggingface_hub
+    import transformers
+
+    argv = ["train", "--family", "ouro", "--output_dir", str(tmp_path), "--max_steps", "1", "--train_size", "16"]
+    argv += ["--test_size", "4", "--push_to_hub", "--hub_model_id", "someone/x", "--use_cpu"]
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--push_to_hub: cannot reach the Hub (OfflineModeIsEnabled" in err
+    assert "before training: nothing was trained" in err.strip().splitlines()[-1]
+    http_error = type("HTTPError", (Exception,), {})  # the HTTP clients' base class, by name (httpx, requests)
+
+    def unreachable(self, *args, **kwargs):
+        raise type("ConnectError", (http_error,), {})("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(transformers.Trainer, "init_hf_repo", unreachable)
+    assert main(argv) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--push_to_hub: cannot reach the Hub (ConnectError: [Errno -2] Name or service not known)" in last
+    assert not (tmp_path / "model.safetensors").exists()

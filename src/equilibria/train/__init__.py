@@ -11,6 +11,8 @@ command behind ``torchrun`` or ``accelerate launch`` (``torchrun --nproc_per_nod
 
 from __future__ import annotations
 
+import contextlib
+
 from ..scaling import parse_loops
 from .arguments import (
     ModelArguments,
@@ -54,14 +56,15 @@ def train_and_evaluate(argv: list[str]):
         print(f"training on {data.description}; {held_out_line(data)}")
     from ..trainers import callbacks_for, trainer_for
 
-    trainer = trainer_for(model_args.family)(
-        model=model,
-        args=args,
-        train_dataset=data.train,
-        data_collator=collator,
-        processing_class=data.tokenizer,
-        callbacks=callbacks_for(model_args.family),
-    )
+    with _hub_errors_named(args, "before training: nothing was trained"):  # Trainer creates the Hub repo first
+        trainer = trainer_for(model_args.family)(
+            model=model,
+            args=args,
+            train_dataset=data.train,
+            data_collator=collator,
+            processing_class=data.tokenizer,
+            callbacks=callbacks_for(model_args.family),
+        )
     trainer.task_recipe = model_args.recipe  # the training history and the card name it
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model()
@@ -69,8 +72,25 @@ def train_and_evaluate(argv: list[str]):
     if trainer.is_world_process_zero():
         result = write_results(trainer, model_args, data_args, data, loops)
     if args.push_to_hub:
-        trainer.push_to_hub()
+        with _hub_errors_named(args, f"the trained model is in {args.output_dir}; upload that folder later"):
+            trainer.push_to_hub()
     return trainer, result
+
+
+@contextlib.contextmanager
+def _hub_errors_named(args, state: str):
+    """A network error of ``--push_to_hub`` (no connection, offline mode) as one ``ValueError`` naming the flag and
+    ``state`` (what was done), not a traceback from inside the HTTP client."""
+    try:
+        yield
+    except Exception as err:
+        names = {cls.__name__ for cls in type(err).__mro__}
+        if not args.push_to_hub or not (isinstance(err, OSError) or names & {"HTTPError", "RequestException"}):
+            raise
+        raise ValueError(
+            f"--push_to_hub: cannot reach the Hub ({type(err).__name__}: {err}); {state}. Check the network and "
+            "HF_TOKEN (HF_HUB_OFFLINE must be unset), or train without --push_to_hub"
+        ) from None
 
 
 def _recipe_note(recipe: dict) -> str:
