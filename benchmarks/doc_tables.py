@@ -1588,7 +1588,8 @@ def ouro_decode_row() -> list[str]:
     return [
         "Ouro decoding",
         f"loop overhead {decode['loop_overhead']['ratio']:.2f}x a Llama of equal depth; early exit "
-        f"{decode['early_exit']['ratio']:.2f}x the time; cache {decode['cache']['speedup']:.1f}x faster",
+        f"{decode['early_exit']['ratio']:.2f}x the time (random weights, exit set at half the steps: a cost, no "
+        f"accuracy); cache {decode['cache']['speedup']:.1f}x faster",
         "",
         "1 run",
         "[ouro_decode](docs/benchmarks/ouro_decode.md)",

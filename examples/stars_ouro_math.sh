@@ -11,7 +11,9 @@ accelerate launch --config_file examples/stars_ouro_math_accelerate.yaml -m equi
     examples/stars_ouro_math.yaml --output_dir "$OUT"
 
 # 2. evaluate 0-shot with the chat template and 2048 new tokens, as the reference's run_eval.sh does, at 4 and 8
-#    loops (total_ut_steps: the loop count, passed to from_pretrained; the saved folder carries its modeling code)
+#    loops (total_ut_steps: the loop count, passed to from_pretrained; the saved folder carries its modeling code).
+#    Unlike run_eval.sh, no system instruction is given: add lm_eval's --system_instruction "..." with its text to
+#    match it; scores with and without one are not comparable.
 for LOOPS in 4 8; do
     lm_eval --model hf \
         --model_args "pretrained=$OUT,trust_remote_code=True,dtype=bfloat16,total_ut_steps=$LOOPS" \

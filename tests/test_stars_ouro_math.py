@@ -70,9 +70,13 @@ def test_a_column_mapping_flag_is_checked(ouro_folder, tmp_path, capsys):
 
 
 def test_the_accelerate_config_is_eight_bf16_processes():
-    env = launch_environment(EXAMPLES / "stars_ouro_math_accelerate.yaml")
-    assert env["WORLD_SIZE"] == "8" if "WORLD_SIZE" in env else env.get("ACCELERATE_NUM_PROCESSES", "8") == "8"
-    assert env["ACCELERATE_MIXED_PRECISION"] == "bf16"
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+
+    config = EXAMPLES / "stars_ouro_math_accelerate.yaml"
+    launch = launch_command_parser().parse_args(["--config_file", str(config), "script.py"])
+    args = _validate_launch_command(launch)[0]  # what `accelerate launch` reads from the file: the processes it starts
+    assert (args.num_processes, args.multi_gpu, args.num_machines) == (8, True, 1)
+    assert launch_environment(config)["ACCELERATE_MIXED_PRECISION"] == "bf16"
 
 
 def test_the_lm_eval_commands_set_the_loop_count_the_model_runs(ouro_folder):
