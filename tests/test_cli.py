@@ -26,11 +26,29 @@ def saved(tmp_path_factory):
     return root
 
 
-def test_eval_prints_the_loop_scaling_table_and_writes_json_and_plot(saved, tmp_path, capsys):
+def test_eval_prints_the_loop_scaling_table_and_writes_json_and_plot(saved, tmp_path, capsys, monkeypatch):
+    from matplotlib.figure import Figure
+
+    drawn, save = [], Figure.savefig
+
+    def recording(fig, *args, **kwargs):  # what the plot says: its title, axis label and legend
+        ax = fig.axes[0]
+        drawn.append((ax.get_title(), ax.get_ylabel(), [t.get_text() for t in ax.get_legend().get_texts()]))
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording)
     assert (
         main(["eval", str(saved / "phdeq"), "--loops", "0,5,50", "--num-examples", "30", "--output-dir", str(tmp_path)])
         == 0
     )
+    config_loops = PHDEQForSequenceClassification.from_pretrained(saved / "phdeq").config.num_loops
+    assert drawn == [
+        (
+            "phdeq: accuracy of the predicted class vs loops\non 30 generated reachability problems (seed 1234)",
+            "accuracy of the predicted class (%)",
+            ["phdeq", f"its config's count: {config_loops} loops"],
+        )
+    ]
     out = capsys.readouterr().out
     assert "num_loops | accuracy" in out and "       50 |" in out
     result = json.loads((tmp_path / "loop_scaling.json").read_text())

@@ -28,9 +28,8 @@ from .hub_cards.publish import write_model_card
 from .lm_eval_loops import lm_eval_at_loops, lm_eval_table, save_lm_eval
 from .loading import load_saved_model
 from .provenance import describe_weights, folder_results, read_result, weights_fingerprint
-from .scaling import Scoring, loop_scaling_report, loop_scores, parse_loops
+from .scaling import Scoring, loop_scaling_report, loop_scores, metric_label, parse_loops, plot_labels
 from .tasks import tokenize_for_training
-from .tasks.registry import task_record
 from .tasks.tokenization import describe_characters, load_tokenizer, unknown_characters
 from .wording import with_article
 
@@ -105,15 +104,21 @@ def run_eval(
     halting = (threshold, scores.mean_steps) if threshold is not None else None
     if breadth > 1:
         data.record.update(breadth=breadth, select=scoring.select)
-    scored = (
-        task_record(data_args.task or model_task(model)).metric
-        if data.metric == "task"
-        else data.metric.replace("_", " ")
-    )
+    scored = metric_label(data.metric, data_args.task or model_task(model))
     print(f"loop scaling of {args.model_path} ({model.config.model_type}) on {len(data.rows)} examples, {scored}")
     weights = weights_fingerprint(args.model_path)
     print(
-        "\n".join(loop_scaling_report(result, model.config.model_type, args.output_dir, data.record, halting, weights))
+        "\n".join(
+            loop_scaling_report(
+                result,
+                model.config.model_type,
+                args.output_dir,
+                data.record,
+                halting,
+                weights,
+                plot_labels(model, scored),
+            )
+        )
     )
     return result
 

@@ -6,28 +6,41 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def plot_loop_scaling(curves: dict[str, dict[int, float]], path: Path, title: str, mark: int | None = None) -> bool:
-    """Accuracy (%) against ``num_loops`` (log scale), one line per curve, a dotted line at ``mark`` (e.g. the
-    trained loop count). Returns False (no file) when matplotlib is not installed."""
+def plot_loop_scaling(
+    curves: dict[str, dict[int, float]],
+    path: Path,
+    title: str,
+    mark: int | None = None,
+    metric: str = "accuracy",
+    data: str | None = None,
+    mark_label: str = "trained",
+) -> bool:
+    """``metric`` (%) against ``num_loops`` (log scale), one line per curve, a dotted line at ``mark`` (the trained
+    or configured loop count, labelled ``mark_label``), ``data`` (what it was computed on) under the title. Returns
+    False (no file) when matplotlib is not installed."""
     try:
         import matplotlib
     except ImportError:
         return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for (label, result), marker in zip(curves.items(), "osx^v"):
         ax.plot(list(result), [100 * v for v in result.values()], marker=marker, label=label)
     if mark is not None:
-        ax.axvline(mark, color="gray", ls=":", lw=1)
+        ax.axvline(mark, color="gray", ls=":", lw=1, label=f"{mark_label}: {mark} loops")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({n for result in curves.values() for n in result}))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())  # 1, 2, 4, ... rather than 2^0, 2^1, ...
     ax.set_xlabel("num_loops")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title(title)
+    ax.set_ylabel(f"{metric} (%)")
+    ax.set_ylim(-3, 103)
+    ax.set_title(title if data is None else f"{title}\n{data}", fontsize=10 if data is None else 8)
     ax.grid(alpha=0.3)
-    if len(curves) > 1:
-        ax.legend()
+    if len(curves) > 1 or mark is not None:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -223,6 +223,7 @@ def save_loop_scaling(
     data: dict | None = None,
     halting: tuple[float, dict[int, float]] | None = None,
     weights: str | None = None,
+    plot: dict | None = None,
 ) -> list[str]:
     """Write ``loop_scaling.json`` (``{"weights": the fingerprint of the weights evaluated, "data": what it was
     computed on, "accuracy": {loops: accuracy}}``; with ``halting`` also ``halt_threshold`` and ``mean_nfe``) and
@@ -235,7 +236,13 @@ def save_loop_scaling(
         payload.update(halt_threshold=halting[0], mean_nfe={str(k): v for k, v in halting[1].items()})
     note = replacement_note(out / "loop_scaling.json", payload)
     (out / "loop_scaling.json").write_text(json.dumps(payload, indent=2) + "\n")
-    plotted = plot_loop_scaling({model_type: result}, out / "loop_scaling.png", f"{model_type}: accuracy vs loops")
+    plot = dict(plot or {})
+    metric = plot.pop("metric", "accuracy")
+    title = f"{model_type}: {metric} vs loops"
+    where = f"on {data['name']}" if data and data.get("name") else None
+    plotted = plot_loop_scaling(
+        {model_type: result}, out / "loop_scaling.png", title, metric=metric, data=where, **plot
+    )
     wrote = f"wrote {out / 'loop_scaling.json'}" + (f" and {out / 'loop_scaling.png'}" if plotted else " (no plot)")
     return [note, wrote] if note else [wrote]
 
@@ -247,17 +254,36 @@ def loop_scaling_report(
     data: dict | None = None,
     halting: tuple[float, dict[int, float]] | None = None,
     weights: str | None = None,
+    plot: dict | None = None,
 ) -> list[str]:
     """The table (:func:`loop_scaling_table`) and, with ``output_dir``, the files written there
-    (:func:`save_loop_scaling`): the lines ``equilibria eval`` and ``equilibria train`` print."""
+    (:func:`save_loop_scaling`; ``plot``: the metric's name and the loop count marked, :func:`plot_labels`): the
+    lines ``equilibria eval`` and ``equilibria train`` print."""
     lines = loop_scaling_table(result, data, halting)
     if output_dir:
-        lines += save_loop_scaling(result, model_type, output_dir, data, halting, weights)
+        lines += save_loop_scaling(result, model_type, output_dir, data, halting, weights, plot)
     return lines
+
+
+def metric_label(metric: str, task: str | None) -> str:
+    """The words for what a score measures: a generated task's metric (``metric == "task"``), else the metric's
+    name (``exact match``, ``token accuracy``)."""
+    from .tasks import task_record
+
+    return task_record(task).metric if metric == "task" else metric.replace("_", " ")
+
+
+def plot_labels(model, metric: str) -> dict:
+    """What ``loop_scaling.png`` names: the ``metric`` scored and the loop count of the model's config, marked (for a
+    folder ``equilibria train`` wrote, the count it trained at)."""
+    count = getattr(model.config, family_record(model).loops_key, None)
+    return {"metric": metric, "mark": count, "mark_label": "its config's count"}
 
 
 __all__ = [
     "EVALUATORS",
+    "metric_label",
+    "plot_labels",
     "LoopScores",
     "Scoring",
     "loop_scaling_report",

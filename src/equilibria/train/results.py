@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..families import family_record
-from ..scaling import loop_scaling, loop_scaling_report
+from ..scaling import loop_scaling, loop_scaling_report, metric_label, plot_labels
 from ..wording import counted
 from .arguments import ModelArguments, TrainDataArguments
 from .building import save_lora
@@ -43,7 +43,10 @@ def write_results(trainer, model_args: ModelArguments, data_args: TrainDataArgum
         result = loop_scaling(model, data.test, loops, model_path=str(out), metric=data.metric)
         print(f"loop scaling on {len(data.test)} held-out examples")
         weights = weights_fingerprint(out)
-        print("\n".join(loop_scaling_report(result, model.config.model_type, out, record, weights=weights)))
+        labels = plot_labels(model, metric_label(data.metric, data.name))
+        print(
+            "\n".join(loop_scaling_report(result, model.config.model_type, out, record, weights=weights, plot=labels))
+        )
         trainer.loop_scaling = {"weights": weights, "data": record, "accuracy": {str(k): v for k, v in result.items()}}
     elif data.record.get("held_out_counts"):
         held = data.record["held_out_counts"]["held_out"]
