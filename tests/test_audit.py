@@ -451,6 +451,24 @@ def test_report_prints_saves_and_reloads(tmp_path):
     assert again.verdict == report.verdict and again.accuracy == report.accuracy
 
 
+def test_the_audit_plot_gives_every_bar_its_value_and_says_when_t4_did_not_run(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    model = linear_phdeq(initializer="zero", direct_path=False)
+    report = audit(model, labelled_by(model, X[:100]), progress=False)
+    report.zeroing["accuracy"], report.displaced = 0.0, []
+    texts, save = [], Figure.savefig
+
+    def recording(fig, *args, **kwargs):
+        texts.extend(t.get_text() for ax in fig.axes for t in ax.texts)
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording)
+    report.plot(tmp_path / "audit.png")
+    assert "0.0%" in texts and f"{100 * report.accuracy:.1f}%" in texts  # a bar at 0 still shows its value
+    assert "not run in this audit:\nno start z0 + d was tried" in texts
+
+
 def test_bad_audit_arguments_are_clear_errors():
     model = linear_phdeq()
     data = labelled_by(model, X[:10])

@@ -168,7 +168,16 @@ def saved(tmp_path_factory):
     return root
 
 
-def test_diagnose_runs_on_every_family_from_its_folder(saved, tmp_path, capsys):
+def test_diagnose_runs_on_every_family_from_its_folder(saved, tmp_path, capsys, monkeypatch):
+    from matplotlib.figure import Figure
+
+    legends, save = [], Figure.savefig
+
+    def recording(fig, *args, **kwargs):  # the plot's legends: the start's norm, what a radius above 1 means
+        legends.append([t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()])
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording)
     for family, extra in (("ouro", ["--digits", "1"]), ("eqr", ["--task", "sudoku"]), ("phdeq", [])):
         out = tmp_path / family
         argv = ["diagnose", str(saved / family), "--loops", "1,2,4", "--num-examples", "4", "--power-iters", "3"]
@@ -179,5 +188,10 @@ def test_diagnose_runs_on_every_family_from_its_folder(saved, tmp_path, capsys):
         assert result["data"]["units"] == 4 and result["model"]["weights"]
         assert (out / "trajectory.png").stat().st_size > 5000
     assert json.loads((tmp_path / "ouro" / "trajectory.json").read_text())["model"]["norm_placement"] == "pre"
+    start = json.loads((tmp_path / "ouro" / "trajectory.json").read_text())["start_norm"]
+    assert legends[0] == [
+        f"|z_0| = {start:.3g} (start)",
+        "1: above, a small change of the state\ngrows over a step; below, it shrinks",
+    ]
     assert main(["diagnose", str(saved / "phdeq"), "--loops", "0,2"]) == 2
     assert "--loops must be comma-separated integers >= 1" in capsys.readouterr().err

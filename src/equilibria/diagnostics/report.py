@@ -101,7 +101,11 @@ class AuditReport:
         if self.probe:
             bars["probe h*"] = self.probe.get("solved") or 0.0
             bars["probe z0"] = self.probe.get("start") or 0.0
-        axes[0].bar(list(bars), [100 * v for v in bars.values()], color=["C0", "C1", "C7", "C2", "C3"][: len(bars)])
+        drawn = axes[0].bar(
+            list(bars), [100 * v for v in bars.values()], color=["C0", "C1", "C7", "C2", "C3"][: len(bars)]
+        )
+        axes[0].bar_label(drawn, fmt="%.1f%%", fontsize=8)  # a bar at 0% has no height: its value says it is there
+        axes[0].set_ylim(0, 110)
         axes[0].set_ylabel("accuracy (%)")
         axes[0].set_title("decoder on h*, on z0, on 0; linear probes")
         axes[0].tick_params(axis="x", labelsize=8)
@@ -121,6 +125,8 @@ class AuditReport:
             axes[2].legend(fontsize=8)
         elif not self.family.get("t4_applies", True):
             axes[2].text(0.5, 0.5, "not applicable:\nno fixed point to return to", ha="center", va="center")
+        else:
+            axes[2].text(0.5, 0.5, "not run in this audit:\nno start z0 + d was tried", ha="center", va="center")
         axes[2].set_xlabel("|d| / |z0|")
         axes[2].set_ylabel("%")
         axes[2].set_title("T4: starting from z0 + d")

@@ -84,8 +84,9 @@ class LoopTrajectory:
         return "\n".join(lines)
 
     def plot(self, path: str | Path) -> bool:
-        """Three panels against the loop step (log scale): the state's norm, the relative step, the spectral
-        radius (a dotted line at 1). False (no file) without matplotlib."""
+        """Three panels against the loop step (log scale): the state's norm (the start's ``|z_0|`` a dashed line), the
+        relative step, the spectral radius (a dotted line at 1, saying what above and below mean). False (no file)
+        without matplotlib."""
         try:
             import matplotlib
         except ImportError:
@@ -95,6 +96,9 @@ class LoopTrajectory:
 
         fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
         axes[0].plot(self.steps, self.state_norm, marker=".")
+        # t = 0 has no place on a log axis: the start's norm is a line across it
+        axes[0].axhline(self.start_norm, color="gray", ls="--", lw=1, label=f"|z_0| = {self.start_norm:.3g} (start)")
+        axes[0].legend(fontsize=8)
         axes[0].set_ylabel("mean |z_t|")
         axes[1].plot(self.steps, self.relative_step, marker=".")
         axes[1].set_yscale("log")
@@ -104,7 +108,14 @@ class LoopTrajectory:
             [t for t, _ in radius], [r for _, r in radius], yerr=[self.spectral_radius_se[t] for t, _ in radius],
             marker="o", capsize=3,
         )  # fmt: skip
-        axes[2].axhline(1.0, color="gray", ls=":", lw=1)
+        axes[2].axhline(
+            1.0,
+            color="gray",
+            ls=":",
+            lw=1,
+            label="1: above, a small change of the state\ngrows over a step; below, it shrinks",
+        )
+        axes[2].legend(fontsize=7)
         axes[2].set_ylabel("spectral radius of the loop map")
         for ax in axes:
             ax.set_xscale("log", base=2)
