@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..families import family_record
+from ..families import family_record, model_task
 from ..scaling import loop_scaling, loop_scaling_report, metric_label, plot_labels
 from ..wording import counted
 from .arguments import ModelArguments, TrainDataArguments
@@ -43,7 +43,7 @@ def write_results(trainer, model_args: ModelArguments, data_args: TrainDataArgum
         result = loop_scaling(model, data.test, loops, model_path=str(out), metric=data.metric)
         print(f"loop scaling on {len(data.test)} held-out examples")
         weights = weights_fingerprint(out)
-        labels = plot_labels(model, metric_label(data.metric, data.name))
+        labels = plot_labels(model, metric_label(data.metric, data_args.task or model_task(model)))
         print(
             "\n".join(loop_scaling_report(result, model.config.model_type, out, record, weights=weights, plot=labels))
         )
