@@ -20,12 +20,11 @@ def load_saved_model(path: str, trust_remote_code: bool = False):
     if not Path(path).is_dir():
         raise ValueError(f"{path} is not a folder written by save_pretrained")
     config_of = path
-    adapter = (Path(path) / "adapter_config.json").is_file()
-    if not adapter and not (Path(path) / "config.json").is_file():
-        raise ValueError(
-            f"{path} is not a folder written by save_pretrained: it has no config.json (nor a LoRA adapter)"
-        )
-    if adapter and not (Path(path) / "config.json").is_file():
+    if not (Path(path) / "config.json").is_file():
+        if not (Path(path) / "adapter_config.json").is_file():
+            raise ValueError(
+                f"{path} is not a folder written by save_pretrained: it has no config.json (nor a LoRA adapter)"
+            )
         from peft import PeftConfig  # a LoRA adapter: its base model's config
 
         config_of = PeftConfig.from_pretrained(path).base_model_name_or_path

@@ -20,6 +20,7 @@ from .modeling.puzzles import puzzle_solved
 from .native import looped
 from .plots import plot_loop_scaling
 from .provenance import replacement_note
+from .tasks.registry import task_record
 from .tasks.text_scoring import evaluate_loop_scaling, token_accuracy
 from .tasks.tokenization import load_tokenizer
 
@@ -236,13 +237,10 @@ def save_loop_scaling(
         payload.update(halt_threshold=halting[0], mean_nfe={str(k): v for k, v in halting[1].items()})
     note = replacement_note(out / "loop_scaling.json", payload)
     (out / "loop_scaling.json").write_text(json.dumps(payload, indent=2) + "\n")
-    plot = dict(plot or {})
-    metric = plot.pop("metric", "accuracy")
-    title = f"{model_type}: {metric} vs loops"
+    plot = {"metric": "accuracy", **(plot or {})}
     where = f"on {data['name']}" if data and data.get("name") else None
-    plotted = plot_loop_scaling(
-        {model_type: result}, out / "loop_scaling.png", title, metric=metric, data=where, **plot
-    )
+    title = f"{model_type}: {plot['metric']} vs loops"
+    plotted = plot_loop_scaling({model_type: result}, out / "loop_scaling.png", title, data=where, **plot)
     wrote = f"wrote {out / 'loop_scaling.json'}" + (f" and {out / 'loop_scaling.png'}" if plotted else " (no plot)")
     return [note, wrote] if note else [wrote]
 
@@ -268,8 +266,6 @@ def loop_scaling_report(
 def metric_label(metric: str, task: str | None) -> str:
     """The words for what a score measures: a generated task's metric (``metric == "task"``), else the metric's
     name (``exact match``, ``token accuracy``)."""
-    from .tasks import task_record
-
     return task_record(task).metric if metric == "task" else metric.replace("_", " ")
 
 

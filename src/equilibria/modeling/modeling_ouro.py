@@ -914,7 +914,8 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
     def _check_generate_call(self, kwargs: dict, generation_config) -> None:
         """Refuse assisted and prompt-lookup decoding under ``recurrent_kv_cache_mode="last_loop"``: verifying several
         proposed tokens in one forward lets the earlier loop steps see those tokens' own keys/values where token by
-        token decoding shows them the last step's, so the output would depend on how many proposals were accepted."""
+        token decoding shows them the last step's, so the output would depend on how many proposals were accepted.
+        Warn once when ``num_loops`` is far beyond the config's count (:func:`warn_far_beyond`)."""
         if kwargs.get("num_loops") is not None:
             warn_far_beyond(self, kwargs["num_loops"], self.config.total_ut_steps, "total_ut_steps")
         mode = kwargs.get("recurrent_kv_cache_mode") or self.config.recurrent_kv_cache_mode

@@ -190,9 +190,8 @@ class TrainDataArguments(DataArguments):
         for name, value in (("max_length", self.max_length), ("train_size", self.train_size)):
             if value is not None and value < 1:
                 raise ValueError(f"--{name} must be >= 1, got {value}")
-        for name, value in (("min_clues", self.min_clues), ("augmentations", self.augmentations)):
-            if value is not None and value < 0:
-                raise ValueError(f"--{name} must be >= 0, got {value}")
+        if self.augmentations is not None and self.augmentations < 0:  # --min_clues: the task checks it, by size
+            raise ValueError(f"--augmentations must be >= 0, got {self.augmentations}")
         if self.test_size is not None and self.test_size < 0:
             raise ValueError(f"--test_size must be >= 0 (0: no held-out evaluation), got {self.test_size}")
 
@@ -293,7 +292,7 @@ def parse_train_args(argv: list[str]):
     preset_defaults = arguments_class.preset_training_defaults(preset) if preset is not None else {}
     parser.set_defaults(**preset_defaults)  # a recipe (--stars_preset): its optimiser and schedule
     apply_config(parser, file_values, path, unknown)
-    recipe = _recipe(parser, argv, family, _flag(argv, file_values, "size"))
+    recipe = _recipe(parser, argv, family, size_given=_flag(argv, file_values, "size") is not None)
     if recipe is not None:  # a trainer preset also decides its own options (STARS': filled in where unset)
         own = getattr(arguments_class, "preset_options", ()) if preset is not None else ()
         below = {**file_values, **preset_defaults, **dict.fromkeys(own)}
@@ -321,10 +320,10 @@ def parse_train_args(argv: list[str]):
 LOG_POINTS = 0.1  # logging_steps' default: a log line every tenth of the run (TrainingArguments reads < 1 as a share)
 
 
-def _recipe(parser, argv: list[str], family: str, size=None):
+def _recipe(parser, argv: list[str], family: str, size_given: bool = False):
     """The :class:`~equilibria.tasks.recipes.Recipe` of this run, from what the flags and the config file say:
     fine-tuning (``--model_name_or_path``, with ``--use_peft`` or not), else the family's for ``--task`` (default:
-    the family's first task) at the board ``size`` given (flag or file; ``None``: not given); ``None`` for a new
+    the family's first task), at the board size a flag or the file gives (``size_given``); ``None`` for a new
     model on rows of your own (``--dataset_name`` without ``--task``)."""
     from ..tasks.recipes import recipe_for
 
@@ -334,7 +333,7 @@ def _recipe(parser, argv: list[str], family: str, size=None):
     if given.task is None and given.dataset_name:
         return None
     recipe = recipe_for(family, given.task or FAMILIES[family].default_task)
-    return recipe.at_size(given.size if size is not None else None) if recipe is not None else None
+    return recipe.at_size(given.size if size_given else None) if recipe is not None else None
 
 
 class UnusedFlags(UnknownFlags):
