@@ -192,7 +192,7 @@ def test_the_cli_trains_evaluates_audits_and_cards_an_attractor_puzzle_model(tmp
     assert config["residual_form"] == "paper" and config["max_position_embeddings"] == 16
     trained = json.loads((out / "loop_scaling.json").read_text())
     assert main(["eval", str(out), "--loops", "0,2", "--output-dir", str(out)]) == 0
-    assert json.loads((out / "loop_scaling.json").read_text())["accuracy"] == trained["accuracy"]
+    assert json.loads((out / "eval_loop_scaling.json").read_text())["accuracy"] == trained["accuracy"]
     assert main(["audit", str(out), "--num-examples", "12", "--output-dir", str(out)]) == 0
     audit = json.loads((out / "audit.json").read_text())
     assert audit["num_units"] == 12 and audit["family"]["unit"] == "puzzle" and audit["model_type"] == "attractor_lm"

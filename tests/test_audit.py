@@ -574,7 +574,7 @@ def test_a_trained_ouro_whose_extra_steps_do_the_task_is_computing(tmp_path, cap
     assert sum(f.stat().st_size for f in CONTROL.iterdir()) < 1_100_000  # small enough to live in the repository
     argv = ["--num-examples", "200", "--output-dir", str(tmp_path)]
     assert main(["eval", str(CONTROL), "--loops", "1,4", *argv]) == 0
-    scaling = json.loads((tmp_path / "loop_scaling.json").read_text())
+    scaling = json.loads((tmp_path / "eval_loop_scaling.json").read_text())
     assert scaling["data"]["held_out"] and scaling["accuracy"]["1"] < 0.3 < 0.9 < scaling["accuracy"]["4"], scaling
     assert main(["audit", str(CONTROL), *argv]) == 0
     from_cli = json.loads((tmp_path / "audit.json").read_text())

@@ -51,12 +51,12 @@ def test_eval_prints_the_loop_scaling_table_and_writes_json_and_plot(saved, tmp_
     ]
     out = capsys.readouterr().out
     assert "num_loops | accuracy" in out and "       50 |" in out
-    result = json.loads((tmp_path / "loop_scaling.json").read_text())
+    result = json.loads((tmp_path / "eval_loop_scaling.json").read_text())
     accuracy = result["accuracy"]
     assert set(accuracy) == {"0", "5", "50"} and all(0 <= v <= 1 for v in accuracy.values())
     assert result["data"]["name"] == "30 generated reachability problems (seed 1234)" and result["data"]["units"] == 30
     assert result["data"]["held_out"] is False and "not checked against the training data" in result["data"]["note"]
-    assert (tmp_path / "loop_scaling.png").stat().st_size > 5000
+    assert (tmp_path / "eval_loop_scaling.png").stat().st_size > 5000
     assert main(["eval", str(saved / "eqr"), "--loops", "1,4", "--num-examples", "6"]) == 0
     assert main(["eval", str(saved / "ouro"), "--loops", "1,2", "--num-examples", "4", "--digits", "1"]) == 0
     assert "loop scaling of" in capsys.readouterr().out
@@ -67,19 +67,19 @@ def test_eval_with_halting_reports_the_evaluations_per_puzzle(saved, tmp_path, c
     argv = ["eval", str(saved / "eqr"), "--loops", "2,4", "--num-examples", "6", "--output-dir", str(tmp_path)]
     assert main([*argv, "--halt-threshold", "1e-9"]) == 0
     assert "num_loops | accuracy | mean NFE" in capsys.readouterr().out
-    result = json.loads((tmp_path / "loop_scaling.json").read_text())
+    result = json.loads((tmp_path / "eval_loop_scaling.json").read_text())
     assert result["halt_threshold"] == 1e-9 and result["mean_nfe"] == {"2": 1.0, "4": 1.0}
     from equilibria.hub_cards import build_model_card
 
     model = EqRForPuzzleSolving.from_pretrained(saved / "eqr")
-    card = build_model_card(model, loop_scaling=json.loads((tmp_path / "loop_scaling.json").read_text()))
+    card = build_model_card(model, loop_scaling=json.loads((tmp_path / "eval_loop_scaling.json").read_text()))
     assert "| num_loops | accuracy | mean NFE |" in card.text and "| 4 | " in card.text and " | 1.00 |" in card.text
     assert "halting head reaches p=1e-09" in card.text
     assert [r.metric_config for r in card.data.eval_results] == [f"num_loops={n},halt_threshold=1e-09" for n in (2, 4)]
     assert main([*argv, "--halt-threshold", "1"]) == 0
-    assert json.loads((tmp_path / "loop_scaling.json").read_text())["mean_nfe"] == {"2": 2.0, "4": 4.0}
+    assert json.loads((tmp_path / "eval_loop_scaling.json").read_text())["mean_nfe"] == {"2": 2.0, "4": 4.0}
     assert main([*argv]) == 0
-    assert "mean_nfe" not in json.loads((tmp_path / "loop_scaling.json").read_text())
+    assert "mean_nfe" not in json.loads((tmp_path / "eval_loop_scaling.json").read_text())
 
 
 def test_generate_streams_and_honours_num_loops(saved, capsys):
@@ -122,7 +122,8 @@ def test_card_collects_the_folders_results(saved, capsys):
     card = ModelCard.load(folder / "README.md")
     assert [r.metric_config for r in card.data.eval_results] == ["num_loops=0", "num_loops=10"]
     assert card.data.eval_results[0].dataset_name == "20 generated reachability problems (seed 1234)"
-    assert "## Computation audit" in card.text and "![loop scaling](loop_scaling.png)" in card.text
+    assert "## Computation audit" in card.text and "![loop scaling](eval_loop_scaling.png)" in card.text
+    assert "From `eval_loop_scaling.json`, written by `equilibria eval` after training" in card.text
     assert "It rests on:" in card.text and "majority-class baseline" in card.text
     # naming a dataset the results were not computed on is an error
     assert main(["card", str(folder), "--dataset", "someone/reach"]) == 2
@@ -219,9 +220,9 @@ def test_eval_runs_from_a_config_file_and_its_errors_are_one_line(saved, tmp_pat
     config = tmp_path / "eval.yaml"
     config.write_text(f"model_path: {saved / 'phdeq'}\nloops: '0,5'\nnum_examples: 10\noutput_dir: {tmp_path}\n")
     assert main(["eval", "--config", str(config)]) == 0
-    assert json.loads((tmp_path / "loop_scaling.json").read_text())["accuracy"].keys() == {"0", "5"}
+    assert json.loads((tmp_path / "eval_loop_scaling.json").read_text())["accuracy"].keys() == {"0", "5"}
     assert main(["eval", "--config", str(config), "--loops", "0,10"]) == 0
-    assert json.loads((tmp_path / "loop_scaling.json").read_text())["accuracy"].keys() == {"0", "10"}
+    assert json.loads((tmp_path / "eval_loop_scaling.json").read_text())["accuracy"].keys() == {"0", "10"}
     capsys.readouterr()
     config.write_text(f"model_path: {saved / 'phdeq'}\nloop: '0,5'\n")
     assert main(["eval", "--config", str(config)]) == 2
@@ -331,6 +332,7 @@ def test_train_writes_a_hub_ready_folder(tmp_path, capsys):
     assert [r.metric_config for r in card.data.eval_results] == ["num_loops=1", "num_loops=2"]
     assert "## Training" in card.text and "| max_loops | 3 |" in card.text  # the STARS loop range is recorded
     assert "no training question is among them" in card.text
+    assert "From `loop_scaling.json`, written by `equilibria train` at the end of training." in card.text
 
     # eval and audit on the folder never use a training problem: 1-digit addition has 100 problems, 64 trained on
 

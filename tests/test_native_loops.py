@@ -242,7 +242,7 @@ def test_the_cli_trains_evaluates_audits_and_cards_a_transformers_looped_lm(mode
     card = ModelCard.load(out / "README.md").text
     assert "trust_remote_code" not in card and "equilibria.looped(model)" in card
     assert main(["eval", str(out), "--loops", "1,5", "--num-examples", "8", "--output-dir", str(tmp_path)]) == 0
-    assert set(json.loads((tmp_path / "loop_scaling.json").read_text())["accuracy"]) == {"1", "5"}
+    assert set(json.loads((tmp_path / "eval_loop_scaling.json").read_text())["accuracy"]) == {"1", "5"}
     assert main(["audit", str(out), "--num-examples", "8", "--output-dir", str(out)]) == 0
     assert json.loads((out / "audit.json").read_text())["family"]["family"] == model_type
     assert main(["card", str(out)]) == 0  # the card of the folder: its loop scaling, audit and training history
@@ -287,7 +287,7 @@ def test_a_trained_transformers_looped_lm_whose_extra_passes_do_the_task_is_comp
     assert sum(f.stat().st_size for f in folder.iterdir()) < 1_100_000 and not list(folder.glob("*.py"))
     argv = ["--num-examples", "500", "--output-dir", str(tmp_path)]  # the builder's audit: 200 leave Inkling2 undecided
     assert main(["eval", str(folder), "--loops", "1,4", *argv]) == 0
-    accuracy = json.loads((tmp_path / "loop_scaling.json").read_text())["accuracy"]
+    accuracy = json.loads((tmp_path / "eval_loop_scaling.json").read_text())["accuracy"]
     strong = model_type != "inkling2_loop_text"
     assert accuracy["4"] > accuracy["1"] + (0.3 if strong else 0.0) and (accuracy["1"] < 0.1 or not strong), accuracy
     assert main(["audit", str(folder), *argv]) == 0
@@ -310,7 +310,7 @@ def test_a_trained_dory_whose_loop_returns_its_start_is_a_lazy_identity_collapse
         assert not layer.lambda_1.any() and not layer.lambda_2.any()  # training left the rates at zero
     argv = ["--num-examples", "200", "--output-dir", str(tmp_path)]
     assert main(["eval", str(folder), "--loops", "1,4", *argv]) == 0
-    accuracy = json.loads((tmp_path / "loop_scaling.json").read_text())["accuracy"]
+    accuracy = json.loads((tmp_path / "eval_loop_scaling.json").read_text())["accuracy"]
     assert accuracy["1"] == accuracy["4"] > 0.3, accuracy
     assert main(["audit", str(folder), *argv]) == 0
     report = json.loads((tmp_path / "audit.json").read_text())

@@ -312,7 +312,7 @@ def test_the_reference_recipe_on_the_reference_task_from_the_command_line(tmp_pa
     assert "4-digit addition (STARS reference format" in record["description"]
     capsys.readouterr()
     assert main(["eval", str(out), "--loops", "1", "--num_examples", "5", "--output_dir", str(tmp_path / "eval")]) == 0
-    result = json.loads((tmp_path / "eval" / "loop_scaling.json").read_text())
+    result = json.loads((tmp_path / "eval" / "eval_loop_scaling.json").read_text())
     assert result["data"]["held_out"] and result["data"]["units"] == 5
     from equilibria.evaluation import evaluation_data
     from equilibria.loading import load_saved_model

@@ -255,11 +255,11 @@ def test_train_records_the_census_and_eval_leaves_the_training_classes_out(tmp_p
     record = json.loads((out / "training_data.json").read_text())
     assert len(record["class_fingerprints"]) == data["split_census"]["train_classes"]
     assert main(["eval", str(out), "--loops", "1", "--num-examples", "6", "--output-dir", str(out)]) == 0
-    evaluated = json.loads((out / "loop_scaling.json").read_text())["data"]
+    evaluated = json.loads((out / "eval_loop_scaling.json").read_text())["data"]
     assert "classes up to the task's symmetries" in evaluated["note"]
     board = tmp_path / "board"
     assert main([*argv, "--split_by", "board", "--output_dir", str(board), "--save_strategy", "no"]) == 0
     assert json.loads((board / "training_data.json").read_text())["split_by"] == "board"
     assert main(["eval", str(board), "--loops", "1", "--num-examples", "6", "--output-dir", str(board)]) == 0
-    evaluated = json.loads((board / "loop_scaling.json").read_text())["data"]
+    evaluated = json.loads((board / "eval_loop_scaling.json").read_text())["data"]
     assert not evaluated["held_out"] and "memorisation check" in evaluated["note"]

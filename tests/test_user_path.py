@@ -97,8 +97,10 @@ def test_the_whole_path_eval_audit_and_card_report_these_weights_on_the_held_out
     assert main(["eval", str(tuned), "--loops", "1,2", "--output-dir", str(tuned)]) == 0
     out = capsys.readouterr().out
     assert "12 held-out rows of rows.jsonl" in out and "replaced" not in out
-    evaluated = json.loads((tuned / "loop_scaling.json").read_text())
+    evaluated = json.loads((tuned / "eval_loop_scaling.json").read_text())
     assert evaluated["accuracy"] == trained["accuracy"] and evaluated["weights"] == weights
+    assert json.loads((tuned / "loop_scaling.json").read_text()) == trained  # train's own result stays
+    assert (evaluated["by"], trained["by"]) == ("equilibria eval", "equilibria train")
     # the same numbers, computed here from the recorded rows and the saved weights
     held = numbered(load_rows(rows)["train"]).select(record["held_out"]["positions"])
     tokenizer = __import__("transformers").AutoTokenizer.from_pretrained(tuned)
@@ -121,6 +123,9 @@ def test_the_whole_path_eval_audit_and_card_report_these_weights_on_the_held_out
     assert f"verdict: **{audited['verdict']}**, on 12 sequences of 12 held-out rows of rows.jsonl" in card.text
     assert "**Data.** 108 prompt/completion rows of rows.jsonl (train split)." in card.text
     assert "Results not shown" not in card.text
+    # the card shows eval's result over train's, and says so
+    assert "From `eval_loop_scaling.json`, written by `equilibria eval` after training" in card.text
+    assert "![loop scaling](eval_loop_scaling.png)" in card.text
 
 
 def test_results_that_do_not_record_their_weights_are_not_inherited(base, rows, tmp_path, capsys):
@@ -169,11 +174,14 @@ def test_eval_on_other_data_says_it_replaces_the_result_and_leaves_out_training_
     shutil.copytree(tuned, folder)
     mixed = [{"prompt": f"{a}+{b}=", "completion": str(a + b)} for a in range(10, 14) for b in range(10)]  # 20 new
     other = write_jsonl(tmp_path / "other.jsonl", mixed)
+    trained = (folder / "loop_scaling.json").read_text()
+    assert main(["eval", str(folder), "--loops", "1", "--output-dir", str(folder)]) == 0  # on the held-out rows
     capsys.readouterr()
     assert main(["eval", str(folder), "--dataset_name", other, "--loops", "1", "--output-dir", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "replaced" in out and "computed on other data (12 held-out rows of rows.jsonl)" in out
-    result = json.loads((folder / "loop_scaling.json").read_text())["data"]
+    assert (folder / "loop_scaling.json").read_text() == trained  # eval never touches train's result
+    result = json.loads((folder / "eval_loop_scaling.json").read_text())["data"]
     held = set(json.loads((folder / "training_data.json").read_text())["held_out"]["positions"])
     trained = {row["prompt"] for i, row in enumerate(map(json.loads, open(rows))) if i not in held}
     dropped = sum(row["prompt"] in trained for row in mixed)  # the 10+b and 11+b rows trained on
@@ -269,12 +277,12 @@ def test_eqr_trains_on_a_published_format_csv_and_eval_reads_its_held_out_puzzle
     trained = json.loads((out / "loop_scaling.json").read_text())
     assert trained["data"]["name"] == "6 held-out rows of puzzles.csv"
     assert main(["eval", str(out), "--loops", "1,2", "--output-dir", str(out)]) == 0
-    evaluated = json.loads((out / "loop_scaling.json").read_text())
+    evaluated = json.loads((out / "eval_loop_scaling.json").read_text())
     assert evaluated["accuracy"] == trained["accuracy"]
     assert evaluated["data"]["fingerprint"] == trained["data"]["fingerprint"]
     argv = ["eval", str(out), "--loops", "2", "--breadth", "3", "--select", "vote", "--output-dir", str(out)]
     assert main(argv) == 0
-    wide = json.loads((out / "loop_scaling.json").read_text())["data"]
+    wide = json.loads((out / "eval_loop_scaling.json").read_text())["data"]
     assert wide["breadth"] == 3 and wide["select"] == "vote" and wide["fingerprint"] == trained["data"]["fingerprint"]
     assert main(["eval", str(out), "--dataset_name", str(path), "--loops", "2"]) == 0
     assert "54 rows asking a training question (or of its class) were dropped" in capsys.readouterr().out

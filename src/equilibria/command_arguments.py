@@ -438,7 +438,10 @@ class GenerateArguments:
 class CardArguments:
     model_path: str | None = _model_path()
     repo_id: str | None = field(default=None, metadata={"help": "the Hub repo it will be pushed to (for the snippets)"})
-    loop_scaling: str | None = field(default=None, metadata={"help": "a loop_scaling.json (default: the folder's)"})
+    loop_scaling: str | None = field(
+        default=None,
+        metadata={"help": "a loop-scaling JSON (default: the folder's eval_loop_scaling.json, else loop_scaling.json)"},
+    )
     audit: str | None = field(default=None, metadata={"help": "an audit.json (default: the folder's)"})
     dataset: list[str] = field(
         default_factory=list,
@@ -489,7 +492,7 @@ COMMANDS = {
         "loop scaling: a saved model's accuracy at several loop counts (table, JSON and plot)",
         "Accuracy of a saved model at each loop count on its task: exact match of greedy answers (language "
         "models), exact solves at that depth (EqR), accuracy with that solver cap (PH-DEQ) (--output_dir: "
-        "loop_scaling.json and loop_scaling.png).",
+        "eval_loop_scaling.json and eval_loop_scaling.png; train's own loop_scaling.json stays).",
         (EvalArguments, EvaluationDataArguments, SearchArguments, LmEvalArguments),
     ),
     "train": Command(
@@ -510,8 +513,8 @@ COMMANDS = {
     "card": Command(
         "write a saved model's Hub model card (README.md) from its loop scaling and audit results",
         "Writes README.md into the model folder: metadata (model-index results per loop count), how to load it with "
-        "and without the package, loop scaling (loop_scaling.json/png from `equilibria eval --output_dir "
-        "MODEL_PATH`), the audit verdict (audit.json from `equilibria audit --output_dir MODEL_PATH`).",
+        "and without the package, loop scaling (eval_loop_scaling.json/png from `equilibria eval --output_dir "
+        "MODEL_PATH`, else train's loop_scaling.json/png; the card names the one it shows), the audit verdict (audit.json from `equilibria audit --output_dir MODEL_PATH`).",
         (CardArguments,),
     ),
 }

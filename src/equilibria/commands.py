@@ -27,7 +27,7 @@ from .hub_cards.card import evaluation_record
 from .hub_cards.publish import write_model_card
 from .lm_eval_loops import lm_eval_at_loops, lm_eval_table, save_lm_eval
 from .loading import load_saved_model
-from .provenance import describe_weights, folder_results, read_result, weights_fingerprint
+from .provenance import describe_weights, folder_results, read_result, shown_loop_scaling, weights_fingerprint
 from .scaling import Scoring, loop_scaling_report, loop_scores, metric_label, parse_loops, plot_labels
 from .tasks import tokenize_for_training
 from .tasks.tokenization import describe_characters, load_tokenizer, unknown_characters
@@ -117,6 +117,7 @@ def run_eval(
                 halting,
                 weights,
                 plot_labels(model, scored),
+                by="equilibria eval",
             )
         )
     )
@@ -218,10 +219,10 @@ def run_generate(args: GenerateArguments) -> str:
 
 def run_card(args: CardArguments) -> Path:
     """``equilibria card``: write the model card (README.md) into a saved model's folder from what is there:
-    ``loop_scaling.json`` / ``loop_scaling.png`` (from ``equilibria eval --output_dir``), ``audit.json`` (from
-    ``equilibria audit --output_dir``), ``training_data.json`` and ``training_history.json``, or the files given
-    (refused when missing or computed on other weights); what the card there said and no flag changes (title, task
-    name, datasets, base model, license) is kept."""
+    ``eval_loop_scaling.json`` / ``.png`` (from ``equilibria eval --output_dir``; else train's ``loop_scaling.json``
+    / ``.png``), ``audit.json`` (from ``equilibria audit --output_dir``), ``training_data.json`` and
+    ``training_history.json``, or the files given (refused when missing or computed on other weights); what the card
+    there said and no flag changes (title, task name, datasets, base model, license) is kept."""
     folder = Path(args.model_path)
     model = load_saved_model(args.model_path, args.trust_remote_code)
     given = {
@@ -230,7 +231,7 @@ def run_card(args: CardArguments) -> Path:
         if path is not None
     }
     current, other = folder_results(folder)
-    scaling = given.get("loop_scaling") or current.get("loop_scaling.json")
+    scaling = given.get("loop_scaling") or current.get(shown_loop_scaling(current))
     audit_data = given.get("audit") or current.get("audit.json")
     if args.dataset and (scaling or audit_data) and evaluation_record(scaling, audit_data) is None:
         raise ValueError(

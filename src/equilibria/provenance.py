@@ -23,11 +23,20 @@ from pathlib import Path
 # result file -> the files that belong to it (its plot)
 RESULTS = {
     "loop_scaling.json": ("loop_scaling.png",),
+    "eval_loop_scaling.json": ("eval_loop_scaling.png",),
     "audit.json": ("audit.png",),
     "lm_eval.json": ("lm_eval.png",),
     "training_data.json": (),
 }
 WEIGHT_FILES = ("model*.safetensors", "adapter_model.safetensors")
+# the loop-scaling results by the command that writes them; a card shows the first one a folder holds
+LOOP_SCALING_FILES = {"equilibria eval": "eval_loop_scaling.json", "equilibria train": "loop_scaling.json"}
+
+
+def shown_loop_scaling(results: dict) -> str | None:
+    """The loop-scaling file among ``results`` (file name -> content) that a card shows: ``equilibria eval``'s,
+    run on purpose after training, when there is one, else ``equilibria train``'s (``None`` without either)."""
+    return next((name for name in LOOP_SCALING_FILES.values() if name in results), None)
 
 
 def weights_fingerprint(folder: str | Path) -> str | None:
@@ -135,7 +144,9 @@ def replacement_note(path: str | Path, new: dict) -> str | None:
 
 
 __all__ = [
+    "LOOP_SCALING_FILES",
     "RESULTS",
+    "shown_loop_scaling",
     "data_fingerprint",
     "describe_weights",
     "folder_results",

@@ -1,6 +1,7 @@
 """Loop scaling: a saved model's accuracy at each loop count on evaluation data
-(:func:`~equilibria.evaluation.evaluation_data`), the table and the files (``loop_scaling.json`` / ``.png``) that
-``equilibria eval`` and ``equilibria train`` write, which the model card reads.
+(:func:`~equilibria.evaluation.evaluation_data`), the table and the files that ``equilibria train``
+(``loop_scaling.json`` / ``.png``) and ``equilibria eval`` (``eval_loop_scaling.json`` / ``.png``) write, which the
+model card reads.
 
 One evaluator per kind of head (:data:`EVALUATORS`, keyed by :data:`~equilibria.families.HEAD_KINDS`); the
 family record's head of the model (:meth:`~equilibria.families.Family.head_of_model`) chooses it.
@@ -19,7 +20,7 @@ from .families import family_record
 from .modeling.puzzles import puzzle_solved
 from .native import looped
 from .plots import plot_loop_scaling
-from .provenance import replacement_note
+from .provenance import LOOP_SCALING_FILES, replacement_note
 from .tasks.registry import task_record
 from .tasks.text_scoring import evaluate_loop_scaling, token_accuracy
 from .tasks.tokenization import load_tokenizer
@@ -225,23 +226,28 @@ def save_loop_scaling(
     halting: tuple[float, dict[int, float]] | None = None,
     weights: str | None = None,
     plot: dict | None = None,
+    by: str = "equilibria train",
 ) -> list[str]:
-    """Write ``loop_scaling.json`` (``{"weights": the fingerprint of the weights evaluated, "data": what it was
-    computed on, "accuracy": {loops: accuracy}}``; with ``halting`` also ``halt_threshold`` and ``mean_nfe``) and
-    ``loop_scaling.png`` into ``output_dir``. Returns what to tell the user: that a result of other data or
-    weights was replaced, and what was written."""
+    """Write the loop-scaling result of the command ``by`` (``loop_scaling.json`` for ``equilibria train``,
+    ``eval_loop_scaling.json`` for ``equilibria eval``: :data:`~equilibria.provenance.LOOP_SCALING_FILES`) and its
+    plot into ``output_dir``: ``{"by": the command, "weights": the fingerprint of the weights evaluated, "data":
+    what it was computed on, "accuracy": {loops: accuracy}}``, with ``halting`` also ``halt_threshold`` and
+    ``mean_nfe``. Returns what to tell the user: that a result of other data or weights was replaced, and what was
+    written."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"weights": weights, "data": data, "accuracy": {str(k): v for k, v in result.items()}}
+    path = out / LOOP_SCALING_FILES[by]
+    payload = {"by": by, "weights": weights, "data": data, "accuracy": {str(k): v for k, v in result.items()}}
     if halting:
         payload.update(halt_threshold=halting[0], mean_nfe={str(k): v for k, v in halting[1].items()})
-    note = replacement_note(out / "loop_scaling.json", payload)
-    (out / "loop_scaling.json").write_text(json.dumps(payload, indent=2) + "\n")
+    note = replacement_note(path, payload)
+    path.write_text(json.dumps(payload, indent=2) + "\n")
     plot = {"metric": "accuracy", **(plot or {})}
     where = f"on {data['name']}" if data and data.get("name") else None
     title = f"{model_type}: {plot['metric']} vs loops"
-    plotted = plot_loop_scaling({model_type: result}, out / "loop_scaling.png", title, data=where, **plot)
-    wrote = f"wrote {out / 'loop_scaling.json'}" + (f" and {out / 'loop_scaling.png'}" if plotted else " (no plot)")
+    image = path.with_suffix(".png")
+    plotted = plot_loop_scaling({model_type: result}, image, title, data=where, **plot)
+    wrote = f"wrote {path}" + (f" and {image}" if plotted else " (no plot)")
     return [note, wrote] if note else [wrote]
 
 
@@ -253,13 +259,14 @@ def loop_scaling_report(
     halting: tuple[float, dict[int, float]] | None = None,
     weights: str | None = None,
     plot: dict | None = None,
+    by: str = "equilibria train",
 ) -> list[str]:
-    """The table (:func:`loop_scaling_table`) and, with ``output_dir``, the files written there
+    """The table (:func:`loop_scaling_table`) and, with ``output_dir``, the files the command ``by`` writes there
     (:func:`save_loop_scaling`; ``plot``: the metric's name and the loop count marked, :func:`plot_labels`): the
     lines ``equilibria eval`` and ``equilibria train`` print."""
     lines = loop_scaling_table(result, data, halting)
     if output_dir:
-        lines += save_loop_scaling(result, model_type, output_dir, data, halting, weights, plot)
+        lines += save_loop_scaling(result, model_type, output_dir, data, halting, weights, plot, by)
     return lines
 
 

@@ -17,6 +17,7 @@ from transformers import TrainingArguments
 
 from ..families import Family, family_record, model_task
 from ..native import native_loop_for
+from ..provenance import LOOP_SCALING_FILES
 from ..tasks.named_splits import held_out_split, trained_on_rows
 from ..tasks.registry import TASK_RECORDS, task_record
 from ..wording import counted, with_article
@@ -484,7 +485,21 @@ def _loop_scaling_section(
         *[f"| {n} | " + " | ".join(cell(name, n) for name in curves) + " |" for n in loops],
         "",
     ]
-    return lines + _fingerprints(loop_scaling) + ([f"![loop scaling]({plot})", ""] if plot else [])
+    return (
+        lines
+        + _written_by(loop_scaling)
+        + _fingerprints(loop_scaling)
+        + ([f"![loop scaling]({plot})", ""] if plot else [])
+    )
+
+
+def _written_by(result) -> list[str]:
+    """A line naming the command that computed a loop-scaling result and its file, when the result records it."""
+    by = result.get("by") if isinstance(result, dict) else None
+    if by not in LOOP_SCALING_FILES:
+        return []
+    when = " after training, on the saved folder" if by == "equilibria eval" else " at the end of training"
+    return [f"From `{LOOP_SCALING_FILES[by]}`, written by `{by}`{when}.", ""]
 
 
 def _fingerprints(result) -> list[str]:

@@ -1,7 +1,8 @@
 """Publishing a model folder with its card, whatever the push path.
 
 :func:`write_model_card` is the one place a card is written into a folder: from the model, the results in the
-folder (``loop_scaling.json`` / ``.png`` from ``equilibria eval``, ``audit.json`` from ``equilibria audit``,
+folder (``loop_scaling.json`` / ``.png`` from ``equilibria train``, ``eval_loop_scaling.json`` / ``.png`` from
+``equilibria eval``, which the card shows when both are there, ``audit.json`` from ``equilibria audit``,
 ``training_data.json``, ``training_history.json``), which are first copied from the folder the model was loaded
 from when the target folder lacks them (``push_to_hub`` saves into a fresh folder), so the plot and the JSON travel
 with the card. Used by ``equilibria card``, the trainers (``create_model_card``, hence ``trainer.push_to_hub`` and
@@ -59,7 +60,7 @@ def write_model_card(
         card_options: passed to :func:`~equilibria.hub_cards.build_model_card` (``base_model``, ``datasets``,
             ``task_name``, ``license``, ``trainer_state``, ``training_args`` ...).
     """
-    from ..provenance import folder_results, other_weights_note
+    from ..provenance import folder_results, other_weights_note, shown_loop_scaling
 
     folder = Path(folder)
     source = Path(source) if source is not None else model_source(model)
@@ -67,9 +68,10 @@ def write_model_card(
         _copy_results(source, folder)
     card_options["base_model"] = card_options.get("base_model") or _hub_origin(model)
     current, other = folder_results(folder)
+    scaling = shown_loop_scaling(current)  # eval's when there is one, else train's
     found = {  # what the folder holds, unless given
-        "loop_scaling": current.get("loop_scaling.json"),
-        "loop_scaling_plot": _plot(folder, "loop_scaling.png", "loop_scaling.json" in current),
+        "loop_scaling": current.get(scaling),
+        "loop_scaling_plot": _plot(folder, Path(scaling).with_suffix(".png").name, True) if scaling else None,
         "audit": current.get("audit.json"),
         "training_record": current.get("training_data.json"),
         "training_history": _read_json(folder / HISTORY_FILE),
@@ -120,6 +122,7 @@ def previous_card_options(folder: Path, results: dict) -> dict:
     a card)."""
     from huggingface_hub import ModelCard
 
+    from ..provenance import shown_loop_scaling
     from .card import evaluation_record
 
     path = folder / "README.md"
@@ -128,7 +131,7 @@ def previous_card_options(folder: Path, results: dict) -> dict:
     data = ModelCard.load(path).data
     if "equilibria" not in (data.tags or []):
         return {}
-    evaluated = evaluation_record(results.get("loop_scaling.json"), results.get("audit.json")) or {}
+    evaluated = evaluation_record(results.get(shown_loop_scaling(results)), results.get("audit.json")) or {}
     entries = data.eval_results or []
     options = {
         "model_name": data.model_name,

@@ -47,7 +47,8 @@ def write_results(trainer, model_args: ModelArguments, data_args: TrainDataArgum
         print(
             "\n".join(loop_scaling_report(result, model.config.model_type, out, record, weights=weights, plot=labels))
         )
-        trainer.loop_scaling = {"weights": weights, "data": record, "accuracy": {str(k): v for k, v in result.items()}}
+        accuracy = {str(k): v for k, v in result.items()}
+        trainer.loop_scaling = {"by": "equilibria train", "weights": weights, "data": record, "accuracy": accuracy}
     elif data.record.get("held_out_counts"):
         held = data.record["held_out_counts"]["held_out"]
         print(f"no held-out rows left (each of the {held} held out repeats a training question): no loop scaling")

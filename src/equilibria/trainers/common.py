@@ -97,7 +97,8 @@ class ModelCardMixin:
     the family's card there (:func:`equilibria.hub_cards.publish.write_model_card`), beside the weights and the
     remote code; intermediate pushes (``hub_strategy="every_save"`` ...) carry the remote code and the card too.
     Set ``trainer.loop_scaling`` (``{loops: accuracy}`` or ``equilibria eval``'s JSON) and ``trainer.audit_report``
-    before pushing and they go into the folder (``loop_scaling.json``, ``audit.json``) and the card."""
+    before pushing and they go into the folder (``loop_scaling.json``, or ``eval_loop_scaling.json`` for ``equilibria
+    eval``'s JSON; ``audit.json``) and the card."""
 
     loop_scaling: dict | None = None
     audit_report = None
@@ -141,13 +142,13 @@ class ModelCardMixin:
     def _write_results(self, folder: Path) -> None:
         """``trainer.loop_scaling`` / ``trainer.audit_report`` as the folder's result files (the card reads them),
         recorded as computed on the weights the folder holds unless they say which."""
-        from ..provenance import weights_fingerprint
+        from ..provenance import LOOP_SCALING_FILES, weights_fingerprint
 
         results = {}
         if self.loop_scaling is not None:
             scaling = self.loop_scaling
             payload = scaling if isinstance(scaling, dict) and "accuracy" in scaling else {"accuracy": scaling}
-            results["loop_scaling.json"] = {
+            results[LOOP_SCALING_FILES[payload.get("by", "equilibria train")]] = {
                 **payload,
                 "accuracy": {str(k): v for k, v in dict(payload["accuracy"]).items()},
             }
