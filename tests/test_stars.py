@@ -158,6 +158,35 @@ def test_the_exit_gates_entropy_is_logged_where_the_loss_rewards_it(tmp_path):
     assert not any("exit_entropy" in h for h in plain.state.log_history)
 
 
+def test_the_progress_bars_eta_leaves_out_the_first_step(tmp_path, monkeypatch):
+    """A first step of 100 s (one-off costs), then steps of 1 s on tqdm's clock: the bar's rate is the steady one,
+    1 step/s, from the second step on, and its elapsed time is still the run's."""
+    import tqdm.std
+
+    from equilibria.trainers.callbacks import SteadyProgressCallback
+
+    clock = [0.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: clock[0])
+    seen = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            clock[0] += 100.0 if state.global_step == 0 else 1.0
+
+        def on_step_end(self, args, state, control, **kwargs):
+            bars = [c for c in trainer.callback_handler.callbacks if isinstance(c, SteadyProgressCallback)]
+            seen.append(dict(bars[0].training_bar.format_dict))
+
+    args = stars_args(tmp_path, max_steps=8, jsrr_weight=0.0, disable_tqdm=False)
+    trainer = StarsTrainer(model=tiny_ouro(), args=args, train_dataset=token_data())
+    trainer.add_callback(Clock())  # after the bar: it reads the bar each step has updated
+    trainer.train()
+    assert [bar["n"] for bar in seen] == list(range(1, 9))
+    for bar in seen[2:]:
+        assert bar["rate"] == pytest.approx(1.0)  # with the first step left in: 0.04 at the third
+        assert bar["elapsed"] == pytest.approx(100 + bar["n"] - 1)
+
+
 # ---- the spectral radius --------------------------------------------------------------------------
 
 

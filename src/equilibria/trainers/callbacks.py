@@ -1,4 +1,4 @@
-"""Trainer callbacks that measure where the training signal goes.
+"""Trainer callbacks: where the training signal goes, and a progress bar whose ETA leaves out the first step.
 
 [`GradientNormCallback`] logs, per named group of parameters, the norm of the gradient each optimizer step
 applied. With the PH-DEQ's groups ([`phdeq_gradient_groups`]) it measures gradient starvation, the mechanism the
@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from torch.nn.utils import get_total_norm
-from transformers import TrainerCallback
+from transformers import ProgressCallback, TrainerCallback
 
 GradientGroups = dict[str, Callable[[], list[torch.Tensor | None]]]
 
@@ -96,3 +96,24 @@ class GradientNormCallback(TrainerCallback):
         logs.update(means)
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(means)
+
+
+class SteadyProgressCallback(ProgressCallback):
+    """transformers' training progress bar, with its rate and ETA measured from the end of the first optimizer step.
+
+    The first step carries one-off costs (the optimizer's state, the first call of each kernel, DDP's buckets; on a
+    resumed run, the jump to the checkpoint's step), and tqdm's moving average of the rate gave that step weight
+    for the next 5-15 updates: the bar showed ETAs far above the run's length before settling. Here, once the first
+    step ends, the bar's rate averages start again from that moment (its elapsed time stays the run's), so the ETA
+    rests on steady steps only. The family trainers use it in place of ``ProgressCallback``."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        first = self.current_step == 0
+        super().on_step_end(args, state, control, **kwargs)
+        bar = self.training_bar
+        if first and bar is not None and not bar.disable:
+            done, start = bar.n, bar.start_t
+            bar.reset(total=bar.total)  # tqdm's public restart: a fresh clock and fresh rate averages
+            bar.n = bar.last_print_n = bar.initial = done  # the steps done are not counted into the rate
+            bar.start_t = start
+            bar.refresh()

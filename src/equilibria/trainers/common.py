@@ -12,9 +12,10 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import Trainer, TrainingArguments
+from transformers import ProgressCallback, Trainer, TrainingArguments
 
 from ..families import Family, family_record
+from .callbacks import SteadyProgressCallback
 
 
 def find_core(model: nn.Module | None, model_types: tuple[str, ...]) -> nn.Module | None:
@@ -171,14 +172,27 @@ class ModelCardMixin:
         super()._push_from_checkpoint(checkpoint_folder)
 
 
-class EquilibriaTrainer(ModelCardMixin, Trainer):
+class SteadyProgressMixin:
+    """Mixed into a ``Trainer``: its training progress bar is :class:`~equilibria.trainers.callbacks.
+    SteadyProgressCallback` (transformers' bar, with the ETA measured from the end of the first step) in place of
+    transformers' ``ProgressCallback``; a notebook's bar or ``disable_tqdm`` are left as they are."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for callback in list(self.callback_handler.callbacks):
+            if type(callback) is ProgressCallback:
+                self.remove_callback(callback)
+                self.add_callback(SteadyProgressCallback())
+
+
+class EquilibriaTrainer(SteadyProgressMixin, ModelCardMixin, Trainer):
     """The plain ``Trainer`` with the family's model card (for models trained without an extra objective, such as
     the PH-DEQ)."""
 
     arguments_class = TrainingArguments
 
 
-class LoopTrainer(ModelCardMixin, Trainer):
+class LoopTrainer(SteadyProgressMixin, ModelCardMixin, Trainer):
     """Base of the family trainers. It checks that ``args`` is the trainer's ``arguments_class`` and that the model
     contains the family's base model (``core``: the same object inside any wrapper added later, PEFT or DDP),
     refuses options that clash with the loss computed here, and logs the running means of ``log_keys`` next to the
