@@ -572,7 +572,8 @@ def test_a_trained_ouro_whose_extra_steps_do_the_task_is_computing(tmp_path, cap
     from equilibria.tasks.tokenization import load_tokenizer
 
     assert sum(f.stat().st_size for f in CONTROL.iterdir()) < 1_100_000  # small enough to live in the repository
-    argv = ["--num-examples", "200", "--output-dir", str(tmp_path)]
+    build = load_benchmark("build_audit_control")  # the audit of every control: 1000 fresh problems, seed 7
+    argv = [*build.AUDIT, "--output-dir", str(tmp_path)]
     assert main(["eval", str(CONTROL), "--loops", "1,4", *argv]) == 0
     scaling = json.loads((tmp_path / "eval_loop_scaling.json").read_text())
     assert scaling["data"]["held_out"] and scaling["accuracy"]["1"] < 0.3 < 0.9 < scaling["accuracy"]["4"], scaling
@@ -580,7 +581,7 @@ def test_a_trained_ouro_whose_extra_steps_do_the_task_is_computing(tmp_path, cap
     from_cli = json.loads((tmp_path / "audit.json").read_text())
     assert from_cli["verdict"] == "computing", from_cli["reasons"]
     model = AutoModelForCausalLM.from_pretrained(CONTROL)
-    rows = evaluation_data(model, str(CONTROL), num_examples=200, seed=1234).rows
+    rows = evaluation_data(model, str(CONTROL), num_examples=build.AUDIT_EXAMPLES, seed=build.AUDIT_SEED).rows
     rows = tokenize_for_training(rows, load_tokenizer(str(CONTROL), "prompts"))
     report = audit(model, rows, progress=False)
     assert report.verdict == "computing", report
