@@ -493,18 +493,6 @@ def bench_cache_modes_on(folder: str, args) -> dict:
     return result
 
 
-def write_reversal_rows(path: Path, count: int = 4000, digits: int = 8, seed: int = 0) -> None:
-    """Rows of your own for the README's fine-tuning command, with answers long enough to tell the cache modes apart:
-    ``{"prompt": "38215907=", "completion": "70951283"}`` (the digits reversed), distinct prompts, JSON lines."""
-    generator, seen = torch.Generator().manual_seed(seed), set()
-    with Path(path).open("w") as out:
-        while len(seen) < count:
-            text = "".join(str(d) for d in torch.randint(0, 10, (digits,), generator=generator).tolist())
-            if text not in seen:
-                seen.add(text)
-                out.write(json.dumps({"prompt": text + "=", "completion": text[::-1]}) + "\n")
-
-
 def quick_mode_model(folder: Path, seed: int = 3) -> str:
     """A tiny random Ouro saved with the addition tokenizer, its logits sharpened so that greedy choices are not
     decided by rounding noise (``--quick`` here and in ``bench_ouro_serving.py``)."""
@@ -576,12 +564,6 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--mode-loops", type=lambda t: [int(n) for n in t.split(",")], default=[4, 8])
     parser.add_argument("--mode-examples", type=int, default=None, help="cache_modes: at most this many held-out rows")
     parser.add_argument("--mode-batch", type=int, default=64, help="cache_modes: prompts in the timed batch")
-    parser.add_argument(
-        "--write-reversal-rows",
-        type=Path,
-        metavar="PATH",
-        help="only write digit-reversal rows (prompt/completion JSON lines) to PATH and stop",
-    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--output-dir", type=Path, default=Path("docs/results"), help="where ouro_decode.json goes")
     args = parser.parse_args(argv)
@@ -642,10 +624,6 @@ def main(argv=None) -> dict:
     """Run the chosen sections and write them into ``ouro_decode.json`` (the sections not run keep what the file
     held, so that long sections can run apart)."""
     args = parse_args(argv)
-    if args.write_reversal_rows:
-        write_reversal_rows(args.write_reversal_rows)
-        print(f"wrote {args.write_reversal_rows}")
-        return {}
     if args.threads:
         torch.set_num_threads(args.threads)
     print(

@@ -5,8 +5,9 @@ this package needs: OpenVINO through optimum-intel 2.2.0 requires transformers <
 and its Ouro export caps transformers at 4.57.6 ("remote modeling code incompatible with transformers v5"). The
 folder carries its remote code, so that environment needs only the engine, not this package:
 
-    python -m venv ov && ov/bin/pip install torch==2.14.1 transformers==5.5.4 "huggingface-hub<1.22" \\
+    python -m venv ov && ov/bin/pip install torch==2.13.0 transformers==5.5.4 "huggingface-hub<1.22" \\
         optimum-intel==2.2.0 openvino==2026.4.1
+    ov/bin/pip uninstall -y torchvision   # pulled in, built for another torch: transformers then fails to import
     python benchmarks/bench_ouro_serving.py --model out --engine-python ov/bin/python
 
 The export's version cap is lifted in that process only (``OuroOpenVINOConfig.MAX_TRANSFORMERS_VERSION``), and the

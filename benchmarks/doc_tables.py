@@ -1604,7 +1604,7 @@ def ouro_cache_modes_row() -> list[str]:
     return [
         "Ouro's `last_loop` cache",
         f"{held['per_loop'] / held['last_loop']:.0f}x smaller at 4 loops; exact match {pct(exact['per_loop'])} -> "
-        f"{pct(exact['last_loop'])} (needs a model trained for it)",
+        f"{pct(exact['last_loop'])} on the README's model, seed 0 (needs a model trained for it)",
         "no paper figure (transformers' Dory layout)",
         "1",
         "[ouro_decode](docs/benchmarks/ouro_decode.md#the-two-cache-layouts-issue-46)",

@@ -101,7 +101,8 @@ NOT_RUN = {
     ".venv/bin/python benchmarks/bench_ouro_decode.py --quick": "tested in process by test_package",
     ".venv/bin/python benchmarks/bench_ouro_decode.py --sections loop_overhead,early_exit,cache,exit_at_one,exit_rows,"
     "compile,real_scale --threads 1": "tens of minutes; every section's --quick is tested (test_package)",
-    "python benchmarks/bench_ouro_decode.py --sections cache_modes --models out,tuned": "minutes on the trained "
+    "python benchmarks/bench_ouro_decode.py --sections cache_modes --models out,tuned --threads 1": "minutes on the "
+    "trained "
     "models; the section's --quick is tested (test_package)",
     "python benchmarks/bench_ouro_decode.py --sections exit_at_one": "minutes; --quick tested (test_package)",
     "python benchmarks/bench_ouro_decode.py --sections exit_rows": "minutes; --quick tested (test_package)",
@@ -109,8 +110,9 @@ NOT_RUN = {
     "alone) tested (test_package)",
     "python benchmarks/bench_ouro_decode.py --sections real_scale --threads 1": "an Ouro-1.4B-sized model (6 GiB, tens "
     "of minutes); --quick tested (test_package)",
-    'python -m venv ov && ov/bin/pip install torch==2.14.1 transformers==5.5.4 "huggingface-hub<1.22" '
+    'python -m venv ov && ov/bin/pip install torch==2.13.0 transformers==5.5.4 "huggingface-hub<1.22" '
     "optimum-intel==2.2.0 openvino==2026.4.1": "builds the engine's environment from the package index (minutes)",
+    "ov/bin/pip uninstall -y torchvision": "changes the engine's environment (built by the command before)",
     "python benchmarks/bench_ouro_serving.py --model out --engine-python ov/bin/python": "needs the engine's "
     "environment; --quick (transformers' remote code as the engine) is tested (test_package)",
     "python benchmarks/bench_ouro_serving.py --model out --engine-python ov/bin/python --precision default": "needs the "
