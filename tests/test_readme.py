@@ -101,9 +101,9 @@ NOT_RUN = {
     ".venv/bin/python benchmarks/bench_ouro_decode.py --quick": "tested in process by test_package",
     ".venv/bin/python benchmarks/bench_ouro_decode.py --sections loop_overhead,early_exit,cache,exit_at_one,exit_rows,"
     "compile,real_scale --threads 1": "tens of minutes; every section's --quick is tested (test_package)",
-    "python benchmarks/bench_ouro_decode.py --sections cache_modes --models out,tuned --threads 1": "minutes on the "
-    "trained "
-    "models; the section's --quick is tested (test_package)",
+    "python benchmarks/bench_ouro_decode.py --sections cache_modes --models out,tuned --threads 1": (
+        "minutes on the trained models; the section's --quick is tested (test_package)"
+    ),
     "python benchmarks/bench_ouro_decode.py --sections exit_at_one": "minutes; --quick tested (test_package)",
     "python benchmarks/bench_ouro_decode.py --sections exit_rows": "minutes; --quick tested (test_package)",
     "python benchmarks/bench_ouro_decode.py --sections compile": "compiles with inductor (minutes); --quick (dynamo "
