@@ -107,13 +107,17 @@ class SteadyProgressCallback(ProgressCallback):
     step ends, the bar's rate averages start again from that moment (its elapsed time stays the run's), so the ETA
     rests on steady steps only. The family trainers use it in place of ``ProgressCallback``."""
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        super().on_train_begin(args, state, control, **kwargs)
+        self.restarted = False  # the bar's clock has not been restarted after a first step yet
+
     def on_step_end(self, args, state, control, **kwargs):
-        first = self.current_step == 0
         super().on_step_end(args, state, control, **kwargs)
-        bar = self.training_bar
-        if first and bar is not None and not bar.disable:
+        bar = getattr(self, "training_bar", None)  # transformers' bar (on the main process only)
+        if bar is not None and not bar.disable and not self.restarted:
             done, start = bar.n, bar.start_t
             bar.reset(total=bar.total)  # tqdm's public restart: a fresh clock and fresh rate averages
             bar.n = bar.last_print_n = bar.initial = done  # the steps done are not counted into the rate
             bar.start_t = start
             bar.refresh()
+        self.restarted = True
