@@ -55,8 +55,12 @@ def greedy(model, ids, new_tokens, **kwargs):
 
 
 def timed_generate(model, ids, new_tokens, **kwargs) -> float:
+    """Seconds of one greedy decode of ``new_tokens`` tokens (on a GPU, until its work is done)."""
+    synchronize = torch.cuda.synchronize if ids.is_cuda else (lambda: None)
+    synchronize()
     start = time.perf_counter()
     out = greedy(model, ids, new_tokens, **kwargs)
+    synchronize()
     elapsed = time.perf_counter() - start
     assert out.shape[1] == ids.shape[1] + new_tokens
     return elapsed
@@ -375,14 +379,19 @@ def logit_drift(sizes: dict, loops: list[int]) -> dict:
     with torch.no_grad():
         for n in loops:
             full = model(ids, num_loops=n, use_cache=False).logits.float()
-            half = bf16(ids, num_loops=n, use_cache=False).logits.float()
-            scale = full.std().item()
-            drift[str(n)] = {
-                "max_abs_over_std": (half - full).abs().max().item() / scale,
-                "mean_abs_over_std": (half - full).abs().mean().item() / scale,
-                "top1_agreement": (half.argmax(-1) == full.argmax(-1)).float().mean().item(),
-            }
+            drift[str(n)] = drift_stats(full, bf16(ids, num_loops=n, use_cache=False).logits.float())
     return drift
+
+
+def drift_stats(full: torch.Tensor, half: torch.Tensor) -> dict:
+    """How far logits ``half`` are from ``full`` (float32, the same positions): the largest and the mean absolute
+    difference relative to ``full``'s standard deviation, and the share of positions whose top token agrees."""
+    half, scale = half.to(full.device), full.std().item()
+    return {
+        "max_abs_over_std": (half - full).abs().max().item() / scale,
+        "mean_abs_over_std": (half - full).abs().mean().item() / scale,
+        "top1_agreement": (half.argmax(-1) == full.argmax(-1)).float().mean().item(),
+    }
 
 
 def bench_real_scale(args) -> dict:

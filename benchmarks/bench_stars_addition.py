@@ -109,6 +109,14 @@ def parse(argv):
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--intermediate-size", type=int, default=None, help="the MLP's width (default: 2 x --width)")
+    p.add_argument("--attention-dropout", type=float, default=0.0, help="OuroConfig.attention_dropout")
+    p.add_argument(
+        "--tie-embeddings", action="store_true", help="lm_head shares the input embedding (as the reference's does)"
+    )
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to train (default cpu)")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (TrainingArguments.bf16); a GPU's choice")
+    p.add_argument("--dataloader-workers", type=int, default=0, help="processes that collate the batches")
     p.add_argument(
         "--norm-placement", default="sandwich", choices=("sandwich", "pre", "post"), help="OuroConfig.norm_placement"
     )
@@ -219,6 +227,9 @@ def build_model(args, tokenizer, seed: int):
         total_ut_steps=args.train_loops,
     )
     config.norm_placement = args.norm_placement
+    config.intermediate_size = args.intermediate_size or config.intermediate_size
+    config.attention_dropout = args.attention_dropout
+    config.tie_word_embeddings = args.tie_embeddings
     config.exit_loss = "final"  # STARS trains the state after the sampled number of steps (as recorded)
     return OuroForCausalLM(config)
 
@@ -258,7 +269,10 @@ def training_arguments(kind: str, args, seed: int, folder: Path) -> StarsTrainin
         save_steps=args.save_steps,
         save_total_limit=1,
         report_to=[],
-        use_cpu=True,
+        use_cpu=args.device == "cpu",
+        bf16=args.bf16,
+        optim="adamw_torch_fused" if args.device == "cuda" else "adamw_torch",
+        dataloader_num_workers=args.dataloader_workers,
         seed=seed,
         data_seed=seed,
         disable_tqdm=True,

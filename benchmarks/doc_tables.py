@@ -1596,6 +1596,74 @@ def ouro_decode_row() -> list[str]:
     ]
 
 
+def gpu_section(name: str) -> dict | None:
+    """The section ``name`` of the prepared GPU run (``docs/results/gpu/NAME.json``, ``gpu_run.py``), or ``None``."""
+    path = RESULTS / "gpu" / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+GPU_NOT_RUN = "(not run on a GPU yet: the device commands above write it)"
+
+
+def gpu_stars_reference() -> str:
+    """Per arm of ``stars_reference``: the seeds run, the mean exact match at each test loop count (± s.e. over
+    seeds), and where it ran."""
+    section = gpu_section("stars_reference")
+    if not section or not section["stars_reference"].get("summary"):
+        return GPU_NOT_RUN
+    summary, runs = section["stars_reference"]["summary"]["accuracy"], section["stars_reference"]["runs"]
+    loops = sorted(next(iter(summary.values())), key=int)
+    rows = [
+        [arm, ", ".join(sorted(runs[arm], key=int)), *[percent_se(summary[arm][n]) for n in loops]] for arm in summary
+    ]
+    where = f"{section['device']}, torch {section['torch']}, transformers {section['transformers']}"
+    return markdown(["arm", "seeds", *[f"{n} loops" for n in loops]], rows) + f"\n\nRan on {where}."
+
+
+def percent_se(row: dict) -> str:
+    return f"{100 * row['mean']:.1f}%" + ("" if row.get("se") is None else f" ± {100 * row['se']:.1f}")
+
+
+def gpu_ouro_real_size() -> str:
+    """``ouro_real_size``: decode speed against the Llama of equal depth, the compiled and early-exit decodes, the
+    training steps and the bf16 logits' distance from float32 CPU ones."""
+    section = gpu_section("ouro_real_size")
+    if not section:
+        return GPU_NOT_RUN
+    r, rows = section["ouro_real_size"], []
+    for batch, row in r.get("decode", {}).items():
+        for mode in ("per_loop", "last_loop"):
+            vs = row[f"{mode}_vs_llama"]
+            rows.append([f"decode, batch {batch}, `{mode}`", f"{row['tokens_per_s'][mode]:.1f} tokens/s",
+                         "{:.3f} [{:.3f}, {:.3f}] of the equal-depth Llama's time".format(vs["ratio"], *vs["range"]),
+                         gib(row["peak_bytes"][mode])])  # fmt: skip
+    if "compiled_decode" in r:
+        c = r["compiled_decode"]
+        rows.append(["static cache, compiled step, batch 1", f"first call {c['first_call_s']:.1f} s",
+                     "{:.3f} [{:.3f}, {:.3f}] of eager decoding's time".format(c["ratio"], *c["range"]), "-"])  # fmt: skip
+    if "early_exit" in r:
+        e = r["early_exit"]
+        rows.append([f"early exit at {e['threshold']} (mean {e['mean_exit_steps']:.2f} steps)", "-",
+                     "{:.3f} [{:.3f}, {:.3f}] of the full loop's time".format(e["ratio"], *e["range"]), "-"])  # fmt: skip
+    for adapter, steps in r.get("training_step", {}).items():
+        for penalty in ("plain", "jsrr"):
+            rows.append([f"STARS step, {adapter}, penalty {'on' if penalty == 'jsrr' else 'off'}",
+                         f"{steps[penalty]['step_s']:.2f} s", f"{steps['jsrr_over_plain']:.2f}x on / off"
+                         if penalty == "jsrr" else "", gib(steps[penalty]["peak_bytes"])])  # fmt: skip
+    for loops, d in r.get("logits_bf16_vs_cpu_fp32", {}).items():
+        rows.append([f"bf16 logits vs float32 on the CPU, {loops} loops", f"top token agrees {d['top1_agreement']:.1%}",
+                     f"max / mean |diff| {d['max_abs_over_std']:.3f} / {d['mean_abs_over_std']:.4f} std", "-"])  # fmt: skip
+    skipped = ", ".join(s["part"] for s in r.get("skipped", [])) or "none"
+    return markdown(["measure", "value", "ratio", "peak GPU memory"], rows) + (
+        f"\n\nRan on {section['device']} (torch {section['torch']}, transformers {section['transformers']}); "
+        f"skipped: {skipped}."
+    )
+
+
+def gib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**30:.2f} GiB"
+
+
 def ouro_cache_modes_row() -> list[str]:
     """The ``last_loop`` cache layout against ``per_loop`` on the README's model (issue #46)."""
     (readme, *_) = load("ouro_decode.json")["cache_modes"]["models"]
@@ -1943,6 +2011,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "ouro-serving": ouro_serving,
     "ouro-compile": ouro_compile,
     "ouro-real-scale": ouro_real_scale,
+    "gpu-stars-reference": gpu_stars_reference,
+    "gpu-ouro-real-size": gpu_ouro_real_size,
     "stars-presets": stars_presets,
     "stars-addition": lambda: stars_accuracy("stars_addition/results.json"),
     "stars-addition-3digit": lambda: stars_accuracy("stars_addition_3digit/results.json"),

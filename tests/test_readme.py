@@ -117,6 +117,22 @@ NOT_RUN = {
     "environment; --quick (transformers' remote code as the engine) is tested (test_package)",
     "python benchmarks/bench_ouro_serving.py --model out --engine-python ov/bin/python --precision default": "needs the "
     "engine's environment; --quick is tested (test_package)",
+    "echo /.whl/ >> .git/info/exclude": "changes the checkout's git settings (the device's wheels folder)",
+    "python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform "
+    "manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19": (
+        "downloads wheels from the package index for the device"
+    ),
+    "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "
+    ".whl/*.whl && export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1 || exit; python3 -m pip show pyarrow fsspec | "
+    'grep -E "^(Name|Version)"; python3 benchmarks/gpu_run.py --sections smoke,stars_reference --budget-s 480 '
+    "--output-dir $OUT": "the device command (a GPU); gpu_run.py --quick runs every section (test_gpu_run)",
+    "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "
+    ".whl/*.whl && export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1 || exit; python3 benchmarks/gpu_run.py "
+    "--sections smoke,ouro_real_size --budget-s 480 --output-dir $OUT": (
+        "the device command (a GPU); gpu_run.py --quick runs every section (test_gpu_run)"
+    ),
+    "python benchmarks/gpu_run.py --summarize": "needs the device's section JSON in docs/results/gpu; test_gpu_run "
+    "checks the merged file of a --quick run",
     "equilibria eval ouro-chat --lm_eval_tasks gsm8k,arc_easy --loops 1,2,4,8 --lm_eval_fewshot 5 --output_dir "
     "ouro-chat": "downloads the tasks' data from the Hub; test_lm_eval runs the harness offline",
     "equilibria train --model_name_or_path ByteDance/Ouro-1.4B --dataset_name trl-lib/Capybara --output_dir ouro-chat "

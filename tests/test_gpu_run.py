@@ -1,0 +1,89 @@
+"""The prepared GPU run (``benchmarks/gpu_run.py``): its quick mode on the CPU, its budget, the runs already measured,
+its bad input, and the page's tables from its JSON."""
+
+import json
+
+import pytest
+from conftest import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    """One quick run of every section (a few seconds), its folder and what ``main`` returned."""
+    folder = tmp_path_factory.mktemp("gpu_quick")
+    gpu_run = load_benchmark("gpu_run")
+    return folder, gpu_run.main(["--quick", "--output-dir", str(folder)])
+
+
+def test_quick_mode_writes_every_section_and_the_merged_file(quick):
+    folder, returned = quick
+    merged = json.loads((folder / "gpu_run.json").read_text())
+    assert {"device", "torch", "transformers", "smoke", "stars_reference", "ouro_real_size"} <= set(merged)
+    assert merged["device"] == "cpu" and merged["sections"]["stars_reference"]["settings"]["quick"] is True
+    smoke = merged["smoke"]
+    assert smoke["bf16_matmul_finite"] and smoke["stars_reference_step_s"] > 0 and smoke["ouro_real_size_step_s"] > 0
+    reference = merged["stars_reference"]
+    assert set(reference["runs"]) == {"plain", "sampling", "stars"} and reference["skipped"] == []
+    for arm, seeds in reference["runs"].items():
+        run = seeds["0"]
+        assert run["kind"] == arm and set(run["accuracy"]) == {"1", "2", "4"} and run["wall_s"] > 0
+    assert reference["summary"]["accuracy"]["stars"]["4"]["n"] == 1
+    real = merged["ouro_real_size"]
+    assert real["skipped"] == [] and set(real["decode"]) == {"1", "8"}
+    assert real["decode"]["8"]["tokens_per_s"]["llama"] > 0 and real["compiled_decode"]["same_tokens"]
+    assert real["training_step"]["lora"]["jsrr"]["step_s"] > 0 and real["training_step"]["full"]["jsrr_over_plain"] > 0
+    assert real["logits_bf16_vs_cpu_fp32"]["4"]["top1_agreement"] > 0.5  # bf16 against float32, the same weights
+    assert json.loads(json.dumps(returned["stars_reference"]["runs"], default=str)) == reference["runs"]
+
+
+def test_a_spent_budget_skips_the_runs_and_says_why(tmp_path):
+    gpu_run = load_benchmark("gpu_run")
+    argv = ["--sections", "stars_reference,ouro_real_size", "--budget-s", "0", "--output-dir", str(tmp_path)]
+    done = gpu_run.main([*argv, "--quick"])
+    assert done["stars_reference"]["runs"] == {} and done["stars_reference"]["summary"] is None
+    assert {(s["arm"], s["seed"]) for s in done["stars_reference"]["skipped"]} == {
+        ("plain", 0),
+        ("sampling", 0),
+        ("stars", 0),
+    }
+    assert "a run takes ~150 s" in done["stars_reference"]["skipped"][0]["why"]
+    assert [s["part"] for s in done["ouro_real_size"]["skipped"]][0] == "decode"
+
+
+def test_runs_already_measured_are_not_run_again(quick, tmp_path):
+    folder, _ = quick
+    gpu_run = load_benchmark("gpu_run")
+    args = gpu_run.parse(["--previous", str(folder), "--output-dir", str(tmp_path), "--arms", "plain,stars"])
+    assert set(gpu_run.previous_runs(args)) == {"plain", "sampling", "stars"}  # read from the earlier section
+    args.quick = True  # a quick run never reads earlier runs
+    assert gpu_run.previous_runs(args) == {}
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--sections", "smoke,warp"], "--sections takes a comma-separated list of smoke, stars_reference"),
+        (["--arms", "plain,jsrr"], "--arms takes a comma-separated list of plain, sampling, stars; got 'plain,jsrr'"),
+    ],
+)
+def test_bad_sections_or_arms_are_one_line(flags, message, tmp_path, capsys):
+    gpu_run = load_benchmark("gpu_run")
+    with pytest.raises(SystemExit) as exit_:
+        gpu_run.parse([*flags, "--output-dir", str(tmp_path)])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_page_tables_come_from_the_sections(quick, monkeypatch, tmp_path):
+    folder, _ = quick
+    doc_tables = load_benchmark("doc_tables")
+    (tmp_path / "gpu").mkdir()
+    monkeypatch.setattr(doc_tables, "RESULTS", tmp_path)
+    assert doc_tables.gpu_stars_reference() == doc_tables.GPU_NOT_RUN
+    for name in ("stars_reference", "ouro_real_size"):
+        (tmp_path / "gpu" / f"{name}.json").write_text((folder / f"{name}.json").read_text())
+    table = doc_tables.gpu_stars_reference()
+    assert table.startswith("| arm | seeds | 1 loops | 2 loops | 4 loops |") and "| stars | 0 |" in table
+    assert "Ran on cpu, torch" in table
+    real = doc_tables.gpu_ouro_real_size()
+    assert "| decode, batch 8, `last_loop` |" in real and "STARS step, lora, penalty on" in real
+    assert "skipped: none." in real
