@@ -691,8 +691,9 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         gate = self.early_exit_gate
         if not gate_logits and gate.weight.requires_grad and self.training and torch.is_grad_enabled():
             # one step: every token exits there and the gate has no say; a training gate joins the graph with
-            # weight 0, so that every trainable parameter gets a gradient at every sampled loop count (plain DDP)
-            exit_probs = exit_probs + 0.0 * (gate.weight.sum() + gate.bias.sum())
+            # weight 0, so that every trainable parameter gets a gradient at every sampled loop count (plain DDP).
+            # Through the gate's own forward, on one token: ZeRO-3 gathers a module's weights for its forward only
+            exit_probs = exit_probs + 0.0 * gate(hidden[:, :1].detach()).sum()
         final, hidden = hidden, self.readout(hidden)
         if reference is None:
             exit_steps = (

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers import ProgressCallback, Trainer, TrainingArguments
+from transformers.integrations import is_deepspeed_zero3_enabled
 
 from ..families import Family, family_record
 from .callbacks import SteadyProgressCallback
@@ -235,6 +236,12 @@ class LoopTrainer(SteadyProgressMixin, ModelCardMixin, Trainer):
             raise ValueError(
                 f"{name}: {penalty} needs double backward through attention, which {attn} does not support; load the "
                 "model with attn_implementation='sdpa' or 'eager', or turn it off."
+            )
+        if penalty and is_deepspeed_zero3_enabled():
+            raise ValueError(
+                f"{name}: {penalty} needs double backward through the loop's weights, which DeepSpeed ZeRO stage 3 "
+                "frees after each forward (its backward fails on an empty weight); use ZeRO stage 1 or 2, or DDP, "
+                "or turn the penalty off."
             )
         super().__init__(model=model, args=args, **kwargs)
         self.core = core
