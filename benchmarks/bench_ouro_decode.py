@@ -36,6 +36,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from equilibria import OuroCache, OuroConfig, OuroForCausalLM
 from equilibria.evaluation import evaluation_data
 from equilibria.loading import load_saved_model
+from equilibria.modeling.compat import OUTPUT_CACHE_FIELD
 from equilibria.tasks import addition_tokenizer, greedy_answers
 from equilibria.tasks.tokenization import load_tokenizer
 
@@ -131,7 +132,7 @@ def bench_loop_overhead(args) -> dict:
 
 def mean_decode_exit_steps(model, ids, new_tokens, threshold) -> float:
     out = greedy(model, ids, new_tokens, exit_threshold=threshold, return_dict_in_generate=True, cache=OuroCache())
-    steps = out.cache.exit_steps[:, ids.shape[1] :]
+    steps = getattr(out, OUTPUT_CACHE_FIELD).exit_steps[:, ids.shape[1] :]  # the output's field: cache from 5.24
     return steps.float().mean().item()
 
 
@@ -450,7 +451,10 @@ def mode_decoding(model, tokenizer, prompts: list[str], new_tokens: int, loops: 
     ids, mask = enc["input_ids"], enc["attention_mask"]
     run = dict(attention_mask=mask, num_loops=loops, return_dict_in_generate=True)
     held = {
-        mode: cache_bytes(greedy(model, ids, new_tokens, recurrent_kv_cache_mode=mode, **run).cache) for mode in MODES
+        mode: cache_bytes(
+            getattr(greedy(model, ids, new_tokens, recurrent_kv_cache_mode=mode, **run), OUTPUT_CACHE_FIELD)
+        )
+        for mode in MODES
     }
     times = compare(
         {

@@ -3,7 +3,8 @@ an environment where ``equilibria`` is installed from its wheel beside that rele
 
 For every family: ``equilibria train`` runs one optimiser step of the family's Trainer on its default task (tiny
 sizes) and writes its folder; the folder loads back through the head's Auto class as the package's own class; a
-language model generates at ``num_loops=2`` with the cache and without, the same tokens.
+language model generates at ``num_loops=2`` with the cache and without, the same tokens (Ouro also with a cache
+of the caller's, ``cache=OuroCache()``).
 
     python benchmarks/compat_smoke.py WORK_DIR OUT.json
 
@@ -62,6 +63,26 @@ def smoke(family: str, folder: Path, extra: list[str] | None = None) -> None:
         raise RuntimeError(
             f"num_loops=2: greedy tokens with the cache {tokens[0].tolist()} != without {tokens[1].tolist()}"
         )
+    if family == "ouro":
+        own_cache(model, ids, tokens[0])
+
+
+def own_cache(model, ids, expected) -> None:
+    """``generate(cache=OuroCache())`` (a cache of the caller's, as docs/ouro.md shows) gives the same tokens, and the
+    returned cache holds the exit step of every position run (all but the last token, which no forward read; the
+    output's cache field: ``cache`` from 5.24, else ``past_key_values``)."""
+    import torch
+
+    from equilibria import OuroCache
+    from equilibria.modeling.compat import OUTPUT_CACHE_FIELD
+
+    out = model.generate(
+        ids, max_new_tokens=4, do_sample=False, num_loops=2, cache=OuroCache(), return_dict_in_generate=True,
+        pad_token_id=0,
+    )  # fmt: skip
+    steps = getattr(out, OUTPUT_CACHE_FIELD).exit_steps
+    if not torch.equal(out.sequences, expected) or tuple(steps.shape) != (expected.shape[0], expected.shape[1] - 1):
+        raise RuntimeError(f"generate(cache=OuroCache()): {out.sequences.tolist()}, exit steps {tuple(steps.shape)}")
 
 
 def main(argv: list[str]) -> int:

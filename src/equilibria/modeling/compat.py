@@ -6,7 +6,8 @@ functions). Each shim names the releases it serves:
 * ``cache`` / ``past_key_values``: transformers 5.24 renamed the cache keyword of ``create_causal_mask`` and
   ``create_sliding_window_causal_mask``; :data:`MASK_CACHE_KEYWORD` is the name the installed release takes.
 * the outputs' cache field (``BaseModelOutputWithPast.cache`` from 5.24 on, ``past_key_values`` before), which is
-  also the key ``generate`` keeps the cache under in its model keywords: :data:`OUTPUT_CACHE_FIELD`.
+  also the key ``generate`` keeps the cache under in its model keywords: :data:`OUTPUT_CACHE_FIELD`
+  (``LoopedLMBase.generate`` passes a ``cache=`` on under it).
 
 Two more differences are met where they arise, in ``looped_lm``: ``Cache.crop``'s argument (the number of positions to
 remove when negative, every release; the length to keep when positive, before 5.18), which ``TelemetryCache.crop``

@@ -245,6 +245,9 @@ class LoopedLMHead:
     _tp_plan = {"lm_head": "colwise_gather_output"}
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
     _loop_defaults: dict[str, str | None] = {}
+    # the key generate keeps the cache under in its model keywords (a head sets compat.OUTPUT_CACHE_FIELD: this file
+    # imports no other: transformers 5.4 copies only the files a modeling file imports itself, with remote code)
+    output_cache_field: ClassVar[str] = "cache"
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -256,16 +259,21 @@ class LoopedLMHead:
         return loaded
 
     def generate(self, *args, **kwargs):
-        """[`GenerationMixin.generate`]. Loop arguments (``num_loops=8`` ...) are ``forward``'s and reach it. A loop
-        default set on ``model.generation_config`` is first moved to the model config (with a warning), and one in a
-        ``GenerationConfig`` passed in counts as that call's argument (an explicit keyword wins): left in a
-        generation config, ``generate`` would take it as a generation option and never pass it on."""
+        """[`GenerationMixin.generate`]. ``cache=`` is the cache on every admitted release (before transformers 5.24,
+        ``generate`` knows it as ``past_key_values``). Loop arguments (``num_loops=8`` ...) are ``forward``'s and
+        reach it. A loop default set on ``model.generation_config`` is first moved to the model config (with a
+        warning), and one in a ``GenerationConfig`` passed in counts as that call's argument (an explicit keyword
+        wins): left in a generation config, ``generate`` would take it as a generation option and never pass it
+        on."""
         move_loop_defaults(self)
         args = [self._loop_arguments_out_of(a, kwargs) if isinstance(a, GenerationConfig) else a for a in args]
         if isinstance(kwargs.get("generation_config"), GenerationConfig):
             kwargs["generation_config"] = self._loop_arguments_out_of(kwargs["generation_config"], kwargs)
         given = [a for a in args if isinstance(a, GenerationConfig)] + [kwargs.get("generation_config")]
         self._check_generate_call(kwargs, next((g for g in given if g is not None), self.generation_config))
+        field = self.output_cache_field  # before 5.24 generate knows the cache as past_key_values
+        if "cache" in kwargs and field not in kwargs:
+            kwargs[field] = kwargs.pop("cache")
         return super().generate(*args, **kwargs)
 
     def _check_generate_call(self, kwargs: dict, generation_config: GenerationConfig | None) -> None:

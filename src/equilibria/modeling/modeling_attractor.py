@@ -523,6 +523,8 @@ class AttractorForCausalLM(LoopedLMHead, AttractorPreTrainedModel, GenerationMix
     config. With ``labels`` and ``correction_states > 0`` the output has ``correction_loss``, the mean of the LM loss
     on the logits read from ``T`` at intermediate iterates. Returns [`AttractorCausalLMOutput`]."""
 
+    output_cache_field = OUTPUT_CACHE_FIELD
+
     _loop_defaults = {"num_loops": "num_loops", "solver_tol": "solver_tol", "gradient_mode": "gradient_mode"}
 
     def __init__(self, config: AttractorConfig):

@@ -805,6 +805,8 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
     [`OuroModel.forward`] for the early-exit semantics); their defaults are in the config (``total_ut_steps``,
     ``early_exit_threshold``, ``exit_readout``). Returns [`OuroCausalLMOutput`]."""
 
+    output_cache_field = OUTPUT_CACHE_FIELD
+
     _loop_defaults = {
         "num_loops": "total_ut_steps",
         "exit_threshold": "early_exit_threshold",
