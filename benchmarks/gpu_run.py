@@ -52,7 +52,9 @@ import bench_stars_addition as stars  # noqa: E402
 import doc_tables  # noqa: E402
 
 SECTIONS = ("smoke", "stars_reference", "ouro_real_size")
-ARMS = ("plain", "sampling", "stars")
+ARMS = ("plain", "sampling", "stars", "penalty")
+# an arm -> bench_stars_addition's kind of training ("penalty": the penalty alone, at the fixed 4 loops)
+ARM_KINDS = {"plain": "plain", "sampling": "sampling", "stars": "stars", "penalty": "jsrr"}
 PREVIOUS = ROOT / "docs" / "results" / "gpu"
 
 
@@ -157,7 +159,8 @@ def smoke(args, budget: Budget) -> dict:
 def stars_arguments(args):
     """``bench_stars_addition.py``'s arguments for the reference recipe uncut (``--quick``: its tiny run, with the
     reference's model options at toy width)."""
-    flags = ["--preset", "reference_addition", "--kinds", ",".join(args.arms), "--save-steps", "100000"]
+    flags = ["--preset", "reference_addition", "--kinds", ",".join(ARM_KINDS[a] for a in args.arms)]
+    flags += ["--save-steps", "100000"]
     flags += ["--output-dir", str(args.work_dir / "stars_reference"), "--layers", "1", "--attention-dropout", "0.1"]
     flags += ["--tie-embeddings"]
     if args.quick:  # --quick sets width 32
@@ -195,7 +198,7 @@ def stars_reference(args, budget: Budget) -> dict:
                 )
                 continue
             start = time.perf_counter()
-            run = stars.train_one(arm, seed, sargs, data)
+            run = stars.train_one(ARM_KINDS[arm], seed, sargs, data)
             took.append(time.perf_counter() - start)
             runs.setdefault(arm, {})[str(seed)] = {**run, "wall_s": took[-1]}
             results.update(summary=stars.summarize(runs), skipped=skipped)
@@ -396,12 +399,12 @@ def ouro_real_size(args, budget: Budget) -> dict:
     device = device_of(args)
     results, skipped = {"config": real_size_config(args).to_dict()}, []
     ouro, llama = real_size_model(args, device).eval(), llama_of_equal_depth(args, device).eval()
-    parts = {
+    parts = {  # the compiled decode last: its compile time is the least predictable
         "decode": lambda: decode_rates(args, device, ouro, llama),
-        "compiled_decode": lambda: compiled_decode(args, device, ouro),
         "early_exit": lambda: early_exit_decode(args, device, ouro),
         "training_step": lambda: training_steps(args, device),
         "logits_bf16_vs_cpu_fp32": lambda: logits_difference(args, device),
+        "compiled_decode": lambda: compiled_decode(args, device, real_size_model(args, device).eval()),
     }
     for name, part in parts.items():
         if name == "training_step":
@@ -448,7 +451,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="every section tiny, on the CPU (about a minute)")
     p.add_argument("--summarize", action="store_true", help="only merge the sections' JSON into gpu_run.json")
     p.add_argument("--seeds", default="0", help="stars_reference: seeds (comma-separated; default 0)")
-    p.add_argument("--arms", default=",".join(ARMS), help=f"stars_reference: arms, of {ARMS}")
+    p.add_argument("--arms", default="plain,sampling,stars", help=f"stars_reference: arms, of {ARMS}")
     p.add_argument("--train-size", type=int, default=500_000, help="stars_reference: training problems")
     p.add_argument("--run-estimate-s", type=float, default=150.0, help="stars_reference: a first run's expected s")
     p.add_argument("--prompt-tokens", type=int, default=512)

@@ -50,6 +50,14 @@ def test_a_spent_budget_skips_the_runs_and_says_why(tmp_path):
     assert [s["part"] for s in done["ouro_real_size"]["skipped"]][0] == "decode"
 
 
+def test_the_penalty_arm_is_the_penalty_alone_at_the_fixed_count(tmp_path):
+    gpu_run = load_benchmark("gpu_run")
+    argv = ["--quick", "--sections", "stars_reference", "--arms", "penalty", "--output-dir", str(tmp_path)]
+    run = gpu_run.main(argv)["stars_reference"]["runs"]["penalty"]["0"]
+    overrides = run["recipe"]["overrides"]
+    assert run["kind"] == "jsrr" and overrides["min_loops"] == overrides["max_loops"] and "jsrr_weight" not in overrides
+
+
 def test_runs_already_measured_are_not_run_again(quick, tmp_path):
     folder, _ = quick
     gpu_run = load_benchmark("gpu_run")
@@ -63,7 +71,7 @@ def test_runs_already_measured_are_not_run_again(quick, tmp_path):
     "flags, message",
     [
         (["--sections", "smoke,warp"], "--sections takes a comma-separated list of smoke, stars_reference"),
-        (["--arms", "plain,jsrr"], "--arms takes a comma-separated list of plain, sampling, stars; got 'plain,jsrr'"),
+        (["--arms", "plain,jsrr"], "--arms takes a comma-separated list of plain, sampling, stars, penalty; got"),
     ],
 )
 def test_bad_sections_or_arms_are_one_line(flags, message, tmp_path, capsys):
