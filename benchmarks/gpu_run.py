@@ -38,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -149,6 +150,7 @@ def smoke(args, budget: Budget) -> dict:
         "stars_reference_batch": int(ids.shape[0]),
         "ouro_real_size_step_s": big_steps[-1],
         "ouro_real_size_step_tokens": int(big_batch["input_ids"].shape[1]),
+        "stars_reference_pipeline": pipeline_check(args),
         "budget_left_s": budget.left(),
     }
 
@@ -156,18 +158,30 @@ def smoke(args, budget: Budget) -> dict:
 # ---- stars_reference --------------------------------------------------------------------------------------------
 
 
-def stars_arguments(args):
+def stars_arguments(args, *extra: str):
     """``bench_stars_addition.py``'s arguments for the reference recipe uncut (``--quick``: its tiny run, with the
-    reference's model options at toy width)."""
+    reference's model options at toy width), then the flags ``extra``."""
     flags = ["--preset", "reference_addition", "--kinds", ",".join(ARM_KINDS[a] for a in args.arms)]
-    flags += ["--save-steps", "100000"]
-    flags += ["--output-dir", str(args.work_dir / "stars_reference"), "--layers", "1", "--attention-dropout", "0.1"]
-    flags += ["--tie-embeddings"]
+    flags += ["--save-steps", "100000", "--output-dir", str(args.work_dir / "stars_reference")]
+    flags += ["--layers", "1", "--attention-dropout", "0.1", "--tie-embeddings"]
     if args.quick:  # --quick sets width 32
-        return stars.parse([*flags, "--heads", "4", "--intermediate-size", "64", "--quick"])
+        return stars.parse([*flags, "--heads", "4", "--intermediate-size", "64", "--quick", *extra])
     flags += ["--width", "512", "--heads", "8", "--intermediate-size", "1024", "--test-eval", "1000"]
     flags += ["--train-size", str(args.train_size), "--device", "cuda", "--bf16", "--dataloader-workers", "4"]
-    return stars.parse(flags)
+    return stars.parse([*flags, *extra])
+
+
+def pipeline_check(args) -> dict:
+    """``stars_reference``'s whole path on the device at its sizes for 2 steps (the penalty on at the second):
+    training, scoring at 1 and 100 loops, the loop trajectory. ``{"seconds", "accuracy"}``, or ``{"error"}``."""
+    start = time.perf_counter()
+    small = ["--steps", "2", "--train-size", "64", "--test-size", "16", "--test-eval", "16", "--eval-loops", "1,100"]
+    try:
+        sargs = stars_arguments(args, *small, "--output-dir", str(args.work_dir / "pipeline"))
+        run = stars.train_one("stars", 0, sargs, stars.build_data(sargs))
+    except Exception as error:  # recorded: the device's minutes must not go to runs that would fail the same way
+        return {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-3000:]}
+    return {"seconds": time.perf_counter() - start, "accuracy": run["accuracy"]}
 
 
 def previous_runs(args) -> dict:
@@ -192,6 +206,11 @@ def stars_reference(args, budget: Budget) -> dict:
             if str(seed) in runs.get(arm, {}):
                 continue
             expected = max(took, default=args.run_estimate_s)
+            if args.pipeline_error:
+                skipped.append(
+                    {"arm": arm, "seed": seed, "why": f"the smoke's pipeline check failed: {args.pipeline_error}"}
+                )
+                continue
             if budget.left() < expected:
                 skipped.append(
                     {"arm": arm, "seed": seed, "why": f"{budget.left():.0f} s left, a run takes ~{expected:.0f} s"}
@@ -413,7 +432,10 @@ def ouro_real_size(args, budget: Budget) -> dict:
         if budget.left() < args.part_estimate_s:
             skipped.append({"part": name, "why": f"{budget.left():.0f} s of the budget left"})
             continue
-        results[name] = part()
+        try:
+            results[name] = part()
+        except Exception as error:  # recorded, and the next part runs: one failure must not cost the others
+            results[name] = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-3000:]}
         save_section(args, "ouro_real_size", {**results, "skipped": skipped})
     return {**results, "skipped": skipped}
 
@@ -471,6 +493,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--quick writes toy results: give it an --output-dir other than {PREVIOUS.relative_to(ROOT)}")
     args.seeds = [int(seed) for seed in args.seeds.split(",")]
     args.work_dir = Path(tempfile.mkdtemp(prefix="gpu_run-"))  # checkpoints and scratch: not under --output-dir
+    args.pipeline_error = None  # the smoke's pipeline check sets it
     if args.quick:
         args.sections, args.seeds = list(SECTIONS), [0]
         args.prompt_tokens, args.new_tokens, args.train_tokens, args.train_steps = 16, 4, 32, 2
@@ -488,6 +511,8 @@ def main(argv: list[str] | None = None) -> dict:
     for name in args.sections:
         start = time.perf_counter()
         done[name] = RUNNERS[name](args, budget)
+        if name == "smoke":
+            args.pipeline_error = done[name]["stars_reference_pipeline"].get("error")
         if name == "smoke" and not args.quick:  # a reference run's expected time: its steps at the smoke's step time
             args.run_estimate_s = done[name]["stars_reference_step_s"] * 10_000 + 60
         path = save_section(args, name, done[name])

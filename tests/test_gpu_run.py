@@ -22,6 +22,8 @@ def test_quick_mode_writes_every_section_and_the_merged_file(quick):
     assert merged["device"] == "cpu" and merged["sections"]["stars_reference"]["settings"]["quick"] is True
     smoke = merged["smoke"]
     assert smoke["bf16_matmul_finite"] and smoke["stars_reference_step_s"] > 0 and smoke["ouro_real_size_step_s"] > 0
+    pipeline = smoke["stars_reference_pipeline"]  # the runs' whole path, 2 steps (at 1 and 100 loops on a GPU)
+    assert pipeline["seconds"] > 0 and set(pipeline["accuracy"]) == {"1", "2", "4"}
     reference = merged["stars_reference"]
     assert set(reference["runs"]) == {"plain", "sampling", "stars"} and reference["skipped"] == []
     for arm, seeds in reference["runs"].items():
@@ -48,6 +50,23 @@ def test_a_spent_budget_skips_the_runs_and_says_why(tmp_path):
     }
     assert "a run takes ~150 s" in done["stars_reference"]["skipped"][0]["why"]
     assert [s["part"] for s in done["ouro_real_size"]["skipped"]][0] == "decode"
+
+
+def test_a_failing_pipeline_skips_the_runs_and_a_failing_part_the_part_alone(tmp_path, monkeypatch):
+    gpu_run = load_benchmark("gpu_run")
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(gpu_run.stars, "train_one", boom)
+    monkeypatch.setattr(gpu_run, "early_exit_decode", boom)
+    done = gpu_run.main(["--quick", "--output-dir", str(tmp_path)])
+    assert done["smoke"]["stars_reference_pipeline"]["error"] == "RuntimeError: boom"
+    assert done["stars_reference"]["runs"] == {} and len(done["stars_reference"]["skipped"]) == 3
+    assert all("pipeline check failed: RuntimeError: boom" in s["why"] for s in done["stars_reference"]["skipped"])
+    real = json.loads((tmp_path / "ouro_real_size.json").read_text())["ouro_real_size"]
+    assert real["early_exit"]["error"] == "RuntimeError: boom" and "tokens_per_s" in real["decode"]["1"]
+    assert "jsrr_over_plain" in real["training_step"]["full"]
 
 
 def test_the_penalty_arm_is_the_penalty_alone_at_the_fixed_count(tmp_path):

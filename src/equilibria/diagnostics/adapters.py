@@ -9,7 +9,7 @@ features)``, padding positions zeroed), so norms and displacements are per unit 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -84,6 +84,15 @@ class LoopAdapter:
         data = dataset.with_format("torch")
         for begin in range(0, len(data), batch_size):
             yield data[begin : begin + batch_size]
+
+    def on_model_device(self, batches: Iterable[dict]) -> Iterator[dict]:
+        """``batches`` (of :meth:`batches`) with their tensors on the device of the model's weights (a GPU)."""
+        weight = next(self.model.parameters(), None)  # a test's loop may have none
+        for batch in batches:
+            if weight is None:
+                yield batch
+                continue
+            yield {k: v.to(weight.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
     def difficulty(self, batch: dict) -> torch.Tensor | None:
         value = batch.get("difficulty")

@@ -90,7 +90,7 @@ def audit(
     was_training = model.training
     model.eval()
     evidence = _Evidence(scales, thresholds.return_tolerance, probe_rows if probe else 0, seed)
-    batches = adapter.batches(dataset, batch_size)
+    batches = adapter.on_model_device(adapter.batches(dataset, batch_size))
     total = math.ceil(len(dataset) / batch_size)
     try:
         for batch in tqdm(batches, total=total, desc="audit", disable=not progress):

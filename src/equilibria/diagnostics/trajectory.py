@@ -225,7 +225,7 @@ def loop_trajectory(
     sums = {name: _Sums() for name in ("start", "norm", "step", "radius")}
     diverged = None
     try:
-        for batch in adapter.batches(dataset, batch_size):
+        for batch in adapter.on_model_device(adapter.batches(dataset, batch_size)):
             stop = _batch_trajectory(adapter, batch, max(loops), set(loops), power_iters, seed, sums)
             diverged = stop if diverged is None or (stop is not None and stop < diverged) else diverged
     finally:
