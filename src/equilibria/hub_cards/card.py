@@ -163,9 +163,7 @@ def build_model_card(
     evaluated = evaluation_record(loop_scaling, audit_data)
     check_card_datasets(datasets, evaluated)
     title = model_name or repo_id or f"{text.name} ({config.model_type})"
-    named = evaluated["name"] if evaluated else None
-    dataset_label = dataset_name or named or (datasets[0] if datasets else "held-out evaluation data")
-    dataset_type = (evaluated or {}).get("dataset") or (datasets[0] if datasets else "custom")
+    dataset_label, dataset_type = _dataset_names(evaluated, dataset_name, datasets)
     rows = _loop_rows(loop_scaling)
     metric = _metric(loop_scaling)
     halting = _halting(loop_scaling)
@@ -176,17 +174,10 @@ def build_model_card(
     tags = ["equilibria", config.model_type, *text.tags, *(extra_tags or [])]
     data = _card_data(head, license, tags, datasets, base_model, language, title, eval_results, adapter)
     note = f" ({evaluated['note']})" if evaluated and evaluated.get("note") else ""
+    example = _example_prompt(model, training_record)
     sections = [
         _intro(model, family, text, title, base_model, adapter),
-        _loading(
-            head,
-            usage,
-            repo_id or "path/to/this/folder",
-            adapter,
-            _example_prompt(model, training_record),
-            family,
-            config,
-        ),
+        _loading(head, usage, repo_id or "path/to/this/folder", adapter, example, family, config),
         _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name, metric, halting),
         _lm_eval_section(lm_eval, lm_eval_plot),
         _audit_section(audit_data),
@@ -197,6 +188,14 @@ def build_model_card(
     ]
     body = "\n".join(line for section in sections for line in section)
     return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n" + body)
+
+
+def _dataset_names(evaluated: dict | None, dataset_name: str | None, datasets: list[str] | None) -> tuple[str, str]:
+    """``(label, type)`` of the evaluation data: the readable name (given, else what the results record, else the
+    first Hub dataset) and the ``model-index`` dataset type (the recorded Hub dataset, else the first given)."""
+    named = evaluated["name"] if evaluated else None
+    label = dataset_name or named or (datasets[0] if datasets else "held-out evaluation data")
+    return label, (evaluated or {}).get("dataset") or (datasets[0] if datasets else "custom")
 
 
 def _card_data(head, license, tags, datasets, base_model, language, title, eval_results, adapter) -> ModelCardData:
