@@ -106,20 +106,9 @@ def run_eval(
         data.record.update(breadth=breadth, select=scoring.select)
     scored = metric_label(data.metric, data_args.task or model_task(model))
     print(f"loop scaling of {args.model_path} ({model.config.model_type}) on {len(data.rows)} examples, {scored}")
-    weights = weights_fingerprint(args.model_path)
+    saved = dict(weights=weights_fingerprint(args.model_path), plot=plot_labels(model, scored), by="equilibria eval")
     print(
-        "\n".join(
-            loop_scaling_report(
-                result,
-                model.config.model_type,
-                args.output_dir,
-                data.record,
-                halting,
-                weights,
-                plot_labels(model, scored),
-                by="equilibria eval",
-            )
-        )
+        "\n".join(loop_scaling_report(result, model.config.model_type, args.output_dir, data.record, halting, **saved))
     )
     return result
 

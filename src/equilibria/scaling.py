@@ -257,16 +257,14 @@ def loop_scaling_report(
     output_dir: str | Path | None,
     data: dict | None = None,
     halting: tuple[float, dict[int, float]] | None = None,
-    weights: str | None = None,
-    plot: dict | None = None,
-    by: str = "equilibria train",
+    **saved,
 ) -> list[str]:
-    """The table (:func:`loop_scaling_table`) and, with ``output_dir``, the files the command ``by`` writes there
-    (:func:`save_loop_scaling`; ``plot``: the metric's name and the loop count marked, :func:`plot_labels`): the
-    lines ``equilibria eval`` and ``equilibria train`` print."""
+    """The table (:func:`loop_scaling_table`) and, with ``output_dir``, the files written there by
+    :func:`save_loop_scaling` (``saved``: its ``weights``, ``plot`` and ``by``): the lines ``equilibria eval`` and
+    ``equilibria train`` print."""
     lines = loop_scaling_table(result, data, halting)
     if output_dir:
-        lines += save_loop_scaling(result, model_type, output_dir, data, halting, weights, plot, by)
+        lines += save_loop_scaling(result, model_type, output_dir, data, halting, **saved)
     return lines
 
 
