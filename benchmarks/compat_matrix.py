@@ -15,7 +15,7 @@ wheel (built from this checkout) with that release into a venv of its own, which
     python benchmarks/compat_matrix.py --quick     # no install: the current environment; a test runs it
 
 Where pip cannot install a release, its cells say so (``status``: ``install failed``, ``error``: pip's reason).
-Where only a dependency of transformers is missing from the index (5.25.0 needs ``kernels>=0.19.1``), transformers
+Where only a dependency of transformers is missing from the index (as ``kernels>=0.19.1`` was for 5.25.0), transformers
 is installed with ``--no-deps`` beside its other requirements, the checks run with transformers' switch for doing
 without it (:data:`SWITCHES`: ``USE_HUB_KERNELS=NO``), and the cells carry an ``install`` note saying so. A release
 ``pyproject.toml`` does not admit gets ``package``: ``not admitted`` with pip's refusal, and
@@ -51,7 +51,7 @@ import compat_check  # noqa: E402  (standalone: also runs in the throwaway envir
 import doc_tables  # noqa: E402
 
 TORCH = "torch==2.13.0"
-DEFAULT_RELEASES = ("5.4.0", "5.12.0", "5.24.0")  # the floor, one in the middle, the newest
+DEFAULT_RELEASES = ("5.4.0", "5.12.0", "5.25.0")  # the floor, one in the middle, the newest
 RESULTS = HERE.parent / "docs" / "results"
 # transformers' own switch for running without a requirement the index lacks: from 5.25 ``from_pretrained`` uses
 # ``kernels`` by default and raises without it (any model, a plain Llama too); ``USE_HUB_KERNELS=NO`` turns that off
