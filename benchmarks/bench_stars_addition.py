@@ -308,8 +308,9 @@ def rediagnose(args) -> None:
         print(f"  {path.name}: dynamics from {Path(last).name}", flush=True)
 
 
-def train_one(kind: str, seed: int, args, data) -> dict:
-    """Train (or resume) one run and evaluate it; its JSON is written when it ends."""
+def train_one(kind: str, seed: int, args, data, tokenized=None) -> dict:
+    """Train (or resume) one run and evaluate it; its JSON is written when it ends. ``tokenized``: the training set
+    already tokenized (``tokenize_for_training``), when several runs share it."""
     train, validation, test, tokenizer = data
     folder = (args.checkpoint_dir or args.output_dir / "checkpoints") / f"{kind}_seed{seed}"
     model = build_model(args, tokenizer, seed)
@@ -319,7 +320,7 @@ def train_one(kind: str, seed: int, args, data) -> dict:
     trainer = StarsTrainer(
         model=model,
         args=targs,
-        train_dataset=tokenize_for_training(train, tokenizer),
+        train_dataset=tokenized if tokenized is not None else tokenize_for_training(train, tokenizer),
         data_collator=DataCollatorForSeq2Seq(train_tokenizer, label_pad_token_id=-100),
     )
     last = get_last_checkpoint(str(folder)) if folder.is_dir() else None

@@ -1647,14 +1647,17 @@ def gpu_ouro_real_size() -> str:
                      "{:.3f} [{:.3f}, {:.3f}] of the full loop's time".format(e["ratio"], *e["range"]), "-"])  # fmt: skip
     for adapter, steps in r.get("training_step", {}).items():
         for penalty in ("plain", "jsrr"):
-            rows.append([f"STARS step, {adapter}, penalty {'on' if penalty == 'jsrr' else 'off'}",
-                         f"{steps[penalty]['step_s']:.2f} s", f"{steps['jsrr_over_plain']:.2f}x on / off"
-                         if penalty == "jsrr" else "", gib(steps[penalty]["peak_bytes"])])  # fmt: skip
+            run, ratio = steps[penalty], steps.get("jsrr_over_plain")
+            value = run["error"][:60] if "error" in run else f"{run['step_s']:.2f} s"
+            rows.append([f"STARS step, {adapter}, penalty {'on' if penalty == 'jsrr' else 'off'}", value,
+                         f"{ratio:.2f}x on / off" if penalty == "jsrr" and ratio else "",
+                         gib(run.get("peak_bytes"))])  # fmt: skip
     for loops, d in r.get("logits_bf16_vs_cpu_fp32", {}).items():
         rows.append([f"bf16 logits vs float32 on the CPU, {loops} loops", f"top token agrees {d['top1_agreement']:.1%}",
                      f"max / mean |diff| {d['max_abs_over_std']:.3f} / {d['mean_abs_over_std']:.4f} std", "-"])  # fmt: skip
     skipped = ", ".join(s["part"] for s in r.get("skipped", [])) or "none"
-    return markdown(["measure", "value", "ratio", "peak GPU memory"], rows) + (
+    header = ["measure", "value", "ratio", "peak GPU memory (a decode: above the loaded models)"]
+    return markdown(header, rows) + (
         f"\n\nRan on {section['device']} (torch {section['torch']}, transformers {section['transformers']}); "
         f"skipped: {skipped}."
     )

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import statistics
 import sys
@@ -199,13 +200,14 @@ def stars_reference(args, budget: Budget) -> dict:
     sargs = stars_arguments(args)
     (sargs.output_dir / "runs").mkdir(parents=True, exist_ok=True)
     data = stars.build_data(sargs)
+    tokenized = stars.tokenize_for_training(data[0], data[3])  # once for every run
     runs, skipped, took = previous_runs(args), [], []
     results = {"recipe": stars.recipe_overrides(sargs), "train_size": len(data[0]), "runs": runs}
     for seed in args.seeds:
         for arm in args.arms:
             if str(seed) in runs.get(arm, {}):
                 continue
-            expected = max(took, default=args.run_estimate_s)
+            expected = max([*took, args.run_estimate_s])  # the smoke's estimate (at 9 loops) stays a floor
             if args.pipeline_error:
                 skipped.append(
                     {"arm": arm, "seed": seed, "why": f"the smoke's pipeline check failed: {args.pipeline_error}"}
@@ -217,9 +219,12 @@ def stars_reference(args, budget: Budget) -> dict:
                 )
                 continue
             start = time.perf_counter()
-            run = stars.train_one(ARM_KINDS[arm], seed, sargs, data)
+            run = stars.train_one(ARM_KINDS[arm], seed, sargs, data, tokenized)
             took.append(time.perf_counter() - start)
-            runs.setdefault(arm, {})[str(seed)] = {**run, "wall_s": took[-1]}
+            run = json.loads(
+                json.dumps({**run, "wall_s": took[-1]}, default=str)
+            )  # the JSON's keys, as a later call reads
+            runs.setdefault(arm, {})[str(seed)] = run
             results.update(summary=stars.summarize(runs), skipped=skipped)
             save_section(args, "stars_reference", results)
     results.update(summary=stars.summarize(runs) if runs else None, skipped=skipped)
@@ -302,9 +307,12 @@ def _decoder(model, ids, args, **kwargs):
 
 
 def _peak_of(run, device: torch.device) -> int | None:
+    """Bytes of GPU memory a decode's peak holds above what was allocated before it (the loaded models)."""
     reset_peak(device)
+    before = torch.cuda.memory_allocated() if device.type == "cuda" else 0
     run()
-    return peak_memory(device)
+    peak = peak_memory(device)
+    return None if peak is None else peak - before
 
 
 def compiled_decode(args, device: torch.device, ouro) -> dict:
@@ -384,18 +392,34 @@ def training_step(args, device: torch.device, lora: bool, penalty: bool) -> dict
     )  # fmt: skip
     timer = _StepTimes(device)
     rows = Dataset.from_dict({"input_ids": [ids] * args.train_steps, "labels": [ids] * args.train_steps})
-    StarsTrainer(model=model, args=targs, train_dataset=rows, callbacks=[timer]).train()
-    del model
-    return {"step_s": statistics.median(timer.seconds[1:] or timer.seconds), "peak_bytes": peak_memory(device)}
+    trainer = StarsTrainer(model=model, args=targs, train_dataset=rows, callbacks=[timer])
+    trainer.train()
+    peak = peak_memory(device)
+    del trainer, model  # accelerate's wrapped forward makes the model refer to itself: collect it before the next
+    gc.collect()
+    reset_peak(device)
+    return {"step_s": statistics.median(timer.seconds[1:] or timer.seconds), "peak_bytes": peak}
 
 
 def training_steps(args, device: torch.device) -> dict:
     """:func:`training_step` full and LoRA, the penalty off and on, and the step-time ratio penalty on / off."""
     out = {}
-    for adapter in ("full", "lora"):
-        runs = {p: training_step(args, device, adapter == "lora", p == "jsrr") for p in ("plain", "jsrr")}
-        out[adapter] = {**runs, "jsrr_over_plain": runs["jsrr"]["step_s"] / runs["plain"]["step_s"]}
+    for adapter in ("lora", "full"):  # full with the penalty is the likeliest to run out of memory: last
+        runs = {p: _recorded(training_step, args, device, adapter == "lora", p == "jsrr") for p in ("plain", "jsrr")}
+        both = all("step_s" in run for run in runs.values())
+        out[adapter] = {**runs, "jsrr_over_plain": runs["jsrr"]["step_s"] / runs["plain"]["step_s"] if both else None}
     return out
+
+
+def _recorded(function, *args) -> dict:
+    """``function(*args)``, or ``{"error": ...}`` when it raises (out of memory, say): the next setting still runs."""
+    try:
+        return function(*args)
+    except Exception as error:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return {"error": f"{type(error).__name__}: {str(error)[:500]}", "traceback": traceback.format_exc()[-2000:]}
 
 
 def logits_difference(args, device: torch.device) -> dict:
@@ -432,10 +456,7 @@ def ouro_real_size(args, budget: Budget) -> dict:
         if budget.left() < args.part_estimate_s:
             skipped.append({"part": name, "why": f"{budget.left():.0f} s of the budget left"})
             continue
-        try:
-            results[name] = part()
-        except Exception as error:  # recorded, and the next part runs: one failure must not cost the others
-            results[name] = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-3000:]}
+        results[name] = _recorded(part)  # an error is recorded, and the next part runs
         save_section(args, "ouro_real_size", {**results, "skipped": skipped})
     return {**results, "skipped": skipped}
 
@@ -473,7 +494,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="every section tiny, on the CPU (about a minute)")
     p.add_argument("--summarize", action="store_true", help="only merge the sections' JSON into gpu_run.json")
     p.add_argument("--seeds", default="0", help="stars_reference: seeds (comma-separated; default 0)")
-    p.add_argument("--arms", default="plain,sampling,stars", help=f"stars_reference: arms, of {ARMS}")
+    p.add_argument("--arms", default="plain,stars,sampling", help=f"stars_reference: arms, of {ARMS}")
     p.add_argument("--train-size", type=int, default=500_000, help="stars_reference: training problems")
     p.add_argument("--run-estimate-s", type=float, default=150.0, help="stars_reference: a first run's expected s")
     p.add_argument("--prompt-tokens", type=int, default=512)
@@ -482,7 +503,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--train-steps", type=int, default=4, help="ouro_real_size: StarsTrainer steps per setting")
     p.add_argument("--repeats", type=int, default=3, help="interleaved timed repeats per decode setting")
     p.add_argument("--calibration-steps", type=int, default=6, help="bisection steps of the early-exit threshold")
-    p.add_argument("--part-estimate-s", type=float, default=30.0, help="ouro_real_size: budget a part needs")
+    p.add_argument("--part-estimate-s", type=float, default=60.0, help="ouro_real_size: budget a part needs")
     args = p.parse_args(argv)
     args.sections = [name.strip() for name in args.sections.split(",") if name.strip()]
     args.arms = [arm.strip() for arm in args.arms.split(",") if arm.strip()]
