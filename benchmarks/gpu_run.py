@@ -221,9 +221,8 @@ def stars_reference(args, budget: Budget) -> dict:
             start = time.perf_counter()
             run = stars.train_one(ARM_KINDS[arm], seed, sargs, data, tokenized)
             took.append(time.perf_counter() - start)
-            run = json.loads(
-                json.dumps({**run, "wall_s": took[-1]}, default=str)
-            )  # the JSON's keys, as a later call reads
+            keyed = json.dumps({**run, "wall_s": took[-1]}, default=str)
+            run = json.loads(keyed)  # the JSON's keys (loop counts as strings), as a later call reads them
             runs.setdefault(arm, {})[str(seed)] = run
             results.update(summary=stars.summarize(runs), skipped=skipped)
             save_section(args, "stars_reference", results)

@@ -77,6 +77,18 @@ def test_the_penalty_arm_is_the_penalty_alone_at_the_fixed_count(tmp_path):
     assert run["kind"] == "jsrr" and overrides["min_loops"] == overrides["max_loops"] and "jsrr_weight" not in overrides
 
 
+def test_a_later_call_adds_its_runs_to_those_read_back(quick, tmp_path, monkeypatch):
+    """Runs read back from the committed JSON (string loop counts) and a new run summarize together."""
+    folder, _ = quick
+    gpu_run = load_benchmark("gpu_run")
+    earlier = json.loads((folder / "stars_reference.json").read_text())["stars_reference"]["runs"]
+    monkeypatch.setattr(gpu_run, "previous_runs", lambda args: {"plain": earlier["plain"]})
+    argv = ["--quick", "--sections", "stars_reference", "--arms", "plain,sampling", "--output-dir", str(tmp_path)]
+    done = gpu_run.main(argv)["stars_reference"]
+    assert done["runs"]["plain"] == earlier["plain"] and set(done["runs"]) == {"plain", "sampling"}
+    assert done["summary"]["differences"]["sampling - plain"]["4"]["n"] == 1
+
+
 def test_runs_already_measured_are_not_run_again(quick, tmp_path):
     folder, _ = quick
     gpu_run = load_benchmark("gpu_run")
