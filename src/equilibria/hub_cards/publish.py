@@ -60,7 +60,7 @@ def write_model_card(
         card_options: passed to :func:`~equilibria.hub_cards.build_model_card` (``base_model``, ``datasets``,
             ``task_name``, ``license``, ``trainer_state``, ``training_args`` ...).
     """
-    from ..provenance import folder_results, other_weights_note, shown_loop_scaling
+    from ..provenance import RESULTS, folder_results, other_weights_note, shown_loop_scaling
 
     folder = Path(folder)
     source = Path(source) if source is not None else model_source(model)
@@ -71,7 +71,7 @@ def write_model_card(
     scaling = shown_loop_scaling(current)  # eval's when there is one, else train's
     found = {  # what the folder holds, unless given
         "loop_scaling": current.get(scaling),
-        "loop_scaling_plot": _plot(folder, Path(scaling).with_suffix(".png").name, True) if scaling else None,
+        "loop_scaling_plot": _plot(folder, RESULTS[scaling][0], True) if scaling else None,
         "audit": current.get("audit.json"),
         "training_record": current.get("training_data.json"),
         "training_history": _read_json(folder / HISTORY_FILE),

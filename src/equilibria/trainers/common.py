@@ -180,10 +180,8 @@ class SteadyProgressMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        for callback in list(self.callback_handler.callbacks):
-            if type(callback) is ProgressCallback:
-                self.remove_callback(callback)
-                self.add_callback(SteadyProgressCallback())
+        if self.pop_callback(ProgressCallback) is not None:  # the plain bar only: a notebook's is no ProgressCallback
+            self.add_callback(SteadyProgressCallback())
 
 
 class EquilibriaTrainer(SteadyProgressMixin, ModelCardMixin, Trainer):
