@@ -47,7 +47,7 @@ from equilibria import OuroForCausalLM
 from equilibria.diagnostics import loop_trajectory
 from equilibria.families import FAMILIES, small_ouro_config
 from equilibria.loading import load_saved_model
-from equilibria.native import native_model_types
+from equilibria.loops import transformers_model_types
 from equilibria.tasks import (
     STARS_ADDITION_FORMAT,
     addition_tokenizer,
@@ -123,7 +123,7 @@ def parse(argv):
     p.add_argument(
         "--family",
         default="ouro",
-        choices=("ouro", *native_model_types()),
+        choices=("ouro", *transformers_model_types()),
         help="the looped LM: Ouro, or one transformers ships (its small config: --layers looped layers, "
         "--train-loops passes)",
     )

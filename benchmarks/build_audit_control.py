@@ -35,7 +35,7 @@ from pathlib import Path
 import doc_tables
 
 from equilibria.cli import main as equilibria
-from equilibria.native import native_model_types
+from equilibria.loops import transformers_model_types
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "tests" / "data" / "ouro-audit-control"
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=1500, help="optimizer steps (default 1500; --quick: 4)")
     parser.add_argument("--folder", type=Path, default=None, help=f"where the control goes (default {FOLDER})")
     parser.add_argument(
-        "--family", default="ouro", choices=("ouro", *native_model_types()), help="the looped LM (default ouro)"
+        "--family", default="ouro", choices=("ouro", *transformers_model_types()), help="the looped LM (default ouro)"
     )
     parser.add_argument(
         "--lazy", action="store_true", help="Dory only: the negative control, a loop that returns its start"

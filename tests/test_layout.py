@@ -159,7 +159,7 @@ LAYERS = (
     "lm_eval_loops",
     "plots",
     "families",
-    "native",
+    "loops",
     "tasks",
     "provenance",
     "modeling",

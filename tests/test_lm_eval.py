@@ -11,7 +11,8 @@ from huggingface_hub import ModelCard
 pytest.importorskip("lm_eval", reason="lm-eval is the optional extra `equilibria[eval]`")
 
 from equilibria.cli import main  # noqa: E402
-from equilibria.lm_eval_loops import lm_eval_at_loops, loop_count  # noqa: E402
+from equilibria.families import loop_count  # noqa: E402
+from equilibria.lm_eval_loops import lm_eval_at_loops  # noqa: E402
 
 TASK = """task: {name}
 dataset_path: json

@@ -15,16 +15,21 @@ from transformers import AutoModelForCausalLM
 
 from equilibria import looped
 from equilibria.diagnostics import audit
-from equilibria.families import FAMILIES
-from equilibria.native import base_model_of, loop_count, native_loop_for, native_model_types
+from equilibria.families import FAMILIES, family_record, loop_count
+from equilibria.loops import TransformersLoop, base_model_of, transformers_model_types
 
 NATIVE = [t for t in ("dory", "hrm_text", "inkling2_loop_text") if t in FAMILIES]
 IDS = torch.randint(3, 20, (2, 7), generator=torch.Generator().manual_seed(0))
 
 
+def protocol_of(model_or_type):
+    """The loop protocol of a model's (or model type's) family."""
+    return family_record(model_or_type).loop
+
+
 def reloaded_at(model, folder, num_loops: int):
     """The saved model loaded with its loop count set in the config (HRM-text: with the cache slots it needs)."""
-    protocol = native_loop_for(model)
+    protocol = protocol_of(model)
     values = protocol.loop_config(model.config, num_loops)
     return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", **values).eval()
 
@@ -32,9 +37,10 @@ def reloaded_at(model, folder, num_loops: int):
 def test_every_native_architecture_of_the_installed_transformers_has_a_record_and_a_protocol():
     import transformers
 
-    assert set(native_model_types()) == {"dory", "hrm_text", "inkling2_loop_text"}
+    assert set(transformers_model_types()) == {"dory", "hrm_text", "inkling2_loop_text"}
     for model_type in NATIVE:
-        assert FAMILIES[model_type].native and native_loop_for(model_type).model_types == (model_type,)
+        assert isinstance(FAMILIES[model_type].loop, TransformersLoop)
+        assert protocol_of(model_type).model_types == (model_type,)
     assert ("dory" in FAMILIES) == hasattr(transformers, "DoryForCausalLM")
 
 
@@ -106,17 +112,17 @@ def test_the_loop_map_iterated_from_its_start_gives_the_forwards_states(model_ty
     """``f^t(h_0)`` is the state the model's own forward reaches after ``t`` more passes (Inkling2-loop's map
     starts after the first pass, which reads no messages), and decoding the last gives the forward's logits."""
     model = looped(tiny_native(model_type, num_loops=4))
-    protocol, base = native_loop_for(model), base_model_of(model)
+    protocol, base = protocol_of(model), base_model_of(model)
     with torch.no_grad(), protocol.recorder(base) as recorded:
         logits = model(IDS).logits
     with torch.no_grad():
-        f, state = base.loop_map(IDS)
+        f, state = protocol.loop_map(model, {"input_ids": IDS})
         for passes in range(protocol.start_after_passes + 1, 5):
             state = f(state)
             torch.testing.assert_close(state, protocol.state_after(base, recorded, passes), rtol=0, atol=1e-6)
         with loop_count(model, 1), protocol.substitute(base, state):
             torch.testing.assert_close(model(IDS).logits, logits, rtol=0, atol=1e-5)
-    assert state.shape[-1] == base.loop_state_width
+    assert state.shape[-1] == protocol.state_width(model.config)
 
 
 @pytest.mark.parametrize("model_type", NATIVE)
@@ -169,7 +175,7 @@ def test_stars_trains_a_transformers_looped_lm_at_the_sampled_counts_with_the_pe
     ]
     assert seen == expected and len(set(seen)) > 1, seen
     assert len(logged) == 3 and all(h["spectral_radius"] > 0 and math.isfinite(h["loss"]) for h in logged)
-    assert model.config.to_diff_dict()[native_loop_for(model).loops_key] == 2  # the config keeps its own count
+    assert model.config.to_diff_dict()[protocol_of(model).loops_key] == 2  # the config keeps its own count
 
 
 def test_the_penalty_on_a_transformers_looped_lm_is_the_radius_of_its_loop_maps_jacobian():
@@ -180,7 +186,7 @@ def test_the_penalty_on_a_transformers_looped_lm_is_the_radius_of_its_loop_maps_
     model = looped(tiny_native("dory", num_loops=3))
     start = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(1))
     out = model(IDS, spectral_radius_iters=6, spectral_radius_start=start)
-    f, state = base_model_of(model).loop_map(IDS)
+    f, state = protocol_of(model).loop_map(model, {"input_ids": IDS})
     for _ in range(3):
         state = f(state)
     direct = spectral_radius(f, state.detach(), num_iters=6, start=start)
@@ -252,7 +258,7 @@ def test_the_cli_trains_evaluates_audits_and_cards_a_transformers_looped_lm(mode
     argv = ["train", "--model_name_or_path", str(out), "--num_loops", "4", *common, "--output_dir", str(tuned)]
     assert main(argv) == 0
     reloaded = AutoModelForCausalLM.from_pretrained(tuned)
-    assert getattr(reloaded.config, native_loop_for(model_type).loops_key) == 4
+    assert getattr(reloaded.config, protocol_of(model_type).loops_key) == 4
     with torch.no_grad():  # the saved count runs as saved, cache included
         generated = reloaded.generate(IDS[:, :3], max_new_tokens=3, do_sample=False)
         assert torch.equal(generated, reloaded.generate(IDS[:, :3], max_new_tokens=3, do_sample=False, use_cache=False))

@@ -17,8 +17,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 from . import modeling
 from .families import register_auto_classes
+from .loops import looped
 from .modeling import *  # noqa: F403  (the model classes, configs and outputs of every family)
-from .native import looped
 
 try:
     __version__ = version("equilibria")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import transformers
 from transformers import PreTrainedConfig, PreTrainedTokenizerBase
 
+from .loops import AttractorLoop, DoryLoop, EqRLoop, HrmTextLoop, Inkling2Loop, LoopProtocol, OuroLoop, PHDEQLoop
 from .modeling import (
     AttractorConfig,
     AttractorForCausalLM,
@@ -63,6 +64,12 @@ class Head:
     tasks: tuple[str, ...]
     pipeline_tag: str
 
+    @property
+    def remote_code(self) -> bool:
+        """Whether a saved model of this head carries its modeling code (the package's classes, loaded with
+        ``trust_remote_code=True`` without it; transformers' own classes need none)."""
+        return bool(getattr(self.model_class, "_remote_auto_map", None))
+
     def __post_init__(self):
         if self.kind not in HEAD_KINDS:
             raise ValueError(f"Head kind must be one of {tuple(HEAD_KINDS)}, got {self.kind!r}")
@@ -71,13 +78,12 @@ class Head:
 @dataclass(frozen=True)
 class Family:
     """The modeling facts of one ``model_type`` that code outside its modeling files needs: its config and model
-    classes, its heads, the config key of its loop count and the smallest count, a small-config factory and the
-    default LoRA targets."""
+    classes, its heads, its loop protocol (the config key of its loop count, the smallest count, the loop map ...), a
+    small-config factory and the default LoRA targets."""
 
     model_type: str
     loop_meaning: str
-    loops_key: str  # the config key holding the default loop count
-    min_loops: int  # the smallest loop count forward accepts (0: the backbone / initialiser alone)
+    loop: LoopProtocol  # how the package drives the loop (:mod:`equilibria.loops`)
     config_class: type
     base_class: type
     heads: tuple[Head, ...]
@@ -90,9 +96,16 @@ class Family:
         "v_proj",
         "o_proj",
     )  # LoRA's default: the attention projections
-    #: a looped LM transformers itself ships: its classes are transformers', registered there, saved without remote
-    #: code, and :func:`equilibria.looped` gives it the loop arguments (:mod:`equilibria.native`)
-    native: bool = False
+
+    @property
+    def loops_key(self) -> str:
+        """The config key holding the default loop count."""
+        return self.loop.loops_key
+
+    @property
+    def min_loops(self) -> int:
+        """The smallest loop count forward accepts (0: the backbone / initialiser alone)."""
+        return self.loop.min_loops
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -234,8 +247,7 @@ FAMILIES: dict[str, Family] = {
         Family(
             model_type="ouro",
             loop_meaning="recurrence steps of the shared decoder stack",
-            loops_key="total_ut_steps",
-            min_loops=1,
+            loop=OuroLoop(),
             config_class=OuroConfig,
             base_class=OuroModel,
             heads=(Head(OuroForCausalLM, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),),
@@ -244,8 +256,7 @@ FAMILIES: dict[str, Family] = {
         Family(
             model_type="attractor_lm",
             loop_meaning="the fixed-point solver's iteration budget (0 = backbone only)",
-            loops_key="num_loops",
-            min_loops=0,
+            loop=AttractorLoop(),
             config_class=AttractorConfig,
             base_class=AttractorModel,
             heads=(
@@ -263,8 +274,7 @@ FAMILIES: dict[str, Family] = {
         Family(
             model_type="eqr",
             loop_meaning="iterations of the weight-tied block (depth)",
-            loops_key="num_loops",
-            min_loops=1,
+            loop=EqRLoop(),
             config_class=EqRConfig,
             base_class=EqRModel,
             heads=(
@@ -281,8 +291,7 @@ FAMILIES: dict[str, Family] = {
         Family(
             model_type="phdeq",
             loop_meaning="the fixed-point solver's iteration cap (Anderson or Picard: config.solver)",
-            loops_key="num_loops",
-            min_loops=0,
+            loop=PHDEQLoop(),
             config_class=PHDEQConfig,
             base_class=PHDEQModel,
             heads=(
@@ -367,29 +376,27 @@ def _inkling2_loop_config(fields: dict, hidden_size: int, num_layers: int, num_a
     )
 
 
-def _native_families() -> list[Family]:
+def _transformers_families() -> list[Family]:
     """The records of the looped LMs transformers ships, where the installed release has their classes (Dory and
     Inkling2-loop from 5.24, HRM-text from 5.9)."""
     lm = lambda cls: (Head(cls, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),)  # noqa: E731
-    known = [  # model type, loop meaning, loop key, (config, base model, head) class names, small config
-        ("dory", "passes of the recurrent section", "n_recurrent_loops",
+    known = [  # model type, loop meaning, protocol, (config, base model, head) class names, small config
+        ("dory", "passes of the recurrent section", DoryLoop,
          ("DoryConfig", "DoryModel", "DoryForCausalLM"), _dory_config),
-        ("hrm_text", "H-cycles (each: L_cycles of the L-stack, then the H-stack)", "H_cycles",
+        ("hrm_text", "H-cycles (each: L_cycles of the L-stack, then the H-stack)", HrmTextLoop,
          ("HrmTextConfig", "HrmTextModel", "HrmTextForCausalLM"), _hrm_text_config),
-        ("inkling2_loop_text", "passes of the looped layers", "loop_num_passes",
+        ("inkling2_loop_text", "passes of the looped layers", Inkling2Loop,
          ("Inkling2LoopTextConfig", "Inkling2LoopTextModel", "Inkling2LoopForCausalLM"), _inkling2_loop_config),
     ]  # fmt: skip
     records = []
-    for model_type, meaning, key, names, make in known:
+    for model_type, meaning, protocol, names, make in known:
         if all(hasattr(transformers, name) for name in names):
             config_class, base_class, head_class = (getattr(transformers, name) for name in names)
-            records.append(
-                Family(model_type, meaning, key, 1, config_class, base_class, lm(head_class), make, native=True)
-            )
+            records.append(Family(model_type, meaning, protocol(), config_class, base_class, lm(head_class), make))
     return records
 
 
-FAMILIES.update((family.model_type, family) for family in _native_families())
+FAMILIES.update((family.model_type, family) for family in _transformers_families())
 
 
 def family_record(model_or_config, needed: str | None = None) -> Family:
@@ -428,16 +435,47 @@ def model_task(model_or_config) -> str:
 
 
 def register_auto_classes() -> None:
-    """Register every family's config, base model and heads with transformers' Auto classes."""
+    """Register every family's config, base model and heads with transformers' Auto classes (those transformers
+    ships are registered there already)."""
     for family in FAMILIES.values():
-        if family.native:  # transformers' own: registered there
-            continue
-        transformers.AutoConfig.register(family.model_type, family.config_class, exist_ok=True)
-        transformers.AutoModel.register(family.config_class, family.base_class, exist_ok=True)
-        for head in family.heads:
-            getattr(transformers, head.auto_class).register(family.config_class, head.model_class, exist_ok=True)
-        if family.heads[0].auto_class == "AutoModelForCausalLM":  # so a saved CharTokenizer loads as one
-            transformers.AutoTokenizer.register(family.config_class, fast_tokenizer_class=CharTokenizer, exist_ok=True)
+        _register(family)
+
+
+def _register(family: Family) -> None:
+    if (
+        transformers.CONFIG_MAPPING.get(family.model_type) is family.config_class
+    ):  # registered already (by transformers)
+        return
+    transformers.AutoConfig.register(family.model_type, family.config_class, exist_ok=True)
+    transformers.AutoModel.register(family.config_class, family.base_class, exist_ok=True)
+    for head in family.heads:
+        getattr(transformers, head.auto_class).register(family.config_class, head.model_class, exist_ok=True)
+    if family.heads[0].auto_class == "AutoModelForCausalLM":  # so a saved CharTokenizer loads as one
+        transformers.AutoTokenizer.register(family.config_class, fast_tokenizer_class=CharTokenizer, exist_ok=True)
+
+
+def register_family(family: Family) -> Family:
+    """Add a looped architecture of your own: its record (with its :class:`~equilibria.loops.LoopProtocol`) joins
+    :data:`FAMILIES` and its classes the Auto classes, so that loading, ``equilibria eval``, the audit, the card and
+    the trainers that declare its model type serve it. ``ValueError`` when the model type is taken by another
+    record."""
+    taken = FAMILIES.get(family.model_type)
+    if taken is not None and taken is not family:
+        raise ValueError(f"model_type {family.model_type!r} is already a family ({taken.config_class.__name__})")
+    if family.model_type not in family.loop.model_types:
+        raise ValueError(
+            f"{type(family.loop).__name__}.model_types is {family.loop.model_types}: it must name {family.model_type!r}"
+        )
+    FAMILIES[family.model_type] = family
+    _register(family)
+    return family
+
+
+def loop_count(model, num_loops: int | None):
+    """A context manager: within the block, ``model`` (a model of a family, with or without its head) runs
+    ``num_loops`` loops by default, in ``forward`` and ``generate`` (the config's count, and whatever else its
+    protocol needs: HRM-text's cache slots), put back on leaving; ``None``: the config's. Yields the count."""
+    return family_record(model).loop.count(model, num_loops)
 
 
 __all__ = [
@@ -446,8 +484,10 @@ __all__ = [
     "HEAD_KINDS",
     "Head",
     "family_record",
+    "loop_count",
     "model_task",
     "register_auto_classes",
+    "register_family",
     "serving",
     "small_attractor_config",
     "small_ouro_config",

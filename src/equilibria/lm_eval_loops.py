@@ -7,12 +7,10 @@ requests), and put back afterwards. lm-eval is an optional extra: ``pip install 
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
-from .families import family_record
-from .native import loop_count as native_loop_count
+from .families import loop_count
 from .plots import plot_loop_scaling
 from .provenance import replacement_note
 
@@ -28,24 +26,6 @@ def require_lm_eval():
             'lm-evaluation-harness is not installed: pip install "equilibria[eval]" (or lm-eval)'
         ) from None
     return lm_eval
-
-
-@contextlib.contextmanager
-def loop_count(model, num_loops: int):
-    """Within the block, ``model`` runs ``num_loops`` loops by default (the config's loop count, which ``forward``
-    and ``generate`` both read); put back afterwards. A looped LM transformers ships sets every key its count needs
-    (:func:`equilibria.native.loop_count`)."""
-    if family_record(model).native:
-        with native_loop_count(model, num_loops):
-            yield model
-        return
-    key = family_record(model).loops_key
-    saved = getattr(model.config, key)
-    setattr(model.config, key, num_loops)
-    try:
-        yield model
-    finally:
-        setattr(model.config, key, saved)
 
 
 def lm_eval_at_loops(
@@ -155,4 +135,4 @@ def save_lm_eval(result: dict, model_type: str, output_dir: str | Path) -> list[
     return [note, wrote] if note else [wrote]
 
 
-__all__ = ["RESULTS_FILE", "lm_eval_at_loops", "lm_eval_table", "loop_count", "save_lm_eval"]
+__all__ = ["RESULTS_FILE", "lm_eval_at_loops", "lm_eval_table", "save_lm_eval"]

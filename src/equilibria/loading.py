@@ -9,13 +9,13 @@ import transformers
 from transformers import AutoConfig
 
 from .families import family_record
-from .native import looped
 
 
 def load_saved_model(path: str, trust_remote_code: bool = False):
     """A saved model of any family with its task head (the head's Auto class from the family's record), in eval
     mode; a folder holding a LoRA adapter loads its base model with the adapter applied (transformers' peft
-    integration). A looped LM that transformers ships gets :func:`~equilibria.looped`. ``ValueError`` when ``path``
+    integration). Its family's loop protocol prepares it for ``num_loops`` per call (a looped LM that transformers ships gets
+    :func:`~equilibria.looped`). ``ValueError`` when ``path``
     is no saved model of a family."""
     if not Path(path).is_dir():
         raise ValueError(f"{path} is not a folder written by save_pretrained")
@@ -34,7 +34,7 @@ def load_saved_model(path: str, trust_remote_code: bool = False):
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
     model = auto.from_pretrained(path, trust_remote_code=trust_remote_code).eval()
-    return looped(model) if family_record(config).native else model  # transformers' looped LMs: num_loops per call
+    return family_record(config).loop.prepare(model)
 
 
 __all__ = ["load_saved_model"]

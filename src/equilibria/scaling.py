@@ -18,7 +18,6 @@ import torch
 
 from .families import family_record
 from .modeling.puzzles import puzzle_solved
-from .native import looped
 from .plots import plot_loop_scaling
 from .provenance import LOOP_SCALING_FILES, replacement_note
 from .tasks.registry import task_record
@@ -107,8 +106,7 @@ def loop_scores(model, data, loops: list[int], scoring: Scoring | None = None) -
     scoring = scoring or Scoring()
     family = family_record(model)
     kind = family.head_of_model(model).kind
-    if family.native:  # a looped LM transformers ships: num_loops per call
-        looped(model)
+    family.loop.prepare(model)  # num_loops per call (transformers' looped LMs: looped())
     if scoring.searches and kind != "puzzle_solver":
         raise ValueError(f"halt_threshold and breadth apply to a puzzle solver's head, not to a {kind} head")
     return EVALUATORS[kind](model, data, loops, scoring)

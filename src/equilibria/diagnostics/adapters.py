@@ -16,11 +16,10 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from ..families import family_record, serving
+from ..loops import LoopProtocol, transformers_model_types
 from ..modeling.loop_map import LoopMap
-from ..modeling.modeling_ouro import exit_distribution
 from ..modeling.puzzles import puzzle_solved
 from ..modeling.solvers import fixed_point, residual, solver_options
-from ..native import base_model_of, loop_count, native_loop_for, native_loop_map, native_model_types
 from ..wording import with_article
 
 
@@ -43,7 +42,8 @@ class LoopAdapter:
     audit (``model_types``) and, where not every head of theirs, the head kinds (``head_kinds``, of
     :data:`~equilibria.families.HEAD_KINDS`); :func:`adapter_for` picks by them among :data:`ADAPTERS`. They
     implement :meth:`run`, :meth:`decode` and :meth:`probe_examples`; ``max_iter`` is the loop's cap (for the share
-    of solves that hit it)."""
+    of solves that hit it). The loop map and the decoder's logits of a state come from the family's loop protocol
+    (:attr:`protocol`)."""
 
     model_types: tuple[str, ...] = ()
     head_kinds: tuple[str, ...] = ()
@@ -55,6 +55,8 @@ class LoopAdapter:
     displacement_applies = True
     #: what one unit is, for the report ("example", "puzzle", "sequence")
     unit_name = "example"
+    #: the dataset columns the loop map reads
+    loop_columns: tuple[str, ...] = ("inputs",)
 
     def __init__(self, model, num_loops: int | None = None, seed: int = 0):
         self.model = model
@@ -62,11 +64,14 @@ class LoopAdapter:
         self.generator = torch.Generator().manual_seed(seed)  # for families whose start state is random
 
     @property
+    def protocol(self) -> LoopProtocol:
+        """The loop protocol of the model's family (:mod:`equilibria.loops`)."""
+        return family_record(self.model).loop
+
+    @property
     def max_iter(self) -> int:
-        """The loop's budget: ``num_loops`` when given, else the config's default (the family's ``loops_key``)."""
-        if self.num_loops is not None:
-            return self.num_loops
-        return getattr(self.model.config, family_record(self.model).loops_key)
+        """The loop's budget: ``num_loops`` when given, else the config's default."""
+        return self.num_loops if self.num_loops is not None else self.protocol.default_loops(self.model.config)
 
     @property
     def family(self) -> str:
@@ -120,9 +125,15 @@ class LoopAdapter:
 
     def loop(self, batch: dict) -> tuple[LoopMap, torch.Tensor | None]:
         """The model's loop on this batch as a function of its state (one call = one step of the loop as the model
-        runs it) with the state it starts from, and which positions of the state are real (``(units, positions)``
-        bool, False at padding; ``None``: all): what :func:`~equilibria.diagnostics.loop_trajectory` iterates."""
-        raise NotImplementedError
+        runs it) with the state it starts from (its protocol's ``loop_map``), and which positions of the state are
+        real (``(units, positions)`` bool, False at padding; ``None``: all): what
+        :func:`~equilibria.diagnostics.loop_trajectory` iterates."""
+        _require_columns(batch, *self.loop_columns, family=self.family)
+        return self.protocol.loop_map(self.model, batch, generator=self.generator), self.real_positions(batch)
+
+    def real_positions(self, batch: dict) -> torch.Tensor | None:
+        """Which positions of a state are real (``(units, positions)`` bool); ``None``: all."""
+        return None
 
     def decode(self, batch: dict, run: LoopRun, state: torch.Tensor) -> torch.Tensor:
         """Per unit: is the decoder's answer right when it reads ``state`` (flattened like ``run.solved``)?"""
@@ -166,15 +177,10 @@ class PHDEQAdapter(LoopAdapter):
             converged=out.converged,
             diverged=out.diverged,
             correct=out.logits.argmax(-1) == batch["labels"],
-            extra={"context": out.context},
         )
 
     def decode(self, batch, run, state):
-        return self.model.decode(state, run.extra["context"]).argmax(-1) == batch["labels"]
-
-    def loop(self, batch):
-        _require_columns(batch, "inputs", family="PH-DEQ")
-        return self.model.model.loop_map(batch["inputs"].float(), attention_mask=batch.get("attention_mask")), None
+        return self.protocol.decode(self.model, batch, state).argmax(-1) == batch["labels"]
 
     def probe_examples(self, batch, run, state):
         return state, batch["labels"].long()
@@ -256,12 +262,6 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
             else self.decode(batch, None, begin),
         )
 
-    def loop(self, batch):
-        """One iteration without noise (the damped update, or the two-level recurrence's iteration), from the
-        model's own start: the model's ``loop_map``."""
-        _require_columns(batch, "inputs", family="EqR")
-        return self.model.model.loop_map(batch["inputs"], generator=self.generator), None
-
     def _run_untied_blocks(self, batch, start=None):
         """An untied model runs its ``untied_depth`` blocks once, from its own start (or a displaced one): no
         first step of a repeated block to call ``z0``, so ``z0`` is the start itself. The audit reports its accuracy
@@ -287,8 +287,7 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
 
     def decode(self, batch, run, state):
         num, cells = batch["inputs"].shape
-        logits = self.model.lm_head(self.model.model.answer_state(state.view(num, cells, -1)))
-        return puzzle_solved(logits, batch["labels"])
+        return puzzle_solved(self.protocol.decode(self.model, batch, state.view(num, cells, -1)), batch["labels"])
 
 
 class _CausalLMAdapter(LoopAdapter):
@@ -297,6 +296,7 @@ class _CausalLMAdapter(LoopAdapter):
     Dataset columns: ``input_ids``, ``labels`` (and optionally ``attention_mask``, ``difficulty``)."""
 
     unit_name = "sequence"
+    loop_columns = ("input_ids",)
 
     def answers(self, batch):
         return super().answers({"labels": batch["labels"][:, 1:]})
@@ -316,22 +316,18 @@ class _CausalLMAdapter(LoopAdapter):
             rows.setdefault("attention_mask", torch.ones_like(ids))
             yield rows
 
-    def _real_tokens(self, batch) -> torch.Tensor:
+    def real_positions(self, batch) -> torch.Tensor:
         return batch["attention_mask"].bool()
 
-    def loop(self, batch):
-        return self.model.model.loop_map(batch["input_ids"], attention_mask=batch["attention_mask"]), self._real_tokens(
-            batch
-        )
-
     def _flatten_real(self, batch, states: torch.Tensor) -> torch.Tensor:
-        return (states * self._real_tokens(batch)[..., None].to(states.dtype)).flatten(1)
+        return (states * self.real_positions(batch)[..., None].to(states.dtype)).flatten(1)
 
     def _real_entries(self, batch, states: torch.Tensor) -> torch.Tensor:
-        return self._real_tokens(batch)[..., None].expand(states.shape).flatten(1)
+        return self.real_positions(batch)[..., None].expand(states.shape).flatten(1)
 
     def _decoder_logits(self, batch, state_flat: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        num, width = batch["input_ids"].shape
+        return self.protocol.decode(self.model, batch, state_flat.view(num, width, -1))
 
     def _units_right(self, batch, logits: torch.Tensor) -> torch.Tensor:
         targets = batch["labels"][:, 1:]
@@ -381,10 +377,6 @@ class AttractorAdapter(_CausalLMAdapter):
         run.correct = self.decode(batch, run, run.solved)
         return run
 
-    def _decoder_logits(self, batch, state_flat):
-        num, width = batch["input_ids"].shape
-        return self.model.lm_head(self.model.model.norm(state_flat.view(num, width, -1)))
-
 
 class AttractorPuzzleAdapter(_PuzzleCells, AttractorAdapter):
     """Attractor puzzle model ([`AttractorForPuzzleSolving`]): as [`AttractorAdapter`], but a unit is a puzzle,
@@ -407,116 +399,71 @@ class AttractorPuzzleAdapter(_PuzzleCells, AttractorAdapter):
         return puzzle_solved(logits, batch["labels"])
 
 
-class _FixedCountAdapter(_CausalLMAdapter):
-    """Shared by the language models that run a fixed number of loop steps (Ouro, transformers' looped LMs): a
-    sequence has converged when the last step's relative change ``||h_T - h_{T-1}|| / ||h_T||`` (over its real
-    tokens) is below ``tol``; T4 does not apply (there is no fixed point to return to)."""
+class LoopedLMAdapter(_CausalLMAdapter):
+    """A looped LM that runs a fixed number of loop steps without an attractor: Ouro, and the looped LMs transformers
+    ships (Dory, HRM-text, Inkling2-loop). The audit asks whether the steps after the first compute. ``z0`` is the
+    state after the first step (Ouro's normalised, as every step's output is, so the decoder reads it as it reads
+    the last), ``h*`` the state after all ``num_loops`` steps, both from the protocol's ``states`` (Ouro: its loop
+    map unrolled; transformers' models: read by hooks from one forward); the decoder is the protocol's ``decode``
+    (Ouro: ``lm_head`` of its readout; transformers': the model's own layers after the loop and its head). Every
+    token runs every step (Ouro's early-exit threshold is not applied). "Iterations" are the expected exit step
+    under the exit gate (Ouro), averaged over the labelled tokens, else the steps. A sequence has converged when the
+    last step's relative change ``||h_T - h_{T-1}|| / ||h_T||`` (over its real tokens) is below ``tol``. T4 does not
+    apply (there is no fixed point to return to), and a one-step loop has no extra steps to test."""
 
+    model_types = ("ouro", *transformers_model_types())
     displacement_applies = False
 
     def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
         super().__init__(model, num_loops, seed)
         self.tol = tol
 
-    def _fixed_run(self, batch, first, previous, last, steps, correct=None) -> LoopRun:
-        """The run from the states after the first, the second-to-last and the last step (``(batch, seq, width)``),
-        the steps per sequence and, when known, which sequences are right (else decoded from the last state)."""
+    @property
+    def family(self) -> str:
+        return self.model.config.model_type
+
+    def describe(self) -> dict:
+        step = getattr(self.protocol, "step_name", "loop step")
+        return {
+            **super().describe(),
+            "start": f"h_1 (the state after the first {step})",
+            "solved": f"h_T (the state after the last {step})",
+        }
+
+    def run(self, batch, start=None):
+        if start is not None:
+            raise ValueError(f"{self.family}: T4 does not apply (a fixed number of loop steps)")
+        states = self.protocol.states(self.model, batch, self.max_iter)
+        first, previous, last = states.first, states.previous, states.last
         change = residual(self._flatten_real(batch, previous), self._flatten_real(batch, last), keep_dims=1)[1]
         run = LoopRun(
             valid=self._real_entries(batch, first),
             start=self._flatten_real(batch, first),
             solved=self._flatten_real(batch, last),
-            steps=steps,
+            steps=self._steps(batch, states.exit_step),
             converged=change < self.tol if self.max_iter > 1 else torch.ones(len(last), dtype=torch.bool),
             diverged=~torch.isfinite(last.flatten(1)).all(1),
             correct=torch.zeros(0, dtype=torch.bool),
             extra={"last_change": change},
         )
-        run.correct = self.decode(batch, run, run.solved) if correct is None else correct
+        logits = states.logits if states.logits is not None else self._decoder_logits(batch, run.solved)
+        run.correct = self._units_right(batch, logits)
         return run
 
-
-class OuroAdapter(_FixedCountAdapter):
-    """Ouro, a fixed number of loop steps without an attractor: the audit asks whether the steps after the first
-    compute. ``z0`` is the state after the first loop step (normalised, as every step's output is, so the decoder
-    reads it as it reads the last), ``h*`` the state after all ``num_loops`` steps, the decoder ``lm_head``.
-    Every token runs every step (the config's early-exit threshold is not applied). A sequence has converged when
-    the last step's relative change ``||h_T - h_{T-1}|| / ||h_T||`` (over its real tokens) is below ``tol``.
-    "Iterations" are the expected exit step under the exit gate, averaged over the labelled tokens. T4 does not
-    apply (there is no fixed point to return to), and a one-step loop has no extra steps to test."""
-
-    model_types = ("ouro",)
-    start_name = "h_1 (the state after the first loop step)"
-    solved_name = "h_T (the state after the last loop step)"
-
-    def run(self, batch, start=None):
-        loop = self.model.model.loop_map(batch["input_ids"], attention_mask=batch["attention_mask"])
-        first = loop(loop.start) if start is None else start.view_as(loop.start)
-        previous, last, gate_logits = first, first, []
-        for _ in range(1, self.max_iter):  # h_{t+1} = f(h_t) up to h_T; the gate is read after every step but the last
-            gate_logits.append(self.model.model.exit_logit(last))  # the gate forward reads
-            previous, last = last, loop(last)
-        return self._fixed_run(batch, first, previous, last, self._expected_exit_step(batch, gate_logits, last))
-
-    def _expected_exit_step(self, batch, gate_logits: list[torch.Tensor], last: torch.Tensor) -> torch.Tensor:
-        """Per sequence: the expected exit step under the model's exit distribution, averaged over its labelled
-        tokens (over its real tokens when none is labelled)."""
-        exit_probs = exit_distribution(gate_logits, last)
-        steps_axis = torch.arange(1, exit_probs.shape[-1] + 1, dtype=torch.float64)
-        expected = (exit_probs.double() * steps_axis).sum(-1)  # (batch, seq)
+    def _steps(self, batch, exit_step: torch.Tensor | None) -> torch.Tensor:
+        """Per sequence: the expected exit step, averaged over its labelled tokens (over its real tokens when none
+        is labelled); every step when the model has no exit gate."""
+        if exit_step is None:
+            return torch.full((len(batch["input_ids"]),), float(self.max_iter), dtype=torch.float64)
         weight = (batch["labels"] != -100).double()
         weight = torch.where(weight.sum(1, keepdim=True) > 0, weight, batch["attention_mask"].double())
-        return (expected * weight).sum(1) / weight.sum(1).clamp_min(1.0)
-
-    def _decoder_logits(self, batch, state_flat):
-        num, width = batch["input_ids"].shape
-        return self.model.lm_head(self.model.model.readout(state_flat.view(num, width, -1)))
+        return (exit_step * weight).sum(1) / weight.sum(1).clamp_min(1.0)
 
 
-class NativeLoopAdapter(_FixedCountAdapter):
-    """A looped LM that transformers ships (Dory, HRM-text, Inkling2-loop; :mod:`equilibria.native`), a fixed
-    number of passes as for Ouro: do the passes after the first compute? ``z0`` is the loop state after the first
-    pass, ``h*`` the state after all ``num_loops`` (both read from one forward of the model, by hooks), the decoder
-    the model's own layers after the loop and its head (a one-pass forward that continues from the given state).
-    "Iterations" are the passes (no pass exits early). A sequence has converged when the last pass's relative
-    change (over its real tokens) is below ``tol``. T4 does not apply (no fixed point to return to)."""
+ADAPTERS = (PHDEQAdapter, EqRAdapter, AttractorAdapter, AttractorPuzzleAdapter, LoopedLMAdapter)
 
-    model_types = native_model_types()
-    start_name = "h_1 (the loop state after the first pass)"
-    solved_name = "h_T (the loop state after the last pass)"
-
-    def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
-        super().__init__(model, num_loops, tol, seed)
-        self.protocol = native_loop_for(model)
-
-    @property
-    def family(self) -> str:
-        return self.model.config.model_type
-
-    def run(self, batch, start=None):
-        if start is not None:
-            raise ValueError(f"{self.family}: T4 does not apply (a fixed number of passes)")
-        base = base_model_of(self.model)
-        with loop_count(self.model, self.max_iter), self.protocol.recorder(base) as recorded:
-            logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        first, previous, last = (
-            self.protocol.state_after(base, recorded, p) for p in (1, max(self.max_iter - 1, 1), None)
-        )
-        steps = torch.full((len(last),), float(self.max_iter), dtype=torch.float64)
-        return self._fixed_run(batch, first, previous, last, steps, correct=self._units_right(batch, logits))
-
-    def _decoder_logits(self, batch, state_flat):
-        num, width = batch["input_ids"].shape
-        base = base_model_of(self.model)
-        with loop_count(self.model, 1), self.protocol.substitute(base, state_flat.view(num, width, -1)):
-            return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-
-    def loop(self, batch):
-        base = base_model_of(self.model)
-        return native_loop_map(base, batch["input_ids"], batch["attention_mask"]), self._real_tokens(batch)
-
-
-ADAPTERS = (PHDEQAdapter, EqRAdapter, AttractorAdapter, AttractorPuzzleAdapter, OuroAdapter, NativeLoopAdapter)
+#: the names this adapter had while Ouro and transformers' looped LMs had one each
+OuroAdapter = NativeLoopAdapter = LoopedLMAdapter
 
 
 def adapter_class_for(model_type: str, head_kind: str) -> type[LoopAdapter]:
@@ -550,6 +497,7 @@ __all__ = [
     "EqRAdapter",
     "LoopAdapter",
     "LoopRun",
+    "LoopedLMAdapter",
     "NativeLoopAdapter",
     "OuroAdapter",
     "PHDEQAdapter",

@@ -16,7 +16,6 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import TrainingArguments
 
 from ..families import Family, family_record, model_task
-from ..native import native_loop_for
 from ..provenance import LOOP_SCALING_FILES
 from ..tasks.named_splits import held_out_split, trained_on_rows
 from ..tasks.registry import TASK_RECORDS, task_record
@@ -366,11 +365,11 @@ def _intro(
     ]
 
 
-def _native_loading(head, family, where: str, config) -> list[str]:
+def _loading_without_code(head, family, where: str, config) -> list[str]:
     """A looped LM transformers ships: it loads without the package (no remote code), at another loop count with
     the config keys that count needs (HRM-text: its cache slots too); the package gives it a loop count per call."""
     load = f'model = {head.auto_class}.from_pretrained("{where}")'
-    other = ", ".join(f"{key}={value}" for key, value in native_loop_for(config).loop_config(config, 8).items())
+    other = ", ".join(f"{key}={value}" for key, value in family.loop.loop_config(config, 8).items())
     return [
         "## How to load it",
         "",
@@ -408,8 +407,8 @@ def _loading(
         "```",
         "",
     ]
-    if family is not None and family.native and not adapter:
-        return _native_loading(head, family, where, config) + usage_lines
+    if family is not None and not head.remote_code and not adapter:
+        return _loading_without_code(head, family, where, config) + usage_lines
     remote = (
         ["Without it, load the base model with `trust_remote_code=True` and apply the adapter with `peft`."]
         if adapter

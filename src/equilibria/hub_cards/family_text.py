@@ -20,7 +20,7 @@ LM_USAGE = (
 )
 
 #: a looped LM transformers ships reads its loop count from its config; ``looped`` gives it ``num_loops`` per call
-NATIVE_LM_USAGE = (
+TRANSFORMERS_LM_USAGE = (
     "from equilibria import looped",
     "from transformers import AutoTokenizer",
     "",
@@ -154,13 +154,13 @@ def _eqr_card_notes(config) -> list[str]:
     return lines
 
 
-def _native_text(name: str, class_name: str, source: str) -> FamilyText:
+def _transformers_lm_text(name: str, class_name: str, source: str) -> FamilyText:
     """The card text of a looped LM that transformers ships: its usage applies :func:`equilibria.looped`."""
     return FamilyText(
         name=f"{name} (transformers' `{class_name}`)",
         paper=f"{source}; the architecture ships in transformers",
         tags=("looped-lm", "recurrent-depth"),
-        usage={"causal_lm": NATIVE_LM_USAGE},
+        usage={"causal_lm": TRANSFORMERS_LM_USAGE},
     )
 
 
@@ -208,17 +208,17 @@ FAMILY_TEXTS: dict[str, FamilyText] = {
         },
         citation=PHDEQ_BIBTEX,
     ),
-    "dory": _native_text(
+    "dory": _transformers_lm_text(
         "Dory looped language model",
         "DoryForCausalLM",
         "NVIDIA Nemotron-Labs' Dory: input layers, a recurrent section looped `n_recurrent_loops` times, output layers",
     ),
-    "hrm_text": _native_text(
+    "hrm_text": _transformers_lm_text(
         "HRM-text language model",
         "HrmTextForCausalLM",
         "the Hierarchical Reasoning Model's text variant (Sapient): an L-stack and an H-stack, `H_cycles` x `L_cycles`",
     ),
-    "inkling2_loop_text": _native_text(
+    "inkling2_loop_text": _transformers_lm_text(
         "Inkling2-loop language model",
         "Inkling2LoopForCausalLM",
         "Thinking Machines' Inkling-2 with looped layers passed `loop_num_passes` times through a gated message path",

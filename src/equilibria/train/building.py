@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..families import FAMILIES
-from ..native import looped, native_loop_for
 from ..tasks.registry import puzzle_cells
 from .arguments import DTYPES, NEW_MODEL_SIZES, ModelArguments, TrainDataArguments, checkpoint_config
 
@@ -48,8 +47,7 @@ def build(model_args: ModelArguments, data_args: TrainDataArguments, seed: int):
         if config is not None and data.tokenizer is not None:
             _check_task_tokenizer(checkpoint, data.tokenizer, task)
     model = _model(model_args, family, head, data, config)
-    if family.native:  # a looped LM transformers ships: num_loops per call, its loop map
-        looped(model)
+    family.loop.prepare(model)  # num_loops per call (transformers' looped LMs: looped())
     # the last stage's task: a generated task, or rows of your own (no generated task is then the model's)
     model.config.equilibria_task = task if task is not None else ROWS_TASK
     if model_args.use_peft:
@@ -212,10 +210,10 @@ def save_lora(model, folder: Path, how: str):
 
 
 def _overrides(model_args: ModelArguments, family) -> dict:
-    """The config values ``--num_loops`` and ``--exit_loss`` set (checked before any data is built)."""
+    """The config values ``--exit_loss`` sets (checked before any data is built; ``--num_loops``'s need the config)."""
     from ..modeling.configuration_ouro import EXIT_LOSSES
 
-    overrides = {} if model_args.num_loops is None else {family.loops_key: model_args.num_loops}
+    overrides = {}  # --num_loops: set by the family's protocol once the config is known (_model)
     if model_args.exit_loss is not None:
         family.require_config_key("exit_loss", "--exit_loss")
         if model_args.exit_loss not in EXIT_LOSSES:
@@ -256,8 +254,8 @@ def _model(model_args: ModelArguments, family, head, data, config):
             f"the tokenizer has {vocab} tokens but the model's vocab_size is {config.vocab_size}: give the tokenizer "
             "the checkpoint was trained with"
         )
-    if family.native and model_args.num_loops is not None:  # HRM-text: its cache slots follow its H-cycles
-        overrides.update(native_loop_for(config).loop_config(config, model_args.num_loops))
+    if model_args.num_loops is not None:  # the config values of the count (HRM-text: its cache slots too)
+        overrides.update(family.loop.loop_config(config, model_args.num_loops))
     for key, value in overrides.items():
         setattr(config, key, value)
     config.validate_architecture()

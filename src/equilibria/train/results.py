@@ -55,7 +55,7 @@ def write_results(trainer, model_args: ModelArguments, data_args: TrainDataArgum
     else:
         print("no held-out rows (--test_size 0): no loop-scaling evaluation")
     trainer.create_model_card(dataset=hub_dataset)
-    code = "" if family_record(model).native else " its remote code,"  # transformers' own: no code of ours
+    code = " its remote code," if family_record(model).head_of_model(model).remote_code else ""
     print(f"wrote the model,{code} card and plot to {out}")
     return result
 

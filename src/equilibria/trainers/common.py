@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import ProgressCallback, Trainer, TrainingArguments
+from transformers import PreTrainedModel, ProgressCallback, Trainer, TrainingArguments
 from transformers.integrations import is_deepspeed_zero3_enabled
 
 from ..families import Family, family_record
@@ -20,14 +20,16 @@ from .callbacks import SteadyProgressCallback
 
 
 def find_core(model: nn.Module | None, model_types: tuple[str, ...]) -> nn.Module | None:
-    """The family's base model (the first module with ``loop_map`` whose config is of one of ``model_types``)
-    inside ``model`` and any wrapper around it (PEFT, DDP), or ``None``. The same object stays inside wrappers added
-    later. Works on classes loaded as remote code too (it reads the config, not the class)."""
+    """The family's base model (the first pretrained model whose config is of one of ``model_types`` and that holds
+    no base model of its own, as a head does) inside ``model`` and any wrapper around it (PEFT, DDP), or ``None``.
+    The same object stays inside wrappers added later. Works on classes loaded as remote code too (it reads the
+    config, not the class)."""
     if model is None:
         return None
     for module in model.modules():
-        config = getattr(module, "config", None)
-        if callable(getattr(module, "loop_map", None)) and getattr(config, "model_type", None) in model_types:
+        if not isinstance(module, PreTrainedModel) or module.config.model_type not in model_types:
+            continue
+        if not isinstance(getattr(module, module.base_model_prefix, None), nn.Module):
             return module
     return None
 

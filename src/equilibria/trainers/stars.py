@@ -24,8 +24,9 @@ from torch import nn
 from transformers import TrainingArguments
 from transformers.utils import logging
 
+from ..families import family_record
+from ..loops import transformers_model_types
 from ..modeling.regularization import JSRR_ESTIMATORS, JSRR_PROBES
-from ..native import is_native, looped, native_model_types
 from .arguments import FILLED_IN, Interval, LoopTrainingArguments, OneOf, preset_recipe, same_value
 from .common import LoopTrainer, TermScale, find_core
 from .stars_presets import STARS_OPTIONS, STARS_PRESETS, preset_values
@@ -261,8 +262,8 @@ def penalty_rows(inputs: dict, fraction: float, seed: int, step: int) -> torch.T
 
 
 def find_looped_core(model: nn.Module) -> nn.Module | None:
-    """The module that exposes ``loop_map`` (e.g. ``OuroModel``, or the base model of a transformers looped LM given
-    :func:`~equilibria.looped`) inside ``model`` and any wrapper around it (PEFT, DDP), or ``None``."""
+    """The base model of a looped model StarsTrainer drives (``OuroModel``, or the base model of a transformers looped
+    LM) inside ``model`` and any wrapper around it (PEFT, DDP), or ``None``."""
     return find_core(model, StarsTrainer.model_types)
 
 
@@ -290,7 +291,7 @@ class StarsTrainer(LoopTrainer):
     The model must be a looped model whose ``forward`` takes ``num_loops`` and that contains an Ouro base model
     (``OuroForCausalLM``, also wrapped by PEFT), or a looped LM that transformers ships (Dory, HRM-text,
     Inkling2-loop), which it gives :func:`~equilibria.looped` (the penalty is then computed in that forward, on the
-    loop map of :mod:`equilibria.native`). Logged next to the loss (so the progress bar,
+    loop map of its protocol in :mod:`equilibria.loops`). Logged next to the loss (so the progress bar,
     TensorBoard and W&B show them): ``num_loops`` (mean sampled count), ``spectral_radius``, ``lm_loss`` and
     ``jsrr_penalty`` (means over the logging interval and the processes).
 
@@ -300,7 +301,7 @@ class StarsTrainer(LoopTrainer):
     the penalty's double backward and is refused).
     """
 
-    model_types = ("ouro", *native_model_types())
+    model_types = ("ouro", *transformers_model_types())
     arguments_class = StarsTrainingArguments
     model_description = (
         "a looped model: OuroForCausalLM, or a looped LM that transformers ships (DoryForCausalLM, "
@@ -310,8 +311,8 @@ class StarsTrainer(LoopTrainer):
     weighted_log_keys = {"spectral_radius": "jsrr_weight", "jsrr_penalty": "jsrr_weight"}
 
     def __init__(self, model=None, args: StarsTrainingArguments | None = None, **kwargs):
-        if model is not None and is_native(model):  # transformers' looped LMs: num_loops per call, a loop map
-            looped(model)
+        if getattr(getattr(model, "config", None), "model_type", None) in self.model_types:
+            family_record(model).loop.prepare(model)  # num_loops per call (transformers' looped LMs: looped())
         if isinstance(args, StarsTrainingArguments) and args.gradient_checkpointing and args.jsrr_weight > 0:
             given = dict(args.gradient_checkpointing_kwargs or {})
             if given.get("use_reentrant") is True:
@@ -367,7 +368,7 @@ class StarsTrainer(LoopTrainer):
     @property
     def state_width(self) -> int:
         """The width of the loop state per position (the hidden size; HRM-text's ``(z_H, z_L)``: twice it)."""
-        return int(getattr(self.core, "loop_state_width", self.core.config.hidden_size))
+        return family_record(self.core).loop.state_width(self.core.config)
 
     # -- the loss ---------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The loop protocol for looped LMs that transformers ships (:class:`NativeLoop`) and the hook machinery its
+"""The loop protocol for looped LMs that transformers ships (:class:`TransformersLoop`) and the hook machinery its
 architectures share: recording the calls of a model's own modules during one of its forwards (:class:`Recorder`),
 and replacing the loop section's output in a forward (:func:`replace_output`).
 
@@ -16,6 +16,8 @@ import torch
 from torch import nn
 
 from ..modeling.loop_map import LoopMap
+from .looped_forward import make_looped
+from .protocol import LoopProtocol, LoopStates, base_model_of
 
 
 class Recorder:
@@ -72,71 +74,36 @@ def first_tensor(value):
     return value[0] if isinstance(value, tuple) else value
 
 
-def rows_of(value, rows: torch.Tensor, batch: int):
-    """``value`` (a tensor, or tuples / lists / dicts of them) with the batch rows ``rows`` kept in every tensor whose
-    first dimension is the batch (``batch`` rows); other values unchanged."""
-    if isinstance(value, torch.Tensor):
-        return value.index_select(0, rows.to(value.device)) if value.dim() and value.shape[0] == batch > 1 else value
-    if isinstance(value, (tuple, list)):
-        return type(value)(rows_of(v, rows, batch) for v in value)
-    if isinstance(value, dict):
-        return {k: rows_of(v, rows, batch) for k, v in value.items()}
-    return value
+class TransformersLoop(LoopProtocol):
+    """The loop protocol of a looped LM that transformers ships (one subclass per architecture): which config keys
+    hold a loop count, which cache layers a forward with a given count reads, which of the model's modules to watch
+    for its states, how to read the loop state after a pass from a recorded forward, how to put a state of our
+    choosing in place of the last, and one pass as a map ``h -> h'`` (for the Jacobian penalty and the trajectory).
 
+    Nothing here reimplements a model: every state is one its installed class computed, and a map or a decoded state
+    goes through its own modules. ``base`` is the model's base model (``model.model``), ``model`` the causal-LM
+    model."""
 
-class NativeLoop:
-    """How equilibria drives one transformers looped LM (one subclass per architecture, declaring the
-    ``model_type`` values it serves): which config keys hold a loop count, which cache layers a forward with a
-    given count reads, which of the model's modules to watch for its states, how to read the loop state after the
-    last pass from a recorded forward, how to put a state of our choosing in its place, and the loop as a map ``h -> h'`` (for the
-    Jacobian penalty and the trajectory diagnostic).
-
-    A *state* is per position: ``(batch, seq_len, state_width)``. ``base`` is the model's base model (``model.model``),
-    ``model`` the causal-LM head model."""
-
-    model_types: tuple[str, ...] = ()
     head_class = ""  # the causal-LM class in transformers (an older release may lack it)
-    loops_key = ""
+    step_name = "pass"
     #: the passes before the state the loop map starts from (0: before the first pass)
     start_after_passes = 0
 
-    def loop_config(self, config, num_loops: int) -> dict:
-        """The config values that make a forward run ``num_loops`` passes."""
-        return {self.loops_key: num_loops}
+    def check_count(self, num_loops) -> int:
+        if isinstance(num_loops, bool) or not isinstance(num_loops, int) or num_loops < 1:
+            raise ValueError(f"num_loops must be an integer >= 1 (loop passes for this call), got {num_loops!r}")
+        return num_loops
 
-    def default_loops(self, config) -> int:
-        return int(getattr(config, self.loops_key))
-
-    @contextlib.contextmanager
-    def extra_settings(self, base: nn.Module, num_loops: int) -> Iterator[None]:
-        """Anything besides the config that a forward with ``num_loops`` passes needs (default: nothing)."""
-        yield
-
-    @contextlib.contextmanager
-    def running(self, model: nn.Module, num_loops: int) -> Iterator[None]:
-        """Within the block, ``model`` (head or base model: they share the config) runs ``num_loops`` passes; the
-        config is restored on leaving."""
-        config = model.config
-        values = self.loop_config(config, num_loops)
-        kept = {key: getattr(config, key) for key in values}
-        try:
-            for key, value in values.items():
-                setattr(config, key, value)
-            with self.extra_settings(getattr(model, getattr(model, "base_model_prefix", ""), model), num_loops):
-                yield
-        finally:
-            for key, value in kept.items():
-                setattr(config, key, value)
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """``model`` with ``num_loops`` (and the STARS penalty's arguments) per call: :func:`equilibria.looped`."""
+        return make_looped(model, self)
 
     def cache_slots(self, config, num_loops: int) -> list[int] | None:
         """The cache layers a forward with ``num_loops`` passes reads (None: any cache fits any count)."""
         return None
 
-    def state_width(self, config) -> int:
-        return int(config.hidden_size)
-
     def recorder(self, base: nn.Module) -> Recorder:
-        """A :class:`Recorder` of what :meth:`state_after` and :meth:`loop_map` read."""
+        """A :class:`Recorder` of what :meth:`state_after` and :meth:`recorded_map` read."""
         raise NotImplementedError
 
     def state_after(self, base: nn.Module, recorded: Recorder, passes: int | None = None) -> torch.Tensor:
@@ -157,8 +124,32 @@ class NativeLoop:
         """The state the loop starts from (before its first pass) in the recorded forward."""
         raise NotImplementedError
 
-    def loop_map(self, base: nn.Module, recorded: Recorder) -> LoopMap:
+    def recorded_map(self, base: nn.Module, recorded: Recorder) -> LoopMap:
         return LoopMap(self.step(base, recorded), self.start(base, recorded))
 
+    def loop_map(self, model, batch, generator=None) -> LoopMap:
+        """One pass for these inputs as a function of the state alone, and the state the loop starts from (recorded
+        from a forward of one pass without a cache, with the masks and position embeddings it builds;
+        Inkling2-loop's map starts after that pass)."""
+        base = base_model_of(model)
+        with self.count(base, 1), self.recorder(base) as recorded:
+            base(input_ids=batch.get("input_ids"), attention_mask=batch.get("attention_mask"), use_cache=False)
+        return self.recorded_map(base, recorded)
 
-__all__ = ["NativeLoop", "Recorder", "first_tensor", "without_cache", "replace_output", "rows_of"]
+    def decode(self, model, batch, state):
+        """A forward of one pass that continues from ``state``: the model's own layers after the loop and its head."""
+        base = base_model_of(model)
+        with self.count(model, 1), self.substitute(base, state):
+            return model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask")).logits
+
+    def states(self, model, batch, num_loops):
+        """The states after the first, next-to-last and last pass of one forward of ``num_loops`` passes (read by
+        hooks), with that forward's logits; no pass exits early."""
+        base = base_model_of(model)
+        with self.count(model, num_loops), self.recorder(base) as recorded:
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask")).logits
+        first, previous, last = (self.state_after(base, recorded, p) for p in (1, max(num_loops - 1, 1), None))
+        return LoopStates(first, previous, last, logits=logits)
+
+
+__all__ = ["Recorder", "TransformersLoop", "first_tensor", "replace_output", "without_cache"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from .base import NativeLoop, Recorder, first_tensor, replace_output, without_cache
+from .transformers_base import Recorder, TransformersLoop, first_tensor, replace_output, without_cache
 
 
-class DoryLoop(NativeLoop):
+class DoryLoop(TransformersLoop):
     """The recurrent section of a Dory model: loop count ``n_recurrent_loops``; state: the hidden states after a
     pass; map: ``h -> R(norm(h) + x0)``. Cache: ``per_loop`` mode keeps each pass's keys and values in its own
     copies of the recurrent layers' cache layers (appended after the model's layers on a cache's first forward),

@@ -9,10 +9,10 @@ import contextlib
 
 import torch
 
-from .base import NativeLoop, Recorder, first_tensor, replace_output, without_cache
+from .transformers_base import Recorder, TransformersLoop, first_tensor, replace_output, without_cache
 
 
-class HrmTextLoop(NativeLoop):
+class HrmTextLoop(TransformersLoop):
     """The H-cycle of an HRM-text model. Loop count ``H_cycles``; state ``cat(z_H, z_L)`` (twice the hidden
     size); map: one H-cycle. The config keeps one cache slot per attention call, ``num_hidden_layers =
     num_layers_per_stack * H_cycles * (L_cycles + 1)``, and the forward indexes them by cycle, so a loop count sets

@@ -10,10 +10,10 @@ import contextlib
 
 import torch
 
-from .base import NativeLoop, Recorder, replace_output
+from .transformers_base import Recorder, TransformersLoop, replace_output
 
 
-class Inkling2Loop(NativeLoop):
+class Inkling2Loop(TransformersLoop):
     """The looped layers of an Inkling2-loop model. Loop count ``loop_num_passes``; state: the outputs of the loop
     layers in a pass, side by side (``hidden_size`` times the loop layers, per position): the residual blocks the
     pass appends and the hidden states it ends with are among them, and they are all that the next pass and the
@@ -66,7 +66,7 @@ class Inkling2Loop(NativeLoop):
         kwargs = {**kwargs, "cache": None, "use_cache": False}
 
         def next_pass(state: torch.Tensor) -> torch.Tensor:
-            with self.running(base, 2), self.substitute(base, state, call=0), self.recorder(base) as inner:
+            with self.count(base, 2), self.substitute(base, state, call=0), self.recorder(base) as inner:
                 base(*args, **kwargs)
             return self.state_after(base, inner, 2)
 
