@@ -182,7 +182,7 @@ def test_random_step_state_draws_the_linearised_step_per_micro_batch(tmp_path):
 
     @functools.wraps(original)
     def forward(*args, **kwargs):
-        steps.append((kwargs["num_loops"], kwargs.get("spectral_radius_step")))
+        steps.append((kwargs["num_loops"], kwargs["jsrr"].step))  # the options StarsTrainer passes
         return original(*args, **kwargs)
 
     model.forward = forward

@@ -467,9 +467,12 @@ OuroAdapter = NativeLoopAdapter = LoopedLMAdapter
 
 
 def adapter_class_for(model_type: str, head_kind: str) -> type[LoopAdapter]:
-    """The adapter of :data:`ADAPTERS` that declares the family ``model_type`` and a head of ``head_kind``;
-    ``ValueError`` when none does."""
+    """The adapter of :data:`ADAPTERS` that declares the family ``model_type`` and a head of ``head_kind``; for a
+    language model of a family registered later whose protocol runs a fixed number of steps, the looped-LM adapter;
+    ``ValueError`` when none fits."""
     found = serving(ADAPTERS, model_type, head_kind)
+    if not found and head_kind == "causal_lm" and family_record(model_type).loop.runs_fixed_steps:
+        return LoopedLMAdapter
     if not found:
         raise ValueError(f"no audit adapter declares model_type {model_type!r} with a {head_kind} head")
     return found[0]

@@ -45,8 +45,9 @@ def looped(model):
 
     * ``forward(..., num_loops=k)`` and ``generate(..., num_loops=k)`` run ``k`` passes for that call (the config's
       count otherwise); a cache filled at another count is refused with a ``ValueError``;
-    * ``forward`` also takes the ``spectral_radius_*`` arguments of Ouro's (the STARS penalty, computed inside
-      ``forward`` so that DDP sees it) and returns the radius in ``spectral_radius``.
+    * ``forward`` also takes Ouro's ``jsrr`` (a :class:`~equilibria.modeling.regularization.JSRROptions`, or the
+      ``spectral_radius_*`` keywords: the STARS penalty, computed inside ``forward`` so that DDP sees it) and returns
+      the radius in ``spectral_radius``.
 
     The loop map, the state's width and decoding a state are its protocol's (``family_record(model).loop``). The
     weights, the class and the config are untouched: ``save_pretrained`` writes the transformers model as before,

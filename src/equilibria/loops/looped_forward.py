@@ -18,17 +18,8 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.utils import ModelOutput
 
 from ..modeling.looped_lm import warn_far_beyond
-from ..modeling.regularization import spectral_radius
+from ..modeling.regularization import JSRROptions, jsrr_estimate
 from .protocol import base_model_of, head_model
-
-_JSRR_DEFAULTS = dict(
-    spectral_radius_iters=None,
-    spectral_radius_estimator="vjp",
-    spectral_radius_start=None,
-    spectral_radius_probe="sequence",
-    spectral_radius_rows=None,
-    spectral_radius_step=None,
-)
 
 
 def check_cache(protocol, config, cache, num_loops: int) -> None:
@@ -58,70 +49,51 @@ class LoopedCausalLMOutput(CausalLMOutputWithPast):
     spectral_radius: torch.FloatTensor | None = None
 
 
-def rows_of(value, rows: torch.Tensor, batch: int):
-    """``value`` (a tensor, or tuples / lists / dicts of them) with the batch rows ``rows`` kept in every tensor whose
-    first dimension is the batch (``batch`` rows); other values unchanged."""
-    if isinstance(value, torch.Tensor):
-        return value.index_select(0, rows.to(value.device)) if value.dim() and value.shape[0] == batch > 1 else value
-    if isinstance(value, (tuple, list)):
-        return type(value)(rows_of(v, rows, batch) for v in value)
-    if isinstance(value, dict):
-        return {k: rows_of(v, rows, batch) for k, v in value.items()}
-    return value
-
-
-def _jsrr(protocol, head, recorded, attention_mask, options: dict) -> torch.Tensor:
-    """The spectral-radius estimate of the recorded forward's loop map at its last state (or the state after
-    ``spectral_radius_step`` passes), over the real tokens; with ``rows``, on those batch rows only."""
+def _jsrr(protocol, head, recorded, attention_mask, jsrr: JSRROptions) -> torch.Tensor:
+    """The JSRR estimate (:func:`~equilibria.modeling.regularization.jsrr_estimate`, every family's) of the recorded
+    forward's loop map at its last state (or the state after ``jsrr.step`` passes)."""
     base = base_model_of(head)
-    state = protocol.state_after(base, recorded, options["spectral_radius_step"])
-    valid = attention_mask if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 else None
-    rows, start = options["spectral_radius_rows"], options["spectral_radius_start"]
-    if rows is not None:
-        if rows.numel() == 0:
-            return state.new_zeros((0,), dtype=torch.float32)
-        batch = state.shape[0]
-        state, valid, start = (rows_of(t, rows, batch) for t in (state, valid, start))
-        recorded.inputs = {k: rows_of(v, rows, batch) for k, v in recorded.inputs.items()}
-        recorded.outputs = {k: rows_of(v, rows, batch) for k, v in recorded.outputs.items()}
-    return spectral_radius(
-        protocol.step(base, recorded),
-        state,
-        num_iters=options["spectral_radius_iters"],
-        valid=valid,
-        estimator=options["spectral_radius_estimator"],
-        start=start,
-        probe=options["spectral_radius_probe"],
-    )
+
+    def make_step(pick):
+        recorded.inputs = {k: pick(v) for k, v in recorded.inputs.items()}
+        recorded.outputs = {k: pick(v) for k, v in recorded.outputs.items()}
+        return protocol.step(base, recorded)
+
+    return jsrr_estimate(make_step, protocol.state_after(base, recorded, jsrr.step), attention_mask, jsrr)
 
 
 def _looped_forward(original, protocol):
     @functools.wraps(original)
-    def forward(self, *args, num_loops: int | None = None, **kwargs):
-        options = {key: kwargs.pop(key, default) for key, default in _JSRR_DEFAULTS.items()}
+    def forward(self, *args, num_loops: int | None = None, jsrr: JSRROptions | None = None, **kwargs):
+        jsrr = JSRROptions.pop_from(kwargs, jsrr)
         with protocol.count(self, num_loops) as count:
             cache = kwargs.get("cache", kwargs.get("past_key_values"))
             check_cache(protocol, self.config, cache, count)
-            if options["spectral_radius_iters"] and cache is not None and cache.get_seq_length():
+            if jsrr is not None and cache is not None and cache.get_seq_length():
                 raise ValueError(
                     "spectral_radius_iters: the loop map is read from a forward without past tokens; "
                     "pass no cache (use_cache=False)"
                 )
-            if not options["spectral_radius_iters"]:
+            if jsrr is not None and (jsrr.step or 1) > count:
+                raise ValueError(f"spectral_radius_step must be at most num_loops={count}, got {jsrr.step}")
+            if jsrr is None:
                 outputs = original(self, *args, **kwargs)
                 rho = None
             else:
                 with protocol.recorder(base_model_of(self)) as recorded:
                     outputs = original(self, *args, **kwargs)
-                rho = _jsrr(protocol, self, recorded, kwargs.get("attention_mask"), options)
+                rho = _jsrr(protocol, self, recorded, kwargs.get("attention_mask"), jsrr)
         if type(outputs) is CausalLMOutputWithPast:
             return LoopedCausalLMOutput(**outputs, num_loops=count, spectral_radius=rho)
         return _with_radius(outputs, rho, count) if isinstance(outputs, ModelOutput) else outputs
 
     signature = inspect.signature(original)
     params = list(signature.parameters.values())
-    extra = [inspect.Parameter("num_loops", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="int | None")]
-    extra += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in _JSRR_DEFAULTS.items()]
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    extra = [
+        inspect.Parameter("num_loops", keyword, default=None, annotation="int | None"),
+        inspect.Parameter("jsrr", keyword, default=None, annotation="JSRROptions | None"),
+    ]
     at = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD), len(params))
     forward.__signature__ = signature.replace(parameters=params[:at] + extra + params[at:])
     return forward

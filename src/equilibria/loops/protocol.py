@@ -133,5 +133,10 @@ class LoopProtocol:
         """A forward of ``num_loops`` loop steps without an early exit, as the audit reads it."""
         raise NotImplementedError(f"{type(self).__name__} runs no fixed number of steps")
 
+    @property
+    def runs_fixed_steps(self) -> bool:
+        """Whether the protocol gives :meth:`states` (a loop of a fixed number of steps, audited as one)."""
+        return type(self).states is not LoopProtocol.states
+
 
 __all__ = ["LoopProtocol", "LoopStates", "base_model_of", "head_model"]

@@ -35,6 +35,7 @@ import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -64,7 +65,7 @@ from .looped_lm import (
     recording_attentions,
     warn_far_beyond,
 )
-from .regularization import check_estimator_fits, spectral_radius
+from .regularization import JSRROptions, check_estimator_fits, jsrr_estimate
 from .solvers import residual
 
 # --------------------------------------------------------------------------------------------------
@@ -139,36 +140,32 @@ class OuroCache(TelemetryCache):
 
 
 def check_cache(cache: Cache, num_loops: int, num_layers: int, mode: str = "per_loop") -> None:
-    """Check that ``cache`` can hold (or holds) the entries of this loop count in this ``recurrent_kv_cache_mode``.
-    In ``per_loop``, an empty fixed-layout cache with one layer per decoder layer (what ``generate`` builds from the
-    config: a ``DynamicCache``, or a ``StaticCache`` with ``cache_implementation="static"``) gets a copy of its
-    layers for each further loop step, as transformers' Dory does."""
-    if isinstance(cache, OuroCache):  # bound to the mode (and in per_loop the loop count) that first filled it
-        if cache.get_seq_length() == 0:
-            cache.recurrent_kv_cache_mode, cache.exit_steps = mode, None
-        elif (cache.recurrent_kv_cache_mode or "per_loop") != mode:
+    """``ValueError`` unless ``cache`` can hold (or holds) the entries of this loop count in this
+    ``recurrent_kv_cache_mode``; it only checks (:func:`grow_cache` lays out a fresh fixed-layout cache, and the
+    forward binds an :class:`OuroCache` to the mode and count that filled it)."""
+    if isinstance(cache, OuroCache):
+        if cache.get_seq_length() == 0:  # not filled yet: any mode and count
+            return
+        if (cache.recurrent_kv_cache_mode or "per_loop") != mode:
             raise ValueError(
                 f"This OuroCache holds keys/values laid out for recurrent_kv_cache_mode="
                 f"{cache.recurrent_kv_cache_mode!r}; it cannot be continued with recurrent_kv_cache_mode={mode!r}. "
                 "Use one mode for the whole generation."
             )
-        elif mode == "per_loop" and cache.num_loops != num_loops:
+        if mode == "per_loop" and cache.num_loops != num_loops:
             raise ValueError(
                 f"This OuroCache holds keys/values for num_loops={cache.num_loops}; it cannot be continued with "
                 f"num_loops={num_loops}. Use the same num_loops for the whole generation, or start a new cache (a "
                 "recurrent_kv_cache_mode='last_loop' cache can change num_loops)."
             )
-        cache.num_loops = num_loops
         return
-    needed = num_loops * num_layers if mode == "per_loop" else num_layers
-    layers = len(cache.layers)
+    needed, layers = (num_loops * num_layers if mode == "per_loop" else num_layers), len(cache.layers)
     if torch.compiler.is_compiling():  # a compiled decoding step: the eager prefill laid the cache out
         if layers != needed:
             raise ValueError(
                 f"The cache holds {layers} entries; num_loops={num_loops} in mode {mode!r} needs {needed}."
             )
         return
-    fixed = getattr(cache, "layer_class_to_replicate", None) is None
     kinds = {type(layer).__name__ for layer in cache.layers}
     if mode == "last_loop" and not kinds <= ReadOnlyCache.READABLE:
         raise ValueError(
@@ -176,19 +173,31 @@ def check_cache(cache: Cache, num_loops: int, num_layers: int, mode: str = "per_
             f"{type(cache).__name__} with {sorted(kinds - ReadOnlyCache.READABLE)} (cache_implementation='static', "
             "quantized and offloaded caches). Use the default dynamic cache, or recurrent_kv_cache_mode='per_loop'."
         )
-    if fixed and layers == num_layers and cache.get_seq_length() == 0:  # as generate builds it: one per layer
-        cache.layers += [copy.deepcopy(layer) for layer in cache.layers * (needed // num_layers - 1)]
-    if fixed and len(cache.layers) < needed:
+    if _fixed_layout(cache) and layers < needed:
         raise ValueError(
             f"Ouro needs a cache with one entry per (loop step, layer) = {needed} entries for num_loops={num_loops}, "
             f"but got a {type(cache).__name__} with {layers} layers. Pass an empty cache with one layer per decoder "
             "layer (it grows the rest), the default dynamic cache, or an OuroCache()."
         )
-    if cache.get_seq_length() > 0 and len(cache.layers) != needed:
+    if cache.get_seq_length() > 0 and layers != needed:
         raise ValueError(
-            f"The cache holds {len(cache.layers)} entries, but num_loops={num_loops} with recurrent_kv_cache_mode="
+            f"The cache holds {layers} entries, but num_loops={num_loops} with recurrent_kv_cache_mode="
             f"{mode!r} needs {needed}. Use the same num_loops and mode for the whole generation."
         )
+
+
+def _fixed_layout(cache: Cache) -> bool:
+    return getattr(cache, "layer_class_to_replicate", None) is None
+
+
+def grow_cache(cache: Cache, num_loops: int, num_layers: int, mode: str) -> None:
+    """An empty fixed-layout cache with one layer per decoder layer (what ``generate`` builds from the config: a
+    ``DynamicCache``, or a ``StaticCache`` with ``cache_implementation="static"``) gets a copy of its layers for
+    each further loop step in ``per_loop``, as transformers' Dory does; any other cache is left as it is."""
+    if torch.compiler.is_compiling() or mode != "per_loop":
+        return
+    if _fixed_layout(cache) and len(cache.layers) == num_layers and cache.get_seq_length() == 0:
+        cache.layers += [copy.deepcopy(layer) for layer in cache.layers * (num_loops - 1)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -254,7 +263,20 @@ class OuroDecoderLayer(GradientCheckpointingLayer):
 
 
 class OuroEarlyExit:
-    """The early-exit state of one forward (see [`OuroModel.forward`] for the semantics); it owns all of it:
+    """The early-exit state of one forward of [`OuroModel`].
+
+    The semantics. A token exits at the first step ``t < num_loops`` where the cumulative probability of its exit
+    distribution reaches the threshold; its output is its state at that step. From then on it is frozen: at every
+    later loop step ``s`` and layer ``l``, later (and concurrent) tokens attend to the keys/values the exited token
+    had at its exit step for layer ``l``. In ``per_loop`` the cache entries for steps after the exit are filled with
+    those copies, so the cache always holds all ``num_loops x L`` entries, and a cached run equals an uncached one;
+    in ``last_loop`` the one entry per layer holds them. During single-token decoding the layers run only on the
+    batch rows still looping, and once every row has exited the remaining steps are skipped altogether (only the
+    copies are written). During a multi-token forward (prefill) all tokens are computed and exited ones are masked,
+    which gives the same numbers with less of the saving: only once every token of the forward has exited are the
+    remaining steps skipped.
+
+    It owns all of that state:
 
     * the exit distribution's running state (``survive``, ``cdf``) and each token's exit step (``exit_steps``);
     * the frozen tokens: ``exited[b, s]``, and per layer the keys/values the current tokens used at the last step
@@ -416,6 +438,31 @@ class OuroPreTrainedModel(StrictLoadingMixin, PreTrainedModel):
     }
 
 
+class LoopCall(NamedTuple):
+    """What the loop steps of one forward share."""
+
+    num_loops: int
+    position_embeddings: tuple[torch.Tensor, torch.Tensor]
+    masks: dict
+    cache: Cache | None
+    mode: str  # recurrent_kv_cache_mode
+    early: OuroEarlyExit | None
+    keep_states: bool  # keep (embeddings, each step's readout)
+    jsrr_step: int | None  # keep the state after this step (when it is not the last)
+    kwargs: dict
+
+
+class LoopTrace(NamedTuple):
+    """What the loop steps of one forward leave: the final state, the one before it, the kept states (or None),
+    the exit gate's logits after every step but the last, and the state after ``jsrr_step`` (or None)."""
+
+    final: torch.Tensor
+    previous: torch.Tensor
+    states: tuple[torch.Tensor, ...] | None
+    gate_logits: list[torch.Tensor]
+    linearised: torch.Tensor | None
+
+
 class OuroModel(LoopedLMBase, OuroPreTrainedModel):
     """The looped decoder: embeddings, ``L`` shared layers applied ``num_loops`` times, the final norm (after every
     step, or only on what is read out: ``config.norm_placement``) and the exit gate. Returns [`OuroModelOutput`]."""
@@ -535,36 +582,16 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
 
         return step
 
-    def _jsrr_estimate(self, final, position_embeddings, masks: dict, attention_mask, options: dict) -> torch.Tensor:
-        """The spectral radius of the loop step's Jacobian at ``final`` (``forward``'s ``spectral_radius_*``
-        arguments, as ``options`` without the prefix), over the real tokens of a 2-D ``attention_mask``; with
-        ``rows``, on those batch rows only (the step runs on them alone)."""
-        check_estimator_fits(self.layers, options["estimator"])
-        valid = attention_mask if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 else None
-        rows, start = options["rows"], options["start"]
-        if rows is not None:
-            if rows.numel() == 0:
-                return final.new_zeros((0,), dtype=torch.float32)
-            pick = lambda t: t.index_select(0, rows) if isinstance(t, torch.Tensor) and t.shape[0] > 1 else t  # noqa: E731
-            final, valid, start = pick(final), pick(valid), pick(start)
-            position_embeddings = tuple(pick(t) for t in position_embeddings)
-            masks = {k: pick(m) for k, m in masks.items()}
-        return spectral_radius(
-            self._step_map(position_embeddings, masks),
-            final,
-            num_iters=options["iters"],
-            valid=valid,
-            estimator=options["estimator"],
-            start=start,
-            probe=options["probe"],
-        )
+    def _jsrr(self, trace: LoopTrace, position_embeddings, masks: dict, attention_mask, jsrr: JSRROptions):
+        """The JSRR estimate (:func:`jsrr_estimate`) at the loop's final state, or after ``jsrr.step``."""
+        check_estimator_fits(self.layers, jsrr.estimator)
+        at = trace.final if trace.linearised is None else trace.linearised
+        make_step = lambda pick: self._step_map(pick(position_embeddings), pick(masks))  # noqa: E731
+        return jsrr_estimate(make_step, at, attention_mask, jsrr)
 
-    def _run_loop(
-        self, hidden, num_loops, position_embeddings, masks, cache, mode, early, keep_states, jsrr_step, kwargs
-    ):
-        """Run the loop steps from ``hidden``: ``(final state, the state before it, (embeddings, each step's
-        readout) when ``keep_states`` else None, the exit gate's logits after every step but the last, the state
-        after step ``jsrr_step`` when it is not the last else None)``."""
+    def _run_loop(self, hidden: torch.Tensor, call: LoopCall) -> LoopTrace:
+        """Run the loop steps of ``call`` from ``hidden``."""
+        num_loops, position_embeddings, masks, cache, mode, early, keep_states, jsrr_step, kwargs = call
         num_layers = self.config.num_hidden_layers
         states = (hidden,) if keep_states else None
         gate_logits: list[torch.Tensor] = []
@@ -584,14 +611,14 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
                 hidden, step, position_embeddings, masks, cache=attend, early_exit=early, cache_entry=entry, **kwargs
             )
             previous, hidden = hidden, (new if early is None else early.end_step(hidden, new))
-            if step + 1 == jsrr_step and jsrr_step < num_loops:
+            if jsrr_step is not None and step + 1 == jsrr_step < num_loops:
                 linearised = hidden
             states = states + (self.readout(hidden),) if keep_states else None
             if step < num_loops - 1:
                 gate_logits.append(self.exit_logit(hidden))
                 if early is not None:
                     early.observe_gate(step, gate_logits[-1])
-        return hidden, previous, states, gate_logits, linearised
+        return LoopTrace(hidden, previous, states, gate_logits, linearised)
 
     @can_return_tuple
     def forward(
@@ -607,12 +634,7 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         exit_readout: str | None = None,
         recurrent_kv_cache_mode: str | None = None,
         output_hidden_states: bool | None = None,
-        spectral_radius_iters: int = 0,
-        spectral_radius_estimator: str = "vjp",
-        spectral_radius_start: torch.Tensor | None = None,
-        spectral_radius_probe: str = "sequence",
-        spectral_radius_rows: torch.LongTensor | None = None,
-        spectral_radius_step: int | None = None,
+        jsrr: JSRROptions | None = None,
         past_key_values: Cache | None = None,
         **kwargs,
     ) -> OuroModelOutput:
@@ -620,51 +642,32 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
 
         Args:
             num_loops (`int`, *optional*): Loop steps for this call (>= 1); defaults to ``config.total_ut_steps``.
-            exit_threshold (`float`, *optional*): Early-exit threshold in ``(0, 1]`` for this call; when not given,
-                ``config.early_exit_threshold``. ``1.0`` (or a config value of ``None``) disables early exit.
-                Ignored (all tokens run every step) in training mode with gradients enabled.
-            exit_readout (`str`, *optional*): ``"frozen"`` (below) or ``"reference"`` (the published code's: every
-                step is computed, each token is read out at its exit step); defaults to ``config.exit_readout``.
-            recurrent_kv_cache_mode (`str`, *optional*): The cache's layout for this call, ``"per_loop"`` or
-                ``"last_loop"`` (see [`OuroConfig`]); defaults to ``config.recurrent_kv_cache_mode``. A cache is
-                continued in the mode that filled it.
-            spectral_radius_iters (`int`): With ``K > 0``, also estimate the spectral radius of the loop step's
-                Jacobian at the final state by ``K`` power iterations (``spectral_radius`` in the output,
-                differentiable: the JSRR penalty). Computed inside ``forward``, so it works under any wrapper
-                (DDP, FSDP, DeepSpeed) like the loss. ``spectral_radius_estimator``: ``"vjp"`` or ``"jvp"`` (the
-                STARS paper's); ``spectral_radius_start``: the start vectors (the state's shape), else random;
-                ``spectral_radius_probe``: ``"sequence"`` (an estimate per sequence) or ``"batch"`` (start vectors
-                normalised over the whole batch: the output's norm is the batch's estimate); ``spectral_radius_rows``:
-                the batch rows to estimate on (the loop step runs on them alone), else all; ``spectral_radius_step``:
-                the loop step (1-based, at most ``num_loops``) whose output state the estimate linearises at, else
-                the last (the STARS paper's "an iteration inside the loop"; its code uses the last).
-            past_key_values (`Cache`, *optional*): The cache's name before transformers 5.24 (``cache=``, not both),
-                named here for exporters that pass it by that name.
-
-        Early exit. A token exits at the first step ``t < num_loops`` where the cumulative probability of its
-        exit distribution reaches the threshold; its output is its state at that step. From then on it is
-        frozen: at every later loop step ``s`` and layer ``l``, later (and concurrent) tokens attend to the
-        keys/values the exited token had at its exit step for layer ``l``. In ``per_loop`` the cache entries for
-        steps after the exit are filled with those copies, so the cache always holds all ``num_loops x L`` entries,
-        and a cached run equals an uncached one; in ``last_loop`` the one entry per layer holds them. During
-        single-token decoding the layers run only on the batch rows still looping, and once every row has exited
-        the remaining steps are skipped altogether (only the copies are written). During a multi-token forward (prefill) all tokens are computed and exited
-        ones are masked, which gives the same numbers with less of the saving: only once every token of the forward
-        has exited are the remaining steps skipped.
+            exit_threshold (`float`, *optional*): Early-exit threshold in ``(0, 1]`` for this call (see
+                [`OuroEarlyExit`]), else ``config.early_exit_threshold``; ``1.0`` or ``None`` disables it, and so does
+                training with gradients.
+            exit_readout (`str`, *optional*): ``"frozen"`` or ``"reference"`` (the published code's: every step is
+                computed, each token read out at its exit step); defaults to ``config.exit_readout``.
+            recurrent_kv_cache_mode (`str`, *optional*): ``"per_loop"`` or ``"last_loop"`` for this call (see
+                [`OuroConfig`]); a cache is continued in the mode that filled it.
+            jsrr (`JSRROptions`, *optional*): Also estimate the spectral radius of the loop step's Jacobian
+                (``spectral_radius``, differentiable: the JSRR penalty), inside ``forward`` so that any wrapper (DDP,
+                FSDP, DeepSpeed) sees it as it sees the loss.
+            past_key_values (`Cache`, *optional*): The cache's name before transformers 5.24 (for exporters).
         """
         config = self.config
         num_loops = config.total_ut_steps if num_loops is None else as_int(num_loops, "num_loops", 1, "loop steps")
+        if jsrr is not None and (jsrr.step or 1) > num_loops:
+            raise ValueError(f"spectral_radius_step must be at most num_loops={num_loops}, got {jsrr.step}")
         if past_key_values is not None:  # the cache's name before transformers 5.24, named for exporters
             kwargs["past_key_values"] = past_key_values
         inputs = self.prepare_inputs(
             input_ids, inputs_embeds, cache, use_cache, position_ids, output_hidden_states, kwargs
         )
         cache, hidden = inputs.cache, inputs.inputs_embeds
-        mode = (  # the config's was checked when it was set
-            config.recurrent_kv_cache_mode
-            if recurrent_kv_cache_mode is None
-            else check_recurrent_kv_cache_mode(recurrent_kv_cache_mode)
-        )
+        given_mode = recurrent_kv_cache_mode  # the config's was checked when it was set
+        mode = config.recurrent_kv_cache_mode if given_mode is None else check_recurrent_kv_cache_mode(given_mode)
+        if cache is not None and not isinstance(cache, OuroCache):  # OuroCache grows as it goes
+            grow_cache(cache, num_loops, config.num_hidden_layers, mode)
         if cache is not None:
             check_cache(cache, num_loops, config.num_hidden_layers, mode)
         masks = self._masks(hidden, attention_mask, cache, inputs.position_ids)
@@ -673,48 +676,31 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         threshold = config.early_exit_threshold if exit_threshold is None else exit_threshold
         if exit_threshold is not None or exit_readout is not None or (threshold is not None and threshold < 1.0):
             early, reference = self._early_exit(threshold, exit_readout, hidden, num_loops, masks, inputs)
-        jsrr_step = (
-            num_loops
-            if spectral_radius_step is None
-            else as_int(spectral_radius_step, "spectral_radius_step", 1, "a loop step")
-        )
-        if jsrr_step > num_loops:
-            raise ValueError(f"spectral_radius_step must be at most num_loops={num_loops}, got {jsrr_step}")
         keep_states = inputs.output_hidden_states or reference is not None
+        call = LoopCall(
+            num_loops, position_embeddings, masks, cache, mode, early, keep_states, jsrr and jsrr.step, kwargs
+        )
         layers_attention = [layer.self_attn for layer in self.layers]
         with recording_attentions(layers_attention) if inputs.output_attentions else nullcontext() as attentions:
-            hidden, previous, states, gate_logits, linearised = self._run_loop(
-                hidden, num_loops, position_embeddings, masks, cache, mode, early, keep_states, jsrr_step, kwargs
-            )
-        loop_residual = early.residual if early is not None else residual(previous, hidden, keep_dims=2)[1]
-        exit_probs = exit_distribution(gate_logits, hidden)
+            trace = self._run_loop(hidden, call)
+        final, states = trace.final, trace.states
+        loop_residual = early.residual if early is not None else residual(trace.previous, final, keep_dims=2)[1]
+        exit_probs = exit_distribution(trace.gate_logits, final)
         gate = self.early_exit_gate
-        if not gate_logits and gate.weight.requires_grad and self.training and torch.is_grad_enabled():
-            # one step: every token exits there and the gate has no say; a training gate joins the graph with
-            # weight 0, so that every trainable parameter gets a gradient at every sampled loop count (plain DDP).
-            # Through the gate's own forward, on one token: ZeRO-3 gathers a module's weights for its forward only
-            exit_probs = exit_probs + 0.0 * gate(hidden[:, :1].detach()).sum()
-        final, hidden = hidden, self.readout(hidden)
+        if not trace.gate_logits and gate.weight.requires_grad and self.training and torch.is_grad_enabled():
+            # one step: the gate has no say, but joins the graph with weight 0 so that every trainable parameter gets
+            # a gradient at every sampled count (plain DDP); by its own forward on one token (ZeRO-3 gathers for it)
+            exit_probs = exit_probs + 0.0 * gate(final[:, :1].detach()).sum()
+        hidden = self.readout(final)
         if reference is None:
-            exit_steps = (
-                early.exit_steps if early is not None else torch.full_like(loop_residual, num_loops, dtype=torch.long)
-            )
+            exit_steps = early.exit_steps if early else torch.full_like(loop_residual, num_loops, dtype=torch.long)
         else:  # every step was computed: read each token out at its exit step
             hidden, exit_steps = read_at_exit(states[1:], exit_probs, reference)
             states = states if inputs.output_hidden_states else None
-        if isinstance(cache, OuroCache):
+        if isinstance(cache, OuroCache):  # bound to the mode (and in per_loop the count) of the forward that filled it
             cache.record(exit_steps=exit_steps)
-        rho = None
-        if spectral_radius_iters:  # the JSRR estimate, inside forward so that any wrapper sees it
-            options = dict(
-                iters=spectral_radius_iters,
-                estimator=spectral_radius_estimator,
-                start=spectral_radius_start,
-                probe=spectral_radius_probe,
-                rows=spectral_radius_rows,
-            )
-            at = final if linearised is None else linearised
-            rho = self._jsrr_estimate(at, position_embeddings, masks, attention_mask, options)
+            cache.recurrent_kv_cache_mode, cache.num_loops = mode, num_loops
+        rho = None if jsrr is None else self._jsrr(trace, position_embeddings, masks, attention_mask, jsrr)
         return OuroModelOutput(
             last_hidden_state=hidden,
             **{OUTPUT_CACHE_FIELD: cache},
@@ -841,17 +827,12 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
         recurrent_kv_cache_mode: str | None = None,
         exit_at_step: int | None = None,
         use_weighted_exit: bool = False,
-        spectral_radius_iters: int = 0,
-        spectral_radius_estimator: str = "vjp",
-        spectral_radius_start: torch.Tensor | None = None,
-        spectral_radius_probe: str = "sequence",
-        spectral_radius_rows: torch.LongTensor | None = None,
-        spectral_radius_step: int | None = None,
+        jsrr: JSRROptions | None = None,
         past_key_values: Cache | None = None,
         **kwargs,
     ) -> OuroCausalLMOutput:
         r"""The loop ([`OuroModel.forward`]: ``num_loops``, ``exit_threshold``, ``exit_readout``,
-        ``recurrent_kv_cache_mode`` and the ``spectral_radius_*`` arguments are its), then the readout and the loss
+        ``recurrent_kv_cache_mode`` and ``jsrr`` or the ``spectral_radius_*`` keywords are its), then the readout and the loss
         (the last step's, or :meth:`read_steps`).
 
         Args:
@@ -860,6 +841,8 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
                 logits.
         """
         loss_kwargs = {key: kwargs.pop(key) for key in LOSS_KWARGS if key in kwargs}
+        if jsrr is not None or any(key.startswith("spectral_radius_") for key in kwargs):
+            jsrr = JSRROptions.pop_from(kwargs, jsrr)  # the one place the estimate's options are read
         check_keywords(self, kwargs)
         weighted = bool(use_weighted_exit)
         if labels is not None and (exit_at_step is not None or weighted):
@@ -881,12 +864,7 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
             exit_readout=exit_readout,
             recurrent_kv_cache_mode=recurrent_kv_cache_mode,
             output_hidden_states=True if every_step else output_hidden_states,
-            spectral_radius_iters=spectral_radius_iters,
-            spectral_radius_estimator=spectral_radius_estimator,
-            spectral_radius_start=spectral_radius_start,
-            spectral_radius_probe=spectral_radius_probe,
-            spectral_radius_rows=spectral_radius_rows,
-            spectral_radius_step=spectral_radius_step,
+            jsrr=jsrr,
             past_key_values=past_key_values,
             **kwargs,
         )
@@ -899,8 +877,6 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
                 loss = self.loss_function(
                     logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs
                 )
-        if labels is not None and self.training and torch.is_grad_enabled():
-            self._record_gate_training()
         wanted = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return OuroCausalLMOutput(
             loss=loss,
@@ -951,14 +927,16 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
             )
         return logits, expected_exit_loss(step_logits, probs, labels, loss_kwargs, self.config.exit_entropy_weight)
 
-    def _record_gate_training(self) -> None:
-        """``config.exit_gate_trained`` after a training step: ``True`` when the loss trains the gate, ``False`` when
-        the weights are trained without it (``exit_loss="final"``: a gate trained before no longer matches them);
-        unchanged when the gate is frozen by other means (LoRA trains adapters only)."""
-        if self.config.exit_loss == "final":
+    def train(self, mode: bool = True):
+        """[`nn.Module.train`]; entering training records ``config.exit_gate_trained`` (not ``forward``, which leaves
+        the config alone): ``True`` when the loss trains the gate, ``False`` when the weights are trained without it
+        (``exit_loss="final"``: a gate trained before no longer matches them); unchanged when the gate is frozen by
+        other means (LoRA trains adapters only)."""
+        if mode and self.config.exit_loss == "final":
             self.config.exit_gate_trained = False
-        elif self.model.early_exit_gate.weight.requires_grad:
+        elif mode and self.model.early_exit_gate.weight.requires_grad:
             self.config.exit_gate_trained = True
+        return super().train(mode)
 
 
 __all__ = [

@@ -17,6 +17,7 @@ imports only torch.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -164,6 +165,85 @@ def spectral_radius(
     return _row_norm(v)
 
 
+#: the ``forward`` keywords that ask for the estimate, one per field of :class:`JSRROptions`
+JSRR_KEYWORDS = ("iters", "estimator", "start", "probe", "rows", "step")
+
+
+@dataclass
+class JSRROptions:
+    """The spectral-radius estimate a looped model's ``forward`` computes at a loop state (STARS' JSRR penalty,
+    inside ``forward`` so that any wrapper sees it): ``iters`` power iterations (:func:`spectral_radius`) with
+    ``estimator`` and ``probe``, from ``start`` (the state's shape; random otherwise), on the batch ``rows`` alone
+    (all otherwise), linearised at the state after loop step ``step`` (1-based; the last otherwise)."""
+
+    iters: int
+    estimator: str = "vjp"
+    start: torch.Tensor | None = None
+    probe: str = "sequence"
+    rows: torch.LongTensor | None = None
+    step: int | None = None
+
+    def __post_init__(self):
+        if isinstance(self.iters, bool) or not isinstance(self.iters, int) or self.iters < 1:
+            raise ValueError(f"spectral_radius_iters must be an integer >= 1, got {self.iters!r}")
+        if self.step is not None and (isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1):
+            raise ValueError(f"spectral_radius_step must be an integer >= 1 (a loop step), got {self.step!r}")
+
+    @classmethod
+    def pop_from(cls, kwargs: dict, given: JSRROptions | None = None) -> JSRROptions | None:
+        """The options of a ``forward`` call: ``given`` (its ``jsrr`` argument), or those its ``spectral_radius_*``
+        keywords name (popped from ``kwargs``; ``spectral_radius_iters`` 0 or absent: no estimate); ``None`` when
+        no estimate is asked for. ``ValueError`` for both."""
+        named = {
+            key: kwargs.pop(f"spectral_radius_{key}") for key in JSRR_KEYWORDS if f"spectral_radius_{key}" in kwargs
+        }
+        if given is not None and named:
+            raise ValueError("pass the estimate's options as jsrr= or as spectral_radius_* keywords, not both")
+        if given is not None or not named.get("iters"):
+            return given
+        return cls(**named)
+
+
+def rows_of(value, rows: torch.Tensor, batch: int):
+    """``value`` (a tensor, or tuples / lists / dicts of them) with the batch rows ``rows`` kept in every tensor whose
+    first dimension is the batch (``batch`` rows); other values unchanged."""
+    if isinstance(value, torch.Tensor):
+        return value.index_select(0, rows.to(value.device)) if value.dim() and value.shape[0] == batch > 1 else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(rows_of(v, rows, batch) for v in value)
+    if isinstance(value, dict):
+        return {k: rows_of(v, rows, batch) for k, v in value.items()}
+    return value
+
+
+def jsrr_estimate(
+    make_step: Callable[[Callable], Callable[[torch.Tensor], torch.Tensor]],
+    state: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    options: JSRROptions,
+) -> torch.Tensor:
+    """The JSRR estimate of every looped model (:class:`JSRROptions`): the spectral radius of the loop step's
+    Jacobian at ``state``, over the real tokens of a 2-D ``attention_mask``. ``make_step(pick)`` builds the loop step
+    from what ``pick`` keeps of the forward's batch-first inputs (its masks, position embeddings, recorded calls):
+    with ``options.rows``, those rows alone, so that the step runs on them only."""
+    valid = attention_mask if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 else None
+    start, pick = options.start, lambda value: value
+    if options.rows is not None:
+        if options.rows.numel() == 0:
+            return state.new_zeros((0,), dtype=torch.float32)
+        pick = lambda value, batch=state.shape[0]: rows_of(value, options.rows, batch)  # noqa: E731
+        state, valid, start = pick(state), pick(valid), pick(start)
+    return spectral_radius(
+        make_step(pick),
+        state,
+        num_iters=options.iters,
+        valid=valid,
+        estimator=options.estimator,
+        start=start,
+        probe=options.probe,
+    )
+
+
 def hutchinson_frobenius(
     f: Callable[[torch.Tensor], torch.Tensor], h: torch.Tensor, samples: int, valid: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -218,9 +298,13 @@ class IterateSampler:
 
 __all__ = [
     "JSRR_ESTIMATORS",
+    "JSRR_KEYWORDS",
     "JSRR_PROBES",
     "IterateSampler",
+    "JSRROptions",
     "check_estimator_fits",
     "hutchinson_frobenius",
+    "jsrr_estimate",
+    "rows_of",
     "spectral_radius",
 ]

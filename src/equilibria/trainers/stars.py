@@ -26,7 +26,7 @@ from transformers.utils import logging
 
 from ..families import family_record
 from ..loops import transformers_model_types
-from ..modeling.regularization import JSRR_ESTIMATORS, JSRR_PROBES
+from ..modeling.regularization import JSRR_ESTIMATORS, JSRR_PROBES, JSRROptions
 from .arguments import FILLED_IN, Interval, LoopTrainingArguments, OneOf, preset_recipe, same_value
 from .common import LoopTrainer, TermScale, find_core
 from .stars_presets import STARS_OPTIONS, STARS_PRESETS, preset_values
@@ -409,18 +409,17 @@ class StarsTrainer(LoopTrainer):
             return {**inputs, "use_cache": False, **loops}
         batch = {**inputs, "num_loops": self.current_num_loops(self.next_micro_batch()), "use_cache": False}
         if self.penalty_on():
-            step = self.state.global_step
-            batch.update(
-                spectral_radius_iters=args.jsrr_power_iters,
-                spectral_radius_estimator=args.jsrr_estimator,
-                spectral_radius_start=row_probes(inputs, self.state_width, args.seed, step),
-                spectral_radius_probe=args.jsrr_probe,
-                spectral_radius_rows=penalty_rows(inputs, args.jsrr_sample_fraction, args.seed, step),
+            step, micro = self.state.global_step, self._micro_batches[1]
+            batch["jsrr"] = JSRROptions(
+                iters=args.jsrr_power_iters,
+                estimator=args.jsrr_estimator,
+                start=row_probes(inputs, self.state_width, args.seed, step),
+                probe=args.jsrr_probe,
+                rows=penalty_rows(inputs, args.jsrr_sample_fraction, args.seed, step),
+                step=random.Random(f"jsrr-state-{args.seed}-{step}-{micro}").randint(1, batch["num_loops"])
+                if args.jsrr_state == "random_step"
+                else None,
             )
-            if args.jsrr_state == "random_step":
-                micro = self._micro_batches[1]
-                draw = random.Random(f"jsrr-state-{args.seed}-{step}-{micro}").randint(1, batch["num_loops"])
-                batch["spectral_radius_step"] = draw
         return batch
 
     def penalty(self, rho: torch.Tensor, batch_rows: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,46 @@
+"""A looped architecture of a user's own, registered with one call (``examples/register_family.py``): it loads with
+the Auto classes, is scored at several loop counts and audited through its protocol; bad records are refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from equilibria.diagnostics.verdict_rules import VERDICTS
+from equilibria.families import FAMILIES, Family, register_family
+from equilibria.loops import OuroLoop
+
+EXAMPLE = Path(__file__).parents[1] / "examples" / "register_family.py"
+
+
+def test_the_example_registers_trains_scores_and_audits_its_own_architecture(tmp_path):
+    """In its own process (registering changes the process's Auto classes): a few steps, then the reload through
+    AutoModelForCausalLM, the loop scaling at 1-8 loops and the audit's verdict, through the protocol."""
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--output_dir", str(tmp_path), "--max_steps", "20"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert sorted(int(k) for k in result["accuracy"]) == [1, 2, 4, 8]
+    assert all(0.0 <= v <= 1.0 for v in result["accuracy"].values())
+    assert result["verdict"] in VERDICTS
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "looped_llama"
+    assert "audit: " in run.stdout
+
+
+def test_a_record_that_takes_a_known_model_type_or_whose_protocol_does_not_name_it_is_refused():
+    ouro = FAMILIES["ouro"]
+    fields = {k: getattr(ouro, k) for k in ("loop_meaning", "config_class", "base_class", "heads", "make_config")}
+    with pytest.raises(ValueError, match="model_type 'ouro' is already a family"):
+        register_family(Family(model_type="ouro", loop=OuroLoop(), **fields))
+    with pytest.raises(ValueError, match=r"OuroLoop.model_types is \('ouro',\): it must name 'my_loop'"):
+        register_family(Family(model_type="my_loop", loop=OuroLoop(), **fields))
+    assert "my_loop" not in FAMILIES
+    assert register_family(ouro) is ouro  # the same record again: nothing changes
