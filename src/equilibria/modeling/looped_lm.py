@@ -303,13 +303,17 @@ class LoopedLMHead:
         return generation_config
 
     def lm_logits_and_loss(self, hidden, labels, loss_kwargs: dict, logits_to_keep: int | torch.Tensor = 0):
-        """``(logits, loss)`` of ``lm_head`` on ``hidden`` (the kept positions), the loss the shifted cross-entropy
-        with ``labels`` (``None`` without them)."""
+        """``(logits, loss)`` of ``lm_head`` on ``hidden`` (the kept positions), the loss :func:`head_loss` (``None``
+        without ``labels``)."""
         logits = self.lm_head(keep_positions(hidden, logits_to_keep))
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)
-        return logits, loss
+        return logits, None if labels is None else head_loss(self, logits, labels, loss_kwargs)
+
+
+def head_loss(head, logits: torch.Tensor, labels: torch.Tensor, loss_kwargs: dict | None = None) -> torch.Tensor:
+    """The loss of every head that reads a vocabulary: transformers' ``head.loss_function`` (its ``loss_type``: the
+    shifted cross-entropy of a causal LM, a puzzle head's per-cell ``ForMaskedLM``; -100 skipped) of ``logits``
+    against ``labels``, with the Trainer's ``loss_kwargs`` (``num_items_in_batch``)."""
+    return head.loss_function(logits=logits, labels=labels, vocab_size=head.config.vocab_size, **(loss_kwargs or {}))
 
 
 def loop_values(generation_config: GenerationConfig | None, keys) -> dict:
@@ -429,6 +433,7 @@ __all__ = [
     "TelemetryCache",
     "as_int",
     "check_keywords",
+    "head_loss",
     "keep_positions",
     "move_loop_defaults",
     "recorded_calls",

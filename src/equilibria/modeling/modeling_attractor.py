@@ -68,6 +68,7 @@ from .looped_lm import (
     TelemetryCache,
     as_int,
     check_keywords,
+    head_loss,
     keep_positions,
     recorded_calls,
     recording_attentions,
@@ -574,9 +575,7 @@ class AttractorForCausalLM(LoopedLMHead, AttractorPreTrainedModel, GenerationMix
             **kwargs,
         )
         logits = self.lm_head(keep_positions(outputs.last_hidden_state, logits_to_keep))
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs)
+        loss = None if labels is None else head_loss(self, logits, labels, loss_kwargs)
         correction = {}
         if labels is not None and outputs.correction_states:
             loss_at = partial(self.lm_logits_and_loss, labels=labels, loss_kwargs=loss_kwargs)
@@ -653,10 +652,7 @@ class AttractorForPuzzleSolving(AttractorPreTrainedModel):
 
     def _logits_and_loss(self, hidden: torch.Tensor, labels, loss_kwargs: dict):
         logits = self.lm_head(hidden)
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **loss_kwargs)
-        return logits, loss
+        return logits, None if labels is None else head_loss(self, logits, labels, loss_kwargs)
 
 
 __all__ = [

@@ -32,7 +32,7 @@ from .checkpoints import StrictLoadingMixin
 from .configuration_eqr import SELECTIONS, EqRConfig, check_noise
 from .layers import MLP, DecoderLayer, RMSNorm, RotaryEmbedding
 from .loop_map import LoopMap
-from .looped_lm import as_int, check_keywords, shared_fields
+from .looped_lm import as_int, check_keywords, head_loss, shared_fields
 from .puzzles import check_puzzle_labels, puzzle_inputs, puzzle_solved
 from .solvers import residual
 
@@ -495,7 +495,7 @@ class EqRForPuzzleSolving(EqRPreTrainedModel):
             if self.config.answer_loss == "stablemax":
                 lm_loss = stablemax_cross_entropy(logits, labels)
             else:
-                lm_loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size)
+                lm_loss = head_loss(self, logits, labels)
             loss = lm_loss
             if outputs.halt_logits is not None:
                 solved = puzzle_solved(logits, labels).float()

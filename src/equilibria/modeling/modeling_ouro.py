@@ -61,6 +61,7 @@ from .looped_lm import (
     TelemetryCache,
     as_int,
     check_keywords,
+    head_loss,
     keep_positions,
     recording_attentions,
     warn_far_beyond,
@@ -872,11 +873,7 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
             logits, loss = self.read_steps(outputs, labels, loss_kwargs, logits_to_keep, exit_at_step, weighted)
         else:  # each token's exit-step state (the last step without early exit)
             logits = self.lm_head(keep_positions(outputs.last_hidden_state, logits_to_keep))
-            loss = None
-            if labels is not None:
-                loss = self.loss_function(
-                    logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs
-                )
+            loss = None if labels is None else head_loss(self, logits, labels, loss_kwargs)
         wanted = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return OuroCausalLMOutput(
             loss=loss,
@@ -922,9 +919,7 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
         if labels is None:
             return logits, None
         if self.config.exit_loss == "expected_logits":
-            return logits, self.loss_function(
-                logits=logits, labels=labels, vocab_size=self.config.vocab_size, **loss_kwargs
-            )
+            return logits, head_loss(self, logits, labels, loss_kwargs)
         return logits, expected_exit_loss(step_logits, probs, labels, loss_kwargs, self.config.exit_entropy_weight)
 
     def train(self, mode: bool = True):

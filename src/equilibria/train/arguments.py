@@ -178,6 +178,16 @@ class TrainDataArguments(DataArguments):
     eval_loops: str = field(default="1,2,4,8", metadata={"help": "loop counts of the loop-scaling evaluation"})
     data_seed_offset: int = field(default=0, metadata={"help": "added to --seed for the data"})
 
+    def split_options(self) -> dict:
+        """How ``--dataset_name``'s rows are split (the keywords of the row loaders: its config, splits and sizes)."""
+        return dict(
+            config_name=self.dataset_config,
+            train_split=self.dataset_train_split,
+            test_split=self.dataset_test_split,
+            test_size=self.test_size,
+            train_size=self.train_size,
+        )
+
     def task_options(self) -> dict:
         """:meth:`DataArguments.task_options` and how the training split is augmented."""
         return {**super().task_options(), "augmentations": self.augmentations}

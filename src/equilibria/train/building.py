@@ -68,16 +68,7 @@ def _task_data(task: str, data_args: TrainDataArguments, config, seed: int):
                 "--split_by applies to generated puzzles; rows of --dataset_name are held out up to the task's "
                 "symmetries (held-out rows in a training puzzle's class are dropped)"
             )
-        data = build_task_rows(
-            data_args.dataset_name,
-            task,
-            config_name=data_args.dataset_config,
-            train_split=data_args.dataset_train_split,
-            test_split=data_args.dataset_test_split,
-            test_size=data_args.test_size,
-            train_size=data_args.train_size,
-            seed=seed,
-        )
+        data = build_task_rows(data_args.dataset_name, task, **data_args.split_options(), seed=seed)
         cells = data.config_fields.get("max_seq_len")
         if config is not None and cells is not None and cells > puzzle_cells(config)[0]:
             limit, key = puzzle_cells(config)
@@ -121,11 +112,7 @@ def _dataset(model_args: ModelArguments, data_args: TrainDataArguments, family, 
         data_args.dataset_name,
         tokenizer,
         max_length,
-        config_name=data_args.dataset_config,
-        train_split=data_args.dataset_train_split,
-        test_split=data_args.dataset_test_split,
-        test_size=data_args.test_size,
-        train_size=data_args.train_size,
+        **data_args.split_options(),
         text_field=data_args.dataset_text_field,
         packing=data_args.packing,
         metric=data_args.eval_metric,
