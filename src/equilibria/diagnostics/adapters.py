@@ -19,7 +19,7 @@ from ..families import family_record, serving
 from ..loops import LoopProtocol, transformers_model_types
 from ..modeling.loop_map import LoopMap
 from ..modeling.puzzles import puzzle_solved
-from ..modeling.solvers import fixed_point, residual, solver_options
+from ..modeling.solvers import residual
 from ..wording import with_article
 
 
@@ -164,16 +164,11 @@ class PHDEQAdapter(LoopAdapter):
 
     def run(self, batch, start=None):
         _require_columns(batch, "inputs", "labels", family="PH-DEQ")
-        out = self.model(
-            batch["inputs"].float(),
-            attention_mask=batch.get("attention_mask"),
-            num_loops=self.num_loops,
-            initial_state=start,
-        )
+        out = self.protocol.solve(self.model, batch, self.max_iter, start=start)
         return LoopRun(
-            start=out.start_state,
-            solved=out.solved_state,
-            steps=out.solver_steps.double(),
+            start=out.start,
+            solved=out.solved,
+            steps=out.steps,
             converged=out.converged,
             diverged=out.diverged,
             correct=out.logits.argmax(-1) == batch["labels"],
@@ -233,20 +228,18 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
 
     def run(self, batch, start=None):
         _require_columns(batch, "inputs", "labels", family="EqR")
-        inputs = batch["inputs"]
-        num, cells = inputs.shape
+        num, cells = batch["inputs"].shape
         if getattr(self.model.config, "untied_depth", None):  # no step to repeat: `inconclusive` (untestable)
             return self._run_untied_blocks(batch, start)
         if start is None:  # the first step from the model's own start; its residual is step 1's
-            z0 = self.model.model.initial_state(num, cells, generator=self.generator).detach()
-            step = self.model(inputs, state=z0, num_loops=1, noise=0.0)
-            begin, first_residual = step.state.detach(), step.residuals
+            step = self.protocol.solve(self.model, batch, 1, generator=self.generator)
+            begin, first_residual = step.solved.detach(), step.residuals
         else:  # T4: the remaining steps from a displaced start (step 1 is not run: no residual of its own)
             begin = start.view(num, cells, -1)
             first_residual = torch.full((num, 1), math.inf, dtype=begin.dtype)
-        out = self.model(inputs, state=begin, num_loops=max(self.max_iter - 1, 1), noise=0.0)
+        out = self.protocol.solve(self.model, batch, max(self.max_iter - 1, 1), start=begin)
         residuals = torch.cat([first_residual, out.residuals], 1)[:, : self.max_iter]  # one step: no recurrence
-        solved = out.state if self.max_iter > 1 else begin  # (a one-step model is `inconclusive` whatever it gives)
+        solved = out.solved if self.max_iter > 1 else begin  # (a one-step model is `inconclusive` whatever it gives)
         below = residuals <= self.tol
         first = torch.where(
             below.any(1), below.float().argmax(1) + 1, torch.full_like(below[:, 0], self.max_iter, dtype=torch.long)
@@ -266,19 +259,13 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
         """An untied model runs its ``untied_depth`` blocks once, from its own start (or a displaced one): no
         first step of a repeated block to call ``z0``, so ``z0`` is the start itself. The audit reports its accuracy
         and calls it `inconclusive` (see :meth:`untestable`) instead of failing in the model's forward."""
-        inputs = batch["inputs"]
-        num, cells = inputs.shape
+        num = len(batch["inputs"])
         depth = int(self.model.config.untied_depth)
-        begin = (
-            self.model.model.initial_state(num, cells, generator=self.generator).detach()
-            if start is None
-            else start.view(num, cells, -1)
-        )
-        out = self.model(inputs, state=begin, num_loops=depth, noise=0.0)
+        out = self.protocol.solve(self.model, batch, depth, start=start, generator=self.generator)
         below = out.residuals <= self.tol
         return LoopRun(
-            start=begin.flatten(1),
-            solved=out.state.flatten(1),
+            start=out.start.flatten(1),
+            solved=out.solved.flatten(1),
             steps=torch.full((num,), float(depth), dtype=torch.float64),
             converged=below[:, -1],
             diverged=~torch.isfinite(out.residuals[:, -1]),
@@ -360,18 +347,14 @@ class AttractorAdapter(_CausalLMAdapter):
         return described
 
     def run(self, batch, start=None):
-        config = self.model.config
-        f, y0 = self.model.model.loop_map(batch["input_ids"], attention_mask=batch["attention_mask"])
-        begin = y0 if start is None else start.view_as(y0)
-        tol = float(config.solver_tol)
-        y_star, stats = fixed_point(f, begin, max_iter=self.max_iter, tol=tol, **solver_options(config))
+        out = self.protocol.solve(self.model, batch, self.max_iter, start=start)
         run = LoopRun(
-            valid=self._real_entries(batch, y0),
-            start=self._flatten_real(batch, y0),
-            solved=self._flatten_real(batch, y_star),
-            steps=stats.steps.double(),
-            converged=stats.converged,
-            diverged=stats.diverged,
+            valid=self._real_entries(batch, out.start),
+            start=self._flatten_real(batch, out.start),
+            solved=self._flatten_real(batch, out.solved),
+            steps=out.steps,
+            converged=out.converged,
+            diverged=out.diverged,
             correct=torch.zeros(0, dtype=torch.bool),
         )
         run.correct = self.decode(batch, run, run.solved)

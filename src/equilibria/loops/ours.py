@@ -8,7 +8,8 @@ import torch
 
 from ..modeling.loop_map import LoopMap
 from ..modeling.modeling_ouro import exit_distribution
-from .protocol import LoopProtocol, LoopStates, base_model_of, head_model
+from ..modeling.solvers import fixed_point, solver_options
+from .protocol import LoopProtocol, LoopSolve, LoopStates, base_model_of, head_model
 
 
 class OuroLoop(LoopProtocol):
@@ -46,6 +47,18 @@ class AttractorLoop(LoopProtocol):
     def decode(self, model, batch, state):
         return head_model(model).lm_head(base_model_of(model).norm(state))
 
+    def solve(self, model, batch, num_loops, start=None, generator=None):
+        """The fixed point of the loop map from the backbone's proposal ``y0`` (or ``start``) by the config's solver,
+        at its tolerance, with at most ``num_loops`` iterations (a fresh solve, whatever gradient mode the model
+        trains with)."""
+        config = head_model(model).config
+        f, y0 = self.loop_map(model, batch)
+        begin = y0 if start is None else start.view_as(y0)
+        solved, stats = fixed_point(
+            f, begin, max_iter=num_loops, tol=float(config.solver_tol), **solver_options(config)
+        )
+        return LoopSolve(y0, solved, stats.steps.double(), stats.converged, stats.diverged)
+
 
 class EqRLoop(LoopProtocol):
     """EqR: a weight-tied block iterated from a random or learned start; a state (per cell) is read by the answer
@@ -58,6 +71,18 @@ class EqRLoop(LoopProtocol):
 
     def decode(self, model, batch, state):
         return head_model(model).lm_head(base_model_of(model).answer_state(state))
+
+    def solve(self, model, batch, num_loops, start=None, generator=None):
+        """``num_loops`` iterations without noise from the model's own start (random, drawn with ``generator``, or
+        learned) or from ``start`` (``(puzzles, cells, width)``, or flattened per puzzle), with each step's residual."""
+        inputs = batch["inputs"]
+        num, cells = inputs.shape
+        if start is None:
+            begin = base_model_of(model).initial_state(num, cells, generator=generator).detach()
+        else:
+            begin = start.view(num, cells, -1)
+        out = model(inputs, state=begin, num_loops=num_loops, noise=0.0)
+        return LoopSolve(begin, out.state, residuals=out.residuals, logits=out.logits)
 
 
 class PHDEQLoop(LoopProtocol):
@@ -77,6 +102,14 @@ class PHDEQLoop(LoopProtocol):
     def decode(self, model, batch, state):
         context = base_model_of(model).encode(batch["inputs"].float(), batch.get("attention_mask"))
         return head_model(model).decode(state, context)
+
+    def solve(self, model, batch, num_loops, start=None, generator=None):
+        """The model's own forward: its solver from the initialiser's proposal (or ``start``), at most ``num_loops``
+        iterations."""
+        inputs, mask = batch["inputs"].float(), batch.get("attention_mask")
+        out = model(inputs, attention_mask=mask, num_loops=num_loops, initial_state=start)
+        steps = out.solver_steps.double()
+        return LoopSolve(out.start_state, out.solved_state, steps, out.converged, out.diverged, logits=out.logits)
 
 
 __all__ = ["AttractorLoop", "EqRLoop", "OuroLoop", "PHDEQLoop"]

@@ -14,6 +14,7 @@ method                    what it gives                                         
 ``loop_map(model, b)``    the loop as a map ``h -> h'`` with its start                the audit, the trajectory
 ``decode(model, b, h)``   logits read from a loop state of our choosing               the audit
 ``states(model, b, n)``   the states after the first, next-to-last and last steps     the audit (fixed-step LMs)
+``solve(model, b, n, z)`` a solve of the loop from its own start or from ``z``        the audit (solved loops)
 ========================  ==========================================================  ==============================
 
 ``model`` is a model with its head (a PEFT model's base model is reached through it); ``b`` a batch of the audit
@@ -43,6 +44,20 @@ class LoopStates(NamedTuple):
     exit_step: torch.Tensor | None = None
     #: the model's own logits of that forward, or None: decode ``last``
     logits: torch.Tensor | None = None
+
+
+class LoopSolve(NamedTuple):
+    """A forward of a solved loop (a fixed-point solve, or iterations from a start), as the audit reads it: the
+    model's own start, the solved state, and what the model reports of its solve (per unit; ``None`` where it does
+    not report it)."""
+
+    start: torch.Tensor
+    solved: torch.Tensor
+    steps: torch.Tensor | None = None  # the solver's iterations
+    converged: torch.Tensor | None = None
+    diverged: torch.Tensor | None = None
+    residuals: torch.Tensor | None = None  # (units, steps): each step's residual
+    logits: torch.Tensor | None = None  # the model's own logits of that forward, or None: decode ``solved``
 
 
 def head_model(model: nn.Module) -> nn.Module:
@@ -133,10 +148,22 @@ class LoopProtocol:
         """A forward of ``num_loops`` loop steps without an early exit, as the audit reads it."""
         raise NotImplementedError(f"{type(self).__name__} runs no fixed number of steps")
 
+    def solve(
+        self,
+        model: nn.Module,
+        batch: dict,
+        num_loops: int,
+        start: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> LoopSolve:
+        """The loop solved with a budget of ``num_loops`` from the model's own start (``generator``: for a random
+        one) or from ``start``, as the audit reads it."""
+        raise NotImplementedError(f"{type(self).__name__} solves no loop")
+
     @property
     def runs_fixed_steps(self) -> bool:
         """Whether the protocol gives :meth:`states` (a loop of a fixed number of steps, audited as one)."""
         return type(self).states is not LoopProtocol.states
 
 
-__all__ = ["LoopProtocol", "LoopStates", "base_model_of", "head_model"]
+__all__ = ["LoopProtocol", "LoopSolve", "LoopStates", "base_model_of", "head_model"]
