@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
     parser.add_argument("--repeats", type=int, default=15, help="interleaved runs per code")
     parser.add_argument("--output-dir", type=Path, default=doc_tables.RESULTS)
+    parser.add_argument(
+        "--results-name", default="decode_against_release.json", help="the JSON file's name in --output-dir"
+    )
     args = parser.parse_args(argv)
     # width, intermediate, heads, layers, loops, vocab; then prompt and new tokens
     sizes = [64, 128, 4, 2, 4, 256] if args.quick else [1024, 2816, 16, 2, 4, 4096]
@@ -96,7 +99,12 @@ def main(argv: list[str] | None = None) -> dict:
         times = compare({k: (lambda m=m: timed_generate(m, ids, new_tokens)) for k, m in models.items()}, repeats)
     ratio, low, high = paired_ratio(times, "new", "old")
     data = dict(
-        command="python benchmarks/bench_decode_against_release.py" + (" --quick" if args.quick else ""),
+        command=" ".join(
+            ["python benchmarks/bench_decode_against_release.py"]
+            + (["--quick"] if args.quick else [])
+            + ([f"--base {args.base}"] if args.base != "5b3a9ec" and args.base_folder is None else [])
+            + ([f"--results-name {args.results_name}"] if args.results_name != "decode_against_release.json" else [])
+        ),
         args={key: str(value) for key, value in vars(args).items()},
         sizes=dict(zip(["width", "intermediate", "heads", "layers", "loops", "vocab"], sizes)),
         prompt=prompt,
@@ -112,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     print(f"new/old decode time: median {ratio:.3f} (range {low:.3f}-{high:.3f}) over {repeats} paired runs")
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    doc_tables.save_results(args.output_dir / "decode_against_release.json", data, indent=1)
+    doc_tables.save_results(args.output_dir / args.results_name, data, indent=1)
     return data
 
 

@@ -27,6 +27,19 @@ HEADS = {  # folder -> the Auto class of its head (a family's second head: "<mod
     "attractor_lm-puzzles": "AutoModelForTokenClassification",
     "eqr": "AutoModelForTokenClassification",
     "phdeq": "AutoModelForSequenceClassification",
+    "dory": "AutoModelForCausalLM",
+    "hrm_text": "AutoModelForCausalLM",
+    "inkling2_loop_text": "AutoModelForCausalLM",
+}
+#: the looped LMs transformers ships: no remote code (the folder is transformers' own model), the class a release may
+#: lack, and the config values of a two-loop model (without ``equilibria`` there is no ``num_loops`` per call)
+TRANSFORMERS_LMS = {
+    "dory": ("DoryForCausalLM", lambda config: {"n_recurrent_loops": 2}),
+    "hrm_text": (
+        "HrmTextForCausalLM",
+        lambda config: {"H_cycles": 2, "num_hidden_layers": config.num_layers_per_stack * 2 * (config.L_cycles + 1)},
+    ),
+    "inkling2_loop_text": ("Inkling2LoopForCausalLM", lambda config: {"loop_num_passes": 2}),
 }
 
 
@@ -39,16 +52,22 @@ def lm_batch(config) -> dict:
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def lm_outputs(model) -> dict:
+def lm_outputs(model, two_loops=None) -> dict:
+    """``two_loops``: the same model at two loops (transformers' looped LMs, which take no ``num_loops``); else
+    ``num_loops=2`` per call, and prompt-lookup decoding too."""
     batch = lm_batch(model.config)
     pad = model.config.pad_token_id or 0
-    out = {"logits": model(**batch, use_cache=False).logits, "logits_2_loops": model(**batch, num_loops=2).logits}
+    at_two = (lambda **kw: two_loops(**kw)) if two_loops is not None else (lambda **kw: model(**kw, num_loops=2))
+    out = {"logits": model(**batch, use_cache=False).logits, "logits_2_loops": at_two(**batch).logits}
     for cached, loops in ((True, None), (False, None), (True, 2)):
-        extra = {} if loops is None else {"num_loops": loops}
-        tokens = model.generate(
+        extra = {} if loops is None or two_loops is not None else {"num_loops": loops}
+        generator = two_loops if loops is not None and two_loops is not None else model
+        tokens = generator.generate(
             **batch, max_new_tokens=NEW_TOKENS, do_sample=False, use_cache=cached, pad_token_id=pad, **extra
         )
         out[f"greedy_cache_{cached}" + (f"_{loops}_loops" if loops else "")] = tokens[:, batch["input_ids"].shape[1] :]
+    if two_loops is not None:
+        return out
     repeated = batch["input_ids"][:1].repeat(1, 3)  # prompt-lookup decoding: drafts are accepted and rejected, so
     tokens = model.generate(  # the cache is cropped back (transformers' assisted generation)
         repeated, max_new_tokens=NEW_TOKENS, do_sample=False, prompt_lookup_num_tokens=3, pad_token_id=pad
@@ -76,6 +95,8 @@ def outputs(folder: Path, model_type: str, remote: bool = True) -> dict:
     import transformers
 
     auto = getattr(transformers, HEADS[model_type])
+    if model_type in TRANSFORMERS_LMS:
+        return transformers_lm_outputs(auto, folder, model_type)
     model = auto.from_pretrained(folder, trust_remote_code=True).eval()
     if remote and not type(model).__module__.startswith("transformers_modules"):
         raise RuntimeError(f"{folder} loaded {type(model).__module__}, not the folder's own remote code")
@@ -86,6 +107,21 @@ def outputs(folder: Path, model_type: str, remote: bool = True) -> dict:
         if model_type == "phdeq":
             return classifier_outputs(model)
         return lm_outputs(model)
+
+
+def transformers_lm_outputs(auto, folder: Path, model_type: str) -> dict:
+    """A looped LM transformers ships, saved by the development environment: its outputs on this release, at the
+    config's loop count and (reloaded) at two; ``{"absent": ...}`` where this release lacks the class."""
+    import transformers
+
+    head_class, two = TRANSFORMERS_LMS[model_type]
+    if not hasattr(transformers, head_class):
+        return {"absent": f"transformers {transformers.__version__} has no {head_class}"}
+    model = auto.from_pretrained(folder).eval()
+    two_loops = auto.from_pretrained(folder, **two(model.config)).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        return lm_outputs(model, two_loops)
 
 
 def check_all(folders: Path, remote: bool = True) -> dict:

@@ -860,13 +860,17 @@ def forward_paths() -> str:
 
 
 def compat_matrix() -> str:
-    """A row per release, a column per family, each cell *folder as remote code / package*."""
+    """A row per release, a column per family, each cell *folder as remote code / package* (transformers' looped
+    LMs: *the saved folder / package*; ``absent`` on a release without the model)."""
     payload = load("compat_matrix.json")
     families = list(payload["families"])  # the folders checked, in the order they were run
-    rows = [
-        [release, *(f"{row[f]['status']} / {'ok' if row[f]['package'] == 'ok' else 'error'}" for f in families)]
-        for release, row in payload["releases"].items()
-    ]
+
+    def cell(verdict: dict) -> str:
+        if verdict["status"] == "absent":
+            return "absent"
+        return f"{verdict['status']} / {'ok' if verdict['package'] == 'ok' else 'error'}"
+
+    rows = [[release, *(cell(row[f]) for f in families)] for release, row in payload["releases"].items()]
     return markdown(["transformers", *families], rows)
 
 

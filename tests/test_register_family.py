@@ -35,6 +35,21 @@ def test_the_example_registers_trains_scores_and_audits_its_own_architecture(tmp
     assert "audit: " in run.stdout
 
 
+def test_the_development_page_gives_the_examples_line_counts():
+    """docs/development.md's counts of the example's lines: the model, and the protocol, the small-config factory
+    and the registration."""
+    import ast
+
+    tree = ast.parse(EXAMPLE.read_text())
+    size = {getattr(n, "name", None) or n.targets[0].id: n.end_lineno - n.lineno + 1 for n in tree.body
+            if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.Assign))}  # fmt: skip
+    model = size["LoopedLlamaConfig"] + size["LoopedLlamaModel"] + size["LoopedLlamaForCausalLM"]
+    parts = (size["LoopedLlamaLoop"], size["small_config"], size["FAMILY"])
+    page = " ".join((Path(__file__).parents[1] / "docs" / "development.md").read_text().split())
+    assert f"the model is {model} lines), in {sum(parts)} lines: the protocol ({parts[0]}," in page
+    assert f"the record's small-config factory ({parts[1]}) and the `register_family` call ({parts[2]})" in page
+
+
 def test_a_record_that_takes_a_known_model_type_or_whose_protocol_does_not_name_it_is_refused():
     ouro = FAMILIES["ouro"]
     fields = {k: getattr(ouro, k) for k in ("loop_meaning", "config_class", "base_class", "heads", "make_config")}
