@@ -370,6 +370,12 @@ def release_row(release: str, reference: dict, work: Path, wheel: Path | None, a
     return row
 
 
+def passed(verdict: dict) -> bool:
+    """Both checks ``ok``, or a looped LM transformers ships absent from a release before it (both say so)."""
+    absent = verdict["status"] == "absent" and verdict["package"].startswith("absent")
+    return absent or (verdict["status"] == "ok" and verdict["package"] == "ok")
+
+
 def newest_release(text: str) -> str:
     """The newest final release in the output of ``pip index versions transformers``."""
     match = re.search(r"^Available versions: (.+)$", text, re.M)
@@ -447,7 +453,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"{r} {t}: {v['status']}" + (f" ({v['error']})" if "error" in v else "") + f"; package: {v['package']}"
         for r, row in rows.items()
         for t, v in row.items()
-        if v["status"] != "ok" or v["package"] != "ok"
+        if not passed(v)
     ]
     if args.check and failed:
         raise SystemExit("compatibility matrix failed:\n  " + "\n  ".join(failed))

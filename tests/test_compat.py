@@ -36,6 +36,11 @@ def test_a_difference_or_an_error_is_reported_not_passed():
     verdict = compat_matrix.compare(reference, other, atol=1e-5)
     assert verdict["status"] == "different" and verdict["greedy_differs"] == ["greedy_cache_True"]
     assert compat_matrix.compare(reference, {"error": "ImportError: x"}, atol=1e-5)["status"] == "error"
+    absent = compat_matrix.compare(reference, {"absent": "transformers 5.4.0 has no DoryForCausalLM"}, atol=1e-5)
+    assert absent["status"] == "absent"  # a looped LM transformers ships, on a release before it
+    assert compat_matrix.passed({**absent, "package": "absent: transformers 5.4.0 has no dory model"})
+    assert not compat_matrix.passed({**absent, "package": "RuntimeError: x"})
+    assert not compat_matrix.passed({**verdict, "package": "ok"}) and compat_matrix.passed({**same, "package": "ok"})
 
 
 PIP_NO_DISTRIBUTION = """\
