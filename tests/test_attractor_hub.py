@@ -57,6 +57,7 @@ def test_auto_classes_resolve_after_import(model, tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_remote_code_loads_without_the_package(model, tmp_path):
     """In a fresh interpreter where `import equilibria` fails, trust_remote_code gives identical logits and the
     same cached generation."""

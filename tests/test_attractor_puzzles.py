@@ -115,6 +115,7 @@ def test_saved_equals_loaded_and_the_language_model_class_refuses_the_folder(for
         model.model(PUZZLES, use_cache=True)
 
 
+@pytest.mark.slow
 def test_remote_code_loads_the_puzzle_head_without_the_package(tmp_path):
     then = 'print("REMOTE_OK", model.config.residual_form)'
     load = ', attn_implementation="eager"'
@@ -179,6 +180,7 @@ def test_the_trainer_trains_the_puzzle_head_with_the_regularisers(form, tmp_path
         assert h["jacobian_penalty"] > 0 and h["correction_loss"] > 0
 
 
+@pytest.mark.slow
 def test_the_cli_trains_evaluates_audits_and_cards_an_attractor_puzzle_model(tmp_path, capsys):
     from equilibria.cli import main
 
@@ -202,6 +204,7 @@ def test_the_cli_trains_evaluates_audits_and_cards_an_attractor_puzzle_model(tmp
     capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_the_smoke_benchmark_trains_on_mazes_and_a_published_format_sudoku_file(tmp_path):
     from conftest import load_benchmark
 

@@ -200,6 +200,7 @@ def test_a_model_without_an_attractor_is_refused(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_two_process_run_keeps_replicas_identical(tmp_path):
     """torchrun --nproc_per_node 2 (gloo, CPU) with the implicit gradient, the Jacobian penalty and the
     correction loss: both replicas hold identical parameters after the steps, and they moved (the language model
@@ -242,6 +243,7 @@ def test_internalization_benchmark_quick_mode_runs(tmp_path, task, form):
     assert (tmp_path / "internalization.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_internalization_benchmark_runs_the_published_choices(tmp_path):
     bench = load_benchmark("bench_attractor_internalization")
     result = bench.main(["--quick", "--published", "all", "--output-dir", str(tmp_path)])
@@ -267,6 +269,7 @@ def test_internalization_benchmark_runs_the_published_choices(tmp_path):
     assert saved["device"] == "cpu" and [row["step"] for row in saved["train_log"]] == list(range(1, 7))
 
 
+@pytest.mark.slow
 def test_internalization_benchmark_takes_a_subset_of_the_choices_and_a_learning_rate(tmp_path, capsys):
     bench = load_benchmark("bench_attractor_internalization")
     argv = ["--quick", "--task", "sudoku", "--published", "optimizer,gates", "--lr", "2e-3"]
@@ -287,6 +290,7 @@ def test_internalization_benchmark_takes_a_subset_of_the_choices_and_a_learning_
         assert "comma list of gates, neumann, batch_stop, optimizer" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_memory_benchmark_quick_mode_shows_constant_memory(tmp_path):
     bench = load_benchmark("bench_attractor_memory")
     # two child processes (each imports torch); the unrolled growth is tested in-process in test_attractor.py
@@ -312,6 +316,7 @@ def test_memory_benchmark_quick_mode_shows_constant_memory(tmp_path):
         bench.main(["--quick", "--forms", "gate"])
 
 
+@pytest.mark.slow
 def test_the_example_script_trains_saves_and_evaluates(tmp_path):
     script = Path(__file__).resolve().parents[1] / "examples" / "attractor_addition.py"
     cmd = [sys.executable, str(script), "--output_dir", str(tmp_path), "--max_steps", "3", "--use_cpu"]
@@ -337,6 +342,7 @@ def test_bf16_weights_train_with_the_penalty(tmp_path):
     assert all(h["diverged_rate"] == 0 for h in history)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["attractor-gated", "looped"])
 def test_language_model_benchmark_quick_mode_runs(tmp_path, kind):
     bench = load_benchmark("bench_attractor_lm")

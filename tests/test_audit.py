@@ -383,6 +383,7 @@ def test_a_lazy_loop_that_decodes_slightly_better_than_its_start_by_chance_is_no
         )
 
 
+@pytest.mark.slow
 def test_lazy_loops_are_called_computing_no_more_often_than_chance():
     """Over 40 draws of the lazy loop above (1000 units each), `computing` (a significant T1 cost and a second sign,
     each at 2 standard errors) comes up on at most 2: a false-positive rate near the one-sided 2.3% of one test."""
@@ -559,6 +560,7 @@ def test_ouro_audit_asks_whether_the_extra_steps_compute():
 CONTROL = Path(__file__).resolve().parent / "data" / "ouro-audit-control"
 
 
+@pytest.mark.slow
 def test_a_trained_ouro_whose_extra_steps_do_the_task_is_computing(tmp_path, capsys):
     """The positive control with an informative start (``benchmarks/build_audit_control.py``): an Ouro trained at
     four steps on 2-digit addition fails at one loop and succeeds at four on problems it never trained on
@@ -589,6 +591,7 @@ def test_a_trained_ouro_whose_extra_steps_do_the_task_is_computing(tmp_path, cap
     assert report.substitution["change_points"] < -50 and any("independently" in r for r in report.reasons)
 
 
+@pytest.mark.slow
 def test_the_audit_control_builder_quick_mode_runs(tmp_path):
     build = load_benchmark("build_audit_control")
     results = build.main(["--quick", "--folder", str(tmp_path / "control"), "--output-dir", str(tmp_path)])
@@ -742,6 +745,7 @@ def test_cli_audits_a_saved_model_and_writes_the_report(tmp_path, capsys):
     assert main(["audit", str(tmp_path / "missing")]) == 2
 
 
+@pytest.mark.slow
 def test_reachability_audit_benchmark_quick_mode_runs(tmp_path):
     bench_audit_reachability = load_benchmark("bench_audit_reachability")
     results = bench_audit_reachability.main(["--quick", "--output-dir", str(tmp_path)])
@@ -785,6 +789,7 @@ def test_reachability_audit_benchmark_quick_mode_runs(tmp_path):
     assert runs["studied"]["anchor_removed"]["verdict"] in VERDICTS and "anchor_removed" not in runs["amortised"]
 
 
+@pytest.mark.slow
 def test_lazy_identity_benchmark_quick_mode_measures_the_regime(tmp_path):
     bench = load_benchmark("bench_lazy_identity")
     results = bench.main(["--quick", "--output-dir", str(tmp_path)])

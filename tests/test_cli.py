@@ -476,6 +476,7 @@ def readme_train_command() -> list[str]:
     return argv[1:]
 
 
+@pytest.mark.slow
 def test_the_readme_train_example_learns_in_600_steps(tmp_path, capsys):
     """The README's example (the Ouro recipe: 3000 steps, 99.5-100% at 4 loops over seeds 0-2,
     ``docs/results/recipes.json``), cut to 600 steps: its training loss falls below 60% of where it started, and its

@@ -12,6 +12,7 @@ import pytest
 from conftest import load_benchmark
 
 
+@pytest.mark.slow
 def test_every_portable_folder_runs_as_remote_code_with_the_same_numbers(tmp_path):
     compat_matrix = load_benchmark("compat_matrix")
     payload = compat_matrix.main(

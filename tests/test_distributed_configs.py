@@ -66,6 +66,7 @@ print(json.dumps({"auto_left": "auto" in str(ds.config), "stage": parsed.zero_op
 """
 
 
+@pytest.mark.slow
 def test_the_deepspeed_zero2_config_is_accepted_by_deepspeed(tmp_path):
     """In a child process that sees DeepSpeed (./run installs it in .venv/deepspeed, off the environment's path:
     transformers imports an installed DeepSpeed in every process that builds a Trainer): accelerate's plugin,
@@ -142,6 +143,7 @@ def zero3_run(tmp_path, kind: str):
     )
 
 
+@pytest.mark.slow
 def test_zero3_trains_an_ouro_whose_loop_count_changes_every_step(tmp_path):
     """DeepSpeed ZeRO-3 (the installed 0.19.8, on the CPU) with a loop count drawn in [1, 6] per step: it trains.
     At one step the exit gate is joined to the graph through its own forward, which ZeRO-3 gathers its weights for
@@ -154,6 +156,7 @@ def test_zero3_trains_an_ouro_whose_loop_count_changes_every_step(tmp_path):
     assert 1 in run["loops"] and len(set(run["loops"])) > 2 and run["losses"][-1] < run["losses"][0]
 
 
+@pytest.mark.slow
 def test_zero3_cannot_double_backward_so_stars_refuses_the_penalty_under_it(tmp_path, monkeypatch):
     """The JSRR penalty differentiates through a gradient of the loop map; ZeRO-3 frees the weights that backward
     needs (the raw engine fails), so StarsTrainer refuses the penalty under ZeRO-3 in one line, and not without it."""

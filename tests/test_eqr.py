@@ -266,6 +266,7 @@ def test_saved_equals_loaded_and_auto_classes(tmp_path):
     assert isinstance(AutoModelForTokenClassification.from_pretrained(tmp_path), EqRForPuzzleSolving)
 
 
+@pytest.mark.slow
 def test_remote_code_loads_without_the_package(tmp_path):
     then = """
         out = model.solve(data["inputs"], depth=3, breadth=2)

@@ -235,6 +235,7 @@ def test_the_cli_trains_the_published_presets_and_the_card_names_them(tmp_path):
     assert "preset `published`, with `hidden_size=32`" in card and "Trainer preset: `published`" in card
 
 
+@pytest.mark.slow
 def test_the_halting_benchmark_runs_the_published_preset_and_counts_block_applications(tmp_path):
     from conftest import load_benchmark
 

@@ -233,6 +233,7 @@ def test_a_model_without_an_eqr_core_is_refused(tmp_path):
         EqRTrainer(model=tiny_ouro(), args=eqr_args(tmp_path), train_dataset=DATA["train"])
 
 
+@pytest.mark.slow
 def test_two_process_run_keeps_replicas_identical(tmp_path):
     r0, r1 = run_two_processes("eqr_ddp.py", tmp_path)
     assert r0["world"] == r1["world"] == 2
@@ -242,6 +243,7 @@ def test_two_process_run_keeps_replicas_identical(tmp_path):
     assert any(not torch.equal(p, start[n]) for n, p in r0["params"].items())
 
 
+@pytest.mark.slow
 def test_sudoku_benchmark_quick_mode_runs(tmp_path):
     bench_eqr_sudoku = load_benchmark("bench_eqr_sudoku")
     kinds = "feedforward,untied,weight_tied,ri_only,ni_only,eqr,eqr_offline,eqr_offline_terminal"
@@ -289,6 +291,7 @@ def test_the_benchmarks_one_pass_grid_is_what_solve_gives_at_each_depth_and_brea
     bench._EVALUATED.clear()
 
 
+@pytest.mark.slow
 def test_sudoku_benchmark_trains_the_attractor_on_the_same_data_and_steps(tmp_path):
     bench_eqr_sudoku = load_benchmark("bench_eqr_sudoku")
     argv = ["--quick", "--kinds", "weight_tied,attractor", "--attractor-budget", "6", "--output-dir", str(tmp_path)]
@@ -303,6 +306,7 @@ def test_sudoku_benchmark_trains_the_attractor_on_the_same_data_and_steps(tmp_pa
         bench_eqr_sudoku.main([*argv, "--attractor-backbone-layers", "2"])
 
 
+@pytest.mark.slow
 def test_a_saved_run_is_evaluated_again_on_a_validation_split_with_the_same_test_numbers(tmp_path):
     """--from-saved: the models a run saved give back its test numbers exactly; --validation-size adds the
     validation split's; the Attractor's layers can be split 2 + 2 with a narrower MLP at equal parameters, and the
@@ -350,6 +354,7 @@ def check_ablation_summary(folder, kinds):
         load_benchmark("eqr_ablation_summary").main([str(folder)])
 
 
+@pytest.mark.slow
 def test_halting_benchmark_quick_mode_runs(tmp_path):
     from datasets import Dataset
 
@@ -448,6 +453,7 @@ save_rank_and_finish(out, {{"ema": dict(trainer.ema_weights), "params": params, 
 """
 
 
+@pytest.mark.slow
 def test_two_process_ema_stays_identical_and_only_the_main_process_writes_it(tmp_path):
     script = tmp_path / "eqr_ema_ddp.py"  # run_two_processes takes an absolute path as well as a name
     script.write_text(EMA_DDP_SCRIPT.format(scripts=str(Path(__file__).parent / "scripts")))

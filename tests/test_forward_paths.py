@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import load_benchmark
 
 ROOT_RESULTS = load_benchmark("doc_tables").RESULTS
 
 
+@pytest.mark.slow
 def test_the_forward_paths_meet_their_targets(tmp_path):
     forward_paths = load_benchmark("forward_paths")
     data = forward_paths.main(["--quick", "--output-dir", str(tmp_path)])
@@ -29,6 +31,7 @@ def test_the_target_check_fails_on_the_paths_of_release_0_2():
     assert [line.split(":")[0] for line in missed] == ["ouro", "attractor_lm"]
 
 
+@pytest.mark.slow
 def test_the_decode_comparison_with_earlier_code_runs_and_decodes_alike(tmp_path):
     """``bench_decode_against_release.py --quick``: the 0.2 folder loaded with its own remote code (the earlier code)
     and with this checkout's classes decodes the same tokens, and both are timed in one interleaved run."""

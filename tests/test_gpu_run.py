@@ -6,6 +6,8 @@ import json
 import pytest
 from conftest import load_benchmark
 
+pytestmark = pytest.mark.slow  # every test here runs the GPU run's quick mode (or reads what it wrote)
+
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):

@@ -409,3 +409,49 @@ def test_the_old_name_of_the_named_splits_module_still_imports_and_warns(monkeyp
     with pytest.warns(DeprecationWarning, match="equilibria.tasks.named_splits"):
         old = importlib.import_module("equilibria.tasks.catalog")
     assert old.split_census is named_splits.split_census
+
+
+#: what makes a test an integration run: another process (torchrun, a remote-code check, a shell command) or a
+#: benchmark's quick mode
+INTEGRATION_CALLS = (
+    "run_two_processes(", "remote_code_run(", "zero3_run(", "run_in_own_session(", "subprocess.run(",
+    "subprocess.Popen(", "subprocess.check_output(", '.main(["--quick"',
+)  # fmt: skip
+
+
+def slow_marked(node: ast.FunctionDef, module: ast.Module) -> bool:
+    """Whether a test function carries ``pytest.mark.slow``, on itself or through its module's ``pytestmark``."""
+    own = any("pytest.mark.slow" in ast.unparse(d) for d in node.decorator_list)
+    marks = [n for n in module.body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "pytestmark"]
+    return own or any("pytest.mark.slow" in ast.unparse(n.value) for n in marks)
+
+
+def unmarked_integration_tests(tests: Path) -> list[str]:
+    """``file::test`` for every test whose body makes an integration call and that is not marked slow (this file's
+    own tests name those calls as data)."""
+    found = []
+    for path in sorted(tests.glob("test_*.py")):
+        if path.name == Path(__file__).name:
+            continue
+        source = path.read_text()
+        module = ast.parse(source)
+        for node in module.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                body = ast.get_source_segment(source, node)
+                if any(call in body for call in INTEGRATION_CALLS) and not slow_marked(node, module):
+                    found.append(f"{path.name}::{node.name}")
+    return found
+
+
+def test_every_integration_test_is_marked_slow():
+    """``./run test -m "not slow"`` is the unit run: every test that starts another process or runs a benchmark's
+    quick mode is marked ``slow``."""
+    assert unmarked_integration_tests(Path(__file__).parent) == []
+
+
+def test_the_slow_check_finds_an_unmarked_torchrun_test(tmp_path):
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\n\n\ndef test_a(tmp_path):\n    run_two_processes('x.py', tmp_path)\n\n\n"
+        "@pytest.mark.slow\ndef test_b(tmp_path):\n    run_two_processes('x.py', tmp_path)\n"
+    )
+    assert unmarked_integration_tests(tmp_path) == ["test_x.py::test_a"]

@@ -125,6 +125,7 @@ def test_eval_writes_the_table_json_plot_and_card_entries(saved, tasks, tmp_path
     assert {("tiny_mc", "acc", "num_loops=2"), ("tiny_gen", "exact_match", "num_loops=1")} <= entries
 
 
+@pytest.mark.slow
 def test_lm_eval_errors_are_one_line(saved, tasks, capsys):
     assert main(["eval", str(saved), "--lm-eval-tasks", "tiny_nope", "--lm-eval-include", str(tasks)]) == 2
     assert "--lm_eval_tasks ['tiny_nope']: no such lm-eval task or in" in capsys.readouterr().err

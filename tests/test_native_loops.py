@@ -197,6 +197,7 @@ def test_the_penalty_on_a_transformers_looped_lm_is_the_radius_of_its_loop_maps_
     torch.testing.assert_close(picked.spectral_radius, direct[1:], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_stars_under_torchrun_keeps_the_replicas_of_transformers_looped_lms_identical(tmp_path):
     """torchrun --nproc_per_node 2 (gloo, CPU), Dory and HRM-text: the penalty computed in the looped forward is
     all-reduced with the LM loss, so both replicas hold the same parameters, moved from the start, and they equal
@@ -230,6 +231,7 @@ def test_stars_under_torchrun_keeps_the_replicas_of_transformers_looped_lms_iden
             torch.testing.assert_close(params[name], p.detach(), rtol=1e-5, atol=1e-5, msg=(model_type, name))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", NATIVE)
 def test_the_cli_trains_evaluates_audits_and_cards_a_transformers_looped_lm(model_type, tmp_path, capsys):
     """``equilibria train --family`` builds transformers' class and trains it with STARS; the folder holds no code of
@@ -264,6 +266,7 @@ def test_the_cli_trains_evaluates_audits_and_cards_a_transformers_looped_lm(mode
         assert torch.equal(generated, reloaded.generate(IDS[:, :3], max_new_tokens=3, do_sample=False, use_cache=False))
 
 
+@pytest.mark.slow
 def test_the_stars_benchmark_quick_mode_trains_a_dory(tmp_path):
     """``bench_stars_addition.py --family dory``: transformers' class through the same runs, JSON and summary."""
     from conftest import load_benchmark, read_benchmark_json
@@ -289,6 +292,7 @@ def control_audit_flags() -> list[str]:
     return list(load_benchmark("build_audit_control").AUDIT)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", NATIVE)
 def test_the_trained_controls_of_transformers_looped_lms_get_their_verdicts(model_type, tmp_path):
     """The trained controls (``benchmarks/build_audit_control.py --family F``), trained at 4 passes on 2-digit
@@ -313,6 +317,7 @@ def test_the_trained_controls_of_transformers_looped_lms_get_their_verdicts(mode
     assert any("independently" in r for r in report["reasons"]) == strong
 
 
+@pytest.mark.slow
 def test_a_trained_dory_whose_loop_returns_its_start_is_a_lazy_identity_collapse(tmp_path):
     """The negative control (``build_audit_control.py --family dory --lazy``): a Dory trained with its recurrent
     layers' update rates at zero, so that every pass returns its start and only the input and output layers learn.

@@ -61,6 +61,7 @@ def test_auto_classes_resolve_after_import(model, tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_remote_code_loads_without_the_package(model, tmp_path):
     """In a fresh interpreter where `import equilibria` fails, trust_remote_code gives identical logits."""
     then = f"""
@@ -267,6 +268,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         torch.testing.assert_close(pa.grad, pb.grad, rtol=1e-5, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow
 def test_the_tokenizer_loads_without_the_package_and_without_the_remote_code_question(model, tmp_path):
     """The README's workaround for transformers' question (asked for any folder with remote code): with
     trust_remote_code=False the standard tokenizer loads from its own files, and nothing is asked."""
@@ -363,6 +365,7 @@ def test_a_saved_config_carries_every_key_of_the_published_one_and_loads_back_wi
     assert unnamed(loaded.config) == unnamed(model.config)
 
 
+@pytest.mark.slow
 def test_a_last_loop_folder_decodes_as_remote_code_as_the_package_does(tmp_path):
     """The `last_loop` layout travels with the folder: as remote code, without the package, greedy decoding (its
     config's default mode) gives the package's tokens, and its cache holds one entry per layer."""

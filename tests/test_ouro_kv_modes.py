@@ -203,6 +203,7 @@ def compiled(fullgraph=True):
     return config
 
 
+@pytest.mark.slow
 def test_a_compiled_decoding_step_traces_whole_and_compiles_once_per_loop_count(model):
     assert type(model)._can_compile_fullgraph
     torch._dynamo.reset()
@@ -217,6 +218,7 @@ def test_a_compiled_decoding_step_traces_whole_and_compiles_once_per_loop_count(
     assert counters["stats"]["unique_graphs"] == 2  # one per loop count, none per token
 
 
+@pytest.mark.slow
 def test_the_compute_saving_early_exit_refuses_a_whole_graph_compile_and_the_reference_readout_compiles():
     model = exit_model(seed=3)
     torch._dynamo.reset()

@@ -30,6 +30,7 @@ def test_cli_help_and_version(capsys):
     assert "demo" in out and "usage: equilibria" in out
 
 
+@pytest.mark.slow
 def test_console_script_is_installed():
     exe = Path(sys.executable).parent / "equilibria"
     result = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=120)
@@ -77,6 +78,7 @@ def test_training_labels_mask_the_prompt():
     assert row["input_ids"][-1] == tok.eos_token_id
 
 
+@pytest.mark.slow
 def test_decode_benchmark_quick_mode_runs(tmp_path):
     bench_ouro_decode = load_benchmark("bench_ouro_decode")
     results = bench_ouro_decode.main(["--quick", "--output-dir", str(tmp_path)])
@@ -108,6 +110,7 @@ def test_decode_benchmark_quick_mode_runs(tmp_path):
     assert cache["speedup_range"][0] <= cache["speedup"] <= cache["speedup_range"][1]
 
 
+@pytest.mark.slow
 def test_decode_benchmark_runs_its_sections_apart_and_keeps_the_others(tmp_path):
     """``--sections``: the cache modes on a saved model, the early exit at step 1 and exited rows dropped or not,
     each written into the same JSON beside what an earlier run left there."""
@@ -150,6 +153,7 @@ def test_decode_benchmark_runs_its_sections_apart_and_keeps_the_others(tmp_path)
     assert set(scale["drift"]) == {"2", "4"} and all(0 <= d["top1_agreement"] <= 1 for d in scale["drift"].values())
 
 
+@pytest.mark.slow
 def test_demo_quick_mode_writes_and_reloads_a_hub_folder(tmp_path):
     results = equilibria.demo.run_demo(output_dir=tmp_path, quick=True)
     folder = Path(results["model_dir"])
@@ -232,6 +236,7 @@ def test_exact_match_scores_right_and_wrong_answers():
     assert exact_match(_Oracle(tok, wrong), tok, data["test"], num_loops=2, batch_size=4) == 0.1
 
 
+@pytest.mark.slow
 def test_stars_benchmark_quick_mode_runs_and_resumes(tmp_path):
     bench_stars_addition = load_benchmark("bench_stars_addition")
     results = bench_stars_addition.main(["--quick", "--output-dir", str(tmp_path)])
@@ -264,6 +269,7 @@ def test_stars_benchmark_quick_mode_runs_and_resumes(tmp_path):
     assert again["runs"]["plain"] == saved["runs"]["plain"]
 
 
+@pytest.mark.slow
 def test_norm_placement_comparison_reads_each_placements_runs(tmp_path):
     """``stars_norm_placement.py`` puts side by side the trajectories of runs that differ only in norm placement."""
     bench_stars_addition = load_benchmark("bench_stars_addition")
@@ -291,6 +297,7 @@ def test_norm_placement_comparison_reads_each_placements_runs(tmp_path):
         compare.main(["--runs", f"middle={folders['pre']}"])
 
 
+@pytest.mark.slow
 def test_exit_gate_benchmark_quick_mode_runs(tmp_path):
     results = load_benchmark("bench_exit_gate").main(["--quick", "--output-dir", str(tmp_path)])
     assert (tmp_path / "exit_gate.png").stat().st_size > 1000
@@ -381,6 +388,7 @@ def test_the_installed_metadata_declares_the_license_and_the_tested_python():
     assert (ROOT / "LICENSE").read_text().split()[:3] == ["Apache", "License", "Version"]
 
 
+@pytest.mark.slow
 def test_serving_benchmark_quick_mode_compares_an_engines_answers_with_the_packages(tmp_path):
     """``bench_ouro_serving.py --quick``: the plumbing, with transformers' remote-code loading (without the package)
     as the engine: the answers to the same held-out prompts are compared row by row."""

@@ -318,6 +318,7 @@ def test_the_start_anchored_reading_trains_and_reports_its_gradient_paths(tmp_pa
     assert all(h["dynamics"] > 0 and h["initializer"] > 0 for h in callback.history)
 
 
+@pytest.mark.slow
 def test_remote_code_loads_without_the_package(tmp_path):
     stdout = remote_code_run(
         tiny_phdeq(seed=2), X, "AutoModelForSequenceClassification", tmp_path, then='print("REMOTE_OK")'
@@ -325,6 +326,7 @@ def test_remote_code_loads_without_the_package(tmp_path):
     assert "REMOTE_OK" in stdout
 
 
+@pytest.mark.slow
 def test_two_process_training_keeps_replicas_identical(tmp_path):
     from conftest import run_two_processes
 

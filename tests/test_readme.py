@@ -44,7 +44,8 @@ PAGES = [
         str(path.relative_to(ROOT)) for path in (ROOT / "docs" / "benchmarks").glob("*.md") if path.name != "README.md"
     ),
 ]
-pytestmark = pytest.mark.xdist_group("readme")  # one worker runs the blocks and commands in README order
+# one worker runs the blocks and commands in README order; all of them are integration runs (slow)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("readme")]
 
 # (what the README says, what the test runs instead): sizes and placeholder paths, applied to blocks and commands
 SIZES = [

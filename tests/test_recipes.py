@@ -125,6 +125,7 @@ def test_a_run_logs_ten_points_and_records_its_recipe(tmp_path, capsys):
     assert "recipe `ouro/addition`, overridden: `max_steps=30`, `train_size=64`." in card
 
 
+@pytest.mark.slow
 def test_the_recipes_benchmark_runs_every_documented_command_as_its_page_shows_it(tmp_path):
     """``benchmarks/recipes.py --quick``: each documented command (as its page shows it) runs with a seed added and
     its run is recorded with the seed, threads, wall time and the held-out accuracy at each loop count."""
@@ -147,6 +148,7 @@ def test_the_recipes_benchmark_runs_every_documented_command_as_its_page_shows_i
     assert len(again["recipes"]["readme-ouro"]["runs"]) == 1  # a run of the same seed and threads replaces it
 
 
+@pytest.mark.slow
 def test_the_recipes_benchmark_trains_a_fine_tunes_base_first_and_runs_torchrun_commands(tmp_path):
     """A fine-tune's base (the README's Ouro command) is trained first with the same seed, and its folder is the
     ``--model_name_or_path`` the fine-tune starts from (both recorded); a ``torchrun ... -m equilibria.cli`` command

@@ -17,6 +17,7 @@ from equilibria.loops import OuroLoop
 EXAMPLE = Path(__file__).parents[1] / "examples" / "register_family.py"
 
 
+@pytest.mark.slow
 def test_the_example_registers_trains_scores_and_audits_its_own_architecture(tmp_path):
     """In its own process (registering changes the process's Auto classes): a few steps, then the reload through
     AutoModelForCausalLM, the loop scaling at 1-8 loops and the audit's verdict, through the protocol."""

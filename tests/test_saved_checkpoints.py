@@ -96,6 +96,7 @@ class _SavedFolder:
         return ModelOutput(logits=package_logits(self.model, self.auto_class, inputs))
 
 
+@pytest.mark.slow
 def test_every_folder_that_carries_remote_code_loads_from_it_without_the_package(tmp_path):
     """One interpreter without the package for all of them (an interpreter takes seconds to import transformers):
     ``remote_code_run`` checks the first; its ``then`` the others the same way, each copied under a name of its

@@ -122,6 +122,7 @@ def test_implicit_gradient_matches_finite_differences():
     assert 0.3 < cosine < 1 - 1e-6
 
 
+@pytest.mark.slow
 def test_solver_benchmark_quick_mode_runs(tmp_path):
     bench_solvers = load_benchmark("bench_solvers")
     payload = bench_solvers.main(["--quick", "--output-dir", str(tmp_path)])

@@ -436,6 +436,7 @@ def test_evaluation_uses_the_evaluation_loop_count(tmp_path):
     assert metrics["eval_loss"] == pytest.approx(expected, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_two_process_run_keeps_replicas_identical(tmp_path):
     """torchrun --nproc_per_node 2 (gloo, CPU): the JSRR term's gradients are all-reduced with the LM loss's,
     so both replicas hold identical parameters after the steps, and they differ from the start."""
@@ -536,6 +537,7 @@ def test_the_penalty_starts_after_its_warmup(tmp_path):
     assert penalties[:2] == [0.0, 0.0] and all(p > 0 for p in penalties[2:])
 
 
+@pytest.mark.slow
 def test_estimator_benchmark_quick_mode_writes_its_table(tmp_path):
     bench_jsrr_estimator = load_benchmark("bench_jsrr_estimator")
     results = bench_jsrr_estimator.main(["--quick", "--output-dir", str(tmp_path)])
@@ -557,6 +559,7 @@ def test_estimator_benchmark_quick_mode_writes_its_table(tmp_path):
         assert result["cost"]["vjp@1"] == 1.0 and all(c > 0 for c in result["cost"].values())
 
 
+@pytest.mark.slow
 def test_cost_benchmark_quick_mode_writes_its_table(tmp_path):
     bench_stars_cost = load_benchmark("bench_stars_cost")
     results = bench_stars_cost.main(["--quick", "--output-dir", str(tmp_path)])
@@ -587,6 +590,7 @@ def test_stars_with_a_loss_that_trains_the_gate_warns_that_deep_steps_go_untrain
     assert "StarsTrainer: the model's exit_loss" not in caplog.text
 
 
+@pytest.mark.slow
 def test_the_penalty_computed_in_forward_trains_under_fsdp2(tmp_path):
     """FSDP2 (`fully_shard`) reshards the parameters after forward, so a penalty computed outside the wrapped
     forward cannot see them; the estimate the model's forward returns can. One STARS-objective step sharded over two

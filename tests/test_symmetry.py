@@ -87,6 +87,7 @@ def test_the_task_records_give_the_class_of_a_row():
     assert format_board(parse_board(sudoku["question"][0])) == sudoku["question"][0]
 
 
+@pytest.mark.slow
 def test_maze_splits_share_no_maze_up_to_symmetry_and_say_so():
     from equilibria.tasks.named_splits import split_census
 
@@ -111,6 +112,7 @@ def test_a_4x4_sudoku_split_is_reported_as_not_held_out():
         build_sudoku_dataset(4, 300, 40, seed=0)  # held out by class: the 4x4 generator has run out of classes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size, train, test", [(4, 8, 6), (6, 60, 20), (9, 30, 10)])
 def test_sudoku_splits_are_held_out_by_class(size, train, test):
     from equilibria.tasks.named_splits import split_census
@@ -157,6 +159,7 @@ def _near_misses(board: str, size: int) -> list[str]:
     return [format_board(swapped), format_board(moved)]
 
 
+@pytest.mark.slow
 def test_9x9_classes_by_invariant_and_exact_check():
     rng = random.Random(0)
     data = build_sudoku_dataset(9, 6, 0, seed=4)["train"]
@@ -225,6 +228,7 @@ def test_a_generated_training_record_keeps_the_classes_evaluation_excludes():
         build_task("sudoku", 300, 20, seed=0, size=4)
 
 
+@pytest.mark.slow
 def test_the_census_benchmark_quick_mode_runs(tmp_path):
     from conftest import load_benchmark
 
@@ -240,6 +244,7 @@ def test_the_census_benchmark_quick_mode_runs(tmp_path):
     assert bench.generator_cell({"kind": "lower bound", "seen": 40, "draws": 40, "once": 40}).startswith("more than 40")
 
 
+@pytest.mark.slow
 def test_train_records_the_census_and_eval_leaves_the_training_classes_out(tmp_path):
     import json
 

@@ -422,6 +422,7 @@ def test_lora_needs_a_checkpoint(tmp_path, capsys):
     assert "--use_peft adapts a trained checkpoint: give --model_name_or_path" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_lora_fine_tuning_with_stars_behind_torchrun_keeps_replicas_identical(base, sums, tmp_path):
     import shutil
 

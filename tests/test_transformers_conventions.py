@@ -223,6 +223,7 @@ class _Logits(nn.Module):
         return self.model(input_ids=input_ids, use_cache=False).logits
 
 
+@pytest.mark.slow
 def test_the_attractor_exports_with_torch_export_and_matches_eager():
     """Under tracing the solver runs its whole budget without data-dependent branches (samples that stopped keep
     their iterate), so the exported program gives eager's numbers, although eager stopped early."""
