@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import doc_tables
+import results_json
 
 from equilibria.cli import main as cli
 from equilibria.tasks import build_sudoku_dataset
@@ -87,7 +87,7 @@ def main(argv=None) -> dict:
         print(f"{name}: {cells}  ({result['data']['name']})")
     record = {"args": {k: str(v) for k, v in vars(args).items()}, "cases": results}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    doc_tables.save_results(args.output, record, indent=2)
+    results_json.save_results(args.output, record, indent=2)
     return record
 
 

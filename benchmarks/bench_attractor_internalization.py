@@ -44,7 +44,7 @@ import sys
 import time
 from pathlib import Path
 
-import doc_tables
+import results_json
 import torch
 from bench_stars_addition import common_training_args
 from transformers import DataCollatorForSeq2Seq, TrainerCallback, default_data_collator, set_seed
@@ -316,7 +316,7 @@ def main(argv=None) -> dict:
         print(f"wrote {args.output_dir / 'internalization.png'}")
     except ImportError:
         print("matplotlib is not installed: no plot")
-    doc_tables.save_results(args.output_dir / "internalization.json", result, indent=2)
+    results_json.save_results(args.output_dir / "internalization.json", result, indent=2)
     return result
 
 

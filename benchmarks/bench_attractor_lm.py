@@ -35,7 +35,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-import doc_tables
+import results_json
 import torch
 from bench_attractor_memory import rss_bytes
 from bench_stars_addition import common_training_args
@@ -293,7 +293,7 @@ def main(argv=None) -> dict:
     )
     out = args.output_dir / args.kind
     out.mkdir(parents=True, exist_ok=True)
-    doc_tables.save_results(out / f"seed{args.seed}.json", result, indent=2)
+    results_json.save_results(out / f"seed{args.seed}.json", result, indent=2)
     return result
 
 

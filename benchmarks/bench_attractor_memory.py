@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import doc_tables
+import results_json
 
 MODES = ("one_step", "implicit", "unrolled")
 FORMS = ("paper", "gated")
@@ -135,7 +135,7 @@ def main(argv=None) -> dict:
         print(f"wrote {out_dir / 'memory.png'}")
     except ImportError:
         print("matplotlib is not installed: no plot")
-    doc_tables.save_results((out_dir / "memory.json"), saved, indent=2, default=str)
+    results_json.save_results((out_dir / "memory.json"), saved, indent=2, default=str)
     return results
 
 

@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-import doc_tables
+import results_json
 import torch
 from torch import nn
 from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
@@ -388,7 +388,7 @@ def main(argv=None) -> dict:
         f"T1 still significant; {results['holm']['computing_surviving']} of {results['holm']['computing']} "
         "'computing' verdicts rest on one"
     )
-    doc_tables.save_results((args.output_dir / args.summary_name), results, indent=2, default=str)
+    results_json.save_results((args.output_dir / args.summary_name), results, indent=2, default=str)
     print(f"\nwrote {args.output_dir / args.summary_name} and an audit.json/audit.png per PH-DEQ run")
     return results
 

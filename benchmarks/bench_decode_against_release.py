@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-import doc_tables
+import results_json
 import torch
 from bench_ouro_decode import compare, greedy, paired_ratio, timed_generate
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
     parser.add_argument("--repeats", type=int, default=15, help="interleaved runs per code")
-    parser.add_argument("--output-dir", type=Path, default=doc_tables.RESULTS)
+    parser.add_argument("--output-dir", type=Path, default=results_json.RESULTS)
     parser.add_argument(
         "--results-name", default="decode_against_release.json", help="the JSON file's name in --output-dir"
     )
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     print(f"new/old decode time: median {ratio:.3f} (range {low:.3f}-{high:.3f}) over {repeats} paired runs")
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    doc_tables.save_results(args.output_dir / args.results_name, data, indent=1)
+    results_json.save_results(args.output_dir / args.results_name, data, indent=1)
     return data
 
 

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import bench_eqr_sudoku as sudoku
-import doc_tables
+import results_json
 import torch
 from comparisons import cheapest_of_equal_accuracy, of_equal_accuracy, paired_difference
 
@@ -238,7 +238,7 @@ def main(argv=None) -> dict:
         print(f"wrote {args.output_dir / 'eqr_halting.png'}")
     except ImportError:
         print("matplotlib is not installed: no plot")
-    doc_tables.save_results((args.output_dir / "eqr_halting.json"), results, indent=2, default=str)
+    results_json.save_results((args.output_dir / "eqr_halting.json"), results, indent=2, default=str)
     return results
 
 

@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-import doc_tables
+import results_json
 import torch
 from transformers import set_seed
 
@@ -581,7 +581,7 @@ def main(argv=None) -> dict:
     sweeps(args, models, data, results)
     if "eqr" in models:
         eqr_grid(args, models["eqr"], data, results)
-    doc_tables.save_results(path, results, indent=2, default=str)
+    results_json.save_results(path, results, indent=2, default=str)
     return results
 
 

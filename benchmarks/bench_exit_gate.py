@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import doc_tables
+import results_json
 import torch
 
 from equilibria import OuroCache
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
     print_table(results)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    doc_tables.save_results((out / "exit_gate.json"), results, indent=1)
+    results_json.save_results((out / "exit_gate.json"), results, indent=1)
     plotted = plot(results, out / "exit_gate.png")
     print(f"wrote {out / 'exit_gate.json'}" + (f" and {out / 'exit_gate.png'}" if plotted else ""))
     return results

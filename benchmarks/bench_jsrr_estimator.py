@@ -24,7 +24,7 @@ import statistics
 import time
 from pathlib import Path
 
-import doc_tables
+import results_json
 import torch
 
 from equilibria import OuroConfig, OuroForCausalLM
@@ -137,7 +137,7 @@ def main(argv=None) -> dict:
         print_table(name, result)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     path = args.output_dir / "jsrr_estimator.json"
-    doc_tables.save_results(path, results, indent=1)
+    results_json.save_results(path, results, indent=1)
     print(f"\nresults: {path}")
     return results
 

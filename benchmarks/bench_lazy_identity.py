@@ -42,7 +42,7 @@ from collections import Counter
 from pathlib import Path
 
 import bench_audit_reachability as reach
-import doc_tables
+import results_json
 import torch
 
 from equilibria.diagnostics.statistics import holm, two_sided_p
@@ -63,10 +63,10 @@ KINDS = {
     "lazy_control": {**LAZY, "initializer": "zero", "direct_path": False},
 }
 TOLERANCES = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
-RESULTS = doc_tables.RESULTS / "lazy_identity"
+RESULTS = results_json.RESULTS / "lazy_identity"
 STUDIED_RUNS = {  # today's `studied` design per task, for Holm beside these runs
-    "reachability": doc_tables.RESULTS / "audit_reachability",
-    "entailment": doc_tables.RESULTS / "audit_entailment",
+    "reachability": results_json.RESULTS / "audit_reachability",
+    "entailment": results_json.RESULTS / "audit_entailment",
 }
 
 
@@ -254,7 +254,7 @@ def summarize(args) -> dict:
         f"{results['holm']['computing_surviving']} of {results['holm']['computing']} 'computing' verdicts rest on one"
     )
     plot_gradients(runs, args.output_dir / "gradients.png")
-    doc_tables.save_results(args.output_dir / "summary.json", results, indent=2, default=str)
+    results_json.save_results(args.output_dir / "summary.json", results, indent=2, default=str)
     print(f"wrote {args.output_dir / 'summary.json'} and gradients.png")
     return results
 

@@ -29,7 +29,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-import doc_tables
+import results_json
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -653,7 +653,7 @@ def main(argv=None) -> dict:
     for name in args.sections:
         results[name] = SECTIONS[name](args)
         results.setdefault("commands", {})[name] = "python benchmarks/bench_ouro_decode.py " + " ".join(argv or [])
-        doc_tables.save_results(path, results, indent=2)  # after each section: a killed run keeps what ended
+        results_json.save_results(path, results, indent=2)  # after each section: a killed run keeps what ended
     print_table(results, args)
     print(f"results: {path}")
     return results

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import doc_tables
+import results_json
 from bench_ouro_decode import quick_mode_model, run_script
 
 from equilibria import OuroForCausalLM
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(json.dumps({k: v for k, v in results.items() if k != "differing"}, indent=1))
     args.output_dir.mkdir(parents=True, exist_ok=True)
     name = "ouro_serving.json" if args.precision == "f32" else f"ouro_serving_{args.precision}.json"
-    doc_tables.save_results(args.output_dir / name, results, indent=2)
+    results_json.save_results(args.output_dir / name, results, indent=2)
     return results
 
 

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-import doc_tables
+import results_json
 import torch
 
 from equilibria.modeling.solvers import solve
@@ -168,7 +168,7 @@ def main(argv=None) -> dict:
         print(f"best torchdeq setting on {label}: {row['solver']} ({row['iterations']} iterations)")
     payload = {"args": {k: str(v) for k, v in vars(args).items()}, "results": results, "best_torchdeq": best}
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    doc_tables.save_results((args.output_dir / "solvers.json"), payload, indent=1)
+    results_json.save_results((args.output_dir / "solvers.json"), payload, indent=1)
     print(f"results: {args.output_dir / 'solvers.json'}")
     return payload
 

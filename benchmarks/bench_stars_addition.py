@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-import doc_tables
+import results_json
 import torch
 from datasets import Dataset
 from transformers import DataCollatorForSeq2Seq, set_seed
@@ -457,7 +457,7 @@ def write_summary(args, argv) -> dict:
         "summary": summary,
         "runs": runs,
     }
-    doc_tables.save_results(args.output_dir / "results.json", payload, indent=1, default=str)
+    results_json.save_results(args.output_dir / "results.json", payload, indent=1, default=str)
     print(f"\nplot: {png}\nresults: {args.output_dir / 'results.json'}")
     return payload
 

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import doc_tables
+import results_json
 import torch
 
 from equilibria import OuroConfig, OuroForCausalLM
@@ -192,7 +192,7 @@ def main(argv=None) -> dict:
             f" s, penalty backward {b['penalty_backward']:.3f} s (LM forward + backward {b['lm_forward_backward']:.3f} s)"
         )
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    doc_tables.save_results((args.output_dir / "stars_cost.json"), results, indent=1)
+    results_json.save_results((args.output_dir / "stars_cost.json"), results, indent=1)
     print(f"results: {args.output_dir / 'stars_cost.json'}")
     return results
 

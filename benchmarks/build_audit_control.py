@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import doc_tables
+import results_json
 
 from equilibria.cli import main as equilibria
 from equilibria.loops import transformers_model_types
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
     label = args.family + ("-lazy" if args.lazy else "")
     own = FOLDER if args.family == "ouro" else FOLDER.parent / f"{label}-audit-control"
     folder = args.folder or (scratch / "control" if args.quick else own)
-    output_dir = args.output_dir or (scratch if args.quick else doc_tables.RESULTS)
+    output_dir = args.output_dir or (scratch if args.quick else results_json.RESULTS)
     name = "audit_control.json" if args.family == "ouro" else f"audit_control_{label}.json"
     named = ("" if args.family == "ouro" else f" --family {args.family}") + (" --lazy" if args.lazy else "")
     command = "python benchmarks/build_audit_control.py" + named + (" --quick" if args.quick else "")
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
         results = {"command": command, **_built(folder, args, steps), "seconds": round(time.perf_counter() - start)}
     report = audit_folder(folder, ("--num-examples", "40") if args.quick else AUDIT)
     results["audit"] = {key: report[key] for key in ("verdict", "reasons", "accuracy", "substitution", "probe", "data")}
-    doc_tables.save_results(output_dir / name, results, indent=1)
+    results_json.save_results(output_dir / name, results, indent=1)
     if not args.quick:
         shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps({k: results[k] for k in ("folder_bytes", "seconds")}), results["loop_scaling"]["accuracy"])

@@ -23,7 +23,7 @@ without it (:data:`SWITCHES`: ``USE_HUB_KERNELS=NO``), and the cells carry an ``
 other dependencies (does it work there, were the bound raised?).
 
 Results: ``docs/results/compat_matrix.json`` (``--output-dir`` to change; the default also rewrites the table in
-``docs/compatibility.md``, through ``doc_tables.save_results``), one row per release and family: ``status`` (``ok``, ``different`` with the largest
+``docs/compatibility.md``, through ``results_json.save_results``), one row per release and family: ``status`` (``ok``, ``different`` with the largest
 logit difference and the greedy runs that differ, or the error that stopped it) and ``package`` (``ok`` or the
 error). ``--newest`` writes ``compat_newest.json`` instead, leaving the admitted range's matrix as it is.
 """
@@ -48,7 +48,7 @@ from packaging.version import Version
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import compat_check  # noqa: E402  (standalone: also runs in the throwaway environments)
-import doc_tables  # noqa: E402
+import results_json  # noqa: E402
 
 TORCH = "torch==2.13.0"
 DEFAULT_RELEASES = ("5.4.0", "5.12.0", "5.25.0")  # the floor, one in the middle, the newest
@@ -448,7 +448,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    doc_tables.save_results(out / ("compat_newest.json" if args.newest else "compat_matrix.json"), payload, indent=2)
+    results_json.save_results(out / ("compat_newest.json" if args.newest else "compat_matrix.json"), payload, indent=2)
     failed = [
         f"{r} {t}: {v['status']}" + (f" ({v['error']})" if "error" in v else "") + f"; package: {v['package']}"
         for r, row in rows.items()

@@ -1,37 +1,13 @@
-"""The results tables of the docs, and the numbers their prose restates, generated from their JSON under
-``docs/results/``: the one place they are written.
-
-A page marks each generated table (and the command line's list of subcommands, read from its parser) with ``<!-- table: NAME -->`` and ``<!-- /table -->``; ``TABLES[NAME]`` renders it
-from the JSON. Nothing else writes a results table, so a table cannot drift from its JSON: ``tests/test_doc_tables.py``
-checks that every committed page equals what this script makes of it.
-
-A number in prose that restates a JSON number is marked where it stands, on one line, with the field it restates
-and its format (the comments do not show when the page is rendered, the number does)::
-
-    about <!-- num: stars_cost.json:by_loops.4.plain_seconds fmt=.2f -->0.71<!-- /num --> s
-
-``FILE:PATH`` names a file under ``docs/results/`` and a field in it: keys joined by dots, a list index as a number
-(``rows.-1``: the last row), a key with a dot, a space or a bracket in brackets and quotes
-(``losses.expected.frozen["0.5"].accuracy``). A number computed from fields is an expression with each field in
-braces: ``{a.json:x} / {a.json:y}``, ``100 * ({a.json:x} - {b.json:x})``, ``min({...}, {...})`` (``+ - * /``,
-``min``, ``max``, ``mean``, ``se``: the standard error of the mean, ``count``, ``abs``, ``sqrt``). A ``*`` key takes every
-item of a list (``min({a.json:rows.*.x})``), a ``*`` in the file every matching file (``{lm/llama/seed*.json:ppl}``);
-arithmetic on two such lists pairs their items (``mean({a/seed*.json:x} - {b/seed*.json:x})``: the mean per-seed
-difference).
-``fmt`` is Python's format spec (``.1f``, ``+.1f``, ``.1%``: times 100 with a
-percent sign, ``d``, ``,``).
+"""The table builders of the docs: one function per marked table (``<!-- table: NAME -->``), rendering it from its
+JSON under ``docs/results/``; :data:`TABLES` maps each name to its builder. The engine that finds the marks,
+renders them, and checks and rewrites the marked numbers of prose is ``tools/docs/engine.py``.
 
     python benchmarks/doc_tables.py           # rewrite the marked tables and numbers of README.md and docs/**/*.md
     python benchmarks/doc_tables.py --check   # exit 1, naming the tables and the numbers that differ from their JSON
-
-A benchmark that writes JSON into ``docs/results/`` calls :func:`save_results`, which rewrites both; a rewritten
-number is printed, so that its sentence can be read again.
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
 import json
 import re
 import statistics
@@ -39,33 +15,23 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "results"
-MARKED = re.compile(r"(<!-- table: ([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
-
-
-def load(relative: str) -> dict:
-    return json.loads((RESULTS / relative).read_text())
-
-
-def markdown(header: list[str], rows: list[list[str]]) -> str:
-    def line(cells: list[str]) -> str:
-        return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
-
-    return "\n".join([line(header), "|" + " --- |" * len(header), *(line(row) for row in rows)])
-
-
-def pct(value: float, digits: int = 1) -> str:
-    return f"{100 * value:.{digits}f}%"
-
-
-def small(value: float) -> str:
-    """Two decimals from 0.1 up, else one significant digit and a short exponent (``1.5e-2``)."""
-    if value >= 0.1:
-        return f"{value:.2f}"
-    mantissa, exponent = f"{value:.1e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: the docs tool (tools/docs)
+from tools.docs import engine  # noqa: E402
+from tools.docs.engine import (  # noqa: E402,F401  (the names the builders use; the tests read some through here)
+    MARKED,
+    NUMBER,
+    ROOT,
+    NumberError,
+    load,
+    markdown,
+    mean_se,
+    number,
+    numbers,
+    page_name,
+    pages,
+    pct,
+    small,
+)
 
 # ---- the demo --------------------------------------------------------------------------------------------------
 
@@ -269,7 +235,7 @@ def ouro_real_scale() -> str:
 
 def ouro_serving() -> str:
     """A saved Ouro on an existing engine against the package (``bench_ouro_serving.py``), one row per precision."""
-    runs = sorted(RESULTS.glob("ouro_serving*.json"))
+    runs = sorted(engine.RESULTS.glob("ouro_serving*.json"))
     if not runs:
         return "(not run yet: `python benchmarks/bench_ouro_serving.py --model out --engine-python ENV/bin/python`)"
     rows = []
@@ -277,10 +243,10 @@ def ouro_serving() -> str:
         r = json.loads(path.read_text())
         v = r["versions"]
         used = re.sub(r"<Type: '(.*)'>", r"\1", v.get("inference_precision", "-"))  # OpenVINO's element type
-        engine = f"{r['engine']} {v.get('openvino', '')} (optimum-intel {v.get('optimum-intel', '-')}, transformers {v['transformers']})"
+        serving = f"{r['engine']} {v.get('openvino', '')} (optimum-intel {v.get('optimum-intel', '-')}, transformers {v['transformers']})"
         rows.append(
             [
-                engine,
+                serving,
                 f"{r['precision']} ({used})",
                 f"{r['data']['units']} held-out problems, {r['loops']} loops",
                 f"{pct(r['answers_equal'])} ({'all' if r['tokens_equal'] else 'not all'})",
@@ -489,14 +455,6 @@ def eqr_depths(relative: str, **options) -> str:
     return depth_table(load(relative)["kinds"], **options)
 
 
-def mean_se(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error (n - 1 degrees of freedom; NaN for one value)."""
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, float("nan")
-    return mean, (sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values)) ** 0.5
-
-
 def difference_cell(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
     """``+mean ± SE`` of paired differences (times ``scale``); no ``±`` for one value, empty for none."""
     if not values:
@@ -556,7 +514,7 @@ def eqr_seeds(
         runs[seed] = {}
         for k in kinds:
             folder = (kind_folders or {}).get(k, folders).get(seed)  # None: this kind has no run for this row
-            path = RESULTS / str(folder) / k.split()[0] / "eqr_sudoku.json"
+            path = engine.RESULTS / str(folder) / k.split()[0] / "eqr_sudoku.json"
             if folder is not None and path.is_file():
                 runs[seed][k] = json.loads(path.read_text())[k.split()[0]]["accuracy_by_depth"]
     rows = []
@@ -586,7 +544,7 @@ def eqr_breadth(seeds: tuple[int, ...] = (0, 1, 2)) -> str:
     / halting head, and the correlation of a restart's log residual with its being right."""
     rows = []
     for seed in seeds:
-        if not (RESULTS / EQR_SEED_RUNS[seed] / "eqr" / "eqr_sudoku.json").exists():
+        if not (engine.RESULTS / EQR_SEED_RUNS[seed] / "eqr" / "eqr_sudoku.json").exists():
             continue  # not run yet (the seeds table says so)
         run = load(f"{EQR_SEED_RUNS[seed]}/eqr/eqr_sudoku.json")["eqr"]
         breadths = sorted({int(key.split("x")[1]) for key in run["grid"]})  # the same options for every seed
@@ -610,7 +568,7 @@ def eqr_halting(folder: str, seeds: tuple[int, ...]) -> str:
     accuracy, ``benchmarks/comparisons.py``) and how they compare on the test half."""
     rows = []
     for seed in seeds:
-        if not (RESULTS / folder / f"seed{seed}" / "eqr_halting.json").exists():
+        if not (engine.RESULTS / folder / f"seed{seed}" / "eqr_halting.json").exists():
             rows.append([f"seed {seed}", "not run yet", *[""] * 6])
             continue
         data = load(f"{folder}/seed{seed}/eqr_halting.json")
@@ -711,7 +669,7 @@ def audit_reachability(folder: str = "audit_reachability") -> str:
 def lazy_runs(task: str) -> dict[str, list[dict]]:
     """The lazy-identity regime's run records of ``task``, by model (the benchmark's order), each sorted by seed."""
     by_model: dict[str, list[dict]] = {}
-    for path in sorted((RESULTS / "lazy_identity" / task).glob("*-seed*/run.json")):
+    for path in sorted((engine.RESULTS / "lazy_identity" / task).glob("*-seed*/run.json")):
         run = json.loads(path.read_text())
         by_model.setdefault(run["model"], []).append(run)
     order = ["lazy", "lazy_no_anchor", "lazy_noisy", "lazy_no_direct", "lazy_control"]
@@ -772,7 +730,7 @@ def lazy_identity_holm() -> str:
 
     rows = []
     for task in ("reachability", "entailment"):
-        path = RESULTS / "lazy_identity" / task / "summary.json"
+        path = engine.RESULTS / "lazy_identity" / task / "summary.json"
         if not path.exists():
             continue
         for row in json.loads(path.read_text())["holm"]["runs"]:
@@ -798,7 +756,7 @@ def audit_holm(folder: str = "audit_reachability", alpha: float = 0.05) -> str:
     from equilibria.diagnostics.statistics import holm, two_sided_p
     from equilibria.diagnostics.verdict_rules import SCHEMA
 
-    runs = sorted((RESULTS / folder).glob("*-seed*/audit.json"))
+    runs = sorted((engine.RESULTS / folder).glob("*-seed*/audit.json"))
     reports = [(path.parent.name, AuditReport.from_json(path)) for path in runs]
     p_values = [two_sided_p(r.substitution["z"]) for _, r in reports]
     survives = holm(p_values, alpha)
@@ -956,7 +914,7 @@ INTERNALIZATION_RUNS = (  # folders under attractor_internalization/: <task>-<fo
 
 def internalization_run(name: str) -> dict | None:
     """The internalization run ``name`` (a folder of :data:`INTERNALIZATION_RUNS`); ``None`` until it is made."""
-    path = RESULTS / "attractor_internalization" / name / "internalization.json"
+    path = engine.RESULTS / "attractor_internalization" / name / "internalization.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -1004,7 +962,7 @@ def _published_label(run: dict) -> str:
 
 def _published_files(task: str | None = None) -> list[Path]:
     pattern = f"published-*-{task}-seed*" if task else "published-*"
-    return sorted((RESULTS / "attractor_internalization").glob(f"{pattern}/internalization.json"))
+    return sorted((engine.RESULTS / "attractor_internalization").glob(f"{pattern}/internalization.json"))
 
 
 def attractor_published() -> str:
@@ -1044,7 +1002,9 @@ def _end_shares(run: dict) -> tuple[float, float, float]:
 def paper_baseline(task: str, device: str) -> dict | None:
     """The paper's map with the paper's choices on ``task`` (seed 0) trained on ``device`` (``cpu`` or a GPU's
     name), so that a published choice is compared with a run on the same kind of machine."""
-    for path in sorted((RESULTS / "attractor_internalization").glob(f"{task}-paper-one-step*/internalization.json")):
+    for path in sorted(
+        (engine.RESULTS / "attractor_internalization").glob(f"{task}-paper-one-step*/internalization.json")
+    ):
         run = json.loads(path.read_text())
         if run.get("device", "cpu") == device:
             return run
@@ -1193,7 +1153,7 @@ def attractor_settings() -> dict[str, dict]:
     """The Attractor runs of the settings search that have been made: folder -> its ``attractor`` entry."""
     found = {}
     for name in ATTRACTOR_SETTINGS:
-        path = RESULTS / "attractor_puzzles_select" / name / "attractor" / "eqr_sudoku.json"
+        path = engine.RESULTS / "attractor_puzzles_select" / name / "attractor" / "eqr_sudoku.json"
         if path.exists():
             found[name] = json.loads(path.read_text())["attractor"]
     return found
@@ -1252,7 +1212,7 @@ def attractor_puzzles_select() -> str:
 
 def memory_runs() -> dict[str, dict]:
     """The memory benchmark's runs, ``"<form>/<mode>@<budget>"`` -> its measurement; empty until it is run."""
-    path = RESULTS / "attractor_memory" / "memory.json"
+    path = engine.RESULTS / "attractor_memory" / "memory.json"
     return json.loads(path.read_text())["runs"] if path.exists() else {}
 
 
@@ -1281,7 +1241,7 @@ def attractor_memory() -> str:
 
 def attractor_smoke() -> str:
     """A row per smoke-scale case: its data (held out or not) and the exact-solve share at each loop count."""
-    path = RESULTS / "attractor_smoke.json"
+    path = engine.RESULTS / "attractor_smoke.json"
     if not path.exists():
         return markdown(["case", "data", "exact solve at each loop count"], [["not run yet", "", ""]])
     run = load("attractor_smoke.json")
@@ -1306,7 +1266,7 @@ def lm_runs() -> dict[str, dict[int, dict]]:
     return {
         kind: {
             int(p.stem[4:]): json.loads(p.read_text())
-            for p in sorted((RESULTS / "attractor_lm" / kind).glob("seed*.json"))
+            for p in sorted((engine.RESULTS / "attractor_lm" / kind).glob("seed*.json"))
         }
         for kind in LM_KINDS
     }
@@ -1375,7 +1335,7 @@ def _sudoku_runs(kind: str) -> dict[int, dict]:
         folders = EQR_SEED_RUNS
     runs = {}
     for seed, folder in folders.items():
-        path = RESULTS / folder / kind / "eqr_sudoku.json"
+        path = engine.RESULTS / folder / kind / "eqr_sudoku.json"
         if path.exists():
             runs[seed] = json.loads(path.read_text())[kind]
     return runs
@@ -1602,7 +1562,7 @@ def ouro_decode_row() -> list[str]:
 
 def gpu_section(name: str) -> dict | None:
     """The section ``name`` of the prepared GPU run (``docs/results/gpu/NAME.json``, ``gpu_run.py``), or ``None``."""
-    path = RESULTS / "gpu" / f"{name}.json"
+    path = engine.RESULTS / "gpu" / f"{name}.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
 
@@ -1806,7 +1766,7 @@ def eqr_depth_breadth(folder: str, seeds: tuple[int, ...]) -> str:
     answer chosen by the lowest residual / by vote / by the halting head (a seed not run yet says so)."""
     rows, breadths = [], None
     for seed in seeds:
-        path = RESULTS / folder / f"seed{seed}" / "eqr" / "eqr_sudoku.json"
+        path = engine.RESULTS / folder / f"seed{seed}" / "eqr" / "eqr_sudoku.json"
         if not path.exists():
             rows.append([f"seed {seed}", "not run yet"])
             continue
@@ -1832,7 +1792,7 @@ def eqr_depth_breadth(folder: str, seeds: tuple[int, ...]) -> str:
 
 def _halting_chosen(folder: str, seeds: tuple[int, ...]) -> dict[int, dict]:
     """Per seed run, ``<folder>/seed<k>/eqr_halting.json``'s chosen settings and their test comparison."""
-    paths = {s: RESULTS / folder / f"seed{s}" / "eqr_halting.json" for s in seeds}
+    paths = {s: engine.RESULTS / folder / f"seed{s}" / "eqr_halting.json" for s in seeds}
     return {s: json.loads(path.read_text())["chosen"] for s, path in paths.items() if path.exists()}
 
 
@@ -1892,7 +1852,7 @@ def eqr_maze_row() -> list[str]:
 
 
 def lazy_identity_audit_row() -> list[str]:
-    paths = sorted((RESULTS / "audit_reachability").glob("*-seed*/audit.json"))
+    paths = sorted((engine.RESULTS / "audit_reachability").glob("*-seed*/audit.json"))
     audits = [json.loads(p.read_text()) for p in paths]
     seeds = {p.parent.name.rsplit("-seed", 1)[1] for p in paths}
     return [
@@ -1951,7 +1911,7 @@ def native_audit_controls() -> str:
     at 1 and 4 passes on held-out problems and the audit's verdict, T1 and probe on fresh ones."""
     rows = []
     for label, name in NATIVE_CONTROLS.items():
-        path = RESULTS / f"audit_control_{label}.json"
+        path = engine.RESULTS / f"audit_control_{label}.json"
         if not path.is_file():
             continue
         control = load(path.name)
@@ -2101,270 +2061,24 @@ TABLES: dict[str, Callable[[], str]] = {
 }
 
 
-# ---- the pages -------------------------------------------------------------------------------------------------
-
-
-def pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-
-
-def page_name(page: Path) -> str:
-    """``page`` relative to the repository (as given, for a page outside it)."""
-    return str(page.resolve().relative_to(ROOT)) if page.resolve().is_relative_to(ROOT) else str(page)
-
-
 def render(text: str, where: str = "page") -> str:
-    """``text`` with every marked table rendered from its JSON; ``KeyError`` naming an unknown table."""
-
-    def fill(match: re.Match) -> str:
-        name = match.group(2)
-        if name not in TABLES:
-            raise KeyError(f"{where}: no table named {name!r}; known: {sorted(TABLES)}")
-        return match.group(1) + TABLES[name]() + "\n" + match.group(4)
-
-    return MARKED.sub(fill, text)
-
-
-# ---- numbers in prose ------------------------------------------------------------------------------------------
-
-NUMBER = re.compile(r"<!-- num: (?P<spec>.+?) fmt=(?P<fmt>\S+) -->(?P<text>[^\n]*?)<!-- /num -->")
-_KEY = r"""(?:[^\s{}\[\]."':]+|\[(?:"[^"]*"|'[^']*'|-?\d+)\])"""
-FIELD = re.compile(rf"(?P<file>[\w./*-][\w./*+-]*?\.json):(?P<path>{_KEY}(?:\.?{_KEY})*)")
-
-
-def _flat(values: tuple) -> list[float]:
-    """The arguments of ``min``, ``max`` and ``mean``, a ``*`` field's list spread out."""
-    return [v for value in values for v in (value if isinstance(value, list) else [value])]
-
-
-def _se(*values) -> float:
-    """The standard error of the mean (n - 1 degrees of freedom), as the tables' ``mean ± SE``."""
-    return mean_se(_flat(values))[1]
-
-
-def _each(function: Callable) -> Callable:
-    """``function`` of one number, applied to every item of a list (several arguments: to each, as one list)."""
-
-    def apply(*values):
-        if len(values) == 1 and not isinstance(values[0], list):
-            return function(values[0])
-        return [function(v) for v in _flat(values)]
-
-    return apply
-
-
-FUNCTIONS: dict[str, Callable] = {
-    "min": lambda *values: min(_flat(values)),
-    "max": lambda *values: max(_flat(values)),
-    "mean": lambda *values: sum(_flat(values)) / len(_flat(values)),
-    "se": _se,
-    "count": lambda *values: len(_flat(values)),
-    "abs": _each(abs),
-    "sqrt": _each(lambda value: value**0.5),
-}
-
-
-_LOADED: dict[tuple[str, int], object] = {}  # (path, mtime) -> its JSON, read once per version
-
-
-class NumberError(ValueError):
-    """A marked number whose field cannot be read or whose expression is not one this script evaluates."""
-
-
-def field(file: str, path: str):
-    """The value at ``path`` in ``docs/results/<file>``; :class:`NumberError` saying which key is missing. A ``*``
-    in ``file`` (``attractor_lm/llama/seed*.json``) gives the list of the value in every matching file, by name."""
-    if "*" in file:
-        matches = sorted(RESULTS.glob(file))
-        if not matches:
-            raise NumberError(f"no file matches docs/results/{file}")
-        return [field(str(match.relative_to(RESULTS)), path) for match in matches]
-    path_on_disk = RESULTS / file
-    if not path_on_disk.is_file():
-        raise NumberError(f"no file docs/results/{file}")
-    stamp = (str(path_on_disk), path_on_disk.stat().st_mtime_ns)
-    if stamp not in _LOADED:
-        _LOADED[stamp] = json.loads(path_on_disk.read_text())
-    value = _LOADED[stamp]
-    keys = re.findall(r"""\[(?:"([^"]*)"|'([^']*)'|(-?\d+))\]|([^\s{}\[\]."':]+)""", path)
-    return _walk(value, [quoted or single or index or plain for quoted, single, index, plain in keys], file, path)
-
-
-def _walk(value, keys: list[str], file: str, path: str):
-    """Follow ``keys`` into ``value``; a ``*`` key takes every item of a list (or every value of an object) and
-    gives a list."""
-    for n, key in enumerate(keys):
-        if key == "*":
-            items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else None
-            if items is None:
-                raise NumberError(f"{file}: '*' on something that is not a list on the way to {path}")
-            return [_walk(item, keys[n + 1 :], file, path) for item in items]
-        try:
-            value = value[int(key)] if isinstance(value, list) else value[key]
-        except (KeyError, IndexError, ValueError, TypeError):
-            raise NumberError(f"{file}: no key {key!r} on the way to {path}") from None
-    if isinstance(value, str):  # the benchmarks record their arguments as strings ("test_size": "300")
-        try:
-            return float(value) if any(c in value for c in ".en") else int(value)
-        except ValueError:
-            pass
-    return value
-
-
-def _arithmetic(op: type, a, b):
-    """``a op b``, item by item where either is a list (a list and a number: the number with every item; two
-    lists: pairwise, of equal length), so that ``{a*.json:x} - {b*.json:x}`` are the per-seed differences."""
-    if isinstance(a, list) or isinstance(b, list):
-        a_items = a if isinstance(a, list) else [a] * len(b)
-        b_items = b if isinstance(b, list) else [b] * len(a)
-        if len(a_items) != len(b_items):
-            raise NumberError(f"lists of {len(a_items)} and {len(b_items)} values cannot be paired")
-        return [_arithmetic(op, x, y) for x, y in zip(a_items, b_items)]
-    if op is ast.Div:
-        return a / b if b else float("nan")
-    return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}[op]
-
-
-def _evaluate(node: ast.AST, values: dict[str, float]):
-    if isinstance(node, ast.Expression):
-        return _evaluate(node.body, values)
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-        return node.value
-    if isinstance(node, ast.Name) and node.id in values:
-        return values[node.id]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        operand = _evaluate(node.operand, values)
-        return _each(lambda v: -v if isinstance(node.op, ast.USub) else v)(operand)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
-        return _arithmetic(type(node.op), _evaluate(node.left, values), _evaluate(node.right, values))
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS:
-        return FUNCTIONS[node.func.id](*(_evaluate(arg, values) for arg in node.args))
-    raise NumberError(f"not a number expression this script evaluates: {ast.unparse(node)!r}")
-
-
-def number(spec: str, fmt: str) -> str:
-    """The marked number ``spec`` (one ``FILE:PATH``, or an expression of ``{FILE:PATH}`` fields) formatted by
-    ``fmt``."""
-    if "{" not in spec:
-        match = FIELD.fullmatch(spec.strip())
-        if not match:
-            raise NumberError(f"not FILE.json:PATH: {spec!r}")
-        value = field(match["file"], match["path"])
-    else:
-        values: dict[str, float] = {}
-
-        def name(match: re.Match) -> str:
-            ref = FIELD.fullmatch(match.group(1).strip())
-            if not ref:
-                raise NumberError(f"not FILE.json:PATH: {match.group(1)!r}")
-            values[f"_f{len(values)}"] = field(ref["file"], ref["path"])
-            return f"_f{len(values) - 1}"
-
-        expression = re.sub(r"\{([^{}]*)\}", name, spec)
-        try:
-            tree = ast.parse(expression.strip(), mode="eval")
-        except SyntaxError:
-            raise NumberError(f"not an expression: {spec!r}") from None
-        try:
-            value = _evaluate(tree, values)
-        except (TypeError, ValueError, ZeroDivisionError) as error:  # a field that is an object, min() of nothing, ...
-            raise NumberError(f"{spec}: {error}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise NumberError(f"{spec} is {value!r}, not a number")
-    if fmt.endswith("d") and isinstance(value, float) and value.is_integer():
-        value = int(value)  # a count computed in floats (300 / 3)
-    try:
-        text = format(value, fmt)
-    except ValueError as error:
-        raise NumberError(f"fmt={fmt}: {error}") from None
-    if fmt.endswith("e"):  # a short exponent, as the tables write it: 1e-7, 2.5e3
-        text = re.sub(r"e([+-])0*(\d)", lambda m: "e" + ("-" if m[1] == "-" else "") + m[2], text)
-    return text
-
-
-def numbers(text: str, where: str = "page") -> tuple[str, list[str]]:
-    """``text`` with every marked number rewritten from its JSON, and ``where:line: ...`` for each one that differed
-    (its field, the JSON's value and the page's) or could not be read (left as it was)."""
-    lines, found = text.split("\n"), []
-    for n, line in enumerate(lines):
-
-        def fill(match: re.Match, n: int = n) -> str:
-            label = f"{where}:{n + 1}: {match['spec']} (fmt={match['fmt']})"
-            try:
-                value = number(match["spec"], match["fmt"])
-            except NumberError as error:
-                found.append(f"{label}: cannot read it: {error}")
-                return match.group(0)
-            if value != match["text"]:
-                found.append(f"{label}: the JSON gives {value!r}, the page says {match['text']!r}")
-            return match.group(0)[: match.start("text") - match.start()] + value + "<!-- /num -->"
-
-        lines[n] = NUMBER.sub(fill, line)
-    return "\n".join(lines), found
+    return engine.render(text, where, TABLES)
 
 
 def stale_tables() -> list[str]:
-    """``page: table`` for every marked table whose committed text differs from its JSON's rendering."""
-    found = []
-    for page in pages():
-        text = page.read_text()
-        for match in MARKED.finditer(text):
-            if render(match.group(0), str(page)) != match.group(0):
-                found.append(f"{page_name(page)}: {match.group(2)}")
-    return found
+    return engine.stale_tables(TABLES)
 
 
 def stale_numbers() -> list[str]:
-    """``page:line: FIELD (fmt=...): the JSON gives ..., the page says ...`` for every marked number of prose that
-    differs from its JSON (or cannot be read from it)."""
-    return [line for page in pages() for line in numbers(page.read_text(), page_name(page))[1]]
-
-
-def stale() -> list[str]:
-    """Every marked table and number that differs from its JSON."""
-    return stale_tables() + stale_numbers()
+    return engine.stale_numbers()
 
 
 def write_pages() -> list[str]:
-    """Rewrite every page's marked tables and numbers; return the pages changed. Each rewritten number (and one
-    whose field cannot be read, left as it is) is printed: the sentence around it may need reading again."""
-    changed = []
-    for page in pages():
-        text = page.read_text()
-        new, rewritten = numbers(render(text, str(page)), page_name(page))
-        for line in rewritten:
-            print(f"number: {line}")
-        if new != text:
-            page.write_text(new)
-            changed.append(page_name(page))
-    return changed
-
-
-def save_results(path: Path, data, **dumps) -> None:
-    """Write a benchmark's results ``data`` as JSON to ``path``; when that is under ``docs/results/``, rewrite the
-    docs' tables too, so that a page never shows other numbers than its JSON."""
-    path = Path(path)
-    path.write_text(json.dumps(data, **dumps) + "\n")
-    if path.resolve().is_relative_to(RESULTS.resolve()):
-        write_pages()
+    return engine.write_pages(TABLES)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="exit 1 if a table or a marked number differs from its JSON (write nothing)",
-    )
-    args = parser.parse_args(argv)
-    if args.check:
-        differing = stale()
-        for line in differing:
-            print(f"differs from its JSON: {line}")
-        return 1 if differing else 0
-    for page in write_pages():
-        print(f"rewrote {page}")
-    return 0
+    return engine.main(argv, TABLES)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import doc_tables  # noqa: E402  (benchmarks/ is the script folder)
+import results_json  # noqa: E402  (benchmarks/ is the script folder)
 from bench_eqr_sudoku import KINDS, looped  # noqa: E402
 from doc_tables import depth_table, selection_table  # noqa: E402
 
@@ -92,7 +92,7 @@ def main(argv=None) -> dict:
     table = markdown(runs)
     print(table)
     summary = {"args": shared, "kinds": runs, "table": table}
-    doc_tables.save_results((args.folder / "summary.json"), summary, indent=2)
+    results_json.save_results((args.folder / "summary.json"), summary, indent=2)
     try:
         plot(runs, shared, args.folder / "ablation.png")
         print(f"wrote {args.folder / 'ablation.png'}")

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import doc_tables
+import results_json
 import torch
 
 import equilibria
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the same run (it takes seconds); for the test")
     parser.add_argument("--list", action="store_true", help="also print every function of every path")
-    parser.add_argument("--output-dir", type=Path, default=doc_tables.RESULTS)
+    parser.add_argument("--output-dir", type=Path, default=results_json.RESULTS)
     args = parser.parse_args(argv)
     results = measure()
     for name, got in results.items():
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
         missed=missed_targets(results),
     )
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    doc_tables.save_results(args.output_dir / "forward_paths.json", data, indent=1)
+    results_json.save_results(args.output_dir / "forward_paths.json", data, indent=1)
     for line in data["missed"]:
         print(f"over target: {line}")
     return data

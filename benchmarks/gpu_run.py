@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_ouro_decode as decode  # noqa: E402
 import bench_stars_addition as stars  # noqa: E402
-import doc_tables  # noqa: E402
+import results_json  # noqa: E402
 
 SECTIONS = ("smoke", "stars_reference", "ouro_real_size")
 ARMS = ("plain", "sampling", "stars", "penalty")
@@ -88,7 +88,7 @@ def header(args) -> dict:
 def save_section(args, name: str, results: dict) -> Path:
     """``SECTION.json`` under ``--output-dir``: the header and ``results`` under the section's name."""
     path = args.output_dir / f"{name}.json"
-    doc_tables.save_results(path, {**header(args), name: results}, indent=1, default=str)
+    results_json.save_results(path, {**header(args), name: results}, indent=1, default=str)
     return path
 
 
@@ -480,7 +480,7 @@ def summarize(args) -> Path:
     out.update({name: section[name] for name, section in merged.items()})
     out["sections"] = {name: {k: v for k, v in section.items() if k != name} for name, section in merged.items()}
     path = args.output_dir / "gpu_run.json"
-    doc_tables.save_results(path, out, indent=1, default=str)
+    results_json.save_results(path, out, indent=1, default=str)
     return path
 
 

@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import doc_tables
+import results_json
 from doc_tables import generator_cell
 
 from equilibria.tasks import build_maze_dataset, build_sudoku_dataset, generate_maze, generate_sudoku, split_census
@@ -100,7 +100,7 @@ def main(argv=None) -> dict:
                 "class"
             )
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    doc_tables.save_results(args.output_dir / "puzzle_census.json", results, indent=2)
+    results_json.save_results(args.output_dir / "puzzle_census.json", results, indent=2)
     return results
 
 

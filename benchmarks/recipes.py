@@ -34,12 +34,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import doc_tables
+import results_json
 
 from equilibria.families import family_record
 
 ROOT = Path(__file__).resolve().parent.parent
-OUTPUT = doc_tables.RESULTS / "recipes.json"
+OUTPUT = results_json.RESULTS / "recipes.json"
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> dict:
                 if args.quick:
                     output.write_text(json.dumps(results, indent=1) + "\n")
                 else:
-                    doc_tables.save_results(output, results, indent=1)
+                    results_json.save_results(output, results, indent=1)
     return results
 
 

@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-import doc_tables
+import results_json
 
 PLACEMENTS = ("sandwich", "pre", "post")
 #: the loop steps (1-based) and the loop counts at which the table reads the trajectory and the accuracy
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
         "read_at": list(READ_AT),
         "placements": {p: {kind: row(run) for kind, run in by_kind.items()} for p, by_kind in runs.items()},
     }
-    doc_tables.save_results(args.output_dir / "results.json", payload, indent=1, default=str)
+    results_json.save_results(args.output_dir / "results.json", payload, indent=1, default=str)
     for placement, by_kind in payload["placements"].items():
         for kind, r in by_kind.items():
             print(f"{placement:<9}{kind:<9}norm {r['state_norm']}  step {r['relative_step']}  acc {r['accuracy']}")

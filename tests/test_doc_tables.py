@@ -38,7 +38,7 @@ def test_a_wrong_marked_number_fails_the_check_naming_page_line_field_and_values
     assert marker + "0.22<!-- /num -->" in text
     page.write_text(text.replace(marker + "0.22<!-- /num -->", marker + "0.27<!-- /num -->"))
     line = next(n for n, row in enumerate(page.read_text().split("\n"), 1) if marker in row)
-    monkeypatch.setattr(doc_tables, "pages", lambda: [page])
+    monkeypatch.setattr(doc_tables.engine, "pages", lambda: [page])
     assert doc_tables.main(["--check"]) == 1
     out = capsys.readouterr().out
     assert f"{page}:{line}: " in out and "by_loops.4.breakdown.penalty_backward" in out
@@ -60,7 +60,7 @@ def test_a_marked_number_whose_field_is_missing_is_reported_not_guessed():
 
 def test_marked_numbers_evaluate_fields_lists_and_seed_files(tmp_path, monkeypatch):
     doc_tables = load_benchmark("doc_tables")
-    monkeypatch.setattr(doc_tables, "RESULTS", tmp_path)
+    monkeypatch.setattr(doc_tables.engine, "RESULTS", tmp_path)
     for seed, (a, b) in enumerate([(1.0, 0.5), (2.0, 1.0), (3.0, 1.5)]):
         (tmp_path / "runs").mkdir(exist_ok=True)
         (tmp_path / "runs" / f"a{seed}.json").write_text(json.dumps({"x": a, "rows": [{"y": a}, {"y": b}], "n": "300"}))
@@ -90,7 +90,7 @@ def test_a_changed_json_makes_its_table_stale(tmp_path, monkeypatch):
     data = json.loads(path.read_text())
     data["by_loops"]["4"]["vjp@1"] = 9.99
     path.write_text(json.dumps(data))
-    monkeypatch.setattr(doc_tables, "RESULTS", results)
+    monkeypatch.setattr(doc_tables.engine, "RESULTS", results)
     assert doc_tables.stale_tables() == [
         "README.md: readme-results",
         "docs/benchmarks/stars_cost.md: stars-cost",
@@ -121,7 +121,7 @@ def test_the_attractor_setting_is_chosen_on_validation_not_test(tmp_path, monkey
     """The search's choice reads the validation split only (a setting best on test but not on validation is not
     chosen), waits for every setting, and breaks ties towards the smaller budget."""
     doc_tables = load_benchmark("doc_tables")
-    monkeypatch.setattr(doc_tables, "RESULTS", tmp_path)
+    monkeypatch.setattr(doc_tables.engine, "RESULTS", tmp_path)
     scores = {  # setting: (validation, test) at depth 64
         "split1-budget16": (0.3, 0.9),
         "split2-budget16": (0.8, 0.5),
@@ -147,7 +147,7 @@ def test_the_attractor_setting_is_chosen_on_validation_not_test(tmp_path, monkey
 
 def test_published_runs_pick_exact_choices_at_the_published_rate_and_the_same_machines_baseline(tmp_path, monkeypatch):
     doc_tables = load_benchmark("doc_tables")
-    monkeypatch.setattr(doc_tables, "RESULTS", tmp_path)
+    monkeypatch.setattr(doc_tables.engine, "RESULTS", tmp_path)
 
     def write(folder: str, choices: list[str], seed: int, t0: float, lr_given: bool = False, device: str = "cpu"):
         run = {
@@ -192,7 +192,7 @@ def test_published_runs_pick_exact_choices_at_the_published_rate_and_the_same_ma
 
 def test_the_depth_breadth_table_reads_each_seeds_grid_and_says_what_is_not_run(tmp_path, monkeypatch):
     doc_tables = load_benchmark("doc_tables")
-    monkeypatch.setattr(doc_tables, "RESULTS", tmp_path)
+    monkeypatch.setattr(doc_tables.engine, "RESULTS", tmp_path)
     grid = {"3x1": {"residual": 0.5, "vote": 0.5, "halt": 0.25}, "3x4": {"residual": 0.75, "vote": 1.0, "halt": 0.5}}
     (tmp_path / "runs" / "seed1" / "eqr").mkdir(parents=True)
     (tmp_path / "runs" / "seed1" / "eqr" / "eqr_sudoku.json").write_text(json.dumps({"eqr": {"grid": grid}}))

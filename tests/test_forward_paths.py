@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import load_benchmark
 
-ROOT_RESULTS = load_benchmark("doc_tables").RESULTS
+ROOT_RESULTS = load_benchmark("results_json").RESULTS
 
 
 @pytest.mark.slow

@@ -118,7 +118,7 @@ def test_the_page_tables_come_from_the_sections(quick, monkeypatch, tmp_path):
     folder, _ = quick
     doc_tables = load_benchmark("doc_tables")
     (tmp_path / "gpu").mkdir()
-    monkeypatch.setattr(doc_tables, "RESULTS", tmp_path)
+    monkeypatch.setattr(doc_tables.engine, "RESULTS", tmp_path)
     assert doc_tables.gpu_stars_reference() == doc_tables.GPU_NOT_RUN
     for name in ("stars_reference", "ouro_real_size"):
         (tmp_path / "gpu" / f"{name}.json").write_text((folder / f"{name}.json").read_text())

@@ -1,0 +1,1 @@
+"""Tools for developing equilibria (not shipped with the package)."""

@@ -1,0 +1,5 @@
+import sys
+
+from tools.docs.engine import main
+
+sys.exit(main())
