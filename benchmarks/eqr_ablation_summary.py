@@ -24,7 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_json  # noqa: E402  (benchmarks/ is the script folder)
 from bench_eqr_sudoku import KINDS, looped  # noqa: E402
-from doc_tables import depth_table, selection_table  # noqa: E402
+
+from tools.docs.pages.eqr_ablations import depth_table, selection_table  # noqa: E402
 
 PER_RUN = {"kinds", "only", "output_dir"}  # the options allowed to differ between the merged runs
 

@@ -23,10 +23,10 @@ from collections import Counter
 from pathlib import Path
 
 import results_json
-from doc_tables import generator_cell
 
 from equilibria.tasks import build_maze_dataset, build_sudoku_dataset, generate_maze, generate_sudoku, split_census
 from equilibria.tasks.symmetry import SymmetryClasses, maze_canonical, sudoku_classes
+from tools.docs.pages.puzzle_census import generator_cell
 
 # (name, task, size, generator options, draws)
 GENERATORS = [

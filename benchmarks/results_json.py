@@ -1,6 +1,7 @@
 """Where the benchmarks write their results, and how: JSON under ``docs/results/``, after which the docs' marked
 tables and numbers are rewritten from it (:mod:`tools.docs.engine`), so that a page never shows other numbers than
-its JSON. The one module every benchmark shares."""
+its JSON. The one module every benchmark shares; importing it puts the repository on ``sys.path`` (the docs tool,
+``tools/docs``, for the few benchmarks that print a page's table)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 
 def save_results(path: Path, data, **dumps) -> None:
@@ -18,8 +21,6 @@ def save_results(path: Path, data, **dumps) -> None:
     path = Path(path)
     path.write_text(json.dumps(data, **dumps) + "\n")
     if path.resolve().is_relative_to(RESULTS.resolve()):
-        if str(ROOT) not in sys.path:
-            sys.path.insert(0, str(ROOT))
         from tools.docs.engine import write_pages
 
         write_pages()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,9 @@ import torch
 from transformers import TrainerCallback, TrainingArguments
 
 import equilibria  # noqa: F401  (registers the Auto classes)
+
+if str(Path(__file__).resolve().parents[1]) not in sys.path:  # the repository: the docs tool (tools.docs)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from equilibria import AttractorConfig, AttractorForCausalLM, AttractorForPuzzleSolving, OuroConfig, OuroForCausalLM
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

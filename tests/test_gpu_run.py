@@ -6,6 +6,9 @@ import json
 import pytest
 from conftest import load_benchmark
 
+from tools.docs import engine
+from tools.docs.pages import gpu
+
 pytestmark = pytest.mark.slow  # every test here runs the GPU run's quick mode (or reads what it wrote)
 
 
@@ -116,15 +119,14 @@ def test_bad_sections_or_arms_are_one_line(flags, message, tmp_path, capsys):
 
 def test_the_page_tables_come_from_the_sections(quick, monkeypatch, tmp_path):
     folder, _ = quick
-    doc_tables = load_benchmark("doc_tables")
     (tmp_path / "gpu").mkdir()
-    monkeypatch.setattr(doc_tables.engine, "RESULTS", tmp_path)
-    assert doc_tables.gpu_stars_reference() == doc_tables.GPU_NOT_RUN
+    monkeypatch.setattr(engine, "RESULTS", tmp_path)
+    assert gpu.gpu_stars_reference() == gpu.GPU_NOT_RUN
     for name in ("stars_reference", "ouro_real_size"):
         (tmp_path / "gpu" / f"{name}.json").write_text((folder / f"{name}.json").read_text())
-    table = doc_tables.gpu_stars_reference()
+    table = gpu.gpu_stars_reference()
     assert table.startswith("| arm | seeds | 1 loops | 2 loops | 4 loops |") and "| stars | 0 |" in table
     assert "Ran on cpu, torch" in table
-    real = doc_tables.gpu_ouro_real_size()
+    real = gpu.gpu_ouro_real_size()
     assert "| decode, batch 8, `last_loop` |" in real and "STARS step, lora, penalty on" in real
     assert "skipped: none." in real

@@ -17,7 +17,8 @@ every item of a list (``min({a.json:rows.*.x})``), a ``*`` in the file every mat
 {b/seed*.json:x})``: the mean per-seed difference). ``fmt`` is Python's format spec (``.1f``, ``+.1f``, ``.1%``: times
 100 with a percent sign, ``d``, ``,``).
 
-It imports nothing of the package nor of the benchmarks: the table builders are given to it.
+The table builders, one module per page, are in :mod:`tools.docs.pages`; this module imports nothing of the
+package nor of the benchmarks.
 """
 
 from __future__ import annotations
@@ -307,13 +308,10 @@ def write_pages(tables: dict[str, Callable[[], str]] | None = None) -> list[str]
 
 
 def known_tables() -> dict[str, Callable[[], str]]:
-    """The table builders of the docs (``benchmarks/doc_tables.py``'s ``TABLES``), loaded on first use."""
-    import importlib
-    import sys
+    """The table builders of the docs (:data:`tools.docs.pages.TABLES`: one module per page), loaded on first use."""
+    from tools.docs.pages import TABLES
 
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-    return importlib.import_module("doc_tables").TABLES
+    return TABLES
 
 
 def main(argv: list[str] | None = None, tables: dict[str, Callable[[], str]] | None = None) -> int:
