@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from pathlib import Path
@@ -15,7 +16,17 @@ import equilibria  # noqa: F401  (registers the Auto classes)
 
 if str(Path(__file__).resolve().parents[1]) not in sys.path:  # the repository: the docs tool (tools.docs)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from equilibria import AttractorConfig, AttractorForCausalLM, AttractorForPuzzleSolving, OuroConfig, OuroForCausalLM
+from equilibria import (
+    AttractorConfig,
+    AttractorForCausalLM,
+    AttractorForPuzzleSolving,
+    EqRConfig,
+    EqRForPuzzleSolving,
+    OuroConfig,
+    OuroForCausalLM,
+    PHDEQConfig,
+    PHDEQForSequenceClassification,
+)
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: one thread each, for their subprocesses too
@@ -392,3 +403,88 @@ def tiny_native(model_type: str, seed: int = 0, num_loops: int = 3, hidden_size:
     with torch.no_grad():
         model.get_input_embeddings().weight.mul_(20.0)
     return model
+
+
+# ---- helpers several test files share -------------------------------------------------------------------------
+
+
+def tiny_eqr(seed: int = 0, **overrides) -> EqRForPuzzleSolving:
+    torch.manual_seed(seed)
+    kwargs = dict(
+        max_seq_len=16,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_layers=2,
+        num_loops=4,
+        attn_implementation="eager",
+    )
+    kwargs.update(overrides)
+    return EqRForPuzzleSolving(EqRConfig(**kwargs)).eval()
+
+
+X = torch.randn(5, 6, generator=torch.Generator().manual_seed(1))
+
+
+def tiny_phdeq(seed: int = 0, **overrides) -> PHDEQForSequenceClassification:
+    torch.manual_seed(seed)
+    kwargs = dict(input_size=6, hidden_size=8, intermediate_size=16, num_labels=3, solver_tol=1e-6, num_loops=200)
+    kwargs.update(overrides)
+    return PHDEQForSequenceClassification(PHDEQConfig(**kwargs)).eval()
+
+
+def fine_tune(base, rows, out, *extra):
+    argv = ["train", "--model_name_or_path", str(base), "--dataset_name", rows, "--output_dir", str(out)]
+    argv += ["--max_steps", "6", "--save_steps", "3", "--logging_steps", "1", "--per_device_train_batch_size", "8"]
+    argv += ["--min_loops", "1", "--max_loops", "4", "--eval_loops", "1,2", "--learning_rate", "3e-3"]
+    from equilibria.cli import main
+
+    return main([*argv, *extra, *QUIET])
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+QUIET = ["--report_to", "none", "--use_cpu", "--disable_tqdm", "true"]
+
+
+def lm_data(model, n: int = 12, width: int = 9) -> datasets.Dataset:  # noqa: F821
+    """Random token sequences labelled with the model's own greedy next tokens (labels[t] = answer after t - 1),
+    the first 3 positions unlabelled: the model is right on every sequence by construction."""
+    from datasets import Dataset
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, model.config.vocab_size, (n, width), generator=g)
+    with torch.no_grad():
+        predicted = model(ids).logits.argmax(-1)
+    labels = torch.full_like(ids, -100)
+    labels[:, 4:] = predicted[:, 3:-1]
+    return Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()})
+
+
+def exit_model(seed=0, total_ut_steps=6):
+    """A tiny model whose exit gate is strong enough that tokens exit at different steps."""
+    model = tiny_ouro(seed=seed, total_ut_steps=total_ut_steps)
+    with torch.no_grad():
+        torch.manual_seed(seed + 100)
+        model.model.early_exit_gate.weight.normal_(0, 0.2)
+        model.model.early_exit_gate.bias.fill_(-2.5)
+    return model
+
+
+PROMPT = torch.tensor([[5, 9, 14, 3, 22, 7]])
+
+
+def launch_environment(config_file: Path) -> dict:
+    """The environment `accelerate launch --config_file CONFIG script.py` gives its processes."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+
+    args = launch_command_parser().parse_args(["--config_file", str(config_file), "script.py"])
+    args, defaults, _ = _validate_launch_command(args)
+    if args.use_deepspeed:
+        args.deepspeed_fields_from_accelerate_config = list(defaults.deepspeed_config) if defaults else []
+        return prepare_deepspeed_cmd_env(args)[1]
+    return prepare_multi_gpu_env(args)

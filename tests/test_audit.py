@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import load_benchmark, read_benchmark_json
+from conftest import lm_data, load_benchmark, read_benchmark_json
 from datasets import Dataset
 
 from equilibria import PHDEQConfig, PHDEQForSequenceClassification
@@ -485,18 +485,6 @@ def test_bad_audit_arguments_are_clear_errors():
 
 
 # ---- every family has an adapter -------------------------------------------------------------------------------
-
-
-def lm_data(model, n: int = 12, width: int = 9) -> Dataset:
-    """Random token sequences labelled with the model's own greedy next tokens (labels[t] = answer after t - 1),
-    the first 3 positions unlabelled: the model is right on every sequence by construction."""
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, model.config.vocab_size, (n, width), generator=g)
-    with torch.no_grad():
-        predicted = model(ids).logits.argmax(-1)
-    labels = torch.full_like(ids, -100)
-    labels[:, 4:] = predicted[:, 3:-1]
-    return Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()})
 
 
 @pytest.mark.parametrize("form", ["paper", "gated"])

@@ -6,10 +6,8 @@ import warnings
 import pytest
 import torch
 import transformers
-from conftest import tiny_attractor, tiny_ouro
-from test_eqr import tiny_eqr
-from test_phdeq import X as PHDEQ_X
-from test_phdeq import tiny_phdeq
+from conftest import X as PHDEQ_X
+from conftest import tiny_attractor, tiny_eqr, tiny_ouro, tiny_phdeq
 
 from equilibria import AttractorConfig, EqRConfig, OuroConfig, PHDEQConfig
 from equilibria.families import FAMILIES, family_record, model_task

@@ -7,21 +7,9 @@ the penalty's double backward, which ZeRO-3 cannot do, is refused."""
 from pathlib import Path
 
 import pytest
+from conftest import launch_environment
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-
-
-def launch_environment(config_file: Path) -> dict:
-    """The environment `accelerate launch --config_file CONFIG script.py` gives its processes."""
-    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
-
-    args = launch_command_parser().parse_args(["--config_file", str(config_file), "script.py"])
-    args, defaults, _ = _validate_launch_command(args)
-    if args.use_deepspeed:
-        args.deepspeed_fields_from_accelerate_config = list(defaults.deepspeed_config) if defaults else []
-        return prepare_deepspeed_cmd_env(args)[1]
-    return prepare_multi_gpu_env(args)
 
 
 def test_the_fsdp_config_is_fsdp2_wrapping_a_layer_class_the_model_has(monkeypatch):

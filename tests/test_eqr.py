@@ -3,26 +3,10 @@ depth x breadth solving with each selection rule, saving/loading and bad input."
 
 import pytest
 import torch
-from conftest import remote_code_run
+from conftest import remote_code_run, tiny_eqr
 from transformers import AutoConfig, AutoModel, AutoModelForTokenClassification
 
 from equilibria import EqRConfig, EqRForPuzzleSolving, EqRModel
-
-
-def tiny_eqr(seed: int = 0, **overrides) -> EqRForPuzzleSolving:
-    torch.manual_seed(seed)
-    kwargs = dict(
-        max_seq_len=16,
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=4,
-        num_layers=2,
-        num_loops=4,
-        attn_implementation="eager",
-    )
-    kwargs.update(overrides)
-    return EqRForPuzzleSolving(EqRConfig(**kwargs)).eval()
-
 
 PUZZLES = torch.randint(1, 11, (3, 16), generator=torch.Generator().manual_seed(0))
 

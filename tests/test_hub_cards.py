@@ -284,7 +284,7 @@ def test_intermediate_pushes_carry_the_remote_code_and_the_card_and_the_history_
 @pytest.fixture(scope="module")
 def adder(tmp_path_factory):
     """A tiny Ouro trained 2 steps on generated addition (its config's task: addition)."""
-    from test_user_path import QUIET
+    from conftest import QUIET
 
     from equilibria.cli import main
 
@@ -300,7 +300,7 @@ def test_a_model_last_trained_on_rows_of_its_own_is_not_scored_on_the_task_befor
     not show an addition prompt."""
     import json
 
-    from test_user_path import fine_tune, write_jsonl
+    from conftest import fine_tune, write_jsonl
 
     from equilibria.cli import main
 
@@ -328,7 +328,7 @@ def test_the_card_names_the_split_of_rows_held_out_of_training_and_what_card_wro
     every result it put in the card, lm-eval's too; one row or sequence is not "1 rows"."""
     import json
 
-    from test_user_path import fine_tune, write_jsonl
+    from conftest import fine_tune, write_jsonl
 
     from equilibria.cli import main
     from equilibria.provenance import weights_fingerprint

@@ -455,3 +455,15 @@ def test_the_slow_check_finds_an_unmarked_torchrun_test(tmp_path):
         "@pytest.mark.slow\ndef test_b(tmp_path):\n    run_two_processes('x.py', tmp_path)\n"
     )
     assert unmarked_integration_tests(tmp_path) == ["test_x.py::test_a"]
+
+
+def test_no_test_file_imports_another():
+    """What several test files share lives in ``tests/conftest.py``: a test file imports no other test file."""
+    found = []
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("test_"):
+                found.append(f"{path.name} imports {node.module}")
+            if isinstance(node, ast.Import):
+                found += [f"{path.name} imports {a.name}" for a in node.names if a.name.startswith("test_")]
+    assert found == []

@@ -129,7 +129,7 @@ def test_the_loop_map_iterated_from_its_start_gives_the_forwards_states(model_ty
 def test_the_audit_reads_the_first_and_last_pass_and_decodes_through_the_models_own_layers(model_type):
     """On a random model labelled with its own answers: the audit reproduces them (accuracy 1), ``z0`` decodes to
     the one-pass model's answers (T1's accuracy is theirs), and every sequence used all the passes."""
-    from test_audit import lm_data
+    from conftest import lm_data
 
     model = tiny_native(model_type, num_loops=4)
     data = lm_data(model, n=16)

@@ -2,11 +2,9 @@
 
 import pytest
 import torch
-from conftest import greedy, tiny_ouro
+from conftest import PROMPT, exit_model, greedy, tiny_ouro
 
 from equilibria import OuroCache
-
-PROMPT = torch.tensor([[5, 9, 14, 3, 22, 7]])
 
 
 @pytest.mark.parametrize("num_loops", [1, 3, 7])
@@ -82,16 +80,6 @@ def test_invalid_exit_threshold_raises_value_error(model, bad):
 # ---------------------------------------------------------------------------------------------------
 # Early exit
 # ---------------------------------------------------------------------------------------------------
-
-
-def exit_model(seed=0, total_ut_steps=6):
-    """A tiny model whose exit gate is strong enough that tokens exit at different steps."""
-    model = tiny_ouro(seed=seed, total_ut_steps=total_ut_steps)
-    with torch.no_grad():
-        torch.manual_seed(seed + 100)
-        model.model.early_exit_gate.weight.normal_(0, 0.2)
-        model.model.early_exit_gate.bias.fill_(-2.5)
-    return model
 
 
 def test_early_exit_reports_per_token_exit_steps():

@@ -10,8 +10,7 @@ import inspect
 
 import pytest
 import torch
-from conftest import greedy, tiny_ouro
-from test_ouro_generation import PROMPT, exit_model
+from conftest import PROMPT, exit_model, greedy, tiny_ouro
 from torch._dynamo.utils import counters
 from transformers import CompileConfig, DynamicCache
 

@@ -2,20 +2,11 @@
 
 import pytest
 import torch
-from conftest import remote_code_run, training_args
+from conftest import X, remote_code_run, tiny_phdeq, training_args
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, Trainer
 
 from equilibria import PHDEQConfig, PHDEQForSequenceClassification, PHDEQModel
 
-
-def tiny_phdeq(seed: int = 0, **overrides) -> PHDEQForSequenceClassification:
-    torch.manual_seed(seed)
-    kwargs = dict(input_size=6, hidden_size=8, intermediate_size=16, num_labels=3, solver_tol=1e-6, num_loops=200)
-    kwargs.update(overrides)
-    return PHDEQForSequenceClassification(PHDEQConfig(**kwargs)).eval()
-
-
-X = torch.randn(5, 6, generator=torch.Generator().manual_seed(1))
 Y = torch.tensor([0, 1, 2, 1, 0])
 
 

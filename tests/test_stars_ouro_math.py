@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_ouro
-from test_distributed_configs import launch_environment
+from conftest import launch_environment, tiny_ouro
 from transformers import AutoModelForCausalLM
 
 from equilibria.cli import main

@@ -236,8 +236,7 @@ def test_the_attractor_exports_with_torch_export_and_matches_eager():
 
 
 def _puzzle_and_classifier_calls():
-    from test_eqr import tiny_eqr
-    from test_phdeq import tiny_phdeq
+    from conftest import tiny_eqr, tiny_phdeq
 
     yield "eqr", tiny_eqr(), (torch.randint(0, 5, (2, 16)),)
     yield "phdeq", tiny_phdeq(), (torch.randn(2, 6),)

@@ -7,18 +7,12 @@ import shutil
 
 import pytest
 import torch
+from conftest import QUIET, fine_tune, write_jsonl
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from equilibria.cli import main
 from equilibria.provenance import weights_fingerprint
-
-QUIET = ["--report_to", "none", "--use_cpu", "--disable_tqdm", "true"]
-
-
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +29,6 @@ def base(tmp_path_factory):
 def rows(tmp_path_factory):
     sums = [{"prompt": f"{a}+{b}=", "completion": str(a + b)} for a in range(12) for b in range(10)]  # 120 rows
     return write_jsonl(tmp_path_factory.mktemp("data") / "rows.jsonl", sums)
-
-
-def fine_tune(base, rows, out, *extra):
-    argv = ["train", "--model_name_or_path", str(base), "--dataset_name", rows, "--output_dir", str(out)]
-    argv += ["--max_steps", "6", "--save_steps", "3", "--logging_steps", "1", "--per_device_train_batch_size", "8"]
-    argv += ["--min_loops", "1", "--max_loops", "4", "--eval_loops", "1,2", "--learning_rate", "3e-3"]
-    return main([*argv, *extra, *QUIET])
 
 
 def logged_losses(folder):
