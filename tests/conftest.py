@@ -13,9 +13,6 @@ import torch
 from transformers import TrainerCallback, TrainingArguments
 
 import equilibria  # noqa: F401  (registers the Auto classes)
-
-if str(Path(__file__).resolve().parents[1]) not in sys.path:  # the repository: the docs tool (tools.docs)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from equilibria import (
     AttractorConfig,
     AttractorForCausalLM,
@@ -27,6 +24,10 @@ from equilibria import (
     PHDEQConfig,
     PHDEQForSequenceClassification,
 )
+
+if str(Path(__file__).resolve().parents[1]) not in sys.path:  # the repository: the docs tool (tools.docs)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: one thread each, for their subprocesses too
