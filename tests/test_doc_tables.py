@@ -134,6 +134,7 @@ def test_the_attractor_setting_is_chosen_on_validation_not_test(tmp_path, monkey
         (folder / "eqr_sudoku.json").write_text(json.dumps({"attractor": run}))
     assert common.chosen_attractor_setting() == "split2-budget16"
     assert "**2 + 2 layers (MLP 171), budget 16** (chosen)" in attractor_puzzles.attractor_puzzles_select()
+    shutil.copy(ROOT / "docs" / "results" / "run_sets.json", tmp_path)  # seeds 1 and 2: their run set
     assert common.attractor_chosen_runs()[0] == "attractor_puzzles_select/split2-budget16"
 
 
@@ -188,3 +189,24 @@ def test_the_depth_breadth_table_reads_each_seeds_grid_and_says_what_is_not_run(
     assert "| seed 0 | not run yet | | |" in table
     assert "| seed 1 | 3 | 50.0% / 50.0% / 25.0% | 75.0% / 100.0% / 50.0% |" in table
     assert "| seed | depth (iterations) | breadth 1 | breadth 4 |" in table
+
+
+def test_the_page_builders_name_their_runs_through_the_run_sets():
+    """No builder holds a list of run folders or a commit: a multi-run table reads its folders from
+    ``docs/results/run_sets.json`` (by name), and every folder a set names exists."""
+    sets = json.loads((ROOT / "docs" / "results" / "run_sets.json").read_text())
+    for name, entry in sets.items():
+        if name == "about":
+            continue
+        folders = entry["runs"] if isinstance(entry["runs"], list) else entry["runs"].values()
+        base = ROOT / "docs" / "results" / ("attractor_internalization" if name == "attractor_internalization" else "")
+        assert all((base / folder).is_dir() for folder in folders), name
+    for path in (ROOT / "tools" / "docs" / "pages").glob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"\b[0-9a-f]{7,40}\b", text.replace("0x", "")), f"{path.name} names a commit"
+        assert not re.search(r"^[A-Z0-9_]*RUNS\s*=", text, re.M), f"{path.name} holds a list of run folders"
+    assert common.run_set("eqr_6x6_seeds") == {
+        0: "eqr_ablation_6x6",
+        1: "eqr_6x6_seeds/seed1",
+        2: "eqr_6x6_seeds/seed2",
+    }

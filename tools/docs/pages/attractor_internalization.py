@@ -14,16 +14,7 @@ from tools.docs.pages.common import (
     _published_files,
     internalization_run,
     published_runs,
-)
-
-INTERNALIZATION_RUNS = (  # folders under attractor_internalization/: <task>-<form>-<gradient>
-    "addition-paper-one-step",
-    "addition-gated-one-step",
-    "addition-deq-one-step",
-    "addition-paper-implicit",
-    "sudoku-paper-one-step",
-    "sudoku-gated-one-step",
-    "sudoku-deq-one-step",
+    run_set,
 )
 
 
@@ -48,7 +39,7 @@ INTERNALIZATION_HEADER = ["iterations: start → end", "T=0 / T=1 / T* at the en
 def attractor_internalization() -> str:
     """A row per run (one not made yet says so), with :func:`internalization_cells`."""
     rows = []
-    for name in INTERNALIZATION_RUNS:
+    for name in run_set("attractor_internalization"):
         task, form, gradient = name.split("-", 2)
         label = [task, f"`{form}`", gradient.replace("-", "_")]
         run = internalization_run(name)

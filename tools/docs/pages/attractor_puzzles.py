@@ -12,23 +12,8 @@ from tools.docs.pages.common import (
     attractor_settings,
     chosen_attractor_setting,
     eqr_seeds,
+    run_set,
 )
-
-PUZZLE_SIZE_RUNS = {  # the 6x6 runs at two model sizes, seed 0 each (docs/benchmarks/attractor_puzzles.md)
-    "width 64, seed 0": "attractor_puzzles_width64",
-    "width 128, seed 0": "eqr_ablation_6x6",
-}
-
-
-PUZZLE_SIZE_SPLIT2_RUNS = {  # the Attractor with the search's chosen split (2 + 2 layers, equal parameters, budget 16)
-    "width 64, seed 0": "attractor_puzzles_width64_chosen",
-    "width 128, seed 0": "attractor_puzzles_select/split2-budget16",
-}
-
-
-PUZZLE_SIZE_4LAYER_RUNS = {  # EqR and weight-tied with the same shape: 4 layers, narrower MLP, equal parameters
-    "width 64, seed 0": "attractor_puzzles_width64_4layer",
-}
 
 
 def attractor_puzzles_select() -> str:
@@ -81,11 +66,11 @@ TABLES: dict[str, Callable[[], str]] = {
         ("weight_tied", "weight_tied (4 layers)", "eqr", "eqr (4 layers)", "attractor", "attractor (2 + 2 layers)"),
         (),
         (0, 4, 8, 16, 32, 64),
-        PUZZLE_SIZE_RUNS,
+        run_set("attractor_puzzle_sizes"),
         kind_folders={
-            "attractor (2 + 2 layers)": PUZZLE_SIZE_SPLIT2_RUNS,
-            "weight_tied (4 layers)": PUZZLE_SIZE_4LAYER_RUNS,
-            "eqr (4 layers)": PUZZLE_SIZE_4LAYER_RUNS,
+            "attractor (2 + 2 layers)": run_set("attractor_puzzle_sizes_split2"),
+            "weight_tied (4 layers)": run_set("attractor_puzzle_sizes_4layer"),
+            "eqr (4 layers)": run_set("attractor_puzzle_sizes_4layer"),
         },
     ),
     "attractor-puzzles-chosen": lambda: eqr_seeds(

@@ -40,14 +40,16 @@ def seeds_label(n: int) -> str:
     return f"{n} seed{'s' if n != 1 else ''}"
 
 
-EQR_SEED_RUNS = {  # seed -> the folder of its per-kind runs (seed 0: the 6x6 ablation, run at ab566ad)
-    0: "eqr_ablation_6x6",
-    1: "eqr_6x6_seeds/seed1",
-    2: "eqr_6x6_seeds/seed2",
-}
-
-
-MAZE9_RUNS = {seed: f"eqr_maze9/seed{seed}" for seed in (0, 1, 2)}  # 9x9 mazes held out by class, 2000 steps
+def run_set(name: str):
+    """The run folders of the run set ``name`` in ``docs/results/run_sets.json`` (what a multi-run table reads: a
+    list, or label -> folder, a seed's label as an int); ``KeyError`` naming the sets."""
+    sets = load("run_sets.json")
+    if name not in sets or name == "about":
+        raise KeyError(
+            f"no run set {name!r} in docs/results/run_sets.json; the sets are {sorted(set(sets) - {'about'})}"
+        )
+    runs = sets[name]["runs"]
+    return runs if isinstance(runs, list) else {int(k) if k.isdigit() else k: v for k, v in runs.items()}
 
 
 def run_label(key: int | str) -> str:
@@ -58,15 +60,16 @@ def eqr_seeds(
     kinds: tuple[str, ...] = ("weight_tied", "eqr"),
     pairs: tuple[tuple[str, str], ...] = (("eqr", "weight_tied"),),
     depths: tuple[int, ...] = (4, 8, 16, 32, 64),
-    folders: dict[int | str, str] = EQR_SEED_RUNS,
+    folders: dict[int | str, str] | None = None,
     kind_folders: dict[str, dict[int | str, str]] | None = None,
 ) -> str:
     """Exact solve per seed and kind on the runs in ``folders`` (seed, or a row label such as ``"width 64, seed
-    0"``, -> folder of per-kind runs; default the 6x6 Sudoku runs; a run not made yet says so), then for each pair ``(a, b)``
+    0"``, -> folder of per-kind runs; default the run set ``eqr_6x6_seeds``; a run not made yet says so), then for each pair ``(a, b)``
     and depth the mean over the seeds that have both kinds of the per-seed difference ``a - b``, with its standard
     error (the spread of the per-seed differences, n - 1 degrees of freedom). A depth a kind was not evaluated at is
     blank. ``kind_folders`` gives a row kind such as ``"attractor (chosen settings)"`` its own folders (seed ->
     folder); its results are read under the kind's first word."""
+    folders = run_set("eqr_6x6_seeds") if folders is None else folders
     runs: dict[int, dict] = {}
     for seed in folders:
         runs[seed] = {}
@@ -147,7 +150,7 @@ def lazy_runs(task: str) -> dict[str, list[dict]]:
 
 
 def internalization_run(name: str) -> dict | None:
-    """The internalization run ``name`` (a folder of :data:`INTERNALIZATION_RUNS`); ``None`` until it is made."""
+    """The internalization run ``name`` (a folder of the run set ``attractor_internalization``); ``None`` until it is made."""
     path = engine.RESULTS / "attractor_internalization" / name / "internalization.json"
     return json.loads(path.read_text()) if path.exists() else None
 
@@ -210,11 +213,7 @@ def attractor_chosen_runs() -> dict[int, str]:
     chosen = chosen_attractor_setting()
     if chosen is None:
         return {}
-    return {
-        0: f"attractor_puzzles_select/{chosen}",
-        1: "attractor_puzzles_chosen/seed1",
-        2: "attractor_puzzles_chosen/seed2",
-    }
+    return {0: f"attractor_puzzles_select/{chosen}", **run_set("attractor_chosen_seeds")}
 
 
 def memory_runs() -> dict[str, dict]:

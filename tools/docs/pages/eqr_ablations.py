@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tools.docs.engine import load
-from tools.docs.pages.common import MAZE9_RUNS, eqr_seeds
+from tools.docs.pages.common import eqr_seeds, run_set
 
 
 def depth_table(
@@ -66,6 +66,6 @@ TABLES: dict[str, Callable[[], str]] = {
         ("untied", "weight_tied", "eqr"),
         (("eqr", "weight_tied"), ("eqr", "untied"), ("weight_tied", "untied")),
         (4, 8, 16, 32, 64),
-        MAZE9_RUNS,
+        run_set("eqr_maze9"),
     ),
 }

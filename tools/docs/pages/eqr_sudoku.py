@@ -6,17 +6,17 @@ from collections.abc import Callable
 
 from tools.docs import engine
 from tools.docs.engine import load, markdown
-from tools.docs.pages.common import EQR_SEED_RUNS, eqr_seeds
+from tools.docs.pages.common import eqr_seeds, run_set
 
 
 def eqr_breadth(seeds: tuple[int, ...] = (0, 1, 2)) -> str:
     """EqR's depth x breadth grid per seed (6x6): exact solve with the answer picked by the lowest residual / vote
     / halting head, and the correlation of a restart's log residual with its being right."""
-    rows = []
+    rows, folders = [], run_set("eqr_6x6_seeds")
     for seed in seeds:
-        if not (engine.RESULTS / EQR_SEED_RUNS[seed] / "eqr" / "eqr_sudoku.json").exists():
+        if not (engine.RESULTS / folders[seed] / "eqr" / "eqr_sudoku.json").exists():
             continue  # not run yet (the seeds table says so)
-        run = load(f"{EQR_SEED_RUNS[seed]}/eqr/eqr_sudoku.json")["eqr"]
+        run = load(f"{folders[seed]}/eqr/eqr_sudoku.json")["eqr"]
         breadths = sorted({int(key.split("x")[1]) for key in run["grid"]})  # the same options for every seed
         for depth in sorted({int(key.split("x")[0]) for key in run["grid"]}):
             cells = []

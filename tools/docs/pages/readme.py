@@ -8,8 +8,6 @@ from collections.abc import Callable
 from tools.docs import engine
 from tools.docs.engine import load, markdown, mean_se, pct
 from tools.docs.pages.common import (
-    EQR_SEED_RUNS,
-    MAZE9_RUNS,
     _end_shares,
     attractor_chosen_runs,
     difference_cell,
@@ -21,6 +19,7 @@ from tools.docs.pages.common import (
     published_runs,
     recipe_range,
     recipe_runs_label,
+    run_set,
 )
 
 
@@ -43,7 +42,7 @@ def _sudoku_runs(kind: str) -> dict[int, dict]:
         folders = attractor_chosen_runs()
         kind = "attractor"
     else:
-        folders = EQR_SEED_RUNS
+        folders = run_set("eqr_6x6_seeds")
     runs = {}
     for seed, folder in folders.items():
         path = engine.RESULTS / folder / kind / "eqr_sudoku.json"
@@ -379,7 +378,8 @@ def eqr_halting_published_row() -> list[str]:
 
 def eqr_maze_row() -> list[str]:
     maze = {
-        k: [load(f"{MAZE9_RUNS[s]}/{k}/eqr_sudoku.json") for s in MAZE9_RUNS] for k in ("eqr", "weight_tied", "untied")
+        k: [load(f"{folder}/{k}/eqr_sudoku.json") for folder in run_set("eqr_maze9").values()]
+        for k in ("eqr", "weight_tied", "untied")
     }
     best = lambda k: _span([max(run[k]["accuracy_by_depth"].values()) for run in maze[k]])  # noqa: E731
     d32 = [
@@ -391,7 +391,7 @@ def eqr_maze_row() -> list[str]:
         f"best depth: EqR {best('eqr')}, weight-tied {best('weight_tied')}; untied baseline (8x the "
         f"parameters) {_span([run['untied']['accuracy_by_depth']['8'] for run in maze['untied']])}",
         f"not reproduced at this scale; not separated from weight-tied ({difference_cell(d32, scale=100)} at 32)",
-        str(len(MAZE9_RUNS)),
+        str(len(run_set("eqr_maze9"))),
         "[eqr_ablations](docs/benchmarks/eqr_ablations.md)",
     ]
 
