@@ -165,14 +165,8 @@ class PHDEQAdapter(LoopAdapter):
     def run(self, batch, start=None):
         _require_columns(batch, "inputs", "labels", family="PH-DEQ")
         out = self.protocol.solve(self.model, batch, self.max_iter, start=start)
-        return LoopRun(
-            start=out.start,
-            solved=out.solved,
-            steps=out.steps,
-            converged=out.converged,
-            diverged=out.diverged,
-            correct=out.logits.argmax(-1) == batch["labels"],
-        )
+        # the solve's start, solved state, steps, converged and diverged are the run's, in the same order
+        return LoopRun(*out[:5], correct=out.logits.argmax(-1) == batch["labels"])
 
     def decode(self, batch, run, state):
         return self.protocol.decode(self.model, batch, state).argmax(-1) == batch["labels"]
