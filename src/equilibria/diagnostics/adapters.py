@@ -400,7 +400,7 @@ class LoopedLMAdapter(_CausalLMAdapter):
         return self.model.config.model_type
 
     def describe(self) -> dict:
-        step = getattr(self.protocol, "step_name", "loop step")
+        step = self.protocol.step_name
         return {
             **super().describe(),
             "start": f"h_1 (the state after the first {step})",

@@ -74,8 +74,8 @@ def _looped_forward(original, protocol):
                     "spectral_radius_iters: the loop map is read from a forward without past tokens; "
                     "pass no cache (use_cache=False)"
                 )
-            if jsrr is not None and (jsrr.step or 1) > count:
-                raise ValueError(f"spectral_radius_step must be at most num_loops={count}, got {jsrr.step}")
+            if jsrr is not None:
+                jsrr.check_step(count)
             if jsrr is None:
                 outputs = original(self, *args, **kwargs)
                 rho = None

@@ -81,6 +81,8 @@ class LoopProtocol:
     loops_key = "num_loops"
     #: the smallest count ``forward`` accepts (0: the backbone / initialiser alone)
     min_loops = 1
+    #: what one step of the loop is called (the audit's report)
+    step_name = "loop step"
 
     # -- the loop count -----------------------------------------------------------------------------------------
 

@@ -89,11 +89,6 @@ class TransformersLoop(LoopProtocol):
     #: the passes before the state the loop map starts from (0: before the first pass)
     start_after_passes = 0
 
-    def check_count(self, num_loops) -> int:
-        if isinstance(num_loops, bool) or not isinstance(num_loops, int) or num_loops < 1:
-            raise ValueError(f"num_loops must be an integer >= 1 (loop passes for this call), got {num_loops!r}")
-        return num_loops
-
     def prepare(self, model: nn.Module) -> nn.Module:
         """``model`` with ``num_loops`` (and the STARS penalty's arguments) per call: :func:`equilibria.looped`."""
         return make_looped(model, self)

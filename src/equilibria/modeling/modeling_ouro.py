@@ -657,8 +657,8 @@ class OuroModel(LoopedLMBase, OuroPreTrainedModel):
         """
         config = self.config
         num_loops = config.total_ut_steps if num_loops is None else as_int(num_loops, "num_loops", 1, "loop steps")
-        if jsrr is not None and (jsrr.step or 1) > num_loops:
-            raise ValueError(f"spectral_radius_step must be at most num_loops={num_loops}, got {jsrr.step}")
+        if jsrr is not None:
+            jsrr.check_step(num_loops)
         if past_key_values is not None:  # the cache's name before transformers 5.24, named for exporters
             kwargs["past_key_values"] = past_key_values
         inputs = self.prepare_inputs(

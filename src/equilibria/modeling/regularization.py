@@ -189,6 +189,11 @@ class JSRROptions:
         if self.step is not None and (isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1):
             raise ValueError(f"spectral_radius_step must be an integer >= 1 (a loop step), got {self.step!r}")
 
+    def check_step(self, num_loops: int) -> None:
+        """``ValueError`` unless the linearised step is one of a forward's ``num_loops`` steps."""
+        if (self.step or 1) > num_loops:
+            raise ValueError(f"spectral_radius_step must be at most num_loops={num_loops}, got {self.step}")
+
     @classmethod
     def pop_from(cls, kwargs: dict, given: JSRROptions | None = None) -> JSRROptions | None:
         """The options of a ``forward`` call: ``given`` (its ``jsrr`` argument), or those its ``spectral_radius_*``
