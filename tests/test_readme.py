@@ -16,6 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -262,17 +263,39 @@ def test_every_command_is_run_or_listed_with_its_reason(workdir, monkeypatch, ca
 
 def run_in_own_session(command: str, cwd: Path, env: dict, timeout: float) -> tuple[int | None, str]:
     """Run a shell command in a session of its own: ``(exit code, output)``, or ``(None, output)`` when it timed out,
-    after killing the whole session (a torchrun agent and its workers too, so no orphan keeps running)."""
-    proc = subprocess.Popen(
-        command, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
-    )  # fmt: skip
-    try:
-        output = proc.communicate(timeout=timeout)[0]
-        return proc.returncode, output
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        return None, proc.communicate()[0]
+    after killing the whole session. The output goes to a file, not a pipe: a torchrun worker runs in a session of
+    its own and can outlive its agent (seen once, hung at gloo's teardown), so waiting for a pipe's end could wait
+    for ever. Every process the command started, in any session, is killed at the end (:func:`kill_marked`)."""
+    token = f"{os.getpid()}-{time.monotonic_ns()}"
+    with tempfile.TemporaryFile(mode="w+") as sink:
+        proc = subprocess.Popen(
+            command, shell=True, cwd=cwd, env={**env, RUN_MARK: token}, stdout=sink, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+        finally:
+            kill_marked(token)
+        sink.seek(0)
+        return code, sink.read()
+
+
+RUN_MARK = "EQUILIBRIA_README_RUN"  # in the environment of every process a documented command starts
+
+
+def kill_marked(token: str) -> None:
+    """SIGKILL every process whose environment carries ``RUN_MARK=token`` (Linux's ``/proc``; elsewhere nothing)."""
+    needle = f"{RUN_MARK}={token}".encode()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if needle in environ.read_bytes().split(b"\0"):
+                os.kill(int(environ.parent.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue  # gone already, or not ours to read
 
 
 def torchrun_saved_before_hanging(command: str, cwd: Path, started: float) -> bool:
