@@ -248,30 +248,41 @@ def read_benchmark_json(path: Path, returned=None) -> dict:
     return saved
 
 
-def run_two_processes(script_name: str, out_dir: Path, timeout: float = 600, teardown_grace: float = 60) -> tuple:
-    """Run ``tests/scripts/<script_name>`` under ``torchrun --nproc_per_node 2`` (gloo on CPU) with ``out_dir`` as
-    its argument, and return what ranks 0 and 1 saved in ``out_dir/rank{R}.pt``.
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
-    Both ranks save before they leave the process group. Gloo's ``destroy_process_group`` now and then hangs at
-    that point although every rank reached it (pytorch/pytorch#75097): when both files are written and the run
-    has not exited ``teardown_grace`` seconds later, it is killed with a warning and the saved results are
-    checked as usual. Any other failure or a run that never saves fails the test."""
+
+def run_two_processes(names: list[str], root: Path, timeout: float = 600, teardown_grace: float = 60):
+    """Run the two-process scripts ``tests/scripts/<name>.py`` in turn under one ``torchrun --nproc_per_node 2``
+    (gloo on CPU, ``ddp_batch.py``), each with ``root/<name>`` as its folder, after calling the script's
+    ``prepare(folder)`` here where it has one. Returns ``(exit code, log)``; the exit code is ``None`` when the run
+    was stopped.
+
+    Each rank saves before the next script starts. Gloo's ``destroy_process_group`` now and then hangs at the end
+    although every rank reached it (pytorch/pytorch#75097): when every script's files are written and the run has
+    not exited ``teardown_grace`` seconds later, it is stopped with a warning. A run that takes more than
+    ``timeout`` seconds is stopped too; the tests of the scripts that did not save then fail on the log."""
+    import importlib
     import signal
     import socket
     import subprocess
-    import sys
     import time
     import warnings
 
-    script = Path(__file__).parent / "scripts" / script_name
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        for name in names:
+            (root / name).mkdir(parents=True, exist_ok=True)
+            getattr(importlib.import_module(name), "prepare", lambda folder: None)(root / name)
+    finally:
+        sys.path.remove(str(SCRIPTS))
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     with socket.socket() as sock:  # a free port for the rendezvous
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
-    cmd += ["--master_port", str(port), str(script), str(out_dir)]
-    files = [out_dir / "rank0.pt", out_dir / "rank1.pt"]
-    log = out_dir / "torchrun.log"
+    cmd += ["--master_port", str(port), str(SCRIPTS / "ddp_batch.py"), str(root), *names]
+    files = [root / name / f"rank{rank}.pt" for name in names for rank in (0, 1)]
+    log = root / "torchrun.log"
     with open(log, "w") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         start, saved = time.monotonic(), None
@@ -287,13 +298,42 @@ def run_two_processes(script_name: str, out_dir: Path, timeout: float = 600, tea
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            assert saved, f"torchrun timed out after {timeout} s before both ranks saved:\n{log.read_text()[-4000:]}"
-            warnings.warn(
-                f"{script_name}: both ranks saved, but the process group hung at teardown; killed", stacklevel=2
-            )
-        else:
-            assert proc.returncode == 0, log.read_text()[-4000:]
-    return torch.load(files[0]), torch.load(files[1])
+            if saved:
+                warnings.warn(
+                    "every two-process script saved, but the process group hung at teardown; stopped", stacklevel=2
+                )
+            return None, log.read_text()
+    return proc.returncode, log.read_text()
+
+
+@pytest.fixture(scope="session")
+def two_process_runs(request, tmp_path_factory) -> tuple[Path, int | None, str]:
+    """One torchrun launch for the scripts every selected test marked ``two_process(NAME)`` needs (those tests run
+    on one xdist worker, see ``pytest_collection_modifyitems``): ``(root, exit code, log)``."""
+    marks = (item.get_closest_marker("two_process") for item in request.session.items)
+    names = sorted({mark.args[0] for mark in marks if mark})
+    root = tmp_path_factory.mktemp("two_process")
+    return root, *run_two_processes(names, root)
+
+
+@pytest.fixture
+def two_process_run(request, two_process_runs) -> tuple[dict, dict, Path]:
+    """What ranks 0 and 1 of the test's ``two_process(NAME)`` script saved, and its folder: ``(r0, r1, folder)``.
+    Fails with the run's log when the script did not save on both ranks."""
+    root, code, log = two_process_runs
+    folder = root / request.node.get_closest_marker("two_process").args[0]
+    files = [folder / "rank0.pt", folder / "rank1.pt"]
+    if not all(f.exists() for f in files):
+        pytest.fail(f"{folder.name} did not save on both ranks (torchrun: {code}):\n{log[-4000:]}", pytrace=False)
+    return torch.load(files[0]), torch.load(files[1]), folder
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items):
+    """The tests of the two-process scripts run on one xdist worker, which launches torchrun once for them all."""
+    for item in items:
+        if item.get_closest_marker("two_process"):
+            item.add_marker(pytest.mark.xdist_group("two_process"))
 
 
 def char_tokenizer():
@@ -441,6 +481,20 @@ def fine_tune(base, rows, out, *extra):
     from equilibria.cli import main
 
     return main([*argv, *extra, *QUIET])
+
+
+def addition_rows() -> list[dict]:
+    """Prompt-completion rows of one-digit sums (45)."""
+    return [{"prompt": f"{a}+{b}=", "completion": str(a + b)} for a in range(9) for b in range(5)]
+
+
+def tiny_trained_ouro(out: Path) -> Path:
+    """A tiny Ouro trained 2 steps on generated addition by ``equilibria train``, saved in ``out``."""
+    from equilibria.cli import main
+
+    argv = ["train", "--output_dir", str(out), "--max_steps", "2", "--train_size", "32", "--test_size", "4"]
+    assert main([*argv, "--hidden_size", "16", "--eval_loops", "2", "--save_strategy", "no", *QUIET]) == 0
+    return out
 
 
 def write_jsonl(path, rows):

@@ -13,7 +13,6 @@ from conftest import (
     load_benchmark,
     ragged_lm_rows,
     read_benchmark_json,
-    run_two_processes,
     tiny_attractor,
     tiny_ouro,
     training_args,
@@ -201,11 +200,12 @@ def test_a_model_without_an_attractor_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_process_run_keeps_replicas_identical(tmp_path):
+@pytest.mark.two_process("attractor_ddp")
+def test_two_process_run_keeps_replicas_identical(two_process_run):
     """torchrun --nproc_per_node 2 (gloo, CPU) with the implicit gradient, the Jacobian penalty and the
     correction loss: both replicas hold identical parameters after the steps, and they moved (the language model
     and the puzzle model)."""
-    r0, r1 = run_two_processes("attractor_ddp.py", tmp_path)
+    r0, r1, _ = two_process_run
     assert r0["world"] == r1["world"] == 2
     for key in ("params", "puzzle_params"):
         for name, p0 in r0[key].items():

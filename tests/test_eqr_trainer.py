@@ -6,11 +6,10 @@ import itertools
 import json
 import math
 import re
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import StopAt, load_benchmark, run_two_processes, training_args
+from conftest import StopAt, load_benchmark, training_args
 from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import TrainerCallback
@@ -234,8 +233,9 @@ def test_a_model_without_an_eqr_core_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_process_run_keeps_replicas_identical(tmp_path):
-    r0, r1 = run_two_processes("eqr_ddp.py", tmp_path)
+@pytest.mark.two_process("eqr_ddp")
+def test_two_process_run_keeps_replicas_identical(two_process_run):
+    r0, r1, _ = two_process_run
     assert r0["world"] == r1["world"] == 2
     for name, p0 in r0["params"].items():
         assert torch.equal(p0, r1["params"][name]), name
@@ -426,41 +426,13 @@ def test_resuming_a_checkpoint_without_the_ema_file_is_refused(tmp_path):
     assert plain.state.global_step == 4 and plain.ema_weights is None
 
 
-EMA_DDP_SCRIPT = """
-import sys
-from pathlib import Path
-
-sys.path.insert(0, {scripts!r})
-from ddp_common import save_rank_and_finish
-from eqr_ddp import model
-
-from equilibria.tasks import build_sudoku_dataset
-from equilibria.trainers import EqRTrainer, EqRTrainingArguments
-
-out = Path(sys.argv[1])
-args = EqRTrainingArguments(
-    output_dir=str(out), max_steps=4, per_device_train_batch_size=4, learning_rate=3e-3, report_to=[],
-    use_cpu=True, ddp_backend="gloo", save_strategy="steps", save_steps=4, logging_steps=2, max_segments=2,
-    seed=0, disable_tqdm=True, dataloader_drop_last=True, ema_decay=0.7,
-)
-data = build_sudoku_dataset(size=4, num_train=32, num_test=1, seed=0, split_by="board")["train"]
-trainer = EqRTrainer(model=model(), args=args, train_dataset=data)
-writes, save = [], trainer._ema.save
-trainer._ema.save = lambda folder: (writes.append(folder), save(folder))
-trainer.train()
-params = {{n: p.detach().clone() for n, p in trainer.model.named_parameters()}}
-save_rank_and_finish(out, {{"ema": dict(trainer.ema_weights), "params": params, "writes": writes}})
-"""
-
-
 @pytest.mark.slow
-def test_two_process_ema_stays_identical_and_only_the_main_process_writes_it(tmp_path):
-    script = tmp_path / "eqr_ema_ddp.py"  # run_two_processes takes an absolute path as well as a name
-    script.write_text(EMA_DDP_SCRIPT.format(scripts=str(Path(__file__).parent / "scripts")))
-    r0, r1 = run_two_processes(str(script), tmp_path)
+@pytest.mark.two_process("eqr_ddp_ema")
+def test_two_process_ema_stays_identical_and_only_the_main_process_writes_it(two_process_run):
+    r0, r1, folder = two_process_run
     assert r0["world"] == r1["world"] == 2
     assert len(r0["writes"]) == 1 and r1["writes"] == []
-    saved = load_file(tmp_path / "checkpoint-4" / EMA_WEIGHTS_NAME)
+    saved = load_file(folder / "checkpoint-4" / EMA_WEIGHTS_NAME)
     for name, average in r0["ema"].items():
         assert torch.equal(average, r1["ema"][name]) and torch.equal(average, saved[name]), name
         assert torch.equal(r0["params"][name], average) and torch.equal(r1["params"][name], average), name

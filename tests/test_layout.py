@@ -414,7 +414,7 @@ def test_the_old_name_of_the_named_splits_module_still_imports_and_warns(monkeyp
 #: what makes a test an integration run: another process (torchrun, a remote-code check, a shell command) or a
 #: benchmark's quick mode
 INTEGRATION_CALLS = (
-    "run_two_processes(", "remote_code_run(", "zero3_run(", "run_in_own_session(", "subprocess.run(",
+    "run_two_processes(", "two_process_run", "remote_code_run(", "zero3_run(", "run_in_own_session(", "subprocess.run(",
     "subprocess.Popen(", "subprocess.check_output(", '.main(["--quick"',
 )  # fmt: skip
 

@@ -198,15 +198,14 @@ def test_the_penalty_on_a_transformers_looped_lm_is_the_radius_of_its_loop_maps_
 
 
 @pytest.mark.slow
-def test_stars_under_torchrun_keeps_the_replicas_of_transformers_looped_lms_identical(tmp_path):
+@pytest.mark.two_process("native_stars_ddp")
+def test_stars_under_torchrun_keeps_the_replicas_of_transformers_looped_lms_identical(two_process_run, tmp_path):
     """torchrun --nproc_per_node 2 (gloo, CPU), Dory and HRM-text: the penalty computed in the looped forward is
     all-reduced with the LM loss, so both replicas hold the same parameters, moved from the start, and they equal
     one process accumulating the two halves."""
-    from conftest import run_two_processes
-
     from equilibria.trainers import StarsTrainer
 
-    r0, r1 = run_two_processes("native_stars_ddp.py", tmp_path)
+    r0, r1, _ = two_process_run
     assert r0["world"] == r1["world"] == 2
     import sys
     from pathlib import Path

@@ -318,10 +318,9 @@ def test_remote_code_loads_without_the_package(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_process_training_keeps_replicas_identical(tmp_path):
-    from conftest import run_two_processes
-
-    r0, r1 = run_two_processes("phdeq_ddp.py", tmp_path)
+@pytest.mark.two_process("phdeq_ddp")
+def test_two_process_training_keeps_replicas_identical(two_process_run):
+    r0, r1, _ = two_process_run
     assert r0["world"] == r1["world"] == 2
     for name, p0 in r0["params"].items():
         assert torch.equal(p0, r1["params"][name]), name

@@ -12,7 +12,6 @@ from conftest import (
     ragged_lm_rows,
     read_benchmark_json,
     recording,
-    run_two_processes,
     tiny_ouro,
     training_args,
 )
@@ -437,14 +436,15 @@ def test_evaluation_uses_the_evaluation_loop_count(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_process_run_keeps_replicas_identical(tmp_path):
+@pytest.mark.two_process("stars_ddp")
+def test_two_process_run_keeps_replicas_identical(two_process_run, tmp_path):
     """torchrun --nproc_per_node 2 (gloo, CPU): the JSRR term's gradients are all-reduced with the LM loss's,
     so both replicas hold identical parameters after the steps, and they differ from the start."""
     import sys
     from pathlib import Path
 
     script = Path(__file__).parent / "scripts" / "stars_ddp.py"
-    r0, r1 = run_two_processes("stars_ddp.py", tmp_path)
+    r0, r1, _ = two_process_run
     assert r0["world"] == r1["world"] == 2
     start = tiny_ouro(seed=0).state_dict()
     for run in ("jsrr", "lm_only"):
@@ -591,7 +591,8 @@ def test_stars_with_a_loss_that_trains_the_gate_warns_that_deep_steps_go_untrain
 
 
 @pytest.mark.slow
-def test_the_penalty_computed_in_forward_trains_under_fsdp2(tmp_path):
+@pytest.mark.two_process("fsdp2_jsrr")
+def test_the_penalty_computed_in_forward_trains_under_fsdp2(two_process_run):
     """FSDP2 (`fully_shard`) reshards the parameters after forward, so a penalty computed outside the wrapped
     forward cannot see them; the estimate the model's forward returns can. One STARS-objective step sharded over two
     gloo processes (each on half the batch) equals the same step unsharded on the whole batch: the model as one unit
@@ -602,7 +603,7 @@ def test_the_penalty_computed_in_forward_trains_under_fsdp2(tmp_path):
     spec = importlib.util.spec_from_file_location("fsdp2_jsrr", Path(__file__).parent / "scripts" / "fsdp2_jsrr.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    r0, r1 = run_two_processes("fsdp2_jsrr.py", tmp_path)
+    r0, r1, _ = two_process_run
     assert r0["world"] == r1["world"] == 2
     start = dict(script.build_model().named_parameters())
     for setup, estimator in (("one unit, vjp", "vjp"), ("per layer, jvp", "jvp")):

@@ -6,6 +6,7 @@ import string
 
 import pytest
 import torch
+from conftest import OURO_REFERENCE, addition_rows, tiny_trained_ouro, write_jsonl
 from datasets import Dataset
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
@@ -86,11 +87,6 @@ def test_every_data_file_kind_reads_the_same_rows(tmp_path, suffix):
     }[suffix]()
     loaded = load_rows(str(path))["train"]
     assert [str(r["prompt"]) + str(r["completion"]) for r in loaded] == [f"{i}+1={i + 1}" for i in range(5)]
-
-
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return str(path)
 
 
 @pytest.mark.parametrize(
@@ -250,17 +246,13 @@ def test_a_file_of_bad_rows_names_its_first_line_and_how_many_are_bad(base, tmp_
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     """A tiny Ouro trained 2 steps on generated addition by `equilibria train`."""
-    out = tmp_path_factory.mktemp("base") / "ouro"
-    argv = ["train", "--output_dir", str(out), "--max_steps", "2", "--train_size", "32", "--test_size", "4"]
-    assert main([*argv, "--hidden_size", "16", "--eval_loops", "2", *COMMON]) == 0
-    return out
+    return tiny_trained_ouro(tmp_path_factory.mktemp("base") / "ouro")
 
 
 def test_fine_tuning_a_checkpoint_on_your_rows_from_the_cli(base, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    rows = [{"prompt": f"{a}+{b}=", "completion": str(a + b)} for a in range(9) for b in range(5)]
-    data = write_jsonl(tmp_path / "sums.jsonl", rows)
+    data = write_jsonl(tmp_path / "sums.jsonl", addition_rows())
     out = tmp_path / "tuned"
     argv = ["train", "--model_name_or_path", str(base), "--dataset_name", data, "--output_dir", str(out)]
     argv += ["--test_size", "8", "--max_steps", "3", "--learning_rate", "1e-2", "--eval_loops", "1,2", *COMMON]
@@ -282,8 +274,6 @@ def test_fine_tuning_a_checkpoint_on_your_rows_from_the_cli(base, tmp_path):
 
 
 def test_a_published_ouro_checkpoint_fine_tunes_with_a_tokenizer_given(tmp_path, capsys):
-    from conftest import OURO_REFERENCE
-
     data = write_jsonl(tmp_path / "chat.jsonl", [{"messages": CONVERSATION}] * 6)
     argv = ["train", "--model_name_or_path", str(OURO_REFERENCE), "--dataset_name", data, "--test_size", "2"]
     argv += ["--output_dir", str(tmp_path / "out"), "--max_steps", "1", "--eval_loops", "1,3", *COMMON]
@@ -336,8 +326,6 @@ def test_a_puzzle_checkpoint_continues_on_its_own_task_at_its_own_size(tmp_path)
     ],
 )
 def test_checkpoint_errors_are_one_line(base, tmp_path, capsys, extra, message):
-    from conftest import OURO_REFERENCE
-
     PRINTABLE.save_pretrained(tmp_path / "tok")
     argv = ["train", "--model_name_or_path", str(OURO_REFERENCE), "--output_dir", str(tmp_path / "o"), *extra]
     assert main([*argv, "--tokenizer_name_or_path", str(tmp_path / "tok")]) == 2
@@ -359,8 +347,7 @@ def test_dataset_name_rows_must_fit_the_family(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def sums(tmp_path_factory):
-    rows = [{"prompt": f"{a}+{b}=", "completion": str(a + b)} for a in range(9) for b in range(5)]
-    return write_jsonl(tmp_path_factory.mktemp("data") / "sums.jsonl", rows)
+    return write_jsonl(tmp_path_factory.mktemp("data") / "sums.jsonl", addition_rows())
 
 
 def lora_run(base, data, out, *extra):
@@ -423,21 +410,16 @@ def test_lora_needs_a_checkpoint(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_lora_fine_tuning_with_stars_behind_torchrun_keeps_replicas_identical(base, sums, tmp_path):
-    import shutil
-
-    from conftest import run_two_processes
-
-    shutil.copytree(base, tmp_path / "base")
-    shutil.copy(sums, tmp_path / "rows.jsonl")
-    r0, r1 = run_two_processes("cli_lora_ddp.py", tmp_path)
+@pytest.mark.two_process("cli_lora_ddp")
+def test_lora_fine_tuning_with_stars_behind_torchrun_keeps_replicas_identical(two_process_run):
+    r0, r1, folder = two_process_run
     assert r0["world"] == r1["world"] == 2
-    saved = load_file(tmp_path / "model" / "model.safetensors")
-    start = load_file(base / "model.safetensors")
+    saved = load_file(folder / "model" / "model.safetensors")
+    start = load_file(folder / "base" / "model.safetensors")
     assert any(not torch.equal(saved[k], start[k]) for k in saved)  # it trained
     for name, value in saved.items():
         assert torch.equal(r0["params"][name], value) and torch.equal(r1["params"][name], value), name
-    assert (tmp_path / "model" / "README.md").exists() and (tmp_path / "model" / "loop_scaling.json").exists()
+    assert (folder / "model" / "README.md").exists() and (folder / "model" / "loop_scaling.json").exists()
 
 
 def test_dtype_names_go_to_from_pretrained_and_others_are_refused(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Run under `torchrun --nproc_per_node 2`: a few AttractorTrainer steps (implicit gradient, Jacobian penalty,
+"""Run by `ddp_batch.py` under `torchrun --nproc_per_node 2`: a few AttractorTrainer steps (implicit gradient, Jacobian penalty,
 correction loss) on a tiny Attractor LM, then on a tiny Attractor puzzle model. Each rank writes both models' final
 parameters to OUT/rank{R}.pt."""
 
@@ -10,7 +10,7 @@ from datasets import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import tiny_attractor, tiny_attractor_puzzle  # noqa: E402
-from ddp_common import save_rank_and_finish
+from ddp_common import save_rank
 
 from equilibria.trainers import AttractorTrainer, AttractorTrainingArguments  # noqa: E402
 
@@ -63,8 +63,4 @@ def main(out: Path) -> None:
     puzzles = AttractorTrainer(model=puzzle_model(), args=arguments(out / "puzzle"), train_dataset=puzzle_data())
     puzzles.train()
     puzzle_params = {n: p.detach().clone() for n, p in puzzles.model.named_parameters()}
-    save_rank_and_finish(out, {"params": params, "log": trainer.state.log_history, "puzzle_params": puzzle_params})
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    save_rank(out, {"params": params, "log": trainer.state.log_history, "puzzle_params": puzzle_params})

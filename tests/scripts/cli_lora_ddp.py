@@ -1,13 +1,20 @@
-"""Run under `torchrun --nproc_per_node 2`: `equilibria train` fine-tunes the Ouro checkpoint OUT/base on
+"""Run by `ddp_batch.py` under `torchrun --nproc_per_node 2`: `equilibria train` fine-tunes the Ouro checkpoint OUT/base on
 OUT/rows.jsonl with LoRA, STARS loop sampling and the JSRR penalty, plain DDP (no unused-parameter search). Each
 rank writes its merged weights to OUT/rank{R}.pt; rank 0 also writes the merged folder OUT/model."""
 
-import sys
 from pathlib import Path
 
-from ddp_common import save_rank_and_finish
+from ddp_common import save_rank
 
 from equilibria.train import train_and_evaluate
+
+
+def prepare(out: Path) -> None:
+    """Before the launch, in the test's process: the checkpoint and the rows."""
+    from conftest import addition_rows, tiny_trained_ouro, write_jsonl
+
+    tiny_trained_ouro(out / "base")
+    write_jsonl(out / "rows.jsonl", addition_rows())
 
 
 def main(out: Path) -> None:
@@ -20,8 +27,4 @@ def main(out: Path) -> None:
     trainer, _ = train_and_evaluate(argv)
     model = trainer.model  # rank 0: already merged into the saved folder; the other ranks merge their own copy
     merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
-    save_rank_and_finish(out, {"params": {k: v.detach().clone() for k, v in merged.state_dict().items()}})
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    save_rank(out, {"params": {k: v.detach().clone() for k, v in merged.state_dict().items()}})

@@ -1,20 +1,19 @@
-"""Shared ending of the two-process test scripts: save this rank's results, then leave the process group cleanly.
-
-Exiting with a live gloo process group can abort at interpreter shutdown ("terminate called without an active
-exception") when one rank tears down while the other's background thread still runs; a barrier followed by
-``destroy_process_group`` makes both ranks leave together."""
+"""What the two-process test scripts share: each writes what its rank computed with :func:`save_rank`; the batch
+runner (``ddp_batch.py``) leaves the process group once, after the last script."""
 
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from equilibria.trainers import finish_distributed
 
-
-def save_rank_and_finish(out: Path, payload: dict) -> None:
-    """Write ``{"world": W, **payload}`` to ``out/rank{R}.pt`` and shut the process group down on every rank."""
+def save_rank(out: Path, payload: dict) -> None:
+    """Write ``{"world": W, **payload}`` to ``out/rank{R}.pt`` (through a temporary name, so that a file that exists
+    is whole), then wait for the other ranks: the next script starts on every rank together."""
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
-    torch.save({"world": world, **payload}, out / f"rank{rank}.pt")
-    finish_distributed()
+    partial = out / f".rank{rank}.pt.partial"
+    torch.save({"world": world, **payload}, partial)
+    partial.rename(out / f"rank{rank}.pt")
+    if dist.is_initialized():
+        dist.barrier()

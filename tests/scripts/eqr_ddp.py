@@ -1,11 +1,10 @@
-"""Run under `torchrun --nproc_per_node 2`: a few EqRTrainer segments on tiny 4x4 Sudoku. Each rank writes its
+"""Run by `ddp_batch.py` under `torchrun --nproc_per_node 2`: a few EqRTrainer segments on tiny 4x4 Sudoku. Each rank writes its
 final parameters to OUT/rank{R}.pt."""
 
-import sys
 from pathlib import Path
 
 import torch
-from ddp_common import save_rank_and_finish
+from ddp_common import save_rank
 
 from equilibria import EqRConfig, EqRForPuzzleSolving
 from equilibria.tasks import build_sudoku_dataset
@@ -38,8 +37,4 @@ def main(out: Path) -> None:
     trainer = EqRTrainer(model=model(), args=args, train_dataset=data)
     trainer.train()
     params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    save_rank_and_finish(out, {"params": params, "log": trainer.state.log_history})
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    save_rank(out, {"params": params, "log": trainer.state.log_history})

@@ -1,4 +1,4 @@
-"""Run under `torchrun --nproc_per_node 2`: one STARS-objective step of a tiny Ouro model sharded with FSDP2
+"""Run by `ddp_batch.py` under `torchrun --nproc_per_node 2`: one STARS-objective step of a tiny Ouro model sharded with FSDP2
 (`fully_shard`) on gloo, each rank on its half of a batch of 4, in each of three setups (`SETUPS`): the whole model
 as one unit with the "vjp" estimator, one unit per decoder layer with "jvp", and per layer with "vjp", which the
 model refuses (torch crashes on a backward pass inside a forward over per-layer FSDP2 units). The JSRR estimate
@@ -73,14 +73,11 @@ def sharded_step(mesh, rank: int, per_layer: bool, estimator: str) -> dict:
 
 def main(out: Path) -> None:
     import torch.distributed as dist
-    from ddp_common import save_rank_and_finish
+    from ddp_common import save_rank
     from torch.distributed.device_mesh import init_device_mesh
 
-    dist.init_process_group("gloo")
+    if not dist.is_initialized():  # the scripts before it in the batch started it
+        dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     results = {name: sharded_step(mesh, dist.get_rank(), *setup) for name, setup in SETUPS.items()}
-    save_rank_and_finish(out, results)
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    save_rank(out, results)

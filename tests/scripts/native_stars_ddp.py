@@ -1,4 +1,4 @@
-"""Run under `torchrun --nproc_per_node 2`: a few StarsTrainer steps with the JSRR penalty on a tiny Dory and a
+"""Run by `ddp_batch.py` under `torchrun --nproc_per_node 2`: a few StarsTrainer steps with the JSRR penalty on a tiny Dory and a
 tiny HRM-text (transformers' own classes, given `equilibria.looped` by the trainer; the penalty is computed inside
 their looped forward). Each rank writes its final parameters to OUT/rank{R}.pt, for the test to compare."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import tiny_native  # noqa: E402
-from ddp_common import save_rank_and_finish  # noqa: E402
+from ddp_common import save_rank  # noqa: E402
 from stars_ddp import arguments, data  # noqa: E402
 
 from equilibria.trainers import StarsTrainer  # noqa: E402
@@ -24,8 +24,4 @@ def main(out: Path) -> None:
         trainer.train()
         params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
         results[model_type] = {"params": params, "log": trainer.state.log_history}
-    save_rank_and_finish(out, results)
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    save_rank(out, results)

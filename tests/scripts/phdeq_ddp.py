@@ -1,11 +1,10 @@
-"""Run under `torchrun --nproc_per_node 2`: a few Trainer steps of a tiny PH-DEQ (learned initialiser, implicit
+"""Run by `ddp_batch.py` under `torchrun --nproc_per_node 2`: a few Trainer steps of a tiny PH-DEQ (learned initialiser, implicit
 gradient, amortisation loss) on reachability questions. Each rank writes its final parameters to OUT/rank{R}.pt."""
 
-import sys
 from pathlib import Path
 
 import torch
-from ddp_common import save_rank_and_finish
+from ddp_common import save_rank
 from transformers import Trainer, TrainingArguments
 
 from equilibria import PHDEQConfig, PHDEQForSequenceClassification
@@ -32,8 +31,4 @@ def main(out: Path) -> None:
     trainer = Trainer(model=PHDEQForSequenceClassification(config), args=args, train_dataset=data)
     trainer.train()
     params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    save_rank_and_finish(out, {"params": params})
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    save_rank(out, {"params": params})

@@ -1,4 +1,4 @@
-"""Run under `torchrun --nproc_per_node 2`: a few StarsTrainer steps with the JSRR penalty on a tiny Ouro model.
+"""Run by `ddp_batch.py` under `torchrun --nproc_per_node 2`: a few StarsTrainer steps with the JSRR penalty on a tiny Ouro model.
 Each rank writes its final parameters to OUT/rank{R}.pt, for the test to compare."""
 
 import functools
@@ -9,7 +9,7 @@ from datasets import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import ragged_lm_rows, tiny_ouro  # noqa: E402
-from ddp_common import save_rank_and_finish
+from ddp_common import save_rank
 
 from equilibria.trainers import StarsTrainer, StarsTrainingArguments  # noqa: E402
 
@@ -67,8 +67,4 @@ def main(out: Path) -> None:
         trainer.train()
         params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
         results[name] = {"params": params, "log": trainer.state.log_history, "counts": counts, "loops": loops}
-    save_rank_and_finish(out, {**results})
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    save_rank(out, {**results})
