@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+import runpy
 import shutil
 from pathlib import Path
+
+import pytest
 
 from tools.docs import engine, pages
 from tools.docs.pages import attractor_internalization, attractor_puzzles, common, eqr_halting
@@ -210,3 +213,12 @@ def test_the_page_builders_name_their_runs_through_the_run_sets():
         1: "eqr_6x6_seeds/seed1",
         2: "eqr_6x6_seeds/seed2",
     }
+
+
+def test_the_documented_command_checks_every_page(monkeypatch, capsys):
+    """``python benchmarks/doc_tables.py --check``, the command the pages name (run here in process: without
+    ``--check`` it rewrites the checkout's pages), finds nothing stale."""
+    monkeypatch.setattr("sys.argv", ["benchmarks/doc_tables.py", "--check"])
+    with pytest.raises(SystemExit) as ended:
+        runpy.run_path(str(ROOT / "benchmarks" / "doc_tables.py"), run_name="__main__")
+    assert ended.value.code == 0, capsys.readouterr().out
