@@ -9,12 +9,28 @@ from .eqr import EqRTrainer, EqRTrainingArguments
 from .for_family import callbacks_for, trainer_for
 from .stars import StarsTrainer, StarsTrainingArguments, find_looped_core, sample_num_loops
 
+#: defined in .grpo, which needs the ``rl`` extra (TRL): imported on first use
+OPTIONAL = {"LoopGRPOConfig": "grpo", "LoopGRPOTrainer": "grpo"}
+
+
+def __getattr__(name: str):
+    if name in OPTIONAL:
+        try:
+            from . import grpo
+        except ImportError as err:
+            raise ImportError(f"{name} needs TRL: pip install 'equilibria[rl]' ({err})") from err
+        return getattr(grpo, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "AttractorTrainer",
     "AttractorTrainingArguments",
     "EqRTrainer",
     "EquilibriaTrainer",
     "GradientNormCallback",
+    "LoopGRPOConfig",
+    "LoopGRPOTrainer",
     "LoopTrainer",
     "LoopTrainingArguments",
     "ModelCardMixin",

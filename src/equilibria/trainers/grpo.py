@@ -1,0 +1,269 @@
+"""GRPO for looped LMs on TRL: the rollouts, the old and reference log-probs and the loss of a step all run at one
+loop count, and the RLTT objective (arXiv 2602.10520) as an option.
+
+    from equilibria.trainers.grpo import LoopGRPOConfig, LoopGRPOTrainer
+
+    args = LoopGRPOConfig(output_dir="out", min_loops=2, max_loops=8, num_generations=8)
+    LoopGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=prompts).train()
+
+TRL's ``GRPOTrainer`` (``trl/trainer/grpo_trainer.py``, 1.16) needs two changes for a looped LM, made here by
+overriding its methods:
+
+- a loop count per call never reaches the model: ``generation_kwargs={"num_loops": k}`` lands on the
+  ``GenerationConfig``. Here ``_generate_and_score_completions`` (rollouts, old and reference log-probs) and
+  ``_compute_loss`` run inside the model's loop protocol's ``count`` block, which sets the count of every forward
+  and ``generate`` call; the count travels with the batch (``num_loops``, one per row) from the rollouts to the loss.
+- its log-probs go through a fused LM head (``add_fused_lm_head`` in ``trl/trainer/utils.py``) that calls
+  ``model.base_model`` and applies ``lm_head.weight`` itself, so a looped head's readout is skipped.
+  ``_get_per_token_logps_and_entropies`` here reads the log-probs of the model's own ``forward``.
+
+Needs the ``rl`` extra (``pip install "equilibria[rl]"``: TRL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from ..families import family_record, loop_count
+from ..loops.protocol import head_model
+from .stars import sample_num_loops
+
+LOOP_DRAWS = ("per_step",)
+OBJECTIVES = ("grpo", "rltt")
+RLTT_WEIGHTS = ("uniform", "progressive", "exit_pdf")
+
+
+@dataclass
+class LoopGRPOConfig(GRPOConfig):
+    """[`trl.GRPOConfig`] plus the loop count of the rollouts and the loss, and the objective.
+
+    The loop count: ``num_loops`` fixes it; ``min_loops < max_loops`` samples it as ``StarsTrainer`` does
+    (``clip(round(exp(N(loop_log_mean, loop_log_std^2))), min_loops, max_loops)``, keyed by ``(seed, step)``, so
+    every process draws the same count); neither: the model config's count. ``loop_draws="per_step"``: one count
+    per generation step, shared by its rollouts, their old and reference log-probs and every loss computed on
+    them.
+
+    ``objective="grpo"`` is TRL's loss (``loss_type`` and its options) at that count. ``objective="rltt"`` is the
+    RLTT paper's: REINFORCE (no ratio, no clipping) on the per-token log-probability ``sum_t w_t log P^(t)`` over the
+    loop's exits ``t = 1..T``, the weights ``w`` chosen by ``rltt_weights`` (``"uniform"``; ``"progressive"``,
+    ``t^rltt_alpha`` normalised; ``"exit_pdf"``, the exit gate's distribution, not detached), with the KL to the
+    reference model (``beta``) on the final loop only.
+    """
+
+    num_loops: int | None = field(
+        default=None, metadata={"help": "A fixed loop count for every step (default: sampled, or the config's)."}
+    )
+    min_loops: int | None = field(default=None, metadata={"help": "Fewest loop steps sampled per step (>= 1)."})
+    max_loops: int | None = field(default=None, metadata={"help": "Most loop steps sampled per step."})
+    loop_log_mean: float | None = field(
+        default=None, metadata={"help": "Mean of log(num_loops) of the sampler (default: the log of the midpoint)."}
+    )
+    loop_log_std: float = field(default=0.4, metadata={"help": "Std of log(num_loops) of the sampler."})
+    loop_draws: str = field(default="per_step", metadata={"help": f"How counts are drawn: one of {LOOP_DRAWS}."})
+    objective: str = field(default="grpo", metadata={"help": f"The policy objective, one of {OBJECTIVES}."})
+    rltt_weights: str = field(default="exit_pdf", metadata={"help": f"RLTT's exit weights, one of {RLTT_WEIGHTS}."})
+    rltt_alpha: float = field(default=1.0, metadata={"help": "The exponent of RLTT's progressive weights t^alpha."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        choices = {"loop_draws": LOOP_DRAWS, "objective": OBJECTIVES, "rltt_weights": RLTT_WEIGHTS}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"LoopGRPOConfig: {name} must be one of {allowed}, got {getattr(self, name)!r}")
+        for name in ("num_loops", "min_loops", "max_loops"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"LoopGRPOConfig: {name} must be an integer >= 1, got {value!r}")
+        if (self.min_loops is None) != (self.max_loops is None) or (self.min_loops or 0) > (self.max_loops or 0):
+            raise ValueError(
+                f"LoopGRPOConfig: give min_loops and max_loops together, min_loops <= max_loops (got {self.min_loops}, "
+                f"{self.max_loops})"
+            )
+        if self.num_loops is not None and self.min_loops is not None:
+            raise ValueError("LoopGRPOConfig: num_loops fixes the count; min_loops / max_loops sample it: give one")
+        if "num_loops" in (self.generation_kwargs or {}):
+            raise ValueError(
+                "LoopGRPOConfig: generation_kwargs={'num_loops': ...} never reaches the model's forward (TRL puts it "
+                "on the GenerationConfig); set LoopGRPOConfig.num_loops (or min_loops / max_loops) instead"
+            )
+        if self.loop_log_mean is None and self.min_loops is not None:
+            self.loop_log_mean = float(torch.tensor((self.min_loops + self.max_loops) / 2).log())
+
+    @property
+    def samples_loops(self) -> bool:
+        return self.min_loops is not None and self.min_loops < self.max_loops
+
+    def step_loops(self, step: int) -> int | None:
+        """The loop count of training step ``step`` (``None``: the model config's)."""
+        if self.samples_loops:
+            a = self
+            return sample_num_loops(step, a.seed, a.loop_log_mean, a.loop_log_std, a.min_loops, a.max_loops)
+        return self.num_loops if self.num_loops is not None else self.min_loops
+
+
+def completion_logps(
+    logits: torch.Tensor, input_ids: torch.Tensor, keep: int, temperature: float, entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The log-probabilities of the last ``keep`` tokens of ``input_ids`` under ``logits / temperature`` (logits of
+    the whole sequence or of its last ``keep + 1`` positions), and their entropies when ``entropy``."""
+    logits = logits[:, -keep - 1 : -1].float() / temperature
+    log_probs = logits.log_softmax(-1)
+    picked = log_probs.gather(-1, input_ids[:, -keep:, None].to(logits.device)).squeeze(-1)
+    return picked, (-(log_probs.exp() * log_probs).sum(-1) if entropy else None)
+
+
+def exit_weights(kind: str, steps: int, exit_probs: torch.Tensor | None, alpha: float = 1.0) -> torch.Tensor:
+    """RLTT's weights over the exits ``t = 1..steps``: ``(steps,)`` for ``"uniform"`` and ``"progressive"``
+    (``t^alpha``, normalised), the exit gate's per-token distribution ``(batch, positions, steps)`` for
+    ``"exit_pdf"`` (kept in the graph: the gate learns from the objective)."""
+    if kind == "exit_pdf":
+        if exit_probs is None:
+            raise ValueError("rltt_weights='exit_pdf' needs the model's exit gate (exit_probs); this model has none")
+        return exit_probs
+    t = torch.arange(1, steps + 1, dtype=torch.float32)
+    weights = torch.ones(steps) if kind == "uniform" else t**alpha
+    return weights / weights.sum()
+
+
+class LoopGRPOTrainer(GRPOTrainer):
+    """[`trl.GRPOTrainer`] for looped LMs: Ouro and the looped LMs transformers ships (Dory, HRM-text,
+    Inkling2-loop, given ``equilibria.looped``), also under PEFT. See :class:`LoopGRPOConfig` for the loop count and
+    the objectives.
+
+    ``ref_model``: the saved folder of the reference model for the KL term (``beta > 0``; default: the folder the
+    model was loaded from). Under PEFT the adapter-free base is the reference, as in TRL. Logged: ``num_loops``, the
+    step's count."""
+
+    def __init__(self, model, reward_funcs=None, args: LoopGRPOConfig | None = None, ref_model=None, **kwargs):
+        if not isinstance(args, LoopGRPOConfig):
+            raise ValueError(f"LoopGRPOTrainer needs a LoopGRPOConfig, got {type(args).__name__}")
+        if isinstance(model, (str, Path)):
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(str(model))
+        self.loop = family_record(model, "loop protocol").loop
+        self.loop.prepare(head_model(model))
+        with _reference_source(model, args, ref_model, kwargs.get("peft_config")):
+            super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
+        if self.ref_model is not None:
+            self.loop.prepare(head_model(self.accelerator.unwrap_model(self.ref_model)))
+        if args.objective == "rltt" and getattr(head_model(self.model).config, "model_type", None) != "ouro":
+            raise ValueError(
+                "LoopGRPOTrainer: objective='rltt' reads the state of every loop step, which OuroForCausalLM returns; "
+                f"{type(head_model(self.model)).__name__} is not served yet: use objective='grpo'"
+            )
+
+    # -- the loop count ---------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def at_loops(self, num_loops: int | None):
+        """Within the block the policy (and the reference model) run ``num_loops`` loops in every forward and
+        ``generate`` call (``None``: their configs' counts)."""
+        with contextlib.ExitStack() as stack:
+            for model in (self.model, self.ref_model):
+                if model is not None:
+                    stack.enter_context(loop_count(head_model(self.accelerator.unwrap_model(model)), num_loops))
+            yield
+
+    def _generate_and_score_completions(self, inputs):
+        training = self.model.training
+        num_loops = self.args.step_loops(self.state.global_step) if training else self.args.num_loops
+        with self.at_loops(num_loops):
+            output = super()._generate_and_score_completions(inputs)
+        count = num_loops if num_loops is not None else self.loop.default_loops(head_model(self.model).config)
+        output["num_loops"] = torch.full((output["completion_ids"].size(0),), count, device=self.accelerator.device)
+        self._metrics["train" if training else "eval"]["num_loops"].append(float(count))
+        return output
+
+    def _compute_loss(self, model, inputs):
+        counts = inputs["num_loops"].unique()
+        if counts.numel() != 1:
+            raise RuntimeError(f"LoopGRPOTrainer: one loop count per batch expected, got {counts.tolist()}")
+        with self.at_loops(int(counts.item())):
+            if self.args.objective == "rltt":
+                return self._rltt_loss(model, inputs)
+            return super()._compute_loss(model, inputs)
+
+    # -- log-probabilities through the model's own forward -------------------------------------------------------
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **extra
+    ):
+        extra.pop("compute_aux_loss", None)
+        if any(value is not None for value in extra.values()):
+            raise ValueError(f"LoopGRPOTrainer takes text prompts only, got {sorted(k for k in extra)}")
+        batch_size = batch_size or input_ids.size(0)
+        logps, entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
+            with self.accelerator.autocast():
+                logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+            picked, entropy = completion_logps(logits, ids, logits_to_keep, self.temperature, compute_entropy)
+            logps.append(picked)
+            entropies.append(entropy)
+        return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+
+    def exit_logps(self, model, input_ids, attention_mask, keep: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(per-exit log-probs (batch, keep, steps), RLTT weights)`` of the last ``keep`` tokens at the current
+        count: each loop step's readout (Ouro's ``hidden_states[1:]``, the states its exit gate and head read)
+        through the LM head, as Ouro's own expected-exit loss reads them."""
+        with self.accelerator.autocast():
+            out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_hidden_states=True)
+        lm_head = head_model(self.accelerator.unwrap_model(model)).get_output_embeddings()
+        per_exit = []
+        for state in out.hidden_states[1:]:
+            logits = lm_head(state[:, -keep - 1 :])
+            per_exit.append(completion_logps(logits, input_ids, keep, self.temperature)[0])
+        per_exit = torch.stack(per_exit, -1)
+        probs = None if out.exit_probs is None else out.exit_probs[:, -keep - 1 : -1]
+        weights = exit_weights(self.args.rltt_weights, per_exit.size(-1), probs, self.args.rltt_alpha)
+        return per_exit, weights.to(per_exit.device, per_exit.dtype)
+
+    def _rltt_loss(self, model, inputs):
+        """RLTT: ``-A * sum_t w_t log P^(t)`` per token, plus ``beta`` times the KL (k3) of the final loop to the
+        reference model; the mean over the micro-batch's completion tokens (the published verl code's
+        ``masked_mean``), divided by the accumulation steps."""
+        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        keep, mask = completion_ids.size(1), inputs["completion_mask"]
+        per_exit, weights = self.exit_logps(model, input_ids, attention_mask, keep)
+        per_token = -inputs["advantages"].reshape(-1, 1) * (weights * per_exit).sum(-1)
+        mode = "train" if self.model.training else "eval"
+        if self.beta != 0.0:
+            delta = inputs["ref_per_token_logps"] - per_exit[..., -1]
+            kl = delta.exp() - delta - 1
+            per_token = per_token + self.beta * kl
+            self._metrics[mode]["kl"].append(self.accelerator.gather((kl * mask).sum() / mask.sum()).mean().item())
+        loss = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+        return loss / (self.current_gradient_accumulation_steps if mode == "train" else 1.0)
+
+
+@contextlib.contextmanager
+def _reference_source(model, args: LoopGRPOConfig, ref_model, peft_config):
+    """TRL builds the reference model from ``model.config._name_or_path`` (the Hub when it is not a folder): point it
+    at ``ref_model`` (a saved folder) or refuse with the way out, for the length of TRL's ``__init__``."""
+    needed = args.beta != 0.0 and peft_config is None and not hasattr(model, "peft_config")
+    if not needed:
+        yield
+        return
+    source = ref_model if ref_model is not None else getattr(model.config, "_name_or_path", "")
+    if not isinstance(source, (str, Path)) or not source or not Path(source).is_dir():
+        raise ValueError(
+            f"LoopGRPOTrainer: beta={args.beta} compares the policy with a reference model: pass ref_model='a saved "
+            f"folder' (the model before RL), or beta=0 (got {source!r}; TRL would look it up on the Hub)"
+        )
+    kept = model.config._name_or_path
+    model.config._name_or_path = str(source)
+    try:
+        yield
+    finally:
+        model.config._name_or_path = kept
+
+
+__all__ = ["LoopGRPOConfig", "LoopGRPOTrainer", "completion_logps", "exit_weights"]

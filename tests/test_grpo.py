@@ -1,0 +1,164 @@
+"""LoopGRPOTrainer: GRPO on TRL whose rollouts, log-probs and loss share the step's loop count, and RLTT."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import char_tokenizer, tiny_native, tiny_ouro
+from datasets import Dataset
+
+from equilibria.trainers import LoopGRPOConfig, LoopGRPOTrainer
+from equilibria.trainers.grpo import exit_weights
+
+PROMPTS = Dataset.from_dict(
+    {
+        "prompt": [f"{a}+{b}=" for a in range(4) for b in range(4)],
+        "answer": [str(a + b) for a in range(4) for b in range(4)],
+    }
+)
+
+
+def first_digit_right(completions, answer, **kwargs):
+    return [float(c.strip()[:1] == a[:1]) for c, a in zip(completions, answer)]
+
+
+def digit_share(completions, **kwargs):
+    """A reward that differs within most groups, even for an untrained model: the share of digits written."""
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+
+def grpo_args(tmp_path, **overrides) -> LoopGRPOConfig:
+    values = dict(
+        output_dir=str(tmp_path / "grpo"),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=3,
+        max_steps=2,
+        learning_rate=1e-3,
+        beta=0.0,
+        use_cpu=True,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        bf16=False,  # GRPOConfig's default is bf16 autocast, also on the CPU
+    )
+    return LoopGRPOConfig(**{**values, **overrides})
+
+
+def trainer_for(model, tmp_path, ref_model=None, reward=first_digit_right, **overrides) -> LoopGRPOTrainer:
+    return LoopGRPOTrainer(
+        model=model, reward_funcs=reward, args=grpo_args(tmp_path, **overrides), train_dataset=PROMPTS,
+        processing_class=char_tokenizer(), ref_model=ref_model,
+    )  # fmt: skip
+
+
+def count_loop_steps(model, step_of) -> list[list[int]]:
+    """``[[step, decoder-layer calls], ...]``, one entry per call of ``model`` (its forward pre-hook opens it)."""
+    calls = []
+    model.register_forward_pre_hook(lambda module, args: calls.append([step_of(), 0]))
+    for layer in model.model.layers:
+        layer.register_forward_hook(lambda module, args, output: calls[-1].__setitem__(1, calls[-1][1] + 1))
+    return calls
+
+
+def test_every_forward_of_a_step_runs_that_steps_sampled_count(tmp_path):
+    """Rollouts (every decoding forward), the reference model's log-probs and the loss's forward of a step all run
+    the step's sampled count: counted as decoder-layer calls per forward, not read from an argument."""
+    reference = tiny_ouro(seed=0)
+    reference.save_pretrained(tmp_path / "start")
+    args = dict(min_loops=1, max_loops=6, loop_log_std=0.8, max_steps=5, beta=0.04)
+    trainer = trainer_for(tiny_ouro(seed=0), tmp_path, ref_model=tmp_path / "start", **args)
+    layers = trainer.model.config.num_hidden_layers
+    policy = count_loop_steps(trainer.model, lambda: trainer.state.global_step)
+    ref = count_loop_steps(trainer.ref_model, lambda: trainer.state.global_step)
+    trainer.train()
+    expected = {step: trainer.args.step_loops(step) for step in range(5)}
+    assert len(set(expected.values())) > 1, expected  # the count changes from step to step
+    for calls in (policy, ref):
+        assert calls and {step for step, _ in calls} == set(expected)
+        assert all(n == expected[step] * layers for step, n in calls), (expected, calls)
+    assert len(policy) > 5 * 3 and len(ref) == 5  # decoding forwards and the loss's; one reference forward a step
+    logged = [h["num_loops"] for h in trainer.state.log_history if "loss" in h]
+    assert logged == [float(expected[step]) for step in range(5)]
+    assert all(h["kl"] >= 0 for h in trainer.state.log_history if "loss" in h)
+
+
+@pytest.mark.parametrize("family", ["ouro", "dory"])
+def test_log_probs_are_those_of_the_models_own_forward(tmp_path, family):
+    model = tiny_ouro(seed=0) if family == "ouro" else tiny_native("dory", num_loops=2)
+    trainer = trainer_for(model, tmp_path, num_loops=3, temperature=0.7)
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
+    mask = torch.ones_like(ids)
+    with torch.no_grad(), trainer.at_loops(3):
+        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, 3, compute_entropy=True)
+        logits = model(input_ids=ids, attention_mask=mask, num_loops=3).logits
+    expected = (logits[:, 2:5] / 0.7).log_softmax(-1).gather(-1, ids[:, 3:, None]).squeeze(-1)
+    torch.testing.assert_close(logps, expected, rtol=1e-5, atol=1e-6)
+    assert entropies.shape == (2, 3) and (entropies > 0).all()
+
+
+def test_rltt_weights_are_uniform_progressive_or_the_exit_gates():
+    assert torch.allclose(exit_weights("uniform", 4, None), torch.full((4,), 0.25))
+    progressive = exit_weights("progressive", 4, None, alpha=2.0)
+    assert torch.allclose(progressive, torch.tensor([1.0, 4.0, 9.0, 16.0]) / 30)
+    probs = torch.rand(2, 3, 4, requires_grad=True)
+    assert exit_weights("exit_pdf", 4, probs) is probs  # kept in the graph
+    with pytest.raises(ValueError, match="exit gate"):
+        exit_weights("exit_pdf", 4, None)
+
+
+def rltt_batch(trainer, advantages) -> dict:
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
+    return {
+        "prompt_ids": ids[:, :3],
+        "prompt_mask": torch.ones(2, 3, dtype=torch.long),
+        "completion_ids": ids[:, 3:],
+        "completion_mask": torch.ones(2, 3, dtype=torch.long),
+        "advantages": torch.tensor(advantages),
+        "num_loops": torch.tensor([3, 3]),
+    }
+
+
+def test_rltt_reads_every_exit_and_the_exit_gate_learns_from_it(tmp_path):
+    """The last exit's log-probs are the model's own (the KL's final loop); with ``exit_pdf`` the exit gate gets a
+    gradient from the objective, with uniform weights it does not."""
+    model = tiny_ouro(seed=0)
+    trainer = trainer_for(model, tmp_path, objective="rltt", rltt_weights="uniform", num_loops=3)
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8]])
+    with torch.no_grad(), trainer.at_loops(3):
+        per_exit, weights = trainer.exit_logps(model, ids, torch.ones_like(ids), 3)
+        final, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, torch.ones_like(ids), 3)
+    assert per_exit.shape == (1, 3, 3) and torch.allclose(weights, torch.full((3,), 1 / 3))
+    torch.testing.assert_close(per_exit[..., -1], final, rtol=1e-5, atol=1e-6)
+    gate = model.model.early_exit_gate.weight
+    for kind, reaches_gate in (("uniform", False), ("exit_pdf", True)):
+        trainer.args.rltt_weights = kind
+        model.zero_grad()
+        trainer._compute_loss(model, rltt_batch(trainer, [1.0, -1.0])).backward()
+        assert (gate.grad is not None and gate.grad.abs().sum() > 0) == reaches_gate, kind
+
+
+def test_both_objectives_train_and_move_the_weights(tmp_path):
+    for objective in ("grpo", "rltt"):
+        model = tiny_ouro(seed=0)
+        start = {n: p.detach().clone() for n, p in model.named_parameters()}
+        trainer = trainer_for(model, tmp_path, reward=digit_share, objective=objective, num_loops=2, max_steps=3)
+        trainer.train()
+        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
+        assert any(not torch.equal(p, start[n]) for n, p in model.named_parameters()), objective
+
+
+def test_what_cannot_work_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ValueError, match="pass ref_model='a saved folder'"):
+        trainer_for(tiny_ouro(seed=0), tmp_path, beta=0.04)
+    with pytest.raises(ValueError, match="never reaches the model's forward"):
+        grpo_args(tmp_path, generation_kwargs={"num_loops": 4})
+    with pytest.raises(ValueError, match="min_loops <= max_loops"):
+        grpo_args(tmp_path, min_loops=4, max_loops=2)
+    with pytest.raises(ValueError, match="objective must be one of"):
+        grpo_args(tmp_path, objective="ppo")
+    with pytest.raises(ValueError, match="objective='rltt' reads the state of every loop step"):
+        trainer_for(tiny_native("dory", num_loops=2), tmp_path, objective="rltt")
