@@ -85,6 +85,36 @@ def test_every_forward_of_a_step_runs_that_steps_sampled_count(tmp_path):
     assert all(h["kl"] >= 0 for h in trainer.state.log_history if "loss" in h)
 
 
+def test_per_prompt_draws_run_each_group_at_its_prompts_count(tmp_path):
+    """``loop_draws="per_prompt"``: every forward that reads whole sequences (the rollouts' first step, the
+    reference's and the loss's log-probs) runs each row at the count drawn for its prompt and step, and a step mixes
+    counts."""
+    from equilibria.trainers.grpo import prompt_key
+
+    reference = tiny_ouro(seed=0)
+    reference.save_pretrained(tmp_path / "start")
+    args = dict(min_loops=1, max_loops=6, loop_log_std=0.8, max_steps=4, beta=0.04, loop_draws="per_prompt")
+    trainer = trainer_for(tiny_ouro(seed=0), tmp_path, ref_model=tmp_path / "start", **args)
+    tokenizer, layers, seen = char_tokenizer(), trainer.model.config.num_hidden_layers, []
+    for model in (trainer.model, trainer.ref_model):
+        calls = count_loop_steps(model, lambda: trainer.state.global_step)
+        model.register_forward_pre_hook(
+            lambda module, args, kwargs, calls=calls: seen.append((calls, len(calls), kwargs["input_ids"])),
+            with_kwargs=True,
+        )
+    trainer.train()
+    mixed = set()
+    for calls, index, ids in seen:
+        step, layer_calls = calls[index - 1] if index else calls[0]
+        if ids.size(1) < 4:
+            continue  # a decoding step after the first: it reads no prompt
+        prompts = [tokenizer.decode(row[row != 0][:4]) for row in ids]
+        wanted = {trainer.args.step_loops(step, prompt_key(p)) for p in prompts}
+        assert wanted == {layer_calls // layers}, (step, prompts, wanted, layer_calls)
+        mixed.add((step, layer_calls // layers))
+    assert len({count for _, count in mixed}) > 1 and len(mixed) > len({step for step, _ in mixed})
+
+
 @pytest.mark.parametrize("family", ["ouro", "dory"])
 def test_log_probs_are_those_of_the_models_own_forward(tmp_path, family):
     model = tiny_ouro(seed=0) if family == "ouro" else tiny_native("dory", num_loops=2)
@@ -128,10 +158,13 @@ def test_rltt_reads_every_exit_and_the_exit_gate_learns_from_it(tmp_path):
     trainer = trainer_for(model, tmp_path, objective="rltt", rltt_weights="uniform", num_loops=3)
     ids = torch.tensor([[3, 4, 5, 6, 7, 8]])
     with torch.no_grad(), trainer.at_loops(3):
-        per_exit, weights = trainer.exit_logps(model, ids, torch.ones_like(ids), 3)
+        weighted, last = trainer.exit_logps(model, ids, torch.ones_like(ids), 3)
         final, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, torch.ones_like(ids), 3)
-    assert per_exit.shape == (1, 3, 3) and torch.allclose(weights, torch.full((3,), 1 / 3))
-    torch.testing.assert_close(per_exit[..., -1], final, rtol=1e-5, atol=1e-6)
+        out = model(ids, output_hidden_states=True)
+    per_exit = torch.stack([(model.lm_head(h)[:, 2:5]).log_softmax(-1) for h in out.hidden_states[1:]], -1)
+    per_exit = per_exit.gather(2, ids[:, 3:, None, None].expand(-1, -1, 1, 3)).squeeze(2)
+    torch.testing.assert_close(last, final, rtol=1e-5, atol=1e-6)  # the last exit is the model's own output
+    torch.testing.assert_close(weighted, per_exit.mean(-1), rtol=1e-5, atol=1e-6)  # uniform weights: the mean
     gate = model.model.early_exit_gate.weight
     for kind, reaches_gate in (("uniform", False), ("exit_pdf", True)):
         trainer.args.rltt_weights = kind

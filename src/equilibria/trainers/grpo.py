@@ -23,6 +23,8 @@ Needs the ``rl`` extra (``pip install "equilibria[rl]"``: TRL).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +35,7 @@ from ..families import family_record, loop_count
 from ..loops.protocol import head_model
 from .stars import sample_num_loops
 
-LOOP_DRAWS = ("per_step",)
+LOOP_DRAWS = ("per_step", "per_prompt")
 OBJECTIVES = ("grpo", "rltt")
 RLTT_WEIGHTS = ("uniform", "progressive", "exit_pdf")
 
@@ -46,7 +48,9 @@ class LoopGRPOConfig(GRPOConfig):
     (``clip(round(exp(N(loop_log_mean, loop_log_std^2))), min_loops, max_loops)``, keyed by ``(seed, step)``, so
     every process draws the same count); neither: the model config's count. ``loop_draws="per_step"``: one count
     per generation step, shared by its rollouts, their old and reference log-probs and every loss computed on
-    them.
+    them. ``"per_prompt"``: one count per prompt and step (keyed by the prompt's text), shared the same way by the
+    prompt's group, so that the group's baseline compares rollouts of one count. The trainer's ``loop_curriculum``
+    (a function of a dataset row) overrides both.
 
     ``objective="grpo"`` is TRL's loss (``loss_type`` and its options) at that count. ``objective="rltt"`` is the
     RLTT paper's: REINFORCE (no ratio, no clipping) on the per-token log-probability ``sum_t w_t log P^(t)`` over the
@@ -98,11 +102,12 @@ class LoopGRPOConfig(GRPOConfig):
     def samples_loops(self) -> bool:
         return self.min_loops is not None and self.min_loops < self.max_loops
 
-    def step_loops(self, step: int) -> int | None:
-        """The loop count of training step ``step`` (``None``: the model config's)."""
+    def step_loops(self, step: int, key: int | None = None) -> int | None:
+        """The loop count of training step ``step`` (and of the prompt whose :func:`prompt_key` is ``key``;
+        ``None``: the model config's count)."""
         if self.samples_loops:
             a = self
-            return sample_num_loops(step, a.seed, a.loop_log_mean, a.loop_log_std, a.min_loops, a.max_loops)
+            return sample_num_loops(step, a.seed, a.loop_log_mean, a.loop_log_std, a.min_loops, a.max_loops, key)
         return self.num_loops if self.num_loops is not None else self.min_loops
 
 
@@ -136,10 +141,19 @@ class LoopGRPOTrainer(GRPOTrainer):
     the objectives.
 
     ``ref_model``: the saved folder of the reference model for the KL term (``beta > 0``; default: the folder the
-    model was loaded from). Under PEFT the adapter-free base is the reference, as in TRL. Logged: ``num_loops``, the
-    step's count."""
+    model was loaded from). Under PEFT the adapter-free base is the reference, as in TRL. ``loop_curriculum``: a
+    function from a dataset row to its loop count (harder prompts to more loops, as Dory's RLVR stage did); it
+    replaces the drawn counts. Logged: ``num_loops``, the mean count of a generation batch's rollouts."""
 
-    def __init__(self, model, reward_funcs=None, args: LoopGRPOConfig | None = None, ref_model=None, **kwargs):
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: LoopGRPOConfig | None = None,
+        ref_model=None,
+        loop_curriculum=None,
+        **kwargs,
+    ):
         if not isinstance(args, LoopGRPOConfig):
             raise ValueError(f"LoopGRPOTrainer needs a LoopGRPOConfig, got {type(args).__name__}")
         if isinstance(model, (str, Path)):
@@ -147,6 +161,8 @@ class LoopGRPOTrainer(GRPOTrainer):
 
             model = AutoModelForCausalLM.from_pretrained(str(model))
         self.loop = family_record(model, "loop protocol").loop
+        self.loop_curriculum = loop_curriculum
+        self._batch_counts: torch.Tensor | None = None  # the loop count of each row of the batch being computed
         self.loop.prepare(head_model(model))
         with _reference_source(model, args, ref_model, kwargs.get("peft_config")):
             super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
@@ -170,24 +186,63 @@ class LoopGRPOTrainer(GRPOTrainer):
                     stack.enter_context(loop_count(head_model(self.accelerator.unwrap_model(model)), num_loops))
             yield
 
+    def row_loops(self, rows: list[dict]) -> list[int]:
+        """The loop count of each rollout of a generation batch: ``loop_curriculum(row)``; else, in training, the
+        step's draw (``per_step``) or its prompt's (``per_prompt``: keyed by the step and the prompt's text, so a
+        group shares its count on every process); in evaluation ``num_loops`` or the config's count."""
+        if self.loop_curriculum is not None:
+            return [self.loop.check_count(self.loop_curriculum(row)) for row in rows]
+        args, step = self.args, self.state.global_step
+        if not self.model.training:
+            counts = [args.num_loops] * len(rows)
+        elif args.loop_draws == "per_prompt":
+            counts = [args.step_loops(step, prompt_key(row.get("prompt"))) for row in rows]
+        else:
+            counts = [args.step_loops(step)] * len(rows)
+        default = self.loop.default_loops(head_model(self.model).config)
+        return [default if count is None else count for count in counts]
+
+    def per_count(self, counts: torch.Tensor | None, size: int, compute) -> list[torch.Tensor]:
+        """``compute(rows)`` (a tuple of tensors, rows first) run at each loop count of ``counts`` on the rows of that
+        count, put back in row order (``counts=None``: every one of the ``size`` rows at the config's count)."""
+        if counts is None:
+            counts = torch.full((size,), self.loop.default_loops(head_model(self.model).config))
+        order, parts = [], []
+        for count in counts.unique().tolist():
+            rows = (counts == count).nonzero().squeeze(1)
+            with self.at_loops(int(count)):
+                parts.append(compute(rows))
+            order.append(rows)
+        back = torch.cat(order).argsort()
+        return [torch.cat(outputs)[back.to(outputs[0].device)] for outputs in zip(*parts)]
+
     def _generate_and_score_completions(self, inputs):
-        training = self.model.training
-        num_loops = self.args.step_loops(self.state.global_step) if training else self.args.num_loops
-        with self.at_loops(num_loops):
-            output = super()._generate_and_score_completions(inputs)
-        count = num_loops if num_loops is not None else self.loop.default_loops(head_model(self.model).config)
-        output["num_loops"] = torch.full((output["completion_ids"].size(0),), count, device=self.accelerator.device)
-        self._metrics["train" if training else "eval"]["num_loops"].append(float(count))
+        counts = self.row_loops(inputs)
+        self._batch_counts = torch.tensor(counts)
+        output = super()._generate_and_score_completions(inputs)
+        output["num_loops"] = self._batch_counts.to(self.accelerator.device)
+        self._metrics["train" if self.model.training else "eval"]["num_loops"].append(sum(counts) / len(counts))
         return output
 
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        """TRL's generation, once per loop count of the batch's rollouts (each at its count)."""
+        if images is not None or multimodal_fields or self.tools:
+            raise ValueError("LoopGRPOTrainer takes text prompts without tools")
+        counts = self._batch_counts
+        completions = [None] * len(prompt_ids)
+        for count in counts.unique().tolist():
+            rows = (counts == count).nonzero().squeeze(1).tolist()
+            with self.at_loops(int(count)):
+                ids, _ = super()._generate_single_turn([prompt_ids[r] for r in rows], None, {}, num_generations)
+            for row, completion in zip(rows, ids):
+                completions[row] = completion
+        return completions, None
+
     def _compute_loss(self, model, inputs):
-        counts = inputs["num_loops"].unique()
-        if counts.numel() != 1:
-            raise RuntimeError(f"LoopGRPOTrainer: one loop count per batch expected, got {counts.tolist()}")
-        with self.at_loops(int(counts.item())):
-            if self.args.objective == "rltt":
-                return self._rltt_loss(model, inputs)
-            return super()._compute_loss(model, inputs)
+        self._batch_counts = inputs["num_loops"].cpu()
+        if self.args.objective == "rltt":
+            return self._rltt_loss(model, inputs)
+        return super()._compute_loss(model, inputs)
 
     # -- log-probabilities through the model's own forward -------------------------------------------------------
 
@@ -197,32 +252,41 @@ class LoopGRPOTrainer(GRPOTrainer):
         extra.pop("compute_aux_loss", None)
         if any(value is not None for value in extra.values()):
             raise ValueError(f"LoopGRPOTrainer takes text prompts only, got {sorted(k for k in extra)}")
-        batch_size = batch_size or input_ids.size(0)
-        logps, entropies = [], []
-        for start in range(0, input_ids.size(0), batch_size):
-            ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
-            with self.accelerator.autocast():
-                logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-            picked, entropy = completion_logps(logits, ids, logits_to_keep, self.temperature, compute_entropy)
-            logps.append(picked)
-            entropies.append(entropy)
-        return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+        size = batch_size or input_ids.size(0)
+
+        def rows_logps(rows):
+            parts = []
+            for chunk in rows.split(size):
+                ids, mask = input_ids[chunk], attention_mask[chunk]
+                with self.accelerator.autocast():
+                    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+                logps, entropy = completion_logps(logits, ids, logits_to_keep, self.temperature, True)
+                parts.append((logps, entropy if compute_entropy else entropy.detach()))
+            return tuple(torch.cat(p) for p in zip(*parts))
+
+        logps, entropies = self.per_count(self._batch_counts, input_ids.size(0), rows_logps)
+        return logps, (entropies if compute_entropy else None), None
 
     def exit_logps(self, model, input_ids, attention_mask, keep: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(per-exit log-probs (batch, keep, steps), RLTT weights)`` of the last ``keep`` tokens at the current
-        count: each loop step's readout (Ouro's ``hidden_states[1:]``, the states its exit gate and head read)
-        through the LM head, as Ouro's own expected-exit loss reads them."""
-        with self.accelerator.autocast():
-            out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_hidden_states=True)
+        """``(RLTT's log-probs sum_t w_t log P^(t), the last exit's log-probs)`` of the last ``keep`` tokens, each row
+        at its count: each loop step's readout (Ouro's ``hidden_states[1:]``, the states its exit gate and head
+        read) through the LM head, as Ouro's own expected-exit loss reads them."""
         lm_head = head_model(self.accelerator.unwrap_model(model)).get_output_embeddings()
-        per_exit = []
-        for state in out.hidden_states[1:]:
-            logits = lm_head(state[:, -keep - 1 :])
-            per_exit.append(completion_logps(logits, input_ids, keep, self.temperature)[0])
-        per_exit = torch.stack(per_exit, -1)
-        probs = None if out.exit_probs is None else out.exit_probs[:, -keep - 1 : -1]
-        weights = exit_weights(self.args.rltt_weights, per_exit.size(-1), probs, self.args.rltt_alpha)
-        return per_exit, weights.to(per_exit.device, per_exit.dtype)
+
+        def rows_exits(rows):
+            ids, mask = input_ids[rows], attention_mask[rows]
+            with self.accelerator.autocast():
+                out = model(input_ids=ids, attention_mask=mask, use_cache=False, output_hidden_states=True)
+            per_exit = [
+                completion_logps(lm_head(state[:, -keep - 1 :]), ids, keep, self.temperature)[0]
+                for state in out.hidden_states[1:]
+            ]
+            per_exit = torch.stack(per_exit, -1)
+            probs = None if out.exit_probs is None else out.exit_probs[:, -keep - 1 : -1]
+            weights = exit_weights(self.args.rltt_weights, per_exit.size(-1), probs, self.args.rltt_alpha)
+            return (weights.to(per_exit.device, per_exit.dtype) * per_exit).sum(-1), per_exit[..., -1]
+
+        return tuple(self.per_count(self._batch_counts, input_ids.size(0), rows_exits))
 
     def _rltt_loss(self, model, inputs):
         """RLTT: ``-A * sum_t w_t log P^(t)`` per token, plus ``beta`` times the KL (k3) of the final loop to the
@@ -232,16 +296,22 @@ class LoopGRPOTrainer(GRPOTrainer):
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         keep, mask = completion_ids.size(1), inputs["completion_mask"]
-        per_exit, weights = self.exit_logps(model, input_ids, attention_mask, keep)
-        per_token = -inputs["advantages"].reshape(-1, 1) * (weights * per_exit).sum(-1)
+        weighted, final = self.exit_logps(model, input_ids, attention_mask, keep)
+        per_token = -inputs["advantages"].reshape(-1, 1) * weighted
         mode = "train" if self.model.training else "eval"
         if self.beta != 0.0:
-            delta = inputs["ref_per_token_logps"] - per_exit[..., -1]
+            delta = inputs["ref_per_token_logps"] - final
             kl = delta.exp() - delta - 1
             per_token = per_token + self.beta * kl
             self._metrics[mode]["kl"].append(self.accelerator.gather((kl * mask).sum() / mask.sum()).mean().item())
         loss = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
         return loss / (self.current_gradient_accumulation_steps if mode == "train" else 1.0)
+
+
+def prompt_key(prompt) -> int:
+    """A stable integer of a prompt (its text, or its messages' JSON): the key of its per-prompt loop draw."""
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=6).digest(), "little")
 
 
 @contextlib.contextmanager
