@@ -195,3 +195,39 @@ def test_what_cannot_work_is_refused_in_one_line(tmp_path):
         grpo_args(tmp_path, objective="ppo")
     with pytest.raises(ValueError, match="objective='rltt' reads the state of every loop step"):
         trainer_for(tiny_native("dory", num_loops=2), tmp_path, objective="rltt")
+    assert grpo_args(tmp_path).ddp_broadcast_buffers is False  # per-row counts: forwards per process differ
+    with pytest.raises(ValueError, match="ddp_broadcast_buffers=True with counts per row"):
+        trainer_for(tiny_ouro(seed=0), tmp_path, loop_draws="per_prompt", ddp_broadcast_buffers=True)
+
+
+def test_lora_trains_the_adapters_and_the_adapter_free_base_is_the_reference(tmp_path):
+    from peft import LoraConfig
+
+    model = tiny_ouro(seed=0)
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    trainer = LoopGRPOTrainer(
+        model=model, reward_funcs=digit_share, args=grpo_args(tmp_path, beta=0.04, num_loops=3, max_steps=3),
+        train_dataset=PROMPTS, processing_class=char_tokenizer(), peft_config=lora,
+    )  # fmt: skip
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["num_loops"] for h in logged] == [3.0, 3.0, 3.0] and all(h["kl"] >= 0 for h in logged)
+    assert any(h["kl"] > 0 for h in logged[1:])  # the adapters moved away from the base
+    moved = {n for n, p in trainer.model.named_parameters() if "lora_" in n and p.requires_grad}
+    assert moved and all(torch.equal(p, start[n]) for n, p in model.named_parameters() if n in start)
+
+
+@pytest.mark.slow
+@pytest.mark.two_process("grpo_ddp")
+def test_two_process_rltt_with_per_prompt_draws_keeps_replicas_identical(two_process_run):
+    """torchrun --nproc_per_node 2 (gloo): both replicas hold the same parameters, moved from the start; a prompt
+    draws the same count on both processes (its group may span them)."""
+    r0, r1, _ = two_process_run
+    assert r0["world"] == r1["world"] == 2
+    start = tiny_ouro(seed=0).state_dict()
+    for name, p0 in r0["params"].items():
+        assert torch.equal(p0, r1["params"][name]), name
+    assert any(not torch.equal(p, start[n]) for n, p in r0["params"].items())
+    assert len(r0["counts"]) == len(r1["counts"]) == 3
+    assert len({c for step in r0["counts"] + r1["counts"] for c in step}) > 1

@@ -57,6 +57,10 @@ class LoopGRPOConfig(GRPOConfig):
     loop's exits ``t = 1..T``, the weights ``w`` chosen by ``rltt_weights`` (``"uniform"``; ``"progressive"``,
     ``t^rltt_alpha`` normalised; ``"exit_pdf"``, the exit gate's distribution, not detached), with the KL to the
     reference model (``beta``) on the final loop only.
+
+    ``ddp_broadcast_buffers`` defaults to ``False``: rows of different counts run separate forwards, as many on a
+    process as it has counts, and DDP's buffer broadcast at each forward would leave the processes waiting on each
+    other (a language model's buffers, its rotary tables, are the same on every process anyway).
     """
 
     num_loops: int | None = field(
@@ -95,6 +99,8 @@ class LoopGRPOConfig(GRPOConfig):
                 "LoopGRPOConfig: generation_kwargs={'num_loops': ...} never reaches the model's forward (TRL puts it "
                 "on the GenerationConfig); set LoopGRPOConfig.num_loops (or min_loops / max_loops) instead"
             )
+        if self.ddp_broadcast_buffers is None:
+            self.ddp_broadcast_buffers = False
         if self.loop_log_mean is None and self.min_loops is not None:
             self.loop_log_mean = float(torch.tensor((self.min_loops + self.max_loops) / 2).log())
 
@@ -160,6 +166,12 @@ class LoopGRPOTrainer(GRPOTrainer):
             from transformers import AutoModelForCausalLM
 
             model = AutoModelForCausalLM.from_pretrained(str(model))
+        if args.ddp_broadcast_buffers and (loop_curriculum is not None or args.loop_draws == "per_prompt"):
+            raise ValueError(
+                "LoopGRPOTrainer: ddp_broadcast_buffers=True with counts per row (loop_draws='per_prompt' or a "
+                "loop_curriculum): processes run different numbers of forwards and would wait on each other's "
+                "broadcasts; leave ddp_broadcast_buffers unset (False)"
+            )
         self.loop = family_record(model, "loop protocol").loop
         self.loop_curriculum = loop_curriculum
         self._batch_counts: torch.Tensor | None = None  # the loop count of each row of the batch being computed
