@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import char_tokenizer, tiny_native, tiny_ouro
+from conftest import QUIET, char_tokenizer, tiny_native, tiny_ouro, tiny_trained_ouro
 from datasets import Dataset
 
 from equilibria.trainers import LoopGRPOConfig, LoopGRPOTrainer
@@ -42,7 +42,6 @@ def grpo_args(tmp_path, **overrides) -> LoopGRPOConfig:
         save_strategy="no",
         disable_tqdm=True,
         seed=0,
-        bf16=False,  # GRPOConfig's default is bf16 autocast, also on the CPU
     )
     return LoopGRPOConfig(**{**values, **overrides})
 
@@ -118,7 +117,7 @@ def test_per_prompt_draws_run_each_group_at_its_prompts_count(tmp_path):
 @pytest.mark.parametrize("family", ["ouro", "dory"])
 def test_log_probs_are_those_of_the_models_own_forward(tmp_path, family):
     model = tiny_ouro(seed=0) if family == "ouro" else tiny_native("dory", num_loops=2)
-    trainer = trainer_for(model, tmp_path, num_loops=3, temperature=0.7)
+    trainer = trainer_for(model, tmp_path, min_loops=3, max_loops=3, temperature=0.7)
     ids = torch.tensor([[3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
     mask = torch.ones_like(ids)
     with torch.no_grad(), trainer.at_loops(3):
@@ -155,7 +154,7 @@ def test_rltt_reads_every_exit_and_the_exit_gate_learns_from_it(tmp_path):
     """The last exit's log-probs are the model's own (the KL's final loop); with ``exit_pdf`` the exit gate gets a
     gradient from the objective, with uniform weights it does not."""
     model = tiny_ouro(seed=0)
-    trainer = trainer_for(model, tmp_path, objective="rltt", rltt_weights="uniform", num_loops=3)
+    trainer = trainer_for(model, tmp_path, objective="rltt", rltt_weights="uniform", min_loops=3, max_loops=3)
     ids = torch.tensor([[3, 4, 5, 6, 7, 8]])
     with torch.no_grad(), trainer.at_loops(3):
         weighted, last = trainer.exit_logps(model, ids, torch.ones_like(ids), 3)
@@ -177,7 +176,9 @@ def test_both_objectives_train_and_move_the_weights(tmp_path):
     for objective in ("grpo", "rltt"):
         model = tiny_ouro(seed=0)
         start = {n: p.detach().clone() for n, p in model.named_parameters()}
-        trainer = trainer_for(model, tmp_path, reward=digit_share, objective=objective, num_loops=2, max_steps=3)
+        trainer = trainer_for(
+            model, tmp_path, reward=digit_share, objective=objective, min_loops=2, max_loops=2, max_steps=3
+        )
         trainer.train()
         losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
         assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
@@ -207,7 +208,7 @@ def test_lora_trains_the_adapters_and_the_adapter_free_base_is_the_reference(tmp
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     trainer = LoopGRPOTrainer(
-        model=model, reward_funcs=digit_share, args=grpo_args(tmp_path, beta=0.04, num_loops=3, max_steps=3),
+        model=model, reward_funcs=digit_share, args=grpo_args(tmp_path, beta=0.04, min_loops=3, max_loops=3, max_steps=3),
         train_dataset=PROMPTS, processing_class=char_tokenizer(), peft_config=lora,
     )  # fmt: skip
     trainer.train()
@@ -231,3 +232,79 @@ def test_two_process_rltt_with_per_prompt_draws_keeps_replicas_identical(two_pro
     assert any(not torch.equal(p, start[n]) for n, p in r0["params"].items())
     assert len(r0["counts"]) == len(r1["counts"]) == 3
     assert len({c for step in r0["counts"] + r1["counts"] for c in step}) > 1
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return tiny_trained_ouro(tmp_path_factory.mktemp("base") / "ouro")
+
+
+def rl_argv(base, out, *extra) -> list[str]:
+    argv = ["train", "--trainer", "grpo", "--model_name_or_path", str(base), "--output_dir", str(out)]
+    argv += ["--train_size", "32", "--test_size", "8", "--max_steps", "2", "--per_device_train_batch_size", "8"]
+    argv += ["--num_generations", "4", "--max_completion_length", "3", "--eval_loops", "1,2", "--logging_steps", "1"]
+    return [*argv, "--save_strategy", "no", *extra, *QUIET]
+
+
+def test_the_cli_runs_grpo_on_a_checkpoint_and_its_card_names_the_stage_and_reward(trained, tmp_path):
+    import json
+
+    from equilibria.cli import main
+
+    out = tmp_path / "rl"
+    assert main(rl_argv(trained, out, "--reward", "exact_match", "--min_loops", "1", "--max_loops", "3")) == 0
+    history = json.loads((out / "training_history.json").read_text())
+    assert [stage["trainer"] for stage in history] == ["StarsTrainer", "LoopGRPOTrainer"]
+    assert history[1]["reinforcement"] == {
+        "objective": "GRPO (TRL's dapo loss)",
+        "rewards": ["exact_match_reward"],
+        "loops": "loop count drawn per step from 1-3 (STARS' log-normal sampler)",
+    }
+    card = (out / "README.md").read_text()
+    assert "Reinforcement learning: GRPO (TRL's dapo loss), reward `exact_match_reward`" in card
+    # no evaluation repeats a question the checkpoint trained on: the new record keeps them
+    base_prints = set(json.loads((trained / "training_data.json").read_text())["fingerprints"])
+    assert base_prints <= set(json.loads((out / "training_data.json").read_text())["fingerprints"])
+    assert (out / "loop_scaling.json").is_file()
+
+
+def test_the_cli_takes_a_reward_of_your_own_from_a_file_with_rltt(trained, tmp_path):
+    import json
+
+    from equilibria.cli import main
+
+    (tmp_path / "my_reward.py").write_text(
+        "def short(completions, **columns):\n    return [1.0 / (1 + len(c)) for c in completions]\n"
+    )
+    out = tmp_path / "rl"
+    extra = ["--reward", f"{tmp_path / 'my_reward.py'}:short", "--objective", "rltt", "--rltt_weights", "uniform"]
+    assert main(rl_argv(trained, out, *extra)) == 0
+    stage = json.loads((out / "training_history.json").read_text())[-1]["reinforcement"]
+    assert stage["rewards"] == ["short"] and stage["objective"].startswith("RLTT (REINFORCE on the uniform-weighted")
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--model_name_or_path", ""], "--trainer grpo fine-tunes a trained checkpoint"),
+        ([], "--trainer grpo needs --reward"),
+        (["--reward", "no_such_module_x:f"], "--reward no_such_module_x:f: cannot import no_such_module_x"),
+        (["--reward", "exact"], "--reward must be one of ('exact_match',) or module:function"),
+        (["--reward", "json:no_function"], "--reward json:no_function: json has no function 'no_function'"),
+    ],
+)
+def test_the_cli_refuses_what_grpo_cannot_do_in_one_line(trained, tmp_path, capsys, extra, message):
+    from equilibria.cli import main
+
+    assert main(rl_argv(trained, tmp_path / "rl", *extra)) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_reward_without_grpo_is_refused_in_one_line(trained, tmp_path, capsys):
+    from equilibria.cli import main
+
+    argv = ["train", "--model_name_or_path", str(trained), "--output_dir", str(tmp_path), "--reward", "exact_match"]
+    assert main([*argv, *QUIET]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--reward is the reward of --trainer grpo" in err and len(err.splitlines()) == 1, err

@@ -20,7 +20,7 @@ def main(out: Path) -> None:
     args = LoopGRPOConfig(
         output_dir=str(out), per_device_train_batch_size=8, num_generations=4, max_completion_length=3, max_steps=3,
         learning_rate=1e-3, beta=0.0, use_cpu=True, ddp_backend="gloo", report_to=[], logging_steps=1,
-        save_strategy="no", disable_tqdm=True, seed=0, bf16=False, min_loops=1, max_loops=6, loop_log_std=0.8,
+        save_strategy="no", disable_tqdm=True, seed=0, min_loops=1, max_loops=6, loop_log_std=0.8,
         loop_draws="per_prompt", objective="rltt",
     )  # fmt: skip
     trainer = LoopGRPOTrainer(

@@ -536,6 +536,7 @@ def training_arguments_that_matter(args) -> dict:
     ``TrainingArguments`` does not have), without the ones left unset."""
     base = {f.name for f in dataclasses.fields(TrainingArguments)}
     own = [f.name for f in dataclasses.fields(args) if f.name not in base] if dataclasses.is_dataclass(args) else []
+    own = list(getattr(args, "card_keys", None) or own)  # arguments classes with many fields name the ones to list
     keys = (*OPTIMISER_KEYS, "max_steps", *own)
     return {k: _plain(getattr(args, k)) for k in keys if getattr(args, k, None) is not None}
 
@@ -580,6 +581,13 @@ def _stage_lines(number: int, total: int, stage: dict) -> list[str]:
             f"Settings: `equilibria train`'s recipe `{task_recipe['name']}`"
             + (f", overridden: {changed}." if changed else ", as it is.")
             + " `equilibria train ... --show_recipe` lists it.",
+            "",
+        ]
+    reinforcement = stage.get("reinforcement")
+    if reinforcement:
+        rewards = ", ".join(f"`{name}`" for name in reinforcement["rewards"])
+        lines += [
+            f"Reinforcement learning: {reinforcement['objective']}, reward {rewards}, {reinforcement['loops']}.",
             "",
         ]
     recipe = stage.get("recipe")

@@ -206,6 +206,9 @@ def record_training_stage(folder, trainer, source=None) -> list[dict]:
     task_recipe = getattr(trainer, "task_recipe", None)
     if task_recipe:  # equilibria train's recipe of the family and task (or of fine-tuning) and what the run changed
         stage["task_recipe"] = json.loads(json.dumps(task_recipe, default=lambda v: getattr(v, "value", str(v))))
+    card_stage = getattr(trainer, "card_stage", None)
+    if callable(card_stage):  # what a trainer adds of its own (LoopGRPOTrainer: the objective, rewards, loop count)
+        stage.update(card_stage())
     lora = getattr(trainer, "lora", None) or lora_settings(trainer.model)
     if lora:
         stage["lora"] = lora

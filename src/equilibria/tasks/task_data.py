@@ -15,7 +15,8 @@ class TaskData:
     ``metric`` is how the loop-scaling evaluation scores ``test``: ``"task"`` (the task's own measure), or for
     rows of your own (:func:`~equilibria.tasks.text_data.build_text_data`) ``"token_accuracy"`` or
     ``"exact_match"``; ``test_description`` says what the test rows are; ``record``: what the training record
-    (:func:`save_training_record`) adds for rows of your own (their source and which are held out)."""
+    (:func:`save_training_record`) adds for rows of your own (their source and which are held out); ``prompts``: the
+    training rows untokenised (``prompt``, ``answer``) of a generated text task, for reinforcement learning."""
 
     name: str
     train: Dataset
@@ -27,6 +28,7 @@ class TaskData:
     metric: str = "task"
     test_description: str = ""
     record: dict = field(default_factory=dict)
+    prompts: Dataset | None = None  # a generated text task's training rows as drawn (prompt, answer): what RL reads
 
 
 __all__ = ["TaskData"]

@@ -77,4 +77,12 @@ def token_accuracy(model, encoded: Dataset, num_loops: int, tokenizer, batch_siz
     return right / max(total, 1)
 
 
-__all__ = ["evaluate_loop_scaling", "exact_match", "greedy_answers", "token_accuracy"]
+def exact_match_reward(completions: list, answer: list[str], **columns) -> list[float]:
+    """A reward for reinforcement learning (TRL's reward signature: ``completions`` and the rows' columns as
+    keywords): 1.0 where a completion, stripped, is the row's ``answer``, stripped (as :func:`exact_match` scores),
+    else 0.0. A conversational completion (a list of messages) is scored on its last message's content."""
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return [float(t.strip() == a.strip()) for t, a in zip(texts, answer)]
+
+
+__all__ = ["evaluate_loop_scaling", "exact_match", "exact_match_reward", "greedy_answers", "token_accuracy"]

@@ -20,9 +20,11 @@ from .arguments import (
     UnusedFlags,
     check_num_loops,
     checkpoint_config,
+    grpo_classes,
     interrupted_hint,
     parse_train_args,
     resume_checkpoint,
+    reward_function,
 )
 from .building import LORA_SAVES, build, save_lora, with_lora
 from .results import held_out_line, write_results
@@ -54,17 +56,8 @@ def train_and_evaluate(argv: list[str]):
     model, data, collator = build(model_args, data_args, args.seed)
     if args.process_index == 0:
         print(f"training on {data.description}; {held_out_line(data)}")
-    from ..trainers import callbacks_for, trainer_for
-
     with _hub_errors_named(args, "before training: nothing was trained"):  # Trainer creates the Hub repo first
-        trainer = trainer_for(model_args.family)(
-            model=model,
-            args=args,
-            train_dataset=data.train,
-            data_collator=collator,
-            processing_class=data.tokenizer,
-            callbacks=callbacks_for(model_args.family),
-        )
+        trainer = _trainer(model_args, args, model, data, collator)
     trainer.task_recipe = model_args.recipe  # the training history and the card name it
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model()
@@ -75,6 +68,30 @@ def train_and_evaluate(argv: list[str]):
         with _hub_errors_named(args, f"the trained model is in {args.output_dir}; upload that folder later"):
             trainer.push_to_hub()
     return trainer, result
+
+
+def _trainer(model_args: ModelArguments, args, model, data, collator):
+    """The family's trainer on the training split, or ``--trainer grpo``'s ``LoopGRPOTrainer`` on the task's prompts
+    with ``--reward``."""
+    from ..trainers import callbacks_for, trainer_for
+
+    if model_args.trainer != "grpo":
+        return trainer_for(model_args.family)(
+            model=model,
+            args=args,
+            train_dataset=data.train,
+            data_collator=collator,
+            processing_class=data.tokenizer,
+            callbacks=callbacks_for(model_args.family),
+        )
+    if data.prompts is None:
+        raise ValueError(
+            f"--trainer grpo reads prompts of a generated text task (addition); the {data.name} task has none"
+        )
+    trainer_class = grpo_classes()[1]
+    reward = reward_function(model_args.reward)
+    return trainer_class(model=model, reward_funcs=reward, args=args, train_dataset=data.prompts,
+                         processing_class=data.tokenizer)  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ from ..scaling import parse_loops
 from ..wording import listed, with_article
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")  # what from_pretrained(dtype=...) takes by name
+TRAINER_CHOICES = ("family", "grpo")
 
 
 @dataclass
@@ -83,6 +84,22 @@ class ModelArguments:
     dtype: str = field(
         default="float32",
         metadata={"choices": DTYPES, "help": "the dtype a checkpoint's weights are loaded in (auto: the checkpoint's)"},
+    )
+    trainer: str = field(
+        default="family",
+        metadata={
+            "choices": TRAINER_CHOICES,
+            "help": "family: the family's own trainer (supervised); grpo: reinforcement learning of a trained "
+            "checkpoint on a task's prompts with LoopGRPOTrainer (pip install 'equilibria[rl]') and --reward",
+        },
+    )
+    reward: str | None = field(
+        default=None,
+        metadata={
+            "help": "--trainer grpo's reward: exact_match (1 where the completion is the row's answer: the package's "
+            "text tasks) or module:function / path/to/file.py:function (yours, called as TRL calls a reward: "
+            "completions and the rows' columns as keywords, a float per completion)"
+        },
     )
     use_peft: bool = field(default=False, metadata={"help": "fine-tune the checkpoint with LoRA (peft)"})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
@@ -264,11 +281,25 @@ def checkpoint_config(path: str):
     return config
 
 
-def _arguments_class(model_type: str) -> type:
-    """The ``TrainingArguments`` class of the family's trainer (:func:`~equilibria.trainers.trainer_for`)."""
+def _arguments_class(model_type: str, trainer: str | None = None) -> type:
+    """The ``TrainingArguments`` class of the family's trainer (:func:`~equilibria.trainers.trainer_for`), or of
+    ``--trainer grpo``'s (``LoopGRPOConfig``)."""
     from ..trainers import trainer_for
 
-    return trainer_for(model_type).arguments_class
+    if trainer in (None, "family"):
+        return trainer_for(model_type).arguments_class
+    if trainer not in TRAINER_CHOICES:
+        raise ValueError(f"--trainer must be one of {TRAINER_CHOICES}, got {trainer!r}")
+    return grpo_classes()[0]
+
+
+def grpo_classes() -> tuple[type, type]:
+    """``(LoopGRPOConfig, LoopGRPOTrainer)``; a one-line error when TRL (the ``rl`` extra) is not installed."""
+    try:
+        from ..trainers.grpo import LoopGRPOConfig, LoopGRPOTrainer
+    except ImportError as err:
+        raise ValueError(f"--trainer grpo needs TRL ({err}): pip install 'equilibria[rl]'") from None
+    return LoopGRPOConfig, LoopGRPOTrainer
 
 
 def parse_train_args(argv: list[str]):
@@ -278,8 +309,10 @@ def parse_train_args(argv: list[str]):
     path, argv = split_config(argv)
     file_values = read_config(path)
     family = _family_of(argv, file_values)
+    trainer = _flag(argv, file_values, "trainer")
+    arguments_class = _arguments_class(family, trainer)
     parser = command_parser(
-        (ModelArguments, TrainDataArguments, _arguments_class(family)),
+        (ModelArguments, TrainDataArguments, arguments_class),
         prog="equilibria train",
         usage=f"equilibria train [CONFIG.yaml] [--model_name_or_path CHECKPOINT | --family {{{','.join(FAMILIES)}}}] "
         "[--dataset_name DATA | --task TASK] [--output_dir DIR] [--FLAG VALUE ...]",
@@ -293,7 +326,6 @@ def parse_train_args(argv: list[str]):
     def unknown(names, known, source):
         return UnusedFlags(family, names, known, source)
 
-    arguments_class = _arguments_class(family)
     option = getattr(arguments_class, "preset_option", None)
     preset = _flag(argv, file_values, option) if option else None
     # the defaults, lowest first: ten log points per run, the family and task's recipe, a trainer preset's training
@@ -302,7 +334,7 @@ def parse_train_args(argv: list[str]):
     preset_defaults = arguments_class.preset_training_defaults(preset) if preset is not None else {}
     parser.set_defaults(**preset_defaults)  # a recipe (--stars_preset): its optimiser and schedule
     apply_config(parser, file_values, path, unknown)
-    recipe = _recipe(parser, argv, family, size_given=_flag(argv, file_values, "size") is not None)
+    recipe = None if trainer == "grpo" else _recipe(parser, argv, family, _flag(argv, file_values, "size") is not None)
     if recipe is not None:  # a trainer preset also decides its own options (STARS': filled in where unset)
         own = getattr(arguments_class, "preset_options", ()) if preset is not None else ()
         below = {**file_values, **preset_defaults, **dict.fromkeys(own)}
@@ -390,6 +422,7 @@ def check_train_args(model_args: ModelArguments, data_args: TrainDataArguments, 
     family = FAMILIES[model_args.family]
     check_num_loops(model_args.num_loops, family.model_type)
     check_training_arguments(args)
+    check_rl_args(model_args, data_args)
     parse_loops(data_args.eval_loops, "--eval_loops", family.min_loops)
     checkpoint = model_args.model_name_or_path
     if checkpoint and Path(checkpoint).exists() and Path(checkpoint).resolve() == Path(args.output_dir).resolve():
@@ -398,6 +431,63 @@ def check_train_args(model_args: ModelArguments, data_args: TrainDataArguments, 
             "overwritten; write the fine-tuned model to another folder"
         )
     args.resume_from_checkpoint = resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
+
+
+def check_rl_args(model_args: ModelArguments, data_args: TrainDataArguments) -> None:
+    """``--trainer grpo`` fine-tunes a trained checkpoint on a generated text task's prompts with ``--reward``;
+    ``--reward`` is its flag alone."""
+    if model_args.trainer != "grpo":
+        if model_args.reward is not None:
+            raise ValueError("--reward is the reward of --trainer grpo (reinforcement learning): add --trainer grpo")
+        return
+    if not model_args.model_name_or_path:
+        raise ValueError(
+            "--trainer grpo fine-tunes a trained checkpoint with reinforcement learning: give --model_name_or_path "
+            "(train one first with the family's trainer)"
+        )
+    if not model_args.reward:
+        raise ValueError(
+            "--trainer grpo needs --reward: exact_match (the completion equals the row's answer) or module:function"
+        )
+    reward_function(model_args.reward)  # a reward that cannot be found is refused before anything is built
+    if data_args.dataset_name:
+        raise ValueError(
+            "--trainer grpo reads the prompts of a generated text task (--task addition); rows of --dataset_name are "
+            "not served yet: use LoopGRPOTrainer in Python (examples/grpo_own_reward.py)"
+        )
+
+
+REWARDS = ("exact_match",)  # --reward's built-in names
+
+
+def reward_function(spec: str):
+    """``--reward``'s function: a built-in name (:data:`REWARDS`), ``module:function`` (an importable module) or
+    ``path/to/file.py:function``; a one-line ``ValueError`` naming the flag when it cannot be found."""
+    import importlib
+    import importlib.util
+
+    if spec == "exact_match":
+        from ..tasks.text_scoring import exact_match_reward
+
+        return exact_match_reward
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise ValueError(f"--reward must be one of {REWARDS} or module:function (or file.py:function), got {spec!r}")
+    try:
+        if where.endswith(".py"):
+            loader = importlib.util.spec_from_file_location(Path(where).stem, where)
+            if loader is None or not Path(where).is_file():
+                raise ImportError(f"no file {where}")
+            module = importlib.util.module_from_spec(loader)
+            loader.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except ImportError as err:
+        raise ValueError(f"--reward {spec}: cannot import {where} ({err})") from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise ValueError(f"--reward {spec}: {where} has no function {name!r}")
+    return function
 
 
 def check_training_arguments(args) -> None:

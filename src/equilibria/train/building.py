@@ -46,6 +46,8 @@ def build(model_args: ModelArguments, data_args: TrainDataArguments, seed: int):
         data = _task_data(task, data_args, config, seed + data_args.data_seed_offset)
         if config is not None and data.tokenizer is not None:
             _check_task_tokenizer(checkpoint, data.tokenizer, task)
+        if checkpoint is not None and not data_args.dataset_name:
+            _without_earlier_training(checkpoint, data)
     model = _model(model_args, family, head, data, config)
     family.loop.prepare(model)  # num_loops per call (transformers' looped LMs: looped())
     # the last stage's task: a generated task, or rows of your own (no generated task is then the model's)
@@ -121,6 +123,25 @@ def _dataset(model_args: ModelArguments, data_args: TrainDataArguments, family, 
     )
     data.config_fields = {**tokenizer_fields(tokenizer), "max_position_embeddings": max_length}
     return data
+
+
+def _without_earlier_training(checkpoint: str, data) -> None:
+    """Fine-tuning a checkpoint on freshly generated problems of the task it was trained on: drop from the test split
+    every question of the checkpoint's own training (its ``training_data.json``), and keep those questions in the
+    new training record, so that no evaluation of the result (here or by ``equilibria eval``) repeats them."""
+    from ..tasks import fingerprints, load_training_record
+
+    record = load_training_record(checkpoint) if Path(checkpoint).is_dir() else None
+    if not record or record.get("task") != data.name or not record.get("fingerprints"):
+        return
+    earlier = set(record["fingerprints"])
+    keep = [i for i, key in enumerate(fingerprints(data.name, data.test)) if key not in earlier]
+    dropped = len(data.test) - len(keep)
+    data.train_fingerprints = sorted(set(data.train_fingerprints) | earlier)
+    if dropped:
+        data.test = data.test.select(keep)
+        note = f"{dropped} test problems dropped: {checkpoint} was trained on them"
+        data.test_description = f"{data.test_description}; {note}" if data.test_description else note
 
 
 def _check_task_tokenizer(checkpoint: str, task_tokenizer, task: str) -> None:

@@ -33,6 +33,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from ..families import family_record, loop_count
 from ..loops.protocol import head_model
+from .common import ModelCardMixin
 from .stars import sample_num_loops
 
 LOOP_DRAWS = ("per_step", "per_prompt")
@@ -44,7 +45,8 @@ RLTT_WEIGHTS = ("uniform", "progressive", "exit_pdf")
 class LoopGRPOConfig(GRPOConfig):
     """[`trl.GRPOConfig`] plus the loop count of the rollouts and the loss, and the objective.
 
-    The loop count: ``num_loops`` fixes it; ``min_loops < max_loops`` samples it as ``StarsTrainer`` does
+    The loop count, set by the fields ``StarsTrainer`` samples with: ``min_loops == max_loops`` fixes it; ``min_loops <
+    max_loops`` samples it as ``StarsTrainer`` does
     (``clip(round(exp(N(loop_log_mean, loop_log_std^2))), min_loops, max_loops)``, keyed by ``(seed, step)``, so
     every process draws the same count); neither: the model config's count. ``loop_draws="per_step"``: one count
     per generation step, shared by its rollouts, their old and reference log-probs and every loss computed on
@@ -63,11 +65,11 @@ class LoopGRPOConfig(GRPOConfig):
     other (a language model's buffers, its rotary tables, are the same on every process anyway).
     """
 
-    num_loops: int | None = field(
-        default=None, metadata={"help": "A fixed loop count for every step (default: sampled, or the config's)."}
+    min_loops: int | None = field(
+        default=None,
+        metadata={"help": "Fewest loop steps drawn per step (>= 1; = max_loops: a fixed count; unset: the config's)."},
     )
-    min_loops: int | None = field(default=None, metadata={"help": "Fewest loop steps sampled per step (>= 1)."})
-    max_loops: int | None = field(default=None, metadata={"help": "Most loop steps sampled per step."})
+    max_loops: int | None = field(default=None, metadata={"help": "Most loop steps drawn per step."})
     loop_log_mean: float | None = field(
         default=None, metadata={"help": "Mean of log(num_loops) of the sampler (default: the log of the midpoint)."}
     )
@@ -78,12 +80,14 @@ class LoopGRPOConfig(GRPOConfig):
     rltt_alpha: float = field(default=1.0, metadata={"help": "The exponent of RLTT's progressive weights t^alpha."})
 
     def __post_init__(self):
+        if self.bf16 is None and (self.use_cpu or not torch.cuda.is_available()):
+            self.bf16 = False  # TRL's default is bf16 autocast, also on a CPU (slower there, and less exact)
         super().__post_init__()
         choices = {"loop_draws": LOOP_DRAWS, "objective": OBJECTIVES, "rltt_weights": RLTT_WEIGHTS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"LoopGRPOConfig: {name} must be one of {allowed}, got {getattr(self, name)!r}")
-        for name in ("num_loops", "min_loops", "max_loops"):
+        for name in ("min_loops", "max_loops"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"LoopGRPOConfig: {name} must be an integer >= 1, got {value!r}")
@@ -92,17 +96,28 @@ class LoopGRPOConfig(GRPOConfig):
                 f"LoopGRPOConfig: give min_loops and max_loops together, min_loops <= max_loops (got {self.min_loops}, "
                 f"{self.max_loops})"
             )
-        if self.num_loops is not None and self.min_loops is not None:
-            raise ValueError("LoopGRPOConfig: num_loops fixes the count; min_loops / max_loops sample it: give one")
         if "num_loops" in (self.generation_kwargs or {}):
             raise ValueError(
                 "LoopGRPOConfig: generation_kwargs={'num_loops': ...} never reaches the model's forward (TRL puts it "
-                "on the GenerationConfig); set LoopGRPOConfig.num_loops (or min_loops / max_loops) instead"
+                "on the GenerationConfig); set LoopGRPOConfig.min_loops = max_loops (a fixed count) or min_loops < max_loops (sampled) instead"
             )
         if self.ddp_broadcast_buffers is None:
             self.ddp_broadcast_buffers = False
         if self.loop_log_mean is None and self.min_loops is not None:
             self.loop_log_mean = float(torch.tensor((self.min_loops + self.max_loops) / 2).log())
+
+    # what the model card's training history lists of this stage's arguments (besides the optimiser's)
+    card_keys = (
+        "min_loops", "max_loops", "loop_log_mean", "loop_log_std", "loop_draws", "objective", "rltt_weights",
+        "num_generations", "max_completion_length", "temperature", "beta", "loss_type", "epsilon",
+    )  # fmt: skip
+
+    def loops_description(self) -> str:
+        """How the loop count of a step was chosen, in words (for the card and the logs)."""
+        if self.samples_loops:
+            scope = "per prompt and step" if self.loop_draws == "per_prompt" else "per step"
+            return f"loop count drawn {scope} from {self.min_loops}-{self.max_loops} (STARS' log-normal sampler)"
+        return f"loop count fixed at {self.min_loops}" if self.min_loops else "the config's loop count"
 
     @property
     def samples_loops(self) -> bool:
@@ -114,7 +129,7 @@ class LoopGRPOConfig(GRPOConfig):
         if self.samples_loops:
             a = self
             return sample_num_loops(step, a.seed, a.loop_log_mean, a.loop_log_std, a.min_loops, a.max_loops, key)
-        return self.num_loops if self.num_loops is not None else self.min_loops
+        return self.min_loops
 
 
 def completion_logps(
@@ -141,7 +156,7 @@ def exit_weights(kind: str, steps: int, exit_probs: torch.Tensor | None, alpha: 
     return weights / weights.sum()
 
 
-class LoopGRPOTrainer(GRPOTrainer):
+class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
     """[`trl.GRPOTrainer`] for looped LMs: Ouro and the looped LMs transformers ships (Dory, HRM-text,
     Inkling2-loop, given ``equilibria.looped``), also under PEFT. See :class:`LoopGRPOConfig` for the loop count and
     the objectives.
@@ -186,6 +201,16 @@ class LoopGRPOTrainer(GRPOTrainer):
                 f"{type(head_model(self.model)).__name__} is not served yet: use objective='grpo'"
             )
 
+    def card_stage(self) -> dict:
+        """What the model card's training history adds to this stage: the objective, the rewards, the loop count."""
+        args = self.args
+        if args.objective == "rltt":
+            objective = f"RLTT (REINFORCE on the {args.rltt_weights}-weighted log-probabilities of every loop step)"
+        else:
+            objective = f"GRPO (TRL's {args.loss_type} loss)"
+        rewards = [getattr(f, "__name__", str(f)) for f in self.reward_funcs]
+        return {"reinforcement": {"objective": objective, "rewards": rewards, "loops": args.loops_description()}}
+
     # -- the loop count ---------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -201,12 +226,12 @@ class LoopGRPOTrainer(GRPOTrainer):
     def row_loops(self, rows: list[dict]) -> list[int]:
         """The loop count of each rollout of a generation batch: ``loop_curriculum(row)``; else, in training, the
         step's draw (``per_step``) or its prompt's (``per_prompt``: keyed by the step and the prompt's text, so a
-        group shares its count on every process); in evaluation ``num_loops`` or the config's count."""
+        group shares its count on every process); in evaluation the config's count."""
         if self.loop_curriculum is not None:
             return [self.loop.check_count(self.loop_curriculum(row)) for row in rows]
         args, step = self.args, self.state.global_step
         if not self.model.training:
-            counts = [args.num_loops] * len(rows)
+            counts = [None] * len(rows)
         elif args.loop_draws == "per_prompt":
             counts = [args.step_loops(step, prompt_key(row.get("prompt"))) for row in rows]
         else:
