@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import QUIET, char_tokenizer, tiny_native, tiny_ouro, tiny_trained_ouro
+from conftest import QUIET, char_tokenizer, load_benchmark, tiny_native, tiny_ouro, tiny_trained_ouro
 from datasets import Dataset
 
 from equilibria.trainers import LoopGRPOConfig, LoopGRPOTrainer
@@ -114,18 +114,20 @@ def test_per_prompt_draws_run_each_group_at_its_prompts_count(tmp_path):
     assert len({count for _, count in mixed}) > 1 and len(mixed) > len({step for step, _ in mixed})
 
 
-@pytest.mark.parametrize("family", ["ouro", "dory"])
+@pytest.mark.parametrize("family", ["ouro", "dory", "hrm_text", "inkling2_loop_text"])
 def test_log_probs_are_those_of_the_models_own_forward(tmp_path, family):
-    model = tiny_ouro(seed=0) if family == "ouro" else tiny_native("dory", num_loops=2)
+    model = tiny_ouro(seed=0) if family == "ouro" else tiny_native(family, num_loops=2)
     trainer = trainer_for(model, tmp_path, min_loops=3, max_loops=3, temperature=0.7)
     ids = torch.tensor([[3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
     mask = torch.ones_like(ids)
     with torch.no_grad(), trainer.at_loops(3):
         logps, entropies, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, 3, compute_entropy=True)
         logits = model(input_ids=ids, attention_mask=mask, num_loops=3).logits
+        other = model(input_ids=ids, attention_mask=mask, num_loops=1).logits
     expected = (logits[:, 2:5] / 0.7).log_softmax(-1).gather(-1, ids[:, 3:, None]).squeeze(-1)
     torch.testing.assert_close(logps, expected, rtol=1e-5, atol=1e-6)
     assert entropies.shape == (2, 3) and (entropies > 0).all()
+    assert not torch.allclose(logits, other)  # the count matters: 3 loops are not 1
 
 
 def test_rltt_weights_are_uniform_progressive_or_the_exit_gates():
@@ -308,3 +310,37 @@ def test_reward_without_grpo_is_refused_in_one_line(trained, tmp_path, capsys):
     assert main([*argv, *QUIET]) == 2
     err = capsys.readouterr().err.strip()
     assert "--reward is the reward of --trainer grpo" in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.slow
+def test_the_rl_benchmark_quick_mode_writes_a_json_per_run_and_the_paired_summary(tmp_path):
+    import json
+
+    bench = load_benchmark("bench_rl_loops")
+    summary = bench.main(["--quick", "--out", str(tmp_path), "--work", str(tmp_path / "runs"), "--seeds", "0,1"])
+    runs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*_seed*.json"))]
+    assert sorted((r["objective"], r["seed"]) for r in runs) == [
+        (o, s) for o in sorted(bench.OBJECTIVES) for s in (0, 1)
+    ]
+    assert all(set(r["accuracy"]) == set(bench.EVAL_LOOPS.split(",")) for r in runs)
+    assert {r["stage"]["loops"] for r in runs if r["objective"] == "grpo_sampled"} == {
+        "loop count drawn per step from 2-8 (STARS' log-normal sampler)"
+    }
+    assert set(summary["minus_grpo"]) == {"rltt", "grpo_sampled"}
+    assert all(cell["n"] == 2 for cell in summary["objectives"]["rltt"].values())
+
+
+@pytest.mark.slow
+def test_the_example_trains_with_its_own_reward_on_unseen_sums(trained, tmp_path, monkeypatch, capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "grpo_own_reward.py"
+    argv = ["--model", str(trained), "--output_dir", str(tmp_path), "--max_steps", "2", "--prompts", "16"]
+    argv += ["--test_size", "8", "--per_device_train_batch_size", "8", "--num_generations", "4"]
+    argv += ["--max_completion_length", "3", "--report_to", "none", "--use_cpu", "--save_strategy", "no"]
+    monkeypatch.setattr(sys, "argv", [str(example), *argv])
+    runpy.run_path(str(example), run_name="__main__")
+    assert "held-out sums at 4 loops:" in capsys.readouterr().out
+    assert (tmp_path / "model.safetensors").is_file()

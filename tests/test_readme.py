@@ -35,6 +35,7 @@ PAGES = [
     "docs/eqr.md",
     "docs/phdeq.md",
     "docs/native.md",
+    "docs/rl.md",
     "docs/audit.md",
     "docs/hub.md",
     "docs/solvers.md",
@@ -81,6 +82,11 @@ SIZES = [
     ("--loops 1,2,4,8,16", "--loops 1,4 --num_examples 8"),
     ("--max_steps 3000 --min_loops 2", "--max_steps 2 --test_size 8 --min_loops 2"),  # the README's fine-tune
     ("equilibria audit out --output_dir out", "equilibria audit out --output_dir out --num_examples 16"),
+    (  # docs/rl.md's GRPO on the README's model: 2 steps of 2 prompts x 4 rollouts
+        "--learning_rate 5e-5 --use_cpu --max_steps 150",
+        "--learning_rate 5e-5 --use_cpu --max_steps 2 --train_size 64 --test_size 8 --per_device_train_batch_size 8 "
+        "--num_generations 4",
+    ),
 ]
 
 NOT_RUN = {
@@ -137,6 +143,8 @@ NOT_RUN = {
     ),
     "python benchmarks/doc_tables.py": "rewrites README.md and the pages under docs/ in the checkout (a stale table "
     "would be mended behind test_doc_tables' back); test_doc_tables runs the same command with --check",
+    "python benchmarks/bench_rl_loops.py": "about 20 minutes on 2 cores (a base model, a learning-rate sweep, 9 RL "
+    "runs); its --quick mode is tested (test_grpo)",
     "python benchmarks/gpu_run.py --summarize": "needs the device's section JSON in docs/results/gpu; test_gpu_run "
     "checks the merged file of a --quick run",
     "equilibria eval ouro-chat --lm_eval_tasks gsm8k,arc_easy --loops 1,2,4,8 --lm_eval_fewshot 5 --output_dir "

@@ -463,8 +463,8 @@ REWARDS = ("exact_match",)  # --reward's built-in names
 def reward_function(spec: str):
     """``--reward``'s function: a built-in name (:data:`REWARDS`), ``module:function`` (an importable module) or
     ``path/to/file.py:function``; a one-line ``ValueError`` naming the flag when it cannot be found."""
-    import importlib
     import importlib.util
+    import pkgutil
 
     if spec == "exact_match":
         from ..tasks.text_scoring import exact_match_reward
@@ -480,11 +480,13 @@ def reward_function(spec: str):
                 raise ImportError(f"no file {where}")
             module = importlib.util.module_from_spec(loader)
             loader.loader.exec_module(module)
+            function = getattr(module, name, None)
         else:
-            module = importlib.import_module(where)
+            function = pkgutil.resolve_name(f"{where}:{name}")
     except ImportError as err:
         raise ValueError(f"--reward {spec}: cannot import {where} ({err})") from None
-    function = getattr(module, name, None)
+    except AttributeError:
+        function = None
     if not callable(function):
         raise ValueError(f"--reward {spec}: {where} has no function {name!r}")
     return function

@@ -1,0 +1,280 @@
+"""RL on a looped LM that half-solves its task: GRPO, RLTT and GRPO with sampled loop counts, through the CLI.
+
+A user's path, end to end: ``equilibria train`` trains the Ouro addition recipe stopped early (``--max_steps``, so
+that it half-solves the task at its 4 loops), then ``equilibria train --trainer grpo`` fine-tunes that folder with
+each objective for the same number of steps, seeds 0-2, reward ``exact_match``. Every run evaluates on the 200
+held-out problems of the base model's split (drawn with its training data, none trained on; the RL runs use the
+same data seed, so the RL prompts are the base's training problems) at 1 to 16 loops.
+
+    python benchmarks/bench_rl_loops.py                 # the base model, then 3 objectives x 3 seeds
+    python benchmarks/bench_rl_loops.py --objectives grpo --seeds 0   # one run (skips those already written)
+    python benchmarks/bench_rl_loops.py --quick         # seconds; a test runs this
+
+Writes one JSON per run into ``docs/results/rl/`` (``base.json``; ``<objective>_seed<N>.json`` with top-level
+``objective`` and ``seed``) and ``docs/results/rl/summary.json`` (mean and standard error per loop count, and each
+objective's difference to GRPO paired by seed), which ``docs/rl.md``'s tables read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from results_json import RESULTS, save_results
+
+OUT = RESULTS / "rl"
+EVAL_LOOPS = "1,2,3,4,5,6,8,12,16"
+# the objectives compared: the LoopGRPOConfig flags of each (the rest shared, RL_FLAGS)
+OBJECTIVES = {
+    "grpo": ["--objective", "grpo", "--min_loops", "4", "--max_loops", "4"],
+    "rltt": ["--objective", "rltt", "--rltt_weights", "exit_pdf", "--min_loops", "4", "--max_loops", "4"],
+    "grpo_sampled": ["--objective", "grpo", "--min_loops", "2", "--max_loops", "8", "--loop_draws", "per_step"],
+}
+QUIET = ["--report_to", "none", "--use_cpu", "--disable_tqdm", "true", "--save_strategy", "no"]
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a tiny run for a smoke test (into --out, not the docs)")
+    p.add_argument("--out", type=Path, default=OUT, help="where the JSON goes")
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=RESULTS.parent.parent / "benchmarks" / "results" / "rl_runs",
+        help="where the model folders go",
+    )
+    p.add_argument("--objectives", default=",".join(OBJECTIVES), help=f"a subset of {tuple(OBJECTIVES)}")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--base_steps", type=int, default=1075, help="the recipe's steps (it is stopped before)")
+    p.add_argument("--base_target", type=float, default=0.5, help="stop at this validation exact match at 4 loops")
+    p.add_argument("--rl_steps", type=int, default=200)
+    p.add_argument(
+        "--learning_rates",
+        default="1e-5,5e-5,2e-4",
+        help="the learning rates tried per objective on seed 0, scored on a validation split; the best one trains "
+        "every seed",
+    )
+    p.add_argument("--prompts", type=int, default=8, help="prompts per step (each with --generations rollouts)")
+    p.add_argument("--generations", type=int, default=8)
+    args = p.parse_args(argv)
+    unknown = set(args.objectives.split(",")) - set(OBJECTIVES)
+    if unknown:
+        p.error(f"--objectives must be among {tuple(OBJECTIVES)}, got {sorted(unknown)}")
+    if args.quick:
+        args.base_steps, args.rl_steps, args.prompts, args.generations = 10, 2, 2, 4
+        args.learning_rates = "1e-4,1e-3"
+    return args
+
+
+def cli(argv: list[str]) -> None:
+    from equilibria.cli import main
+
+    code = main(argv)
+    if code != 0:
+        raise SystemExit(f"equilibria {' '.join(argv)} exited with {code}")
+
+
+def sizes(args) -> list[str]:
+    if args.quick:
+        return ["--train_size", "64", "--test_size", "8", "--hidden_size", "16"]
+    return ["--train_size", "8000", "--test_size", "200"]
+
+
+def base_model(args) -> dict:
+    """The recipe ``ouro/addition`` (seed 0) for ``--base_steps`` with a checkpoint every 5 steps, stopped at the
+    first checkpoint whose exact match at 4 loops on the validation split reaches ``--base_target`` (found by
+    bisection: accuracy rises with the steps, sharply near the end); its loop scaling on the 200 test sums."""
+    import shutil
+
+    run, folder = args.work / "base_run", args.work / "base"
+    if not (folder / "model.safetensors").is_file():
+        argv = ["train", "--family", "ouro", "--task", "addition", "--output_dir", str(run), "--seed", "0"]
+        argv += ["--max_steps", str(args.base_steps), "--eval_loops", "4", *sizes(args), *QUIET[:-2]]
+        cli([*argv, "--save_strategy", "steps", "--save_steps", "5", "--save_only_model", "true"])
+        steps, scores = _stop_early(args, run)
+        shutil.copytree(run, folder, ignore=shutil.ignore_patterns("checkpoint-*", "loop_scaling*", "README.md"))
+        shutil.copy(run / f"checkpoint-{steps}" / "model.safetensors", folder / "model.safetensors")
+        (folder / "stopped.json").write_text(json.dumps({"steps": steps, "validation_at_4": scores}))
+    stopped = json.loads((folder / "stopped.json").read_text())
+    result = {"run": "base", "seed": 0, "steps": stopped["steps"], "of_steps": args.base_steps}
+    result["validation_at_4"] = stopped["validation_at_4"]  # {checkpoint step: exact match}, the ones bisection read
+    result["accuracy"] = test_scaling(args, folder)
+    result["data"] = f"the {sizes(args)[3]}-problem test split generated with the training data (seed 0)"
+    result["command"] = (
+        f"equilibria train --family ouro --task addition --seed 0 --max_steps {args.base_steps} --save_steps 5, "
+        f"stopped at step {stopped['steps']}"
+    )
+    save_results(args.out / "base.json", result, indent=1)
+    return result
+
+
+def _stop_early(args, run: Path) -> tuple[int, dict]:
+    """The first checkpoint (bisection over ``checkpoint-N``) reaching ``--base_target`` on the validation split."""
+    steps = sorted(int(p.name.split("-")[1]) for p in run.glob("checkpoint-*"))
+    rows, scores = validation_rows(args), {}
+    low, high = 0, len(steps) - 1
+    while low < high:
+        middle = (low + high) // 2
+        scores[steps[middle]] = round(validation_accuracy(run / f"checkpoint-{steps[middle]}", rows), 4)
+        low, high = (low, middle) if scores[steps[middle]] >= args.base_target else (middle + 1, high)
+    return steps[low], scores
+
+
+def test_scaling(args, folder: Path) -> dict:
+    """Exact match on the base split's test sums (what ``equilibria train`` evaluates) at each loop count."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from equilibria.tasks import build_addition_dataset, exact_match
+
+    train, test = (int(v) for v in sizes(args)[1:4:2])
+    rows = build_addition_dataset(2, train, test, seed=0)["test"]
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    return {n: round(exact_match(model, tokenizer, rows, int(n)), 4) for n in EVAL_LOOPS.split(",")}
+
+
+def validation_rows(args):
+    """200 sums (8 in --quick) in neither split of the base model (the 10,000 2-digit pairs minus its training and
+    test problems), drawn with seed 1: where learning rates are chosen."""
+    import random
+
+    from datasets import Dataset
+
+    from equilibria.tasks import build_addition_dataset
+
+    train, test = (int(v) for v in sizes(args)[1:4:2])
+    base = build_addition_dataset(2, train, test, seed=0)
+    used = set(base["train"]["prompt"]) | set(base["test"]["prompt"])
+    free = [(a, b) for a in range(100) for b in range(100) if f"{a}+{b}=" not in used]
+    picked = random.Random(1).sample(free, 8 if args.quick else 200)
+    return Dataset.from_dict({"prompt": [f"{a}+{b}=" for a, b in picked], "answer": [str(a + b) for a, b in picked]})
+
+
+def validation_accuracy(folder: Path, rows) -> float:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from equilibria.tasks import exact_match
+
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    tokenizer_folder = folder if (folder / "tokenizer.json").is_file() else folder.parent  # a checkpoint-N folder
+    return exact_match(model, AutoTokenizer.from_pretrained(tokenizer_folder), rows, 4)
+
+
+def choose_learning_rates(args, objectives: list[str]) -> dict:
+    """Per objective, each of ``--learning_rates`` on seed 0, scored by exact match at 4 loops on
+    :func:`validation_rows`; the best (the smaller on a tie) is the objective's. Written to ``sweep.json``."""
+    path = args.out / "sweep.json"
+    sweep = json.loads(path.read_text()) if path.is_file() and not args.quick else {}
+    rows = validation_rows(args)
+    for objective in objectives:
+        tried = sweep.setdefault(objective, {})
+        for rate in args.learning_rates.split(","):
+            if rate not in tried:
+                folder = args.work / f"sweep_{objective}_{rate}"
+                rl_run(args, objective, 0, float(rate), folder=folder, eval_loops="4")  # its test result is not read
+                tried[rate] = round(validation_accuracy(folder, rows), 4)
+                save_results(path, sweep, indent=1)
+                print(f"{objective} lr {rate}: exact match {tried[rate]} on the validation split at 4 loops")
+    return {o: max(sorted(sweep[o], key=float), key=lambda r: sweep[o][r]) for o in objectives}
+
+
+def rl_run(args, objective: str, seed: int, learning_rate: float, folder=None, eval_loops: str = EVAL_LOOPS) -> dict:
+    """``equilibria train --trainer grpo`` on the base folder; its loop scaling and training log."""
+    folder = folder or args.work / f"{objective}_seed{seed}"
+    batch = args.prompts * args.generations
+    argv = ["train", "--trainer", "grpo", "--model_name_or_path", str(args.work / "base"), "--task", "addition"]
+    argv += ["--reward", "exact_match", "--output_dir", str(folder), "--seed", str(seed)]
+    argv += ["--data_seed_offset", str(-seed), *sizes(args)[:4]]  # the base's data seed (0): its split
+    rl = ["--max_steps", str(args.rl_steps), "--learning_rate", str(learning_rate), "--beta", "0"]
+    rl += ["--per_device_train_batch_size", str(batch), "--num_generations", str(args.generations)]
+    rl += ["--max_completion_length", "4", "--temperature", "1.0", "--logging_steps", "10"]
+    from equilibria.train import train_and_evaluate
+
+    start = time.perf_counter()
+    trainer, _ = train_and_evaluate([*argv[1:], *rl, *OBJECTIVES[objective], "--eval_loops", eval_loops, *QUIET])
+    wall = time.perf_counter() - start
+    scaling = json.loads((folder / "loop_scaling.json").read_text())
+    state = json.loads((folder / "training_history.json").read_text())[-1]
+    log = trainer.state.log_history
+    return {
+        "objective": objective,
+        "seed": seed,
+        "loops": " ".join(OBJECTIVES[objective]),
+        "steps": args.rl_steps,
+        "learning_rate": learning_rate,
+        "accuracy": scaling["accuracy"],
+        "data": scaling["data"]["name"],
+        "train_reward": [round(h["reward"], 4) for h in log if "reward" in h],
+        "step_time_s": _mean([h["step_time"] for h in log if "step_time" in h]),
+        "wall_s": round(wall, 1),
+        "threads": _threads(),
+        "stage": state.get("reinforcement"),
+        "command": "equilibria " + " ".join([*argv, *rl, *OBJECTIVES[objective], "--eval_loops", EVAL_LOOPS]),
+    }
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def mean_se(values: list[float]) -> dict:
+    n = len(values)
+    mean = sum(values) / n
+    se = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n) if n > 1 else None
+    return {"mean": round(mean, 4), "se": None if se is None else round(se, 4), "n": n}
+
+
+def summarize(out: Path) -> dict:
+    """Mean and standard error per objective and loop count, and each objective minus GRPO paired by seed."""
+    runs = [json.loads(p.read_text()) for p in sorted(out.glob("*_seed*.json"))]
+    by = {}
+    for run in runs:
+        by.setdefault(run["objective"], {})[run["seed"]] = run
+    base = json.loads((out / "base.json").read_text())
+    loops = list(base["accuracy"])
+    table = {o: {n: mean_se([r["accuracy"][n] for r in seeds.values()]) for n in loops} for o, seeds in by.items()}
+    diffs = {}
+    for objective, seeds in by.items():
+        shared = sorted(set(seeds) & set(by.get("grpo", {})))
+        if objective == "grpo" or len(shared) < 2:
+            continue
+        diffs[objective] = {
+            n: mean_se([seeds[s]["accuracy"][n] - by["grpo"][s]["accuracy"][n] for s in shared]) for n in loops
+        }
+    cost = {o: _mean([r["step_time_s"] for r in seeds.values() if r["step_time_s"]]) for o, seeds in by.items()}
+    rates = {o: sorted({r["learning_rate"] for r in seeds.values()}) for o, seeds in by.items()}
+    return {"base": base["accuracy"], "objectives": table, "minus_grpo": diffs, "step_time_s": cost,
+            "seeds": {o: sorted(seeds) for o, seeds in by.items()}, "learning_rates": rates}  # fmt: skip
+
+
+def main(argv=None) -> dict:
+    args = parse(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    base = base_model(args)
+    print(f"base model: {base['accuracy']}")
+    objectives = args.objectives.split(",")
+    rates = choose_learning_rates(args, objectives)
+    for objective in objectives:
+        for seed in (int(s) for s in args.seeds.split(",")):
+            path = args.out / f"{objective}_seed{seed}.json"
+            if path.is_file() and not args.quick:
+                continue
+            result = rl_run(args, objective, seed, float(rates[objective]))
+            save_results(path, result, indent=1)
+            print(f"{objective} seed {seed}: {result['accuracy']}")
+    summary = summarize(args.out)
+    save_results(args.out / "summary.json", summary, indent=1)
+    return summary
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
