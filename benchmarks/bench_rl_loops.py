@@ -216,6 +216,34 @@ def rl_run(args, objective: str, seed: int, learning_rate: float, folder=None, e
     }
 
 
+def step_cost(args, repeats: int = 3, steps: int = 12) -> dict:
+    """What a step of each objective costs against plain GRPO at 4 loops, measured side by side in this process:
+    ``repeats`` rounds, each training every objective ``steps`` steps from the base (no evaluation), in turn; TRL's
+    logged ``step_time`` (generation, scoring and the update), median over the steps after the first of a round."""
+    import statistics
+
+    from equilibria.train import train_and_evaluate
+
+    times = {objective: [] for objective in OBJECTIVES}
+    for _ in range(repeats):
+        for objective, flags in OBJECTIVES.items():
+            argv = ["--trainer", "grpo", "--model_name_or_path", str(args.work / "base"), "--task", "addition"]
+            argv += ["--reward", "exact_match", "--output_dir", str(args.work / "cost"), "--test_size", "0"]
+            argv += ["--max_steps", str(steps), "--per_device_train_batch_size", str(args.prompts * args.generations)]
+            argv += ["--num_generations", str(args.generations), "--max_completion_length", "4", "--beta", "0"]
+            trainer, _ = train_and_evaluate([*argv, "--logging_steps", "1", *flags, *QUIET])
+            times[objective] += [h["step_time"] for h in trainer.state.log_history if "step_time" in h][1:]
+    median = {o: statistics.median(t) for o, t in times.items()}
+    return {
+        "median_step_s": {o: round(m, 4) for o, m in median.items()},
+        "vs_grpo": {o: round(m / median["grpo"], 3) for o, m in median.items()},
+        "steps_timed": {o: len(t) for o, t in times.items()},
+        "threads": _threads(),
+        "how": f"{repeats} rounds of {steps} steps per objective, in turn, one process; the first step of a round "
+        "left out; rollouts per step: " + str(args.prompts * args.generations),
+    }
+
+
 def _threads() -> int:
     import torch
 
@@ -233,6 +261,46 @@ def mean_se(values: list[float]) -> dict:
     return {"mean": round(mean, 4), "se": None if se is None else round(se, 4), "n": n}
 
 
+def t_two_sided_p(t: float, df: int) -> float:
+    """The two-sided p-value of Student's t with ``df`` (integer) degrees of freedom, in closed form (Abramowitz and
+    Stegun 26.7.3-4): ``1 - A(t | df)``."""
+    theta = math.atan(abs(t) / math.sqrt(df))
+    c2, term, total = math.cos(theta) ** 2, 1.0, 1.0
+    if df % 2 == 0:
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        return max(0.0, 1.0 - math.sin(theta) * total)
+    if df == 1:
+        return 1.0 - 2 * theta / math.pi
+    for k in range(1, (df - 1) // 2):
+        term *= c2 * (2 * k) / (2 * k + 1)
+        total += term
+    return max(0.0, 1.0 - 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total))
+
+
+def paired(differences: list[float]) -> dict:
+    """Mean and standard error of paired differences, and the paired t-test's two-sided p (``n - 1`` df)."""
+    cell = mean_se(differences)
+    if cell["se"] is None:
+        return cell
+    if cell["se"] == 0:
+        return {**cell, "t": None, "p": 1.0 if cell["mean"] == 0 else 0.0}
+    t = cell["mean"] / cell["se"]
+    return {**cell, "t": round(t, 3), "p": round(t_two_sided_p(t, cell["n"] - 1), 4)}
+
+
+def corrected(diffs: dict, primary: str) -> None:
+    """Holm's correction, in place: over the objectives at the trained count ``primary`` (the question fixed before
+    the runs), and separately over every other loop count and objective; ``holm`` is True where significant at 0.05."""
+    from equilibria.diagnostics.statistics import holm
+
+    for family in ([primary], [n for n in next(iter(diffs.values()), {}) if n != primary]):
+        cells = [cells[n] for cells in diffs.values() for n in family if cells[n].get("p") is not None]
+        for cell, kept in zip(cells, holm([c["p"] for c in cells])):
+            cell["holm"] = kept
+
+
 def summarize(out: Path) -> dict:
     """Mean and standard error per objective and loop count, and each objective minus GRPO paired by seed."""
     runs = [json.loads(p.read_text()) for p in sorted(out.glob("*_seed*.json"))]
@@ -248,12 +316,15 @@ def summarize(out: Path) -> dict:
         if objective == "grpo" or len(shared) < 2:
             continue
         diffs[objective] = {
-            n: mean_se([seeds[s]["accuracy"][n] - by["grpo"][s]["accuracy"][n] for s in shared]) for n in loops
+            n: paired([seeds[s]["accuracy"][n] - by["grpo"][s]["accuracy"][n] for s in shared]) for n in loops
         }
+    corrected(diffs, "4")
     cost = {o: _mean([r["step_time_s"] for r in seeds.values() if r["step_time_s"]]) for o, seeds in by.items()}
     rates = {o: sorted({r["learning_rate"] for r in seeds.values()}) for o, seeds in by.items()}
+    rewards = {o: [v for r in seeds.values() for v in r["train_reward"]] for o, seeds in by.items()}
     return {"base": base["accuracy"], "objectives": table, "minus_grpo": diffs, "step_time_s": cost,
-            "seeds": {o: sorted(seeds) for o, seeds in by.items()}, "learning_rates": rates}  # fmt: skip
+            "seeds": {o: sorted(seeds) for o, seeds in by.items()}, "learning_rates": rates,
+            "train_reward_range": {o: [min(v), max(v)] if v else None for o, v in rewards.items()}}  # fmt: skip
 
 
 def main(argv=None) -> dict:
@@ -271,6 +342,8 @@ def main(argv=None) -> dict:
             result = rl_run(args, objective, seed, float(rates[objective]))
             save_results(path, result, indent=1)
             print(f"{objective} seed {seed}: {result['accuracy']}")
+    if args.quick or not (args.out / "cost.json").is_file():
+        save_results(args.out / "cost.json", step_cost(args, repeats=1 if args.quick else 3), indent=1)
     summary = summarize(args.out)
     save_results(args.out / "summary.json", summary, indent=1)
     return summary

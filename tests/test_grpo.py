@@ -344,3 +344,14 @@ def test_the_example_trains_with_its_own_reward_on_unseen_sums(trained, tmp_path
     runpy.run_path(str(example), run_name="__main__")
     assert "held-out sums at 4 loops:" in capsys.readouterr().out
     assert (tmp_path / "model.safetensors").is_file()
+
+
+def test_the_benchmarks_paired_t_test_gives_students_two_sided_p_values():
+    bench = load_benchmark("bench_rl_loops")
+    # Student's t critical values at two-sided 0.05 (1 to 10 degrees of freedom), and t = 0
+    for df, t in [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (5, 2.571), (10, 2.228)]:
+        assert bench.t_two_sided_p(t, df) == pytest.approx(0.05, abs=2e-4), df
+        assert bench.t_two_sided_p(0.0, df) == pytest.approx(1.0)
+    cell = bench.paired([0.05, 0.02, 0.05])  # the RLTT - GRPO differences' shape: 3 seeds
+    assert cell["n"] == 3 and cell["t"] == pytest.approx(cell["mean"] / cell["se"], rel=1e-3)
+    assert bench.paired([0.0, 0.0, 0.0])["p"] == 1.0

@@ -232,6 +232,27 @@ def ouro_serving_row() -> list[str]:
     ]
 
 
+def rl_loops_row() -> list[str]:
+    """GRPO, RLTT and sampled loops on an Ouro that half-solves addition (issue #64)."""
+    summary = load("rl/summary.json")
+    at4 = {o: cells["4"] for o, cells in summary["objectives"].items()}
+    diff = summary["minus_grpo"]["rltt"]["4"]
+    seeds = summary["seeds"]["rltt"]
+    lower = sum(
+        load(f"rl/rltt_seed{s}.json")["accuracy"]["4"] < load(f"rl/grpo_seed{s}.json")["accuracy"]["4"] for s in seeds
+    )
+    verdict = "significant" if diff.get("holm") else "not significant"
+    return [
+        f"RL on a looped LM (Ouro, addition, from {pct(summary['base']['4'])} at 4 loops)",
+        f"at 4 loops: GRPO {pct(at4['grpo']['mean'])}, RLTT {pct(at4['rltt']['mean'])} "
+        f"({100 * diff['mean']:+.1f} ± {100 * diff['se']:.1f} vs GRPO), loops sampled 2-8 "
+        f"{pct(at4['grpo_sampled']['mean'])}; none useful past 4 loops",
+        f"RLTT above GRPO not reproduced at this scale (lower on {lower} of {len(seeds)} seeds, {verdict})",
+        "3",
+        "[rl_loops](docs/benchmarks/rl_loops.md)",
+    ]
+
+
 def attractor_memory_row() -> list[str]:
     memory = memory_runs()
     flat = [r["saved_ratio"] for k, r in memory.items() if "/unrolled@" not in k]
@@ -469,6 +490,7 @@ README_ROWS: tuple[Callable[[], list[str]], ...] = (  # the README's results tab
     ouro_decode_row,
     ouro_cache_modes_row,
     ouro_serving_row,
+    rl_loops_row,
     attractor_memory_row,
     internalization_row,
     attractor_lm_row,

@@ -13,6 +13,11 @@ NAMES = {
 }
 
 
+def _ordered(by_objective: dict) -> list[str]:
+    """The objectives of ``by_objective`` in the page's order (GRPO, RLTT, sampled loops), then any others."""
+    return [o for o in NAMES if o in by_objective] + sorted(set(by_objective) - set(NAMES))
+
+
 def _cell(cell: dict) -> str:
     se = f" ± {100 * cell['se']:.1f}" if cell.get("se") is not None else ""
     return f"{100 * cell['mean']:.1f}%{se}"
@@ -23,10 +28,10 @@ def rl_loops() -> str:
     summary = load("rl/summary.json")
     loops = list(summary["base"])
     rows = [["base (recipe stopped early)", *(f"{100 * summary['base'][n]:.1f}%" for n in loops)]]
-    for objective, cells in summary["objectives"].items():
-        n = len(summary["seeds"][objective])
+    for objective in _ordered(summary["objectives"]):
+        cells, n = summary["objectives"][objective], len(summary["seeds"][objective])
         rows.append([f"{NAMES.get(objective, objective)} ({n} seeds)", *(_cell(cells[n_]) for n_ in loops)])
-    return markdown(["model", *(f"{n} loops" for n in loops)], rows)
+    return markdown(["model \\ loops", *loops], rows)
 
 
 def rl_loops_minus_grpo() -> str:
@@ -34,7 +39,8 @@ def rl_loops_minus_grpo() -> str:
     summary = load("rl/summary.json")
     loops = list(summary["base"])
     rows = []
-    for objective, cells in summary["minus_grpo"].items():
+    for objective in _ordered(summary["minus_grpo"]):
+        cells = summary["minus_grpo"][objective]
         rows.append(
             [
                 NAMES.get(objective, objective),
@@ -47,6 +53,8 @@ def rl_loops_minus_grpo() -> str:
 def rl_loops_runs() -> str:
     """Every run: objective, seed, learning rate, mean step time, accuracy at each loop count."""
     runs = [load(f"rl/{p.name}") for p in sorted((RESULTS / "rl").glob("*_seed*.json"))]
+    order = {o: i for i, o in enumerate(_ordered({r["objective"]: r for r in runs}))}
+    runs.sort(key=lambda r: (order[r["objective"]], r["seed"]))
     loops = list(load("rl/base.json")["accuracy"])
     rows = [
         [
@@ -67,15 +75,31 @@ def rl_loops_sweep() -> str:
     rates = sorted({rate for tried in sweep.values() for rate in tried}, key=float)
     rows = [
         [NAMES.get(o, o), *(f"{100 * tried[r]:.1f}%" if r in tried else "" for r in rates)]
-        for o, tried in sweep.items()
+        for o, tried in ((o, sweep[o]) for o in _ordered(sweep))
     ]
     return markdown(["objective", *(f"lr {r}" for r in rates)], rows)
+
+
+def rl_loops_cost() -> str:
+    """A step of each objective against plain GRPO, measured side by side (``cost.json``)."""
+    cost = load("rl/cost.json")
+    rows = [
+        [
+            NAMES.get(o, o),
+            f"{cost['median_step_s'][o]:.3f} s",
+            f"{cost['vs_grpo'][o]:.2f}x",
+            str(cost["steps_timed"][o]),
+        ]
+        for o in _ordered(cost["median_step_s"])
+    ]
+    return markdown(["objective", "median step", "vs GRPO", "steps timed"], rows)
 
 
 #: this page's tables, by the name its marks give
 TABLES: dict[str, Callable[[], str]] = {
     "rl-loops": rl_loops,
     "rl-loops-minus-grpo": rl_loops_minus_grpo,
+    "rl-loops-cost": rl_loops_cost,
     "rl-loops-runs": rl_loops_runs,
     "rl-loops-sweep": rl_loops_sweep,
 }
