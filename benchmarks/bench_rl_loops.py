@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from results_json import RESULTS, save_results
+from results_json import RESULTS, ROOT, save_results
 
 OUT = RESULTS / "rl"
 EVAL_LOOPS = "1,2,3,4,5,6,8,12,16"
@@ -212,7 +212,8 @@ def rl_run(args, objective: str, seed: int, learning_rate: float, folder=None, e
         "wall_s": round(wall, 1),
         "threads": _threads(),
         "stage": state.get("reinforcement"),
-        "command": "equilibria " + " ".join([*argv, *rl, *OBJECTIVES[objective], "--eval_loops", EVAL_LOOPS]),
+        "command": "equilibria "
+        + " ".join([*argv, *rl, *OBJECTIVES[objective], "--eval_loops", EVAL_LOOPS]).replace(f"{ROOT}/", ""),
     }
 
 
