@@ -355,3 +355,19 @@ def test_the_benchmarks_paired_t_test_gives_students_two_sided_p_values():
     cell = bench.paired([0.05, 0.02, 0.05])  # the RLTT - GRPO differences' shape: 3 seeds
     assert cell["n"] == 3 and cell["t"] == pytest.approx(cell["mean"] / cell["se"], rel=1e-3)
     assert bench.paired([0.0, 0.0, 0.0])["p"] == 1.0
+
+
+@pytest.mark.parametrize("objective", ["grpo", "rltt"])
+def test_the_jsrr_penalty_adds_its_gradient_and_logs_the_radius(tmp_path, objective):
+    """The same run with and without the penalty: its radius is logged and it moves the weights otherwise."""
+    moved = {}
+    for weight in (0.0, 0.5):
+        torch.manual_seed(0)
+        model = tiny_ouro(seed=0)
+        trainer = trainer_for(model, tmp_path / str(weight), reward=digit_share, objective=objective, min_loops=3,
+                              max_loops=3, max_steps=1, jsrr_weight=weight, seed=0)  # fmt: skip
+        trainer.train()
+        logged = [h for h in trainer.state.log_history if "loss" in h][0]
+        assert ("spectral_radius" in logged) == (weight > 0) and logged.get("jsrr_penalty", 1.0) > 0
+        moved[weight] = {n: p.detach().clone() for n, p in model.named_parameters()}
+    assert any(not torch.equal(moved[0.0][n], moved[0.5][n]) for n in moved[0.0])

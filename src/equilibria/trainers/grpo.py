@@ -78,6 +78,11 @@ class LoopGRPOConfig(GRPOConfig):
     objective: str = field(default="grpo", metadata={"help": f"The policy objective, one of {OBJECTIVES}."})
     rltt_weights: str = field(default="exit_pdf", metadata={"help": f"RLTT's exit weights, one of {RLTT_WEIGHTS}."})
     rltt_alpha: float = field(default=1.0, metadata={"help": "The exponent of RLTT's progressive weights t^alpha."})
+    jsrr_weight: float = field(
+        default=0.0,
+        metadata={"help": "STARS' JSRR penalty added to the policy loss: weight x mean(rho^2) (0: off)."},
+    )
+    jsrr_power_iters: int = field(default=4, metadata={"help": "Power iterations of the spectral-radius estimate."})
 
     def __post_init__(self):
         if self.bf16 is None and (self.use_cpu or not torch.cuda.is_available()):
@@ -101,6 +106,11 @@ class LoopGRPOConfig(GRPOConfig):
                 "LoopGRPOConfig: generation_kwargs={'num_loops': ...} never reaches the model's forward (TRL puts it "
                 "on the GenerationConfig); set LoopGRPOConfig.min_loops = max_loops (a fixed count) or min_loops < max_loops (sampled) instead"
             )
+        if not (self.jsrr_weight >= 0 and self.jsrr_power_iters >= 1):
+            raise ValueError(
+                f"LoopGRPOConfig: jsrr_weight must be >= 0 and jsrr_power_iters >= 1, got {self.jsrr_weight} and "
+                f"{self.jsrr_power_iters}"
+            )
         if self.ddp_broadcast_buffers is None:
             self.ddp_broadcast_buffers = False
         if self.loop_log_mean is None and self.min_loops is not None:
@@ -109,7 +119,7 @@ class LoopGRPOConfig(GRPOConfig):
     # what the model card's training history lists of this stage's arguments (besides the optimiser's)
     card_keys = (
         "min_loops", "max_loops", "loop_log_mean", "loop_log_std", "loop_draws", "objective", "rltt_weights",
-        "num_generations", "max_completion_length", "temperature", "beta", "loss_type", "epsilon",
+        "num_generations", "max_completion_length", "temperature", "beta", "loss_type", "epsilon", "jsrr_weight",
     )  # fmt: skip
 
     def loops_description(self) -> str:
@@ -190,6 +200,7 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
         self.loop = family_record(model, "loop protocol").loop
         self.loop_curriculum = loop_curriculum
         self._batch_counts: torch.Tensor | None = None  # the loop count of each row of the batch being computed
+        self._radii: list[torch.Tensor] | None = None  # the loss's forwards' spectral-radius estimates (jsrr_weight)
         self.loop.prepare(head_model(model))
         with _reference_source(model, args, ref_model, kwargs.get("peft_config")):
             super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
@@ -277,9 +288,40 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         self._batch_counts = inputs["num_loops"].cpu()
+        self._radii = []
         if self.args.objective == "rltt":
-            return self._rltt_loss(model, inputs)
-        return super()._compute_loss(model, inputs)
+            loss = self._rltt_loss(model, inputs)
+        else:
+            loss = super()._compute_loss(model, inputs)
+        return self._with_jsrr(loss)
+
+    # -- STARS' JSRR penalty on the loss's forwards ------------------------------------------------------------------
+
+    def _jsrr_option(self) -> dict:
+        """``{"jsrr": JSRROptions}`` for a forward the loss backpropagates through, with the penalty on; else ``{}``."""
+        if not (self.args.jsrr_weight > 0 and self.model.training and torch.is_grad_enabled()):
+            return {}
+        from ..modeling.regularization import JSRROptions
+
+        return {"jsrr": JSRROptions(iters=self.args.jsrr_power_iters)}
+
+    def _keep_radius(self, outputs) -> None:
+        radius = getattr(outputs, "spectral_radius", None)
+        if radius is not None and getattr(self, "_radii", None) is not None:
+            self._radii.append(radius.float())
+
+    def _with_jsrr(self, loss: torch.Tensor) -> torch.Tensor:
+        """``loss + jsrr_weight * mean(rho^2)`` over the rows of the loss's forwards (each at its count), divided as
+        the policy loss is for gradient accumulation; the radius and the penalty logged."""
+        radii, self._radii = self._radii, None
+        if not radii:
+            return loss
+        rho = torch.cat(radii)
+        penalty = (rho**2).mean()
+        metrics = self._metrics["train"]
+        metrics["spectral_radius"].append(self.accelerator.gather(rho.detach().mean()).mean().item())
+        metrics["jsrr_penalty"].append(self.accelerator.gather(penalty.detach()).mean().item())
+        return loss + self.args.jsrr_weight * penalty / self.current_gradient_accumulation_steps
 
     # -- log-probabilities through the model's own forward -------------------------------------------------------
 
@@ -296,8 +338,9 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
             for chunk in rows.split(size):
                 ids, mask = input_ids[chunk], attention_mask[chunk]
                 with self.accelerator.autocast():
-                    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-                logps, entropy = completion_logps(logits, ids, logits_to_keep, self.temperature, True)
+                    out = model(input_ids=ids, attention_mask=mask, use_cache=False, **self._jsrr_option())
+                self._keep_radius(out)
+                logps, entropy = completion_logps(out.logits, ids, logits_to_keep, self.temperature, True)
                 parts.append((logps, entropy if compute_entropy else entropy.detach()))
             return tuple(torch.cat(p) for p in zip(*parts))
 
@@ -313,7 +356,9 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
         def rows_exits(rows):
             ids, mask = input_ids[rows], attention_mask[rows]
             with self.accelerator.autocast():
-                out = model(input_ids=ids, attention_mask=mask, use_cache=False, output_hidden_states=True)
+                out = model(input_ids=ids, attention_mask=mask, use_cache=False, output_hidden_states=True,
+                            **self._jsrr_option())  # fmt: skip
+            self._keep_radius(out)
             per_exit = [
                 completion_logps(lm_head(state[:, -keep - 1 :]), ids, keep, self.temperature)[0]
                 for state in out.hidden_states[1:]
