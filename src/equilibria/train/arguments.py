@@ -319,7 +319,11 @@ def parse_train_args(argv: list[str]):
         description=TRAIN_HELP,
     )
     # --help: the model and data groups first, then the (long) training flags, titled
-    parser._optionals.title = f"training: transformers' TrainingArguments, then {family}'s own (at the end)"
+    parser._optionals.title = (
+        "training: TRL's GRPOConfig (transformers' TrainingArguments, then TRL's), then LoopGRPOConfig's own (at the end)"
+        if trainer == "grpo"
+        else f"training: transformers' TrainingArguments, then {family}'s own (at the end)"
+    )
     parser._action_groups.append(parser._action_groups.pop(parser._action_groups.index(parser._optionals)))
     parser.set_defaults(family=family)  # the arguments' own checks know the family (the checkpoint's, or the default)
 
