@@ -82,10 +82,12 @@ SIZES = [
     ("--loops 1,2,4,8,16", "--loops 1,4 --num_examples 8"),
     ("--max_steps 3000 --min_loops 2", "--max_steps 2 --test_size 8 --min_loops 2"),  # the README's fine-tune
     ("equilibria audit out --output_dir out", "equilibria audit out --output_dir out --num_examples 16"),
-    (  # docs/rl.md's GRPO on the README's model: 2 steps of 2 prompts x 4 rollouts
-        "--learning_rate 5e-5 --use_cpu --max_steps 150",
-        "--learning_rate 5e-5 --use_cpu --max_steps 2 --train_size 64 --test_size 8 --per_device_train_batch_size 8 "
-        "--num_generations 4",
+    (  # docs/rl.md's GRPO run of the RL benchmark, on the README's model: 2 steps of 2 prompts x 4 rollouts
+        "--model_name_or_path benchmarks/results/rl_runs/base --task addition --reward exact_match --output_dir rl-grpo "
+        "--seed 0 --train_size 8000 --test_size 200 --max_steps 200 --learning_rate 5e-05 --beta 0 "
+        "--per_device_train_batch_size 64 --num_generations 8",
+        "--model_name_or_path out --task addition --reward exact_match --output_dir rl-grpo --seed 0 --train_size 64 "
+        "--test_size 8 --max_steps 2 --learning_rate 5e-05 --beta 0 --per_device_train_batch_size 8 --num_generations 4",
     ),
 ]
 
