@@ -78,10 +78,15 @@ def cli(argv: list[str]) -> None:
         raise SystemExit(f"equilibria {' '.join(argv)} exited with {code}")
 
 
+def split_sizes(args) -> tuple[int, int]:
+    """The base model's training and test problems (its split, which the RL runs keep)."""
+    return (64, 8) if args.quick else (8000, 200)
+
+
 def sizes(args) -> list[str]:
-    if args.quick:
-        return ["--train_size", "64", "--test_size", "8", "--hidden_size", "16"]
-    return ["--train_size", "8000", "--test_size", "200"]
+    """The flags of the base's split (and, in --quick, its width)."""
+    train, test = split_sizes(args)
+    return ["--train_size", str(train), "--test_size", str(test), *(["--hidden_size", "16"] if args.quick else [])]
 
 
 def base_model(args) -> dict:
@@ -103,7 +108,7 @@ def base_model(args) -> dict:
     result = {"run": "base", "seed": 0, "steps": stopped["steps"], "of_steps": args.base_steps}
     result["validation_at_4"] = stopped["validation_at_4"]  # {checkpoint step: exact match}, the ones bisection read
     result["accuracy"] = test_scaling(args, folder)
-    result["data"] = f"the {sizes(args)[3]}-problem test split generated with the training data (seed 0)"
+    result["data"] = f"the {split_sizes(args)[1]}-problem test split generated with the training data (seed 0)"
     result["command"] = (
         f"equilibria train --family ouro --task addition --seed 0 --max_steps {args.base_steps} --save_steps 5, "
         f"stopped at step {stopped['steps']}"
@@ -130,7 +135,7 @@ def test_scaling(args, folder: Path) -> dict:
 
     from equilibria.tasks import build_addition_dataset, exact_match
 
-    train, test = (int(v) for v in sizes(args)[1:4:2])
+    train, test = split_sizes(args)
     rows = build_addition_dataset(2, train, test, seed=0)["test"]
     model, tokenizer = AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
     return {n: round(exact_match(model, tokenizer, rows, int(n)), 4) for n in EVAL_LOOPS.split(",")}
@@ -145,7 +150,7 @@ def validation_rows(args):
 
     from equilibria.tasks import build_addition_dataset
 
-    train, test = (int(v) for v in sizes(args)[1:4:2])
+    train, test = split_sizes(args)
     base = build_addition_dataset(2, train, test, seed=0)
     used = set(base["train"]["prompt"]) | set(base["test"]["prompt"])
     free = [(a, b) for a in range(100) for b in range(100) if f"{a}+{b}=" not in used]
@@ -181,20 +186,25 @@ def choose_learning_rates(args, objectives: list[str]) -> dict:
     return {o: max(sorted(sweep[o], key=float), key=lambda r: sweep[o][r]) for o in objectives}
 
 
+def grpo_argv(args, folder: Path) -> list[str]:
+    """The flags every RL run here shares: GRPO on the base folder's addition prompts with ``exact_match``, into
+    ``folder``; ``--prompts`` x ``--generations`` rollouts of at most 4 tokens per step, no reference model."""
+    argv = ["--trainer", "grpo", "--model_name_or_path", str(args.work / "base"), "--task", "addition"]
+    argv += ["--reward", "exact_match", "--output_dir", str(folder), "--beta", "0"]
+    argv += ["--per_device_train_batch_size", str(args.prompts * args.generations)]
+    return [*argv, "--num_generations", str(args.generations), "--max_completion_length", "4"]
+
+
 def rl_run(args, objective: str, seed: int, learning_rate: float, folder=None, eval_loops: str = EVAL_LOOPS) -> dict:
     """``equilibria train --trainer grpo`` on the base folder; its loop scaling and training log."""
     folder = folder or args.work / f"{objective}_seed{seed}"
-    batch = args.prompts * args.generations
-    argv = ["train", "--trainer", "grpo", "--model_name_or_path", str(args.work / "base"), "--task", "addition"]
-    argv += ["--reward", "exact_match", "--output_dir", str(folder), "--seed", str(seed)]
-    argv += ["--data_seed_offset", str(-seed), *sizes(args)[:4]]  # the base's data seed (0): its split
-    rl = ["--max_steps", str(args.rl_steps), "--learning_rate", str(learning_rate), "--beta", "0"]
-    rl += ["--per_device_train_batch_size", str(batch), "--num_generations", str(args.generations)]
-    rl += ["--max_completion_length", "4", "--temperature", "1.0", "--logging_steps", "10"]
+    argv = [*grpo_argv(args, folder), "--seed", str(seed), "--data_seed_offset", str(-seed)]  # the base's data seed
+    argv += [*sizes(args)[:4], "--max_steps", str(args.rl_steps), "--learning_rate", str(learning_rate)]
+    argv += ["--temperature", "1.0", "--logging_steps", "10", *OBJECTIVES[objective]]
     from equilibria.train import train_and_evaluate
 
     start = time.perf_counter()
-    trainer, _ = train_and_evaluate([*argv[1:], *rl, *OBJECTIVES[objective], "--eval_loops", eval_loops, *QUIET])
+    trainer, _ = train_and_evaluate([*argv, "--eval_loops", eval_loops, *QUIET])
     wall = time.perf_counter() - start
     scaling = json.loads((folder / "loop_scaling.json").read_text())
     state = json.loads((folder / "training_history.json").read_text())[-1]
@@ -212,8 +222,7 @@ def rl_run(args, objective: str, seed: int, learning_rate: float, folder=None, e
         "wall_s": round(wall, 1),
         "threads": _threads(),
         "stage": state.get("reinforcement"),
-        "command": "equilibria "
-        + " ".join([*argv, *rl, *OBJECTIVES[objective], "--eval_loops", EVAL_LOOPS]).replace(f"{ROOT}/", ""),
+        "command": "equilibria train " + " ".join([*argv, "--eval_loops", eval_loops]).replace(f"{ROOT}/", ""),
     }
 
 
@@ -228,10 +237,7 @@ def step_cost(args, repeats: int = 3, steps: int = 12) -> dict:
     times = {objective: [] for objective in OBJECTIVES}
     for _ in range(repeats):
         for objective, flags in OBJECTIVES.items():
-            argv = ["--trainer", "grpo", "--model_name_or_path", str(args.work / "base"), "--task", "addition"]
-            argv += ["--reward", "exact_match", "--output_dir", str(args.work / "cost"), "--test_size", "0"]
-            argv += ["--max_steps", str(steps), "--per_device_train_batch_size", str(args.prompts * args.generations)]
-            argv += ["--num_generations", str(args.generations), "--max_completion_length", "4", "--beta", "0"]
+            argv = [*grpo_argv(args, args.work / "cost"), "--test_size", "0", "--max_steps", str(steps)]
             trainer, _ = train_and_evaluate([*argv, "--logging_steps", "1", *flags, *QUIET])
             times[objective] += [h["step_time"] for h in trainer.state.log_history if "step_time" in h][1:]
     median = {o: statistics.median(t) for o, t in times.items()}

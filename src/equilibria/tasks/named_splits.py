@@ -181,9 +181,9 @@ def build_task(
         tokenizer = record.tokenizer(**options)
         train = tokenize_for_training(raw["train"], tokenizer)
         fields = tokenizer_fields(tokenizer)
-        data = TaskData(task, train, raw["test"], fields, tokenizer, prints, description, record=extra)
-        data.prompts = raw["train"]
-        return data
+        return TaskData(
+            task, train, raw["test"], fields, tokenizer, prints, description, record=extra, prompts=raw["train"]
+        )
     train, test = (record.prepare(raw[split]) if record.prepare else raw[split] for split in ("train", "test"))
     fields = record.config_fields(train, f"generated {task}")
     columns = train.select_columns(["inputs", "labels"])

@@ -47,7 +47,7 @@ def exact_match(model, tokenizer, dataset: Dataset, num_loops: int, batch_size: 
     """Fraction of problems whose greedy continuation (up to eos, :func:`greedy_answers`) equals the answer, at
     ``num_loops``."""
     answers = greedy_answers(model, tokenizer, dataset, num_loops, batch_size, **generate_kwargs)
-    return sum(t.strip() == a.strip() for t, a in zip(answers, dataset["answer"])) / len(dataset)
+    return sum(exact_match_reward(answers, dataset["answer"])) / len(dataset)
 
 
 def evaluate_loop_scaling(

@@ -6,6 +6,7 @@ that would train something other than what was asked."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -464,11 +465,12 @@ def check_rl_args(model_args: ModelArguments, data_args: TrainDataArguments) -> 
 REWARDS = ("exact_match",)  # --reward's built-in names
 
 
+@functools.cache  # checked before anything is built, used after: a file of yours runs once
 def reward_function(spec: str):
     """``--reward``'s function: a built-in name (:data:`REWARDS`), ``module:function`` (an importable module) or
     ``path/to/file.py:function``; a one-line ``ValueError`` naming the flag when it cannot be found."""
-    import importlib.util
     import pkgutil
+    import runpy
 
     if spec == "exact_match":
         from ..tasks.text_scoring import exact_match_reward
@@ -479,15 +481,10 @@ def reward_function(spec: str):
         raise ValueError(f"--reward must be one of {REWARDS} or module:function (or file.py:function), got {spec!r}")
     try:
         if where.endswith(".py"):
-            loader = importlib.util.spec_from_file_location(Path(where).stem, where)
-            if loader is None or not Path(where).is_file():
-                raise ImportError(f"no file {where}")
-            module = importlib.util.module_from_spec(loader)
-            loader.loader.exec_module(module)
-            function = getattr(module, name, None)
+            function = runpy.run_path(where).get(name)
         else:
             function = pkgutil.resolve_name(f"{where}:{name}")
-    except ImportError as err:
+    except (ImportError, OSError) as err:
         raise ValueError(f"--reward {spec}: cannot import {where} ({err})") from None
     except AttributeError:
         function = None

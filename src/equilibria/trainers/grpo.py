@@ -250,16 +250,20 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
         default = self.loop.default_loops(head_model(self.model).config)
         return [default if count is None else count for count in counts]
 
+    def count_groups(self, counts: torch.Tensor):
+        """The rows (indices) of each loop count of ``counts``, each yielded inside :meth:`at_loops` of its count."""
+        for count in counts.unique().tolist():
+            with self.at_loops(int(count)):
+                yield (counts == count).nonzero().squeeze(1)
+
     def per_count(self, counts: torch.Tensor | None, size: int, compute) -> list[torch.Tensor]:
         """``compute(rows)`` (a tuple of tensors, rows first) run at each loop count of ``counts`` on the rows of that
         count, put back in row order (``counts=None``: every one of the ``size`` rows at the config's count)."""
         if counts is None:
             counts = torch.full((size,), self.loop.default_loops(head_model(self.model).config))
         order, parts = [], []
-        for count in counts.unique().tolist():
-            rows = (counts == count).nonzero().squeeze(1)
-            with self.at_loops(int(count)):
-                parts.append(compute(rows))
+        for rows in self.count_groups(counts):
+            parts.append(compute(rows))
             order.append(rows)
         back = torch.cat(order).argsort()
         return [torch.cat(outputs)[back.to(outputs[0].device)] for outputs in zip(*parts)]
@@ -276,12 +280,10 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
         """TRL's generation, once per loop count of the batch's rollouts (each at its count)."""
         if images is not None or multimodal_fields or self.tools:
             raise ValueError("LoopGRPOTrainer takes text prompts without tools")
-        counts = self._batch_counts
         completions = [None] * len(prompt_ids)
-        for count in counts.unique().tolist():
-            rows = (counts == count).nonzero().squeeze(1).tolist()
-            with self.at_loops(int(count)):
-                ids, _ = super()._generate_single_turn([prompt_ids[r] for r in rows], None, {}, num_generations)
+        for rows in self.count_groups(self._batch_counts):
+            rows = rows.tolist()
+            ids, _ = super()._generate_single_turn([prompt_ids[r] for r in rows], None, {}, num_generations)
             for row, completion in zip(rows, ids):
                 completions[row] = completion
         return completions, None
@@ -307,7 +309,7 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
 
     def _keep_radius(self, outputs) -> None:
         radius = getattr(outputs, "spectral_radius", None)
-        if radius is not None and getattr(self, "_radii", None) is not None:
+        if radius is not None and self._radii is not None:
             self._radii.append(radius.float())
 
     def _with_jsrr(self, loss: torch.Tensor) -> torch.Tensor:
