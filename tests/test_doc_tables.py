@@ -75,6 +75,20 @@ def test_marked_numbers_evaluate_fields_lists_and_seed_files(tmp_path, monkeypat
     assert number("{runs/a0.json:x} / 1e7", ".0e") == "1e-7"  # a short exponent
 
 
+def test_marked_numbers_take_the_items_of_a_list_a_filter_names(tmp_path, monkeypatch):
+    monkeypatch.setattr(engine, "RESULTS", tmp_path)
+    runs = [{"seed": s, "acc": a} for s, a in ((0, 1.0), (1, 0.99), (100, 0.93), (101, 0.97), (109, 0.96))]
+    (tmp_path / "r.json").write_text(json.dumps({"runs": runs}))
+    number = engine.number
+    assert number("min({r.json:runs[seed>=100].acc})", ".1%") == "93.0%"  # the seeds 0-2 runs left out
+    assert number("max({r.json:runs[seed<100].acc})", ".1%") == "100.0%"
+    assert number("count({r.json:runs[seed>=100].acc})", "d") == "3"
+    assert number("atleast(0.95, {r.json:runs[seed>=100].acc})", "d") == "2"
+    assert number("count({r.json:runs[seed==1].acc})", "d") == "1"
+    found = engine.numbers("<!-- num: min({r.json:runs[seed>=200].acc}) fmt=.1% -->1<!-- /num -->")[1]
+    assert len(found) == 1 and "cannot read it" in found[0]  # no run on those seeds: not a number
+
+
 def test_every_table_is_on_a_page_once():
     names = [m.group(2) for page in engine.pages() for m in engine.MARKED.finditer(page.read_text())]
     assert sorted(names) == sorted(pages.TABLES), "a table is on no page, or on two"

@@ -9,9 +9,12 @@ restates a JSON number is marked where it stands, on one line, with the field it
 
 ``FILE:PATH`` names a file under ``docs/results/`` and a field in it: keys joined by dots, a list index as a number
 (``rows.-1``: the last row), a key with a dot, a space or a bracket in brackets and quotes
-(``losses.expected.frozen["0.5"].accuracy``). A number computed from fields is an expression with each field in
+(``losses.expected.frozen["0.5"].accuracy``), and a key of the form ``[KEY OP NUMBER]`` (``OP``: ``>=``, ``<=``, ``>``,
+``<``, ``==``) takes the items of a list whose ``KEY`` compares so (``runs[seed>=100].accuracy.4``: the runs on seeds
+100 and up). A number computed from fields is an expression with each field in
 braces: ``{a.json:x} / {a.json:y}``, ``100 * ({a.json:x} - {b.json:x})``, ``min({...}, {...})`` (``+ - * /``,
-``min``, ``max``, ``mean``, ``se``: the standard error of the mean, ``count``, ``abs``, ``sqrt``). A ``*`` key takes
+``min``, ``max``, ``mean``, ``se``: the standard error of the mean, ``count``, ``atleast(T, ...)``: how many of the
+values are >= ``T``, ``abs``, ``sqrt``). A ``*`` key takes
 every item of a list (``min({a.json:rows.*.x})``), a ``*`` in the file every matching file
 (``{lm/llama/seed*.json:ppl}``); arithmetic on two such lists pairs their items (``mean({a/seed*.json:x} -
 {b/seed*.json:x})``: the mean per-seed difference). ``fmt`` is Python's format spec (``.1f``, ``+.1f``, ``.1%``: times
@@ -95,7 +98,9 @@ def render(text: str, where: str = "page", tables: dict[str, Callable[[], str]] 
 # ---- numbers in prose ------------------------------------------------------------------------------------------
 
 NUMBER = re.compile(r"<!-- num: (?P<spec>.+?) fmt=(?P<fmt>\S+) -->(?P<text>[^\n]*?)<!-- /num -->")
-_KEY = r"""(?:[^\s{}\[\]."':]+|\[(?:"[^"]*"|'[^']*'|-?\d+)\])"""
+_KEY = r"""(?:[^\s{}\[\]."':]+|\[(?:"[^"]*"|'[^']*'|-?\d+|\w+(?:>=|<=|==|>|<)-?[\d.]+)\])"""
+_FILTER = re.compile(r"(\w+)(>=|<=|==|>|<)(-?[\d.]+)")
+_COMPARE = {">=": float.__ge__, "<=": float.__le__, "==": float.__eq__, ">": float.__gt__, "<": float.__lt__}
 FIELD = re.compile(rf"(?P<file>[\w./*-][\w./*+-]*?\.json):(?P<path>{_KEY}(?:\.?{_KEY})*)")
 
 
@@ -126,6 +131,7 @@ FUNCTIONS: dict[str, Callable] = {
     "mean": lambda *values: sum(_flat(values)) / len(_flat(values)),
     "se": _se,
     "count": lambda *values: len(_flat(values)),
+    "atleast": lambda threshold, *values: sum(v >= threshold for v in _flat(values)),
     "abs": _each(abs),
     "sqrt": _each(lambda value: value**0.5),
 }
@@ -153,14 +159,22 @@ def field(file: str, path: str):
     if stamp not in _LOADED:
         _LOADED[stamp] = json.loads(path_on_disk.read_text())
     value = _LOADED[stamp]
-    keys = re.findall(r"""\[(?:"([^"]*)"|'([^']*)'|(-?\d+))\]|([^\s{}\[\]."':]+)""", path)
-    return _walk(value, [quoted or single or index or plain for quoted, single, index, plain in keys], file, path)
+    keys = re.findall(r"""\[(?:"([^"]*)"|'([^']*)'|(-?\d+)|(\w+(?:>=|<=|==|>|<)-?[\d.]+))\]|([^\s{}\[\]."':]+)""", path)
+    keys = [quoted or single or index or (f"?{test}" if test else plain) for quoted, single, index, test, plain in keys]
+    return _walk(value, keys, file, path)
 
 
 def _walk(value, keys: list[str], file: str, path: str):
     """Follow ``keys`` into ``value``; a ``*`` key takes every item of a list (or every value of an object) and
-    gives a list."""
+    gives a list, a ``?KEY>=N`` key (``[KEY>=N]`` in the path) the items of a list whose ``KEY`` compares so."""
     for n, key in enumerate(keys):
+        if key.startswith("?"):
+            name, op, bound = _FILTER.fullmatch(key[1:]).groups()
+            if not isinstance(value, list):
+                raise NumberError(f"{file}: [{key[1:]}] on something that is not a list on the way to {path}")
+            chosen = [item for item in value if isinstance(item, dict) and name in item]
+            chosen = [item for item in chosen if _COMPARE[op](float(item[name]), float(bound))]
+            return [_walk(item, keys[n + 1 :], file, path) for item in chosen]
         if key == "*":
             items = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else None
             if items is None:
