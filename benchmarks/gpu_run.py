@@ -488,9 +488,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sections", default="smoke,stars_reference", help=f"comma-separated, of {SECTIONS}")
     p.add_argument("--budget-s", type=float, default=500.0, help="seconds the sections may take (default 500)")
-    p.add_argument("--output-dir", type=Path, default=PREVIOUS, help="where the sections' JSON go")
+    p.add_argument(
+        "--output-dir",
+        type=Path,
+        default=None,
+        help=f"where the sections' JSON go (required to run sections; --summarize: default {PREVIOUS.relative_to(ROOT)})",
+    )
     p.add_argument("--previous", type=Path, default=PREVIOUS, help="stars_reference runs already measured")
     p.add_argument("--quick", action="store_true", help="every section tiny, on the CPU (about a minute)")
+    p.add_argument("--cpu", action="store_true", help="run the full-size sections without a CUDA GPU (hours, if ever)")
     p.add_argument("--summarize", action="store_true", help="only merge the sections' JSON into gpu_run.json")
     p.add_argument("--seeds", default="0", help="stars_reference: seeds (comma-separated; default 0)")
     p.add_argument("--arms", default="plain,stars,sampling", help=f"stars_reference: arms, of {ARMS}")
@@ -509,6 +515,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for flag, values, allowed in (("--sections", args.sections, SECTIONS), ("--arms", args.arms, ARMS)):
         if not values or set(values) - set(allowed):
             p.error(f"{flag} takes a comma-separated list of {', '.join(allowed)}; got {','.join(values)!r}")
+    if not (args.summarize or args.quick or args.cpu or torch.cuda.is_available()):
+        p.error(
+            "no CUDA GPU is visible to torch: --quick runs every section tiny on the CPU (seconds), --cpu runs the "
+            "full-size sections on it anyway (hours)"
+        )
+    if args.summarize:
+        args.output_dir = args.output_dir or PREVIOUS
+    elif args.output_dir is None:
+        p.error("--output-dir is required: the folder the sections' JSON are written to (the device run: $OUT)")
     if args.quick and not args.summarize and args.output_dir.resolve() == PREVIOUS.resolve():
         p.error(f"--quick writes toy results: give it an --output-dir other than {PREVIOUS.relative_to(ROOT)}")
     args.seeds = [int(seed) for seed in args.seeds.split(",")]

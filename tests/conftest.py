@@ -477,6 +477,7 @@ def tiny_phdeq(seed: int = 0, **overrides) -> PHDEQForSequenceClassification:
 def fine_tune(base, rows, out, *extra):
     argv = ["train", "--model_name_or_path", str(base), "--dataset_name", rows, "--output_dir", str(out)]
     argv += ["--max_steps", "6", "--save_steps", "3", "--logging_steps", "1", "--per_device_train_batch_size", "8"]
+    argv += ["--keep_checkpoints", "true"]  # the resume test reads them
     argv += ["--min_loops", "1", "--max_loops", "4", "--eval_loops", "1,2", "--learning_rate", "3e-3"]
     from equilibria.cli import main
 

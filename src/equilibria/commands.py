@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 from transformers import TextStreamer
+from transformers.generation import BaseStreamer
 
 from .command_arguments import (
     AuditArguments,
@@ -27,8 +28,17 @@ from .hub_cards.card import evaluation_record
 from .hub_cards.publish import write_model_card
 from .lm_eval_loops import lm_eval_at_loops, lm_eval_table, save_lm_eval
 from .loading import load_saved_model
-from .provenance import describe_weights, folder_results, read_result, shown_loop_scaling, weights_fingerprint
-from .scaling import Scoring, loop_scaling_report, loop_scores, metric_label, parse_loops, plot_labels
+from .modeling.looped_lm import FAR_BEYOND
+from .provenance import LOOP_SCALING_FILES, describe_weights, folder_results, read_result, shown_loop_scaling, weights_fingerprint
+from .scaling import (
+    Scoring,
+    loop_scaling_report,
+    loop_scores,
+    metric_label,
+    parse_loops,
+    plot_labels,
+    trained_loops,
+)
 from .tasks import tokenize_for_training
 from .tasks.tokenization import describe_characters, load_tokenizer, unknown_characters
 from .wording import with_article
@@ -106,11 +116,27 @@ def run_eval(
         data.record.update(breadth=breadth, select=scoring.select)
     scored = metric_label(data.metric, data_args.task or model_task(model))
     print(f"loop scaling of {args.model_path} ({model.config.model_type}) on {len(data.rows)} examples, {scored}")
-    saved = dict(weights=weights_fingerprint(args.model_path), plot=plot_labels(model, scored), by="equilibria eval")
+    stages = read_result(Path(args.model_path) / "training_history.json") if Path(args.model_path).is_dir() else None
+    trained = trained_loops(stages[-1].get("arguments")) if isinstance(stages, list) and stages else None
+    plot = plot_labels(model, scored, trained)
+    saved = dict(weights=weights_fingerprint(args.model_path), plot=plot, by="equilibria eval")
     print(
         "\n".join(loop_scaling_report(result, model.config.model_type, args.output_dir, data.record, halting, **saved))
     )
+    if args.output_dir:
+        print(_card_after_eval(model, args.model_path, args.output_dir))
     return result
+
+
+def _card_after_eval(model, model_path: str, output_dir: str) -> str:
+    """After ``equilibria eval --output_dir``: the model's card rewritten with the new results when they were
+    written into its own folder, else what to run to show them."""
+    folder, out = Path(model_path), Path(output_dir)
+    if folder.is_dir() and out.resolve() == folder.resolve():
+        path = write_model_card(model, folder, keep_previous=True)
+        return f"updated the model card {path} with these results"
+    written = out / LOOP_SCALING_FILES["equilibria eval"]
+    return f"the model card of {model_path} is unchanged: `equilibria card {model_path} --loop_scaling {written}` shows these"
 
 
 def _run_lm_eval(model, loops: list[int], args: EvalArguments, lm_eval: LmEvalArguments) -> dict:
@@ -198,12 +224,37 @@ def run_generate(args: GenerateArguments) -> str:
             raise ValueError(f"--exit_threshold must be in (0, 1] (1: no early exit), got {args.exit_threshold}")
         kwargs["exit_threshold"] = args.exit_threshold
     streamer = TextStreamer(tokenizer, skip_prompt=False, skip_special_tokens=True) if args.stream else None
+    configured = getattr(model.config, family_record(model).loops_key)
+    if streamer is None and args.num_loops is not None and args.num_loops > FAR_BEYOND * configured:
+        streamer = TokenProgress(args.max_new_tokens, f"generating at {args.num_loops} loops")  # minutes: say so
     with torch.no_grad():
         out = model.generate(**enc, streamer=streamer, **kwargs)
+    if isinstance(streamer, TokenProgress):
+        streamer.end()
     text = tokenizer.decode(out[0], skip_special_tokens=True)
     if not args.stream:
         print(text)
     return text
+
+
+class TokenProgress(BaseStreamer):
+    """A progress bar (on stderr) over the tokens ``generate`` produces, for a generation far beyond the model's
+    loop count, which can run for minutes: each new token moves it, with its rate and time left."""
+
+    def __init__(self, total: int, what: str):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, desc=what, unit="token")
+        self.prompt_seen = False
+
+    def put(self, value) -> None:
+        if not self.prompt_seen:  # generate's first put is the prompt
+            self.prompt_seen = True
+            return
+        self.bar.update(1)
+
+    def end(self) -> None:
+        self.bar.close()
 
 
 def run_card(args: CardArguments) -> Path:

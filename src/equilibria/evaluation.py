@@ -143,12 +143,14 @@ def _exclusion(training: dict, kind: str) -> tuple[set[str], set[str], dict]:
     up_to = f" nor any of their {len(classes)} classes up to the task's symmetries" if classes else ""
     if training.get("split_by") == "board":
         up_to = " (but their symmetric variants may be: trained with --split_by board, a memorisation check)"
+    validation = set(training.get("validation_fingerprints", ()))
+    also = f" nor of its {len(validation)} validation questions" if validation else ""
     note = (
         f"no question of the model's training data ({training['description']}; {len(training['fingerprints'])} "
-        f"questions, from {TRAINING_RECORD}){up_to} is among them"
+        f"questions, from {TRAINING_RECORD}){up_to}{also} is among them"
     )
     held = training.get("split_by") != "board"  # a board split is a memorisation check, not held out up to symmetry
-    return set(training["fingerprints"]), classes, {"held_out": held, "note": note}
+    return set(training["fingerprints"]) | validation, classes, {"held_out": held, "note": note}
 
 
 def _generator_options(training: dict, task: str, given: dict) -> tuple[int, dict]:

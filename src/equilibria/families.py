@@ -461,7 +461,11 @@ def register_family(family: Family) -> Family:
     record."""
     taken = FAMILIES.get(family.model_type)
     if taken is not None and taken is not family:
-        raise ValueError(f"model_type {family.model_type!r} is already a family ({taken.config_class.__name__})")
+        raise ValueError(
+            f"model_type {family.model_type!r} is already a family ({taken.config_class.__name__}); a second record "
+            "under it would change what every folder of that type loads as: give yours another model_type (the same "
+            "record object again is a no-op)"
+        )
     if family.model_type not in family.loop.model_types:
         raise ValueError(
             f"{type(family.loop).__name__}.model_types is {family.loop.model_types}: it must name {family.model_type!r}"

@@ -14,10 +14,12 @@ def plot_loop_scaling(
     metric: str = "accuracy",
     data: str | None = None,
     mark_label: str = "trained",
+    trained: list[int] | None = None,
 ) -> bool:
     """``metric`` (%) against ``num_loops`` (log scale), one line per curve, a dotted line at ``mark`` (the trained
-    or configured loop count, labelled ``mark_label``), ``data`` (what it was computed on) under the title. Returns
-    False (no file) when matplotlib is not installed."""
+    or configured loop count, labelled ``mark_label``), a shaded span over ``trained`` (``[fewest, most]``: the loop
+    counts sampled in training), ``data`` (what it was computed on) under the title. Returns False (no file) when
+    matplotlib is not installed."""
     try:
         import matplotlib
     except ImportError:
@@ -29,6 +31,8 @@ def plot_loop_scaling(
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for (label, result), marker in zip(curves.items(), "osx^v"):
         ax.plot(list(result), [100 * v for v in result.values()], marker=marker, label=label)
+    if trained is not None:
+        ax.axvspan(trained[0], trained[1], color="gray", alpha=0.12, label=f"trained at {trained[0]}-{trained[1]} loops")
     if mark is not None:
         ax.axvline(mark, color="gray", ls=":", lw=1, label=f"{mark_label}: {mark} loops")
     ax.set_xscale("log", base=2)
@@ -39,7 +43,7 @@ def plot_loop_scaling(
     ax.set_ylim(-3, 103)
     ax.set_title(title if data is None else f"{title}\n{data}", fontsize=10 if data is None else 8)
     ax.grid(alpha=0.3)
-    if len(curves) > 1 or mark is not None:
+    if len(curves) > 1 or mark is not None or trained is not None:
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -39,7 +39,8 @@ def parse_loops(text: str, flag: str = "--loops", minimum: int = 0) -> list[int]
 
 @dataclass(frozen=True)
 class Scoring:
-    """How an evaluator scores: ``model_path`` is the folder whose tokenizer a language model reads, ``metric``
+    """How an evaluator scores: ``model_path`` is the folder whose tokenizer a language model reads (or
+    ``tokenizer``, the tokenizer itself, for a model not saved yet), ``metric``
     what a language model is scored by on rows of text (``"task"``: exact match of greedy answers,
     ``"token_accuracy"``, ``"exact_match"``); ``halt_threshold``, ``breadth`` and ``select`` are a puzzle solver's
     search (:func:`solver_scaling`)."""
@@ -50,6 +51,7 @@ class Scoring:
     halt_threshold: float | None = None
     breadth: int = 1
     select: str = "residual"
+    tokenizer: object = None
 
     @property
     def searches(self) -> bool:
@@ -70,7 +72,7 @@ class LoopScores:
 def _causal_lm(model, data, loops: list[int], scoring: Scoring) -> LoopScores:
     """A language model: next-token accuracy on the labelled tokens of tokenised rows (``token_accuracy``), else
     exact match of its greedy answers to the rows' prompts."""
-    tokenizer = load_tokenizer(scoring.model_path, "prompts")
+    tokenizer = scoring.tokenizer or load_tokenizer(scoring.model_path, "prompts")
     if scoring.metric == "token_accuracy":
         return LoopScores({n: token_accuracy(model, data, n, tokenizer, batch_size=scoring.batch_size) for n in loops})
     return LoopScores(evaluate_loop_scaling(model, tokenizer, data, loops=loops, batch_size=scoring.batch_size))
@@ -272,17 +274,32 @@ def metric_label(metric: str, task: str | None) -> str:
     return task_record(task).metric if metric == "task" else metric.replace("_", " ")
 
 
-def plot_labels(model, metric: str) -> dict:
-    """What ``loop_scaling.png`` names: the ``metric`` scored and the loop count of the model's config, marked (for a
-    folder ``equilibria train`` wrote, the count it trained at)."""
+def plot_labels(model, metric: str, trained: tuple[int, int] | None = None) -> dict:
+    """What ``loop_scaling.png`` names: the ``metric`` scored and the loop count of the model's config, marked, and
+    the loop counts of its last training stage where known (``trained``: the fewest and most; a range when they were
+    sampled, as STARS samples them)."""
     count = getattr(model.config, family_record(model).loops_key, None)
-    return {"metric": metric, "mark": count, "mark_label": "its config's count"}
+    if trained is None:
+        return {"metric": metric, "mark": count, "mark_label": "its config's count"}
+    low, high = trained
+    if low == high:
+        label = "trained at (its config's count)" if low == count else f"its config's count (trained at {low})"
+        return {"metric": metric, "mark": count, "mark_label": label}
+    return {"metric": metric, "mark": count, "mark_label": "its config's count, a plain call's", "trained": [low, high]}
+
+
+def trained_loops(arguments: dict | None) -> tuple[int, int] | None:
+    """``(fewest, most)`` loop counts a training stage drew (its recorded ``arguments``' ``min_loops`` and
+    ``max_loops``), or ``None`` where it records none."""
+    low, high = (arguments or {}).get("min_loops"), (arguments or {}).get("max_loops")
+    return (int(low), int(high)) if isinstance(low, int) and isinstance(high, int) else None
 
 
 __all__ = [
     "EVALUATORS",
     "metric_label",
     "plot_labels",
+    "trained_loops",
     "LoopScores",
     "Scoring",
     "loop_scaling_report",

@@ -176,7 +176,7 @@ def build_model_card(
     example = _example_prompt(model, training_record)
     sections = [
         _intro(model, family, text, title, base_model, adapter),
-        _loading(head, usage, repo_id or "path/to/this/folder", adapter, example, family, config),
+        _loading(head, usage, repo_id or "path/to/this/folder", adapter, example, family, config, rows),
         _loop_scaling_section(loop_scaling, rows, loop_scaling_plot, dataset_label + note, task_name, metric, halting),
         _lm_eval_section(lm_eval, lm_eval_plot),
         _audit_section(audit_data),
@@ -254,11 +254,15 @@ def _split(evaluated: dict | None, training_record: dict | None) -> str:
 
 def _example_prompt(model, training_record: dict | None) -> str:
     """The prompt of the card's usage snippet: one in the format of the model's task (its record's), or, for a model
-    last trained on rows of your own, a placeholder naming them (the card is published; the training record keeps
-    fingerprints of the rows, never the rows themselves)."""
+    last trained on prompt/completion rows of your own, the prompt of one held-out row (its training record's
+    ``example_prompt``; the record keeps fingerprints of the other rows, never the rows), else a placeholder naming
+    them."""
     task = model_task(model)
     if task in TASK_RECORDS and not trained_on_rows(model.config, training_record):
         return task_record(task).prompt_format or ""
+    example = (training_record or {}).get("example_prompt")
+    if example:  # a held-out row's prompt, as a Python string's contents
+        return json.dumps(example)[1:-1]
     label = ((training_record or {}).get("source") or {}).get("label")
     return f"<a prompt like those of {label}>" if label else "<a prompt like those it was trained on>"
 
@@ -396,14 +400,17 @@ def _loading(
     prompt: str | None = None,
     family=None,
     config=None,
+    rows: list[tuple[int, float]] | None = None,
 ) -> list[str]:
     """How to load the model, with and without the package, and the head's ``usage`` snippet (``{where}``: the repo
-    id or folder; ``{prompt}``: an input in the format of the model's task, from its record)."""
+    id or folder; ``{prompt}``: an input in the format of the model's task, from its record; ``{loops}``: the loop
+    count it scores best at in ``rows``, its loop scaling, else its config's)."""
+    loops, note = _usage_loops(rows or [], family, config)
     usage_lines = [
         "## How to use it",
         "",
         "```python",
-        *[line.format(where=where, prompt=prompt or "") for line in usage],
+        *[line.format(where=where, prompt=prompt or "", loops=loops, loops_note=note) for line in usage],
         "```",
         "",
     ]
@@ -438,6 +445,16 @@ def _loading(
         "",
         *usage_lines,
     ]
+
+
+def _usage_loops(rows: list[tuple[int, float]], family, config) -> tuple[int, str]:
+    """``(count, where it comes from)`` for the usage snippet: the loop count of the highest accuracy in the loop
+    scaling (the fewest loops among equals), else the config's count."""
+    if rows:
+        loops, accuracy = max(rows, key=lambda row: (row[1], -row[0]))
+        return loops, f"{accuracy:.1%} at {loops} loops in the loop scaling below, its best"
+    configured = getattr(config, family.loops_key, None) if family is not None and config is not None else None
+    return (configured or 4), "the count saved in its config; measure others with equilibria eval"
 
 
 def _curves(loop_scaling, rows) -> dict[str, dict[int, float]]:
@@ -574,6 +591,8 @@ def _stage_lines(number: int, total: int, stage: dict) -> list[str]:
             f"{', '.join(lora['target_modules'])}" + (f", {kept}" if kept else "") + ".",
             "",
         ]
+    if stage.get("kept"):
+        lines += [kept_sentence(stage["kept"]), ""]
     task_recipe = stage.get("task_recipe")
     if task_recipe:
         changed = ", ".join(f"`{k}={v}`" for k, v in (task_recipe.get("overrides") or {}).items())
@@ -610,6 +629,22 @@ def _stage_lines(number: int, total: int, stage: dict) -> list[str]:
         lines += ["| " + " | ".join(_loss_cell(v) for v in row) + " |" for row in losses]
         lines.append("")
     return lines
+
+
+def kept_sentence(kept: dict) -> str:
+    """Which step's weights a validated run ended with, and why (a training stage's ``kept``:
+    :meth:`~equilibria.trainers.common.ValidationMixin.kept_checkpoint`)."""
+    value = "" if kept.get("accuracy") is None else f" ({kept['accuracy']:.1%})"
+    if kept.get("stopped_at_target"):
+        why = f"the first to reach the target {kept['target']:.1%}, where training stopped"
+    elif kept.get("how") == "best":
+        why = f"the best of {len(kept['evaluations'])} validations, one every {kept['every']} steps"
+    else:
+        why = "the last step's (--load_best_model_at_end off)"
+    return (
+        f"The weights are those of step {kept['step']} of {kept['steps_run']}{value} on validation, "
+        f"{kept['validation']}: {why}."
+    )
 
 
 def _loss_cell(value) -> str:

@@ -16,7 +16,7 @@ LM_USAGE = (
     "",
     'tokenizer = AutoTokenizer.from_pretrained("{where}")',
     'inputs = tokenizer("{prompt}", return_tensors="pt")',
-    "out = model.generate(**inputs, num_loops=8, max_new_tokens=8)",
+    "out = model.generate(**inputs, num_loops={loops}, max_new_tokens=8)  # {loops_note}",
 )
 
 #: a looped LM transformers ships reads its loop count from its config; ``looped`` gives it ``num_loops`` per call
@@ -33,6 +33,8 @@ TRANSFORMERS_LM_USAGE = (
 class FamilyText:
     """What a family's model card says about it: ``usage`` maps a head kind
     (:data:`~equilibria.families.HEAD_KINDS`) to its usage snippet (``{where}`` stands for the repo id or folder,
+    ``{loops}`` for the loop count the model scores best at in its loop scaling and ``{loops_note}`` for where that
+    count comes from,
     ``{prompt}`` for an input in its task's format); ``notes`` gives the card's lines on a config's own choices."""
 
     name: str
@@ -180,7 +182,9 @@ FAMILY_TEXTS: dict[str, FamilyText] = {
         tags=("deep-equilibrium", "looped-lm"),
         usage={
             "causal_lm": LM_USAGE,
-            "puzzle_cells": ("out = model(puzzles, num_loops=16)  # out.logits.argmax(-1): one answer per cell",),
+            "puzzle_cells": (
+                "out = model(puzzles, num_loops={loops})  # {loops_note}; out.logits.argmax(-1): one answer per cell",
+            ),
         },
         citation=ATTRACTOR_BIBTEX,
         notes=_attractor_card_notes,
@@ -192,7 +196,7 @@ FAMILY_TEXTS: dict[str, FamilyText] = {
         tags=("recurrent-reasoning", "deep-equilibrium"),
         usage={
             "puzzle_solver": (
-                'out = model.solve(puzzles, depth=64, breadth=16, select="residual")  # answers per puzzle',
+                'out = model.solve(puzzles, depth={loops}, breadth=16, select="residual")  # {loops_note}',
             )
         },
         citation=EQR_BIBTEX,

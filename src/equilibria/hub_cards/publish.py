@@ -209,6 +209,10 @@ def record_training_stage(folder, trainer, source=None) -> list[dict]:
     card_stage = getattr(trainer, "card_stage", None)
     if callable(card_stage):  # what a trainer adds of its own (LoopGRPOTrainer: the objective, rewards, loop count)
         stage.update(card_stage())
+    kept = getattr(trainer, "kept_checkpoint", None)
+    kept = kept() if callable(kept) else None
+    if kept:  # a validated run: which step's weights it ended with, and why
+        stage["kept"] = {**kept, "evaluations": _thin(kept["evaluations"], keep=12)}
     lora = getattr(trainer, "lora", None) or lora_settings(trainer.model)
     if lora:
         stage["lora"] = lora

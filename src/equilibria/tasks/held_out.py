@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from datasets import Dataset, DatasetDict
 
@@ -32,26 +33,55 @@ def held_out_count(rows: int) -> int:
     return min(200, max(5, rows // 10))
 
 
-def split_rows(splits: DatasetDict, train_split: str, test_split: str, test_size: int | None, seed: int):
-    """``(train, test, the split the test rows come from)``, numbered (:func:`numbered`), the training rows shuffled
-    with ``seed``; ``test_size`` ``None``: at most 200 rows of the test split, else :func:`held_out_count` rows of
-    the training split."""
+def split_rows(
+    splits: DatasetDict,
+    train_split: str,
+    test_split: str,
+    test_size: int | None,
+    seed: int,
+    validation_size: int | None = 0,
+):
+    """``(train, test, the split the test rows come from, validation)``, numbered (:func:`numbered`), the training
+    rows shuffled with ``seed``; ``test_size`` ``None``: at most 200 rows of the test split, else
+    :func:`held_out_count` rows of the training split. ``validation_size`` rows (``None``: :func:`held_out_count`) are
+    held out of the training split after the test rows (``validation`` is ``None`` for 0)."""
     train = numbered(splits[train_split]).shuffle(seed=seed)
+    test = None
     if test_split in splits and test_split != train_split:
         test = numbered(splits[test_split])
-        return train, test.select(range(min(200 if test_size is None else test_size, len(test)))), test_split
-    if test_size is None and len(train) < 10:
+        test = test.select(range(min(200 if test_size is None else test_size, len(test))))
+    elif test_size is None and len(train) < 10:
         raise ValueError(
             f"the data has {len(train)} rows, too few to hold some out for the evaluation: give more rows, a "
             f"{test_split!r} split, or --test_size 0 (no held-out evaluation)"
         )
-    test_size = held_out_count(len(train)) if test_size is None else test_size
-    if test_size >= len(train):
+    taken = 0 if test is not None else held_out_count(len(train)) if test_size is None else test_size
+    validation = held_out_count(len(train)) if validation_size is None else validation_size
+    if taken + validation >= len(train):
+        flags = [f"--{name} {n}" for name, n in (("test_size", taken), ("validation_size", validation)) if n]
+        one = len(flags) == 1
         raise ValueError(
-            f"--test_size {test_size} holds out every one of the {len(train)} training rows; make it smaller "
-            f"(0 skips the evaluation) or give a {test_split!r} split"
+            f"{' and '.join(flags)} {'holds' if one else 'hold'} out every one of the {len(train)} training rows; make "
+            f"{'it' if one else 'them'} smaller (0 skips {'the evaluation' if taken else 'the validation'}) or give a "
+            f"{test_split!r} split"
         )
-    return train.select(range(test_size, len(train))), train.select(range(test_size)), train_split
+    if test is None:
+        test, test_split = train.select(range(taken)), train_split
+    held = train.select(range(taken, taken + validation)) if validation else None
+    return train.select(range(taken + validation, len(train))), test, test_split, held
+
+
+class HeldOut(NamedTuple):
+    """What :func:`hold_out` returns: the training rows, the test rows (those asking a training question dropped),
+    the split the test rows come from, the training questions' keys, how many test rows were held out before the
+    drop, and the validation rows (``None``: none; those asking a training question dropped)."""
+
+    train: Dataset
+    test: Dataset
+    test_split: str
+    trained: list[str]
+    held: int
+    validation: Dataset | None = None
 
 
 def hold_out(
@@ -62,21 +92,24 @@ def hold_out(
     train_size: int | None,
     seed: int,
     keys: Callable[[Dataset], list[str]],
-):
-    """``(train, test, the split the test rows come from, the training questions' keys, how many rows were held out
-    before those asking a training question were dropped)``: :func:`split_rows`, the first ``train_size`` training
-    rows, and the test rows without those asking a training question (``keys(rows)``: what each row asks, e.g.
-    :func:`~equilibria.tasks.text_data.row_key`); :func:`held_out_counts` says what was dropped."""
+    validation_size: int | None = 0,
+) -> HeldOut:
+    """:func:`split_rows`, the first ``train_size`` training rows, and the test and validation rows without those
+    asking a training question (``keys(rows)``: what each row asks, e.g.
+    :func:`~equilibria.tasks.text_data.row_key`); :func:`held_out_counts` says what was dropped of the test rows."""
     if train_split not in splits:
         raise ValueError(f"--dataset_train_split {train_split!r} is not in the data (splits: {sorted(splits)})")
-    train, test, held_split = split_rows(splits, train_split, test_split, test_size, seed)
+    train, test, held_split, validation = split_rows(splits, train_split, test_split, test_size, seed, validation_size)
     if train_size is not None:
         train = train.select(range(min(train_size, len(train))))
     trained = keys(train)
     seen = set(trained)
-    held = len(test)
-    test = test.select([i for i, key in enumerate(keys(test)) if key not in seen])
-    return train, test, held_split, trained, held
+
+    def unseen(rows: Dataset) -> Dataset:
+        return rows.select([i for i, key in enumerate(keys(rows)) if key not in seen])
+
+    validation = unseen(validation) if validation is not None else None
+    return HeldOut(train, unseen(test), held_split, trained, len(test), validation)
 
 
 def held_out_counts(held: int, kept: int, same_class: int = 0) -> dict:
@@ -173,6 +206,7 @@ def read_held_out(record: dict, read: Callable[[str, str], Dataset], folder: str
 
 __all__ = [
     "POSITION",
+    "HeldOut",
     "content_keys",
     "describe_held_out_counts",
     "hold_out",

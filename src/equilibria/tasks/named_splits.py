@@ -160,6 +160,7 @@ def build_task(
     nodes: int = 16,
     split_by: str = "class",
     options: dict | None = None,
+    validation_size: int = 0,
 ) -> TaskData:
     """Fresh training and test splits of ``task``: ``digits`` (addition operands), ``size`` (sudoku / maze side),
     ``nodes`` (reachability graphs): the one the task's record names as its ``shape_option``. Puzzle test splits
@@ -167,7 +168,9 @@ def build_task(
     check, :meth:`~equilibria.tasks.registry.Task.draw`). ``options``: the task's format options (addition:
     ``reverse_answer``), kept in the training record (``generator``) with the shape, so that evaluation draws
     problems of the same kind. The training split is tokenised for text tasks; the test split is raw (puzzles and
-    classification tasks: their ``inputs``)."""
+    classification tasks: their ``inputs``). ``validation_size``: a validation split of that many problems as well
+    (:func:`validation_split`), raw like the test split, its questions recorded (``validation_fingerprints``) so
+    that no later evaluation draws them."""
     record = task_record(task)
     shape = {"digits": digits, "size": size, "nodes": nodes}.get(record.shape_option)
     options = record.check_options(options)
@@ -177,17 +180,48 @@ def build_task(
     extra = class_record(task, raw["train"], raw["test"], split_by)
     if record.shape_option is not None:
         extra["generator"] = {record.shape_option: shape, **options}
+    validation = validation_split(task, shape, raw, validation_size, seed, split_by, options)
+    if validation is not None:
+        extra["validation_fingerprints"] = sorted(set(fingerprints(task, validation)))
     if record.tokenizer is not None:
         tokenizer = record.tokenizer(**options)
         train = tokenize_for_training(raw["train"], tokenizer)
         fields = tokenizer_fields(tokenizer)
         return TaskData(
-            task, train, raw["test"], fields, tokenizer, prints, description, record=extra, prompts=raw["train"]
-        )
+            task, train, raw["test"], fields, tokenizer, prints, description, record=extra, prompts=raw["train"],
+            validation=validation,
+        )  # fmt: skip
     train, test = (record.prepare(raw[split]) if record.prepare else raw[split] for split in ("train", "test"))
+    if validation is not None and record.prepare:
+        validation = record.prepare(validation)
     fields = record.config_fields(train, f"generated {task}")
     columns = train.select_columns(["inputs", "labels"])
-    return TaskData(task, columns, test, fields, None, prints, description, record=extra)
+    return TaskData(task, columns, test, fields, None, prints, description, record=extra, validation=validation)
+
+
+VALIDATION_SEED_OFFSET = 1_000_000  # a validation split is drawn with the run's data seed plus this
+
+
+def validation_split(
+    task: str, shape, raw: DatasetDict, size: int, seed: int, split_by: str = "class", options: dict | None = None
+) -> Dataset | None:
+    """``size`` fresh raw problems of ``task`` held out like the test split of ``raw`` (the splits drawn with
+    ``seed``): none a training or test question and, for puzzles split by class, none in a training or test
+    puzzle's class; drawn with ``seed + VALIDATION_SEED_OFFSET``. ``None`` for ``size`` 0; ``ValueError`` when the
+    task has no problem left for it."""
+    if not size:
+        return None
+    exclude = set(fingerprints(task, raw["train"])) | set(fingerprints(task, raw["test"]))
+    classes = set()
+    if split_by == "class":
+        classes = set(class_fingerprints(task, raw["train"])) | set(class_fingerprints(task, raw["test"]))
+    rows = fresh_rows(task_record(task), shape, size, seed + VALIDATION_SEED_OFFSET, exclude, classes, split_by, options)
+    if not len(rows):
+        raise ValueError(
+            f"--validation_size {size}: no {task} problem of this size is left apart from the training and test "
+            "splits; make them smaller or pass --validation_size 0"
+        )
+    return rows
 
 
 def task_splits(name: str, task: str, config_name: str | None = None) -> DatasetDict:
@@ -227,20 +261,27 @@ def build_task_rows(
     test_size: int | None = None,
     train_size: int | None = None,
     seed: int = 0,
+    validation_size: int | None = 0,
 ) -> TaskData:
     """Training and held-out splits of ``task`` from a file of yours (:func:`task_splits`), as
     :func:`~equilibria.tasks.text_data.build_text_data` splits rows of text: ``test_split`` when there is one, else
     ``test_size`` rows (default a tenth, 5 to 200) held out of the shuffled ``train_split``; held-out puzzles that
     are training puzzles, or (a task with symmetries) in a training puzzle's class, dropped; ``record`` names the
-    held-out rows so that evaluation reads them again."""
+    held-out rows so that evaluation reads them again. ``validation_size`` rows of ``train_split`` (``None``: a
+    tenth, 5 to 200) are held out the same way for validation during training."""
     splits = task_splits(name, task, config_name)
     keys = functools.partial(fingerprints, task)
-    train, test, held_split, trained, held = hold_out(
-        splits, train_split, test_split, test_size, train_size, seed, keys
+    train, test, held_split, trained, held, validation = hold_out(
+        splits, train_split, test_split, test_size, train_size, seed, keys, validation_size
     )
     classes, distinct = set(class_fingerprints(task, train)), len(test)
-    if classes:  # held out up to symmetry: a rotated maze or relabelled Sudoku is the same puzzle
-        test = test.select([i for i, key in enumerate(class_fingerprints(task, test)) if key not in classes])
+
+    def unseen_classes(rows: Dataset) -> Dataset:  # held out up to symmetry: a rotated maze is the same puzzle
+        return rows.select([i for i, key in enumerate(class_fingerprints(task, rows)) if key not in classes])
+
+    if classes:
+        test = unseen_classes(test)
+        validation = unseen_classes(validation) if validation is not None else None
     source = {**source_of(name, config_name), "format": f"task:{task}", "task": task}
     where = "its test split" if held_split != train_split else "held out of it before training"
     none = "none a training question" + (" nor in a training puzzle's class" if classes else "")
@@ -249,6 +290,8 @@ def build_task_rows(
     if held:
         record["held_out_counts"] = held_out_counts(held, len(test), distinct - len(test))
     record.update(class_record(task, train, test))
+    if validation is not None:
+        record["validation_fingerprints"] = sorted(set(keys(validation)))
     columns = ["inputs", "labels"]
     return TaskData(
         f"dataset:{name}",
@@ -261,6 +304,7 @@ def build_task_rows(
         "task",
         what,
         record,
+        validation=validation,
     )
 
 
@@ -296,6 +340,24 @@ def eval_split(
     record = task_record(task)
     shape = record.shape_of(config)
     shape = {"digits": digits}.get(record.shape_option) if shape is None else shape
+    rows = fresh_rows(record, shape, num, seed, exclude, exclude_classes, split_by, options)
+    return record.prepare(rows) if record.prepare else rows
+
+
+def fresh_rows(
+    record: Task,
+    shape,
+    num: int,
+    seed: int,
+    exclude: set[str] | frozenset = frozenset(),
+    exclude_classes: set[str] | frozenset = frozenset(),
+    split_by: str = "class",
+    options: dict | None = None,
+) -> Dataset:
+    """``num`` raw rows of the task ``record`` at ``shape`` drawn with ``seed``, distinct by class or by board
+    (``split_by``), none whose question fingerprint is in ``exclude`` or whose class fingerprint is in
+    ``exclude_classes``; fewer only when the task has no more distinct questions."""
+    task = record.name
 
     def draw(n: int) -> Dataset:
         return record.draw(shape, 1, n, seed, split_by, options)["test"]
@@ -314,8 +376,7 @@ def eval_split(
         if len(rows) == num:
             break
         wanted = 2 * wanted + len(exclude) + len(exclude_classes)
-    rows = draw(num) if rows is None else rows
-    return record.prepare(rows) if record.prepare else rows
+    return draw(num) if rows is None else rows
 
 
 def kept_rows(task: str, rows: Dataset, exclude: set | frozenset, exclude_classes: set | frozenset = frozenset()):
@@ -353,6 +414,8 @@ __all__ = [
     "kept_rows",
     "eval_split",
     "fingerprints",
+    "fresh_rows",
+    "validation_split",
     "load_training_record",
     "ROWS_TASK",
     "held_out_split",

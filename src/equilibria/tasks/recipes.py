@@ -102,6 +102,17 @@ _LOOPED_LM_ADDITION = {
     "max_loops": 4,
     "jsrr_weight": 0.0,
 }
+# Validation during training: every 250 steps the validation split (200 problems apart from the training and test
+# splits) is scored at the trained loop count; the run stops once it reaches the target and ends with the best
+# checkpoint it saved (the test split is read once, after training)
+_VALIDATED = {
+    "eval_strategy": "steps",
+    "eval_steps": 250,
+    "save_strategy": "best",
+    "save_total_limit": 1,
+    "load_best_model_at_end": True,
+    "validation_target": 0.99,
+}
 
 
 # EqR on 6x6 Sudoku: benchmarks/bench_eqr_sudoku.py's settings (docs/benchmarks/eqr_sudoku.md: 91-96% at depth 8
@@ -130,9 +141,9 @@ RECIPES: dict[tuple[str, str], Recipe] = {
         # the last step's loss: what a fixed loop count reads (under the default expected-logits loss the exit gate
         # learns to exit early, and the 4th step's own logits go half-trained: 79.5% at 4 loops, 92% at 2)
         _looped_lm("ouro/addition", "a 0.33M-parameter Ouro (width 128, 2 layers) at 4 loops on 8000 generated "
-                   "2-digit sums, the last step's loss", exit_loss="final", max_steps=3000),
+                   "2-digit sums, the last step's loss", exit_loss="final", max_steps=6000, **_VALIDATED),
         _looped_lm("dory/addition", "a small DoryForCausalLM (width 128, 2 recurrent layers) at 4 passes on 8000 "
-                   "generated 2-digit sums"),
+                   "generated 2-digit sums", max_steps=5000, **_VALIDATED),
         _looped_lm("hrm_text/addition", "a small HrmTextForCausalLM (width 128) at 4 H-cycles on 8000 generated "
                    "2-digit sums (the Dory recipe; one seed's result in docs/cli.md#recipes)"),
         _looped_lm("inkling2_loop_text/addition", "a small Inkling2LoopForCausalLM (width 128) at 4 passes on 8000 "

@@ -16,7 +16,8 @@ class TaskData:
     rows of your own (:func:`~equilibria.tasks.text_data.build_text_data`) ``"token_accuracy"`` or
     ``"exact_match"``; ``test_description`` says what the test rows are; ``record``: what the training record
     (:func:`save_training_record`) adds for rows of your own (their source and which are held out); ``prompts``: the
-    training rows untokenised (``prompt``, ``answer``) of a generated text task, for reinforcement learning."""
+    training rows untokenised (``prompt``, ``answer``) of a generated text task, for reinforcement learning;
+    ``validation``: rows held out like ``test`` and in its form, that training is validated on (``None``: none)."""
 
     name: str
     train: Dataset
@@ -29,6 +30,7 @@ class TaskData:
     test_description: str = ""
     record: dict = field(default_factory=dict)
     prompts: Dataset | None = None  # a generated text task's training rows as drawn (prompt, answer): what RL reads
+    validation: Dataset | None = None
 
 
 __all__ = ["TaskData"]

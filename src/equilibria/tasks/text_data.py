@@ -271,6 +271,7 @@ def build_text_data(
     metric: str = "token_accuracy",
     seed: int = 0,
     columns: dict[str, str] | None = None,
+    validation_size: int | None = 0,
 ):
     """A :class:`~equilibria.tasks.TaskData` from your rows: ``train_split`` encoded for training (its first
     ``train_size`` rows after a seeded shuffle, all by default), and the held-out rows the loop-scaling evaluation
@@ -280,7 +281,8 @@ def build_text_data(
     labelled tokens, every format) or ``"exact_match"`` (the greedy completion equals the reference,
     prompt/completion rows). ``columns``: the rows' own columns mapped onto a format (``--dataset_columns``,
     :func:`~equilibria.tasks.row_files.map_columns`). ``record`` says where the rows come from and which are held out
-    (:func:`held_out_rows` reads them again)."""
+    (:func:`held_out_rows` reads them again). ``validation_size`` rows of the training split (``None``: a tenth, 5
+    to 200) are held out as well, for validation during training (``validation``, in the test rows' form)."""
     from .task_data import TaskData
 
     splits = load_rows(name, config_name, columns)
@@ -288,9 +290,10 @@ def build_text_data(
         raise ValueError(f"--dataset_train_split {train_split!r} is not in {name} (splits: {sorted(splits)})")
     fmt = row_format(splits[train_split].column_names, name, text_field)
     source = text_source(name, config_name, fmt, text_field, max_length, metric, columns)
-    train, test, held_split, trained, held = hold_out(
-        splits, train_split, test_split, test_size, train_size, seed, lambda rows: row_keys(rows, source)
-    )
+    train, test, held_split, trained, held, validation = hold_out(
+        splits, train_split, test_split, test_size, train_size, seed, lambda rows: row_keys(rows, source),
+        validation_size,
+    )  # fmt: skip
     label = source["label"]
     where = (
         f"({held_split} split)"
@@ -301,9 +304,14 @@ def build_text_data(
     record = {"source": source, **({"held_out": held_out_record(held_split, test, description)} if len(test) else {})}
     if held:
         record["held_out_counts"] = held_out_counts(held, len(test))
+    if validation is not None:
+        record["validation_fingerprints"] = sorted(set(row_keys(validation, source)))
+    if len(test) and fmt == "prompt_completion":  # the card's usage example: a real prompt of the data, held out
+        record["example_prompt"] = test[0]["prompt"]
     encoder = RowEncoder(tokenizer, fmt, name, text_field, max_length, packing)
     try:
         encoded, evaluated = encode_rows(train, encoder), evaluation_rows(test, source, tokenizer)
+        validation = evaluation_rows(validation, source, tokenizer) if validation is not None else None
     except ValueError as err:  # a bad row: name the file's first one, not the first met after the shuffle
         other = [splits[held_split]] if held_split != train_split else []
         raise first_bad_row([splits[train_split], *other], encoder) or err from None
@@ -317,6 +325,7 @@ def build_text_data(
         metric=metric,
         test_description=description,
         record=record,
+        validation=validation,
     )
 
 

@@ -28,6 +28,7 @@ from .arguments import (
 )
 from .building import LORA_SAVES, build, save_lora, with_lora
 from .results import held_out_line, write_results
+from .validation import remove_checkpoints, validation_for
 
 
 def run_train(argv: list[str]) -> dict:
@@ -52,17 +53,22 @@ def train_and_evaluate(argv: list[str]):
     if args.process_index == 0 and model_args.recipe_lines:
         print(model_args.recipe_lines[0] + _recipe_note(model_args.recipe))
     loops = parse_loops(data_args.eval_loops)
+    if model_args.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(model_args.torch_threads)
     set_seed(args.seed)
     model, data, collator = build(model_args, data_args, args.seed)
     if args.process_index == 0:
         print(f"training on {data.description}; {held_out_line(data)}")
     with _hub_errors_named(args, "before training: nothing was trained"):  # Trainer creates the Hub repo first
-        trainer = _trainer(model_args, args, model, data, collator)
+        trainer = _trainer(model_args, data_args, args, model, data, collator)
     trainer.task_recipe = model_args.recipe  # the training history and the card name it
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     trainer.save_model()
     result = {}
     if trainer.is_world_process_zero():
+        _report_kept(trainer, model_args)
         result = write_results(trainer, model_args, data_args, data, loops)
     if args.push_to_hub:
         with _hub_errors_named(args, f"the trained model is in {args.output_dir}; upload that folder later"):
@@ -70,7 +76,7 @@ def train_and_evaluate(argv: list[str]):
     return trainer, result
 
 
-def _trainer(model_args: ModelArguments, args, model, data, collator):
+def _trainer(model_args: ModelArguments, data_args: TrainDataArguments, args, model, data, collator):
     """The family's trainer on the training split, or ``--trainer grpo``'s ``LoopGRPOTrainer`` on the task's prompts
     with ``--reward``."""
     from ..trainers import callbacks_for, trainer_for
@@ -80,9 +86,13 @@ def _trainer(model_args: ModelArguments, args, model, data, collator):
             model=model,
             args=args,
             train_dataset=data.train,
+            eval_dataset=data.validation,
             data_collator=collator,
             processing_class=data.tokenizer,
             callbacks=callbacks_for(model_args.family),
+            validation=validation_for(
+                model, data, data_args.validation_loops, data_args.validation_target, data_args.task
+            ),
         )
     if data.prompts is None:
         raise ValueError(
@@ -92,6 +102,21 @@ def _trainer(model_args: ModelArguments, args, model, data, collator):
     reward = reward_function(model_args.reward)
     return trainer_class(model=model, reward_funcs=reward, args=args, train_dataset=data.prompts,
                          processing_class=data.tokenizer)  # fmt: skip
+
+
+def _report_kept(trainer, model_args: ModelArguments) -> None:
+    """Say which step's weights a validated run ends with, and remove the finished run's ``checkpoint-N`` folders
+    (unless ``--keep_checkpoints``): the output folder is the Hub-ready one."""
+    from ..hub_cards.card import kept_sentence
+
+    kept = getattr(trainer, "kept_checkpoint", None)
+    kept = kept() if callable(kept) else None
+    if kept:
+        print(kept_sentence(kept))
+    if not model_args.keep_checkpoints:
+        removed = remove_checkpoints(trainer.args.output_dir)
+        if removed:
+            print(f"removed {', '.join(removed)} from {trainer.args.output_dir} (--keep_checkpoints keeps them)")
 
 
 @contextlib.contextmanager

@@ -113,6 +113,20 @@ class ModelArguments:
             "o_proj; PH-DEQ: potential_q potential_c port)"
         },
     )
+    torch_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "CPU threads torch computes with (default: torch's, one per core). On a CPU that other work keeps "
+            "busy, 1 can run several times faster than more: the training bar shows the threads beside its rate"
+        },
+    )
+    keep_checkpoints: bool = field(
+        default=False,
+        metadata={
+            "help": "keep the checkpoint-N folders the Trainer saved in --output_dir once the run has finished (by "
+            "default they are removed, and the folder holds the trained model alone, ready to publish)"
+        },
+    )
     lora_save: str = field(
         default="merged",
         metadata={
@@ -127,6 +141,7 @@ class ModelArguments:
             ("num_layers", "a new model's layers"),
             ("num_attention_heads", "a new model's attention heads"),
             ("lora_r", "the LoRA rank"),
+            ("torch_threads", "the CPU threads torch computes with"),
         ):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -194,7 +209,32 @@ class TrainDataArguments(DataArguments):
         },
     )
     eval_loops: str = field(default="1,2,4,8", metadata={"help": "loop counts of the loop-scaling evaluation"})
-    data_seed_offset: int = field(default=0, metadata={"help": "added to --seed for the data"})
+    validation_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "examples of the validation split that --eval_strategy steps scores every --eval_steps (generated: "
+            "200 fresh problems held out like the test split; --dataset_name: a tenth of the training split, 5 to "
+            "200, held out before training); the test split is read once, after training"
+        },
+    )
+    validation_loops: int | None = field(
+        default=None,
+        metadata={"help": "the loop count the validation split is scored at (default: the model's config's)"},
+    )
+    validation_target: float | None = field(
+        default=None,
+        metadata={
+            "help": "stop training once the validation accuracy reaches this share (0 to 1); the run ends with the best "
+            "checkpoint (--load_best_model_at_end) or the weights that reached it"
+        },
+    )
+    data_seed_offset: int = field(
+        default=0,
+        metadata={
+            "help": "added to --seed for the data: the generated problems (training, test and validation) or the "
+            "shuffle of your rows; the same --seed with another offset trains the same initial weights on other data"
+        },
+    )
 
     def split_options(self) -> dict:
         """How ``--dataset_name``'s rows are split (the keywords of the row loaders: its config, splits and sizes)."""
@@ -222,6 +262,11 @@ class TrainDataArguments(DataArguments):
             raise ValueError(f"--augmentations must be >= 0, got {self.augmentations}")
         if self.test_size is not None and self.test_size < 0:
             raise ValueError(f"--test_size must be >= 0 (0: no held-out evaluation), got {self.test_size}")
+        if self.validation_size is not None and self.validation_size < 0:
+            raise ValueError(f"--validation_size must be >= 0 (0: no validation), got {self.validation_size}")
+        target = self.validation_target
+        if target is not None and not 0 < target <= 1:
+            raise ValueError(f"--validation_target must be a share of the validation rows in (0, 1], got {target}")
 
 
 TRAIN_HELP = (
@@ -268,12 +313,20 @@ def checkpoint_config(path: str):
 
     from ..families import family_record
 
+    local = Path(path).expanduser()
+    if local.is_dir() and not (local / "config.json").is_file():
+        raise ValueError(
+            f"--model_name_or_path {path}: a folder without config.json, not one written by save_pretrained (give "
+            "the folder equilibria train or save_pretrained wrote)"
+        )
+    if not local.exists() and (local.is_absolute() or path.startswith((".", "~")) or path.count("/") > 1):
+        raise ValueError(f"--model_name_or_path {path}: no such folder (and not a Hub id, which reads owner/name)")
     try:
         config = AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as err:
+        where = "cannot read a config.json there" if local.exists() else "no folder of that name here, nor on the Hub"
         raise ValueError(
-            f"--model_name_or_path {path}: cannot read a config.json there ({type(err).__name__}: "
-            f"{str(err).splitlines()[0][:200]})"
+            f"--model_name_or_path {path}: {where} ({type(err).__name__}: {str(err).splitlines()[0][:200]})"
         ) from None
     try:
         family_record(config)
@@ -343,11 +396,18 @@ def parse_train_args(argv: list[str]):
     if recipe is not None:  # a trainer preset also decides its own options (STARS': filled in where unset)
         own = getattr(arguments_class, "preset_options", ()) if preset is not None else ()
         below = {**file_values, **preset_defaults, **dict.fromkeys(own)}
+        # a run told not to evaluate or not to save (--eval_strategy no, --save_strategy no) keeps no best checkpoint
+        evaluate, save = _flag(argv, file_values, "eval_strategy"), _flag(argv, file_values, "save_strategy")
+        if "no" in (evaluate, save):
+            below["load_best_model_at_end"] = None
+        if evaluate == "no":  # and saves as the Trainer does (save_strategy "best" needs an evaluation)
+            below["save_strategy"] = None
         parser.set_defaults(**{k: v for k, v in recipe.settings.items() if k not in below})
     if _flag(argv, file_values, "output_dir") is None and not {"-h", "--help"} & set(argv):
         raise ValueError("--output_dir is required: the folder the trained model, its results and card are written to")
     model_args, data_args, args = parse_dataclasses(parser, argv, unknown)
     model_args.family = family
+    check_validation(model_args, data_args, args, given=lambda name: _flag(argv, file_values, name) is not None)
     if recipe is not None:  # what the run takes from it, for the start of the run, the record and the card
         used = {
             **vars(model_args),
@@ -379,6 +439,8 @@ def _recipe(parser, argv: list[str], family: str, size_given: bool = False):
         return recipe_for(family, given.task, fine_tune=True, lora=bool(given.use_peft))
     if given.task is None and given.dataset_name:
         return None
+    if given.task is not None:  # a task the family's heads do not take: the one-line refusal, before any recipe
+        FAMILIES[family].head_for_task(given.task, f"--family {family}")
     recipe = recipe_for(family, given.task or FAMILIES[family].default_task)
     return recipe.at_size(given.size if size_given else None) if recipe is not None else None
 
@@ -413,6 +475,45 @@ class UnusedFlags(UnknownFlags):
                 "trained here"
             )
         return parts + super().parts(others)
+
+
+VALIDATION_FLAGS = ("validation_size", "validation_loops", "validation_target")
+
+
+def check_validation(model_args: ModelArguments, data_args: TrainDataArguments, args, given) -> None:
+    """The validation during training: ``--eval_strategy`` (``steps``, ``epoch``) scores the validation split with
+    the task's accuracy (``Trainer``'s evaluation loss replaced by it), which ``--load_best_model_at_end`` and
+    ``--validation_target`` read. Refuses validation flags the run would ignore (``given(name)``: the flag is on the
+    command line or in the config file, not a recipe's default) and a best-checkpoint metric validation does not
+    report; with ``--eval_strategy no`` the recipe's validation settings are dropped."""
+    asked = [f"--{name}" for name in VALIDATION_FLAGS if given(name)]
+    if model_args.trainer == "grpo":
+        if asked:
+            raise ValueError(f"{', '.join(asked)}: the validation of the family trainers, not of --trainer grpo")
+        return
+    if str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no":
+        if asked:
+            raise ValueError(
+                f"{', '.join(asked)} set the validation that runs during training: add --eval_strategy steps "
+                "--eval_steps N"
+            )
+        data_args.validation_size, data_args.validation_target = 0, None
+        return
+    if data_args.validation_size == 0:
+        raise ValueError(
+            f"--eval_strategy {getattr(args.eval_strategy, 'value', args.eval_strategy)} scores the validation split, "
+            "and --validation_size 0 leaves none: give a size, or --eval_strategy no"
+        )
+    metric = args.metric_for_best_model
+    if metric in ("loss", "eval_loss") and not given("metric_for_best_model"):  # TrainingArguments' default
+        args.metric_for_best_model, args.greater_is_better = "accuracy", True
+    elif metric is not None and metric.removeprefix("eval_") != "accuracy":
+        raise ValueError(
+            f"--metric_for_best_model must be accuracy (what the validation reports: the task's measure at "
+            f"--validation_loops), got {metric!r}"
+        )
+    if data_args.validation_loops is not None:
+        check_num_loops(data_args.validation_loops, model_args.family)
 
 
 def check_train_args(model_args: ModelArguments, data_args: TrainDataArguments, args) -> None:
@@ -486,11 +587,38 @@ def reward_function(spec: str):
             function = pkgutil.resolve_name(f"{where}:{name}")
     except (ImportError, OSError) as err:
         raise ValueError(f"--reward {spec}: cannot import {where} ({err})") from None
+    except SyntaxError as err:
+        raise ValueError(f"--reward {spec}: {where} does not parse ({err.msg}, line {err.lineno})") from None
     except AttributeError:
         function = None
     if not callable(function):
         raise ValueError(f"--reward {spec}: {where} has no function {name!r}")
-    return function
+    return _checked_reward(function, spec)
+
+
+def _checked_reward(function, spec: str):
+    """``function`` called as TRL calls a reward, its result refused in one line unless it is a list of numbers (or
+    ``None``, TRL's "no reward for this row"), one per completion."""
+
+    import numbers
+
+    @functools.wraps(function)
+    def reward(*args, **kwargs):
+        values = function(*args, **kwargs)
+        completions = kwargs.get("completions", args[1] if len(args) > 1 else None)
+        wanted = len(completions) if completions is not None else None
+        if not isinstance(values, (list, tuple)) or (wanted is not None and len(values) != wanted):
+            got = f"a {type(values).__name__}" if not isinstance(values, (list, tuple)) else f"{len(values)} values"
+            raise ValueError(
+                f"--reward {spec}: returned {got}; a reward returns a list of floats, one per completion "
+                f"({wanted} here)"
+            )
+        bad = next((v for v in values if v is not None and not isinstance(v, numbers.Real)), None)
+        if bad is not None:
+            raise ValueError(f"--reward {spec}: returned {type(bad).__name__} {bad!r} among its values; each is a float")
+        return values
+
+    return reward
 
 
 def check_training_arguments(args) -> None:

@@ -70,7 +70,9 @@ def _task_data(task: str, data_args: TrainDataArguments, config, seed: int):
                 "--split_by applies to generated puzzles; rows of --dataset_name are held out up to the task's "
                 "symmetries (held-out rows in a training puzzle's class are dropped)"
             )
-        data = build_task_rows(data_args.dataset_name, task, **data_args.split_options(), seed=seed)
+        data = build_task_rows(
+            data_args.dataset_name, task, **data_args.split_options(), seed=seed, validation_size=data_args.validation_size
+        )
         cells = data.config_fields.get("max_seq_len")
         if config is not None and cells is not None and cells > puzzle_cells(config)[0]:
             limit, key = puzzle_cells(config)
@@ -79,16 +81,18 @@ def _task_data(task: str, data_args: TrainDataArguments, config, seed: int):
                 f"{key} {limit}"
             )
         return data
+    test_size = 200 if data_args.test_size is None else data_args.test_size
     return build_task(
         task,
         data_args.train_size or 2000,
-        200 if data_args.test_size is None else data_args.test_size,
+        test_size,
         seed=seed,
         digits=2 if data_args.digits is None else data_args.digits,
         size=shape.get("size", data_args.size),
         nodes=shape.get("nodes", data_args.nodes),
         split_by=data_args.split_by,
         options=data_args.task_options(),
+        validation_size=(test_size or 200) if data_args.validation_size is None else data_args.validation_size,
     )
 
 
@@ -120,6 +124,7 @@ def _dataset(model_args: ModelArguments, data_args: TrainDataArguments, family, 
         metric=data_args.eval_metric,
         seed=seed + data_args.data_seed_offset,
         columns=parse_columns(data_args.dataset_columns),
+        validation_size=data_args.validation_size,
     )
     data.config_fields = {**tokenizer_fields(tokenizer), "max_position_embeddings": max_length}
     return data
@@ -140,6 +145,7 @@ def _without_earlier_training(checkpoint: str, data) -> None:
     data.train_fingerprints = sorted(set(data.train_fingerprints) | earlier)
     if dropped:
         data.test = data.test.select(keep)
+        data.record["dropped_as_trained"] = {"dropped": dropped, "drawn": dropped + len(keep)}
         note = f"{dropped} test problems dropped: {checkpoint} was trained on them"
         data.test_description = f"{data.test_description}; {note}" if data.test_description else note
 

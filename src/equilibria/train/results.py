@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..families import family_record, model_task
-from ..scaling import loop_scaling, loop_scaling_report, metric_label, plot_labels
+from ..scaling import loop_scaling, loop_scaling_report, metric_label, plot_labels, trained_loops
 from ..wording import counted
 from .arguments import ModelArguments, TrainDataArguments
 from .building import save_lora
@@ -41,9 +41,10 @@ def write_results(trainer, model_args: ModelArguments, data_args: TrainDataArgum
     if len(data.test):
         record = _evaluation_record(data, name, hub_dataset)
         result = loop_scaling(model, data.test, loops, model_path=str(out), metric=data.metric)
-        print(f"loop scaling on {len(data.test)} held-out examples")
+        print(f"loop scaling on {len(data.test)} held-out examples{_dropped_note(data)}")
         weights = weights_fingerprint(out)
-        labels = plot_labels(model, metric_label(data.metric, data_args.task or model_task(model)))
+        trained = trained_loops({k: getattr(trainer.args, k, None) for k in ("min_loops", "max_loops")})
+        labels = plot_labels(model, metric_label(data.metric, data_args.task or model_task(model)), trained)
         print(
             "\n".join(loop_scaling_report(result, model.config.model_type, out, record, weights=weights, plot=labels))
         )
@@ -58,6 +59,17 @@ def write_results(trainer, model_args: ModelArguments, data_args: TrainDataArgum
     code = " its remote code," if family_record(model).head_of_model(model).remote_code else ""
     print(f"wrote the model,{code} card and plot to {out}")
     return result
+
+
+def _dropped_note(data) -> str:
+    """What the loop-scaling line says of test problems dropped because the checkpoint trained on them."""
+    dropped = data.record.get("dropped_as_trained")
+    if not dropped:
+        return ""
+    return (
+        f" ({dropped['dropped']} of the {dropped['drawn']} drawn were dropped: the checkpoint was trained on them; "
+        "--data_seed_offset N draws this run's problems with another seed)"
+    )
 
 
 def loss_line(trainer) -> str | None:
@@ -84,13 +96,14 @@ def held_out_line(data) -> str:
     21``)."""
     from ..tasks.held_out import describe_held_out_counts
 
+    validation = "" if data.validation is None else f"; {len(data.validation)} held out for validation during training"
     counts = data.record.get("held_out_counts")
     if counts:
         if not counts["kept"]:
-            return f"{describe_held_out_counts(counts)}: no loop-scaling evaluation"
-        return f"{describe_held_out_counts(counts)} for the loop-scaling evaluation ({data.test_description})"
+            return f"{describe_held_out_counts(counts)}: no loop-scaling evaluation{validation}"
+        return f"{describe_held_out_counts(counts)} for the loop-scaling evaluation ({data.test_description}){validation}"
     held = f"{len(data.test)} held out for the loop-scaling evaluation" if len(data.test) else "none held out"
-    return held + (f" ({data.test_description})" if data.test_description else "")
+    return held + (f" ({data.test_description})" if data.test_description else "") + validation
 
 
 def _census_note(census: dict) -> str:

@@ -110,6 +110,9 @@ class SteadyProgressCallback(ProgressCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         super().on_train_begin(args, state, control, **kwargs)
         self.restarted = False  # the bar's clock has not been restarted after a first step yet
+        bar = getattr(self, "training_bar", None)
+        if bar is not None and args.device.type == "cpu":  # on a busy CPU the thread count sets the rate
+            bar.set_description(f"training ({torch.get_num_threads()} torch threads)")
 
     def on_step_end(self, args, state, control, **kwargs):
         super().on_step_end(args, state, control, **kwargs)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,14 +188,82 @@ class SteadyProgressMixin:
             self.add_callback(SteadyProgressCallback())
 
 
-class EquilibriaTrainer(SteadyProgressMixin, ModelCardMixin, Trainer):
+@dataclass(frozen=True)
+class Validation:
+    """What a family trainer's ``evaluate`` measures during training in place of ``Trainer``'s loss on
+    ``eval_dataset`` (``equilibria train`` sets it): ``score(model)``, the share of ``rows`` validation rows right
+    (``what``: how they are scored, e.g. ``"exact match at 4 loops on 200 validation problems"``), reported as
+    ``eval_accuracy``; training stops once it reaches ``target`` (``None``: it runs its length)."""
+
+    score: Callable[[nn.Module], float]
+    what: str
+    target: float | None = None
+
+
+class ValidationMixin:
+    """Mixed into a ``Trainer``: with a :class:`Validation` (``validation=`` to the constructor), ``evaluate()``
+    scores it on the model as it stands (``eval_accuracy``; ``Trainer``'s own ``eval_strategy``, ``eval_steps``,
+    ``load_best_model_at_end`` and ``metric_for_best_model="accuracy"`` then keep the best checkpoint) and stops
+    training at its target; :meth:`kept_checkpoint` says which step's weights the run ends with, and why."""
+
+    def __init__(self, *args, validation: Validation | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.validation = validation
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        if self.validation is None or eval_dataset is not None:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        model = self.accelerator.unwrap_model(self.model)
+        training, start = model.training, time.perf_counter()
+        try:
+            value = float(self.validation.score(model.eval()))
+        finally:
+            model.train(training)
+        metrics = {f"{metric_key_prefix}_accuracy": value, f"{metric_key_prefix}_runtime": time.perf_counter() - start}
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        if self.validation.target is not None and value >= self.validation.target:
+            self.control.should_training_stop = True
+        return metrics
+
+    def kept_checkpoint(self) -> dict | None:
+        """Which step's weights the run ends with and why (``None`` without validation): the step, its validation
+        accuracy, the evaluations (``[step, accuracy]``), what they measure, and whether the run stopped at its
+        target or kept its best checkpoint (``load_best_model_at_end``) or its last step."""
+        if self.validation is None:
+            return None
+        state, args = self.state, self.args
+        evaluations = [[h["step"], round(h["eval_accuracy"], 6)] for h in state.log_history if "eval_accuracy" in h]
+        if not evaluations:
+            return None
+        target = self.validation.target
+        reached = [step for step, value in evaluations if target is not None and value >= target]
+        stopped = bool(reached) and reached[0] == state.global_step < state.max_steps
+        best = args.load_best_model_at_end and state.best_global_step
+        step = state.best_global_step if best else state.global_step
+        value = dict(evaluations).get(step)
+        how = "best" if best else "last"
+        return {
+            "step": step,
+            "accuracy": value,
+            "how": how,
+            "stopped_at_target": stopped,
+            "target": target,
+            "steps_run": state.global_step,
+            "validation": self.validation.what,
+            "every": evaluations[0][0],  # the first evaluation's step: eval_steps, or its share of the run
+            "evaluations": evaluations,
+        }
+
+
+class EquilibriaTrainer(ValidationMixin, SteadyProgressMixin, ModelCardMixin, Trainer):
     """The plain ``Trainer`` with the family's model card (for models trained without an extra objective, such as
     the PH-DEQ)."""
 
     arguments_class = TrainingArguments
 
 
-class LoopTrainer(SteadyProgressMixin, ModelCardMixin, Trainer):
+class LoopTrainer(ValidationMixin, SteadyProgressMixin, ModelCardMixin, Trainer):
     """Base of the family trainers. It checks that ``args`` is the trainer's ``arguments_class`` and that the model
     contains the family's base model (``core``: the same object inside any wrapper added later, PEFT or DDP),
     refuses options that clash with the loss computed here, and logs the running means of ``log_keys`` next to the
