@@ -1,22 +1,26 @@
-"""Every documented training command, run as a user runs it, on seeds 0, 1 and 2: what each recipe delivers.
+"""Every documented training command, run as a user runs it: what each recipe delivers on seeds nobody tuned it on.
 
 A page that trains and states a result (the README's ``equilibria train`` commands, ...) gets its numbers from here:
 each command in :data:`DOCUMENTED` is run as written, with ``--seed S`` added (and its output folder moved into a
 scratch folder), in a process of its own limited to the given torch threads, and its held-out loop-scaling table
 (``loop_scaling.json``, written by ``equilibria train``) is recorded with the wall time of the whole command. Every
 run is kept: the pages state the range over seeds and threads (lowest-highest), generated from the JSON by
-``benchmarks/doc_tables.py``, never one run. ``before`` holds the same measurement of the command the page showed
+``python -m tools.docs``, never one run. A recipe is chosen on seeds 0-2 and measured on seeds 100-109 (fixed before any
+run, never replaced): the pages' ranges, and how many runs reach the target, are over every run on a seed outside 0-2;
+seeds 0-2 are shown beside them as the seeds the recipe was chosen on. ``before`` holds the same measurement of the command the page showed
 before the recipes existed, where there was one. :data:`RECIPE_CHECKS` run the recipes no page shows with a result
 (``equilibria train --family F --task T`` alone), to see that their settings train.
 
     python benchmarks/recipes.py                                 # every recipe, seeds 0-2 (about 30 minutes on 2 cores)
+    python benchmarks/recipes.py --recipes readme-ouro,readme-dory --seeds 100-109   # the seeds nobody tuned on
     python benchmarks/recipes.py --recipes readme-ouro --threads 1,2
     python benchmarks/recipes.py --before --recipes readme-ouro  # the command the page showed before
     python benchmarks/recipes.py --recipes recipe-eqr-sudoku --seeds 0   # a recipe no page runs
     python benchmarks/recipes.py --quick                         # seconds (a test runs it): 2 steps, a scratch JSON
 
 Results: ``docs/results/recipes.json`` (a top-level ``recipes`` mapping: per recipe its command, page, trained loop
-count and target, and ``runs``, each with its ``seed``, ``threads``, ``wall_s`` and ``accuracy`` by loop count),
+count and target, and ``runs``, each with its ``seed``, ``threads``, ``wall_s``, ``accuracy`` by loop count and,
+for a validated run, ``kept``: the step whose weights it ended with, of how many, and whether it stopped at its target),
 saved after every run, so a stopped sweep keeps what it measured; a run of the same recipe, seed and threads
 replaces the earlier one. Run it alone: a second busy process slows small torch ops many times.
 """
@@ -100,9 +104,9 @@ DOCUMENTED = (
         "README.md",
         "equilibria train --model_name_or_path out --dataset_name examples/sum_rows.jsonl --output_dir tuned "
         "--use_peft --learning_rate 3e-3 --per_device_train_batch_size 64 --max_steps 3000 --min_loops 2 "
-        "--max_loops 8 --jsrr_weight 0.1 --exit_loss final --eval_metric exact_match --use_cpu",
+        "--max_loops 8 --jsrr_weight 0.1 --exit_loss final --eval_metric exact_match --validation_loops 8 --use_cpu",
         8,
-        None,
+        0.95,
         "exact match at 8 loops on the 200 held-out rows of examples/sum_rows.jsonl (3-digit sums; the base model "
         "was trained on 2-digit ones at 4 loops)",
         base=README_OURO,
@@ -179,18 +183,25 @@ def timed(argv: list[str], threads: int, what: str) -> float:
     return time.perf_counter() - start
 
 
-def run_command(recipe: Documented, command: str, seed: int, threads: int, scratch: Path, extra=()) -> dict:
+def run_command(
+    recipe: Documented, command: str, seed: int, threads: int, scratch: Path, extra=(), done: dict | None = None
+) -> dict:
     """One run of ``command`` (``recipe``'s line or its ``before``) with ``--seed seed``, ``threads`` torch threads
     per process, its output folder inside ``scratch`` (after ``recipe.base``, run the same way, whose folder becomes
     ``--model_name_or_path``): ``{"seed", "threads", "wall_s", "accuracy", "trained_loops", "data", "recipe"}``
     (the held-out data's name; the recipe's settings and what the command overrode), ``compared`` where the
-    folder's ``loop_scaling.json`` has other models' tables too, and ``base`` (its wall time and accuracy)."""
-    argv, base = launcher(command), {}
+    folder's ``loop_scaling.json`` has other models' tables too, and ``base`` (its wall time and accuracy).
+    ``done``: ``{(command, seed, threads, extra): (folder, run)}`` of the runs of this sweep whose folders still
+    exist; a base found there is not trained again (the README's Ouro run is the fine-tune's base), and this run
+    joins it."""
+    argv, base, done = launcher(command), {}, {} if done is None else done
     if recipe.base:
-        base_run = run_command(
-            Documented("base", "", recipe.base, 0, None, ""), recipe.base, seed, threads, scratch / "base", extra
-        )
-        argv = _replace(argv, "--model_name_or_path", str(scratch / "base" / f"seed{seed}-threads{threads}"))
+        key = (recipe.base, seed, threads, tuple(extra))
+        if key not in done:
+            base_recipe = Documented("base", "", recipe.base, 0, None, "")
+            run_command(base_recipe, recipe.base, seed, threads, scratch / "base", extra, done)
+        folder, base_run = done[key]
+        argv = _replace(argv, "--model_name_or_path", str(folder))
         base = {"base": {k: base_run[k] for k in ("wall_s", "accuracy", "data")}}
     out = scratch / f"seed{seed}-threads{threads}"
     argv = [*_replace(argv, "--output_dir", str(out)), "--seed", str(seed), *extra, *recipe.flags]
@@ -202,7 +213,9 @@ def run_command(recipe: Documented, command: str, seed: int, threads: int, scrat
     trained = config[family_record(config["model_type"]).loops_key]
     compared = scaling.get("compared")  # {"plain, 1500 + 600 steps": ..., "STARS": ...}: keyed by the first word
     compared = {"compared": {name.split(",")[0]: curve for name, curve in compared.items()}} if compared else {}
-    return {
+    kept = stage.get("kept")
+    kept = {"kept": {k: kept[k] for k in ("step", "steps_run", "accuracy", "stopped_at_target")}} if kept else {}
+    run = {
         "seed": seed,
         "threads": threads,
         "wall_s": round(wall, 1),
@@ -210,9 +223,12 @@ def run_command(recipe: Documented, command: str, seed: int, threads: int, scrat
         "trained_loops": trained,
         "data": scaling["data"]["name"],
         "recipe": stage.get("task_recipe"),  # the recipe's settings as the run applied them, and what it changed
+        **kept,
         **compared,
         **base,
     }
+    done[command, seed, threads, tuple(extra)] = (folder, run)
+    return run
 
 
 def record(results: dict, recipe: Documented, run: dict, before: bool) -> None:
@@ -226,6 +242,17 @@ def record(results: dict, recipe: Documented, run: dict, before: bool) -> None:
     part["runs"] = sorted([*runs, run], key=lambda r: (r["threads"], r["seed"]))
 
 
+def parse_seeds(text: str, parser: argparse.ArgumentParser) -> list[int]:
+    """``"0,1,2"`` or ``"100-109"`` (or both, comma-separated) -> the seeds; a one-line error otherwise."""
+    seeds = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()) or (high and int(high) < int(low)):
+            parser.error(f"--seeds takes comma-separated seeds or ranges such as 0,1,2 or 100-109, got {text!r}")
+        seeds += range(int(low), int(high or low) + 1)
+    return seeds
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -234,7 +261,11 @@ def main(argv: list[str] | None = None) -> dict:
         help="comma-separated names "
         f"(default: the documented commands; also {', '.join(r.name for r in RECIPE_CHECKS)})",
     )
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument(
+        "--seeds",
+        default="0,1,2",
+        help="comma-separated seeds or ranges (0-2: the seeds a recipe is chosen on; 100-109: the ones it is measured on)",
+    )
     parser.add_argument("--threads", default="2", help="torch threads per run, comma-separated (e.g. 1,2)")
     parser.add_argument("--before", action="store_true", help="run the command each page showed before instead")
     parser.add_argument("--quick", action="store_true", help="2 steps on 64 problems, seed 0, into --output")
@@ -245,29 +276,37 @@ def main(argv: list[str] | None = None) -> dict:
     unknown = sorted(set(names) - set(known))
     if unknown:
         parser.error(f"--recipes: unknown {unknown}; the recipes are {sorted(known)}")
-    seeds = [0] if args.quick else [int(s) for s in args.seeds.split(",")]
+    seeds = [0] if args.quick else parse_seeds(args.seeds, parser)
     threads = [1] if args.quick else [int(t) for t in args.threads.split(",")]
     output = args.output or (Path(tempfile.mkdtemp()) / "recipes.json" if args.quick else OUTPUT)
     results = json.loads(output.read_text()) if output.exists() else {}
     results["command"] = "python benchmarks/recipes.py"
-    for name in names:
-        recipe = known[name]
-        command = recipe.before if args.before else recipe.command
-        if command is None:
-            continue
-        for t in threads:
-            for seed in seeds:
-                with tempfile.TemporaryDirectory() as scratch:
-                    run = run_command(recipe, command, seed, t, Path(scratch), quick_flags(recipe, args.quick))
-                record(results, recipe, run, args.before)
-                print(f"{name}{' (before)' if args.before else ''} seed {seed}, {t} threads: {run['wall_s']} s, "
-                      f"{json.dumps(run['accuracy'])}", flush=True)  # fmt: skip
-                output.parent.mkdir(parents=True, exist_ok=True)
-                if args.quick:
-                    output.write_text(json.dumps(results, indent=1) + "\n")
-                else:
-                    results_json.save_results(output, results, indent=1)
+    done: dict = {}
+    with tempfile.TemporaryDirectory() as root:  # every run's folder, until the sweep ends (a base is reused)
+        for name in names:
+            sweep(results, known[name], seeds, threads, args, output, Path(root), done)
     return results
+
+
+def sweep(results: dict, recipe: Documented, seeds, threads, args, output: Path, root: Path, done: dict) -> None:
+    """Run ``recipe`` on every seed and thread count, saving ``output`` after each run (``done``: the runs of this
+    process whose folders are under ``root``)."""
+    command = recipe.before if args.before else recipe.command
+    if command is None:
+        return
+    name = recipe.name
+    for t in threads:
+        for seed in seeds:
+            scratch = root / f"{name}{'-before' if args.before else ''}-seed{seed}-threads{t}"
+            run = run_command(recipe, command, seed, t, scratch, quick_flags(recipe, args.quick), done)
+            record(results, recipe, run, args.before)
+            print(f"{name}{' (before)' if args.before else ''} seed {seed}, {t} threads: {run['wall_s']} s, "
+                  f"{json.dumps(run['accuracy'])}", flush=True)  # fmt: skip
+            output.parent.mkdir(parents=True, exist_ok=True)
+            if args.quick:
+                output.write_text(json.dumps(results, indent=1) + "\n")
+            else:
+                results_json.save_results(output, results, indent=1)
 
 
 if __name__ == "__main__":

@@ -107,6 +107,46 @@ def test_generate_streams_and_honours_num_loops(saved, capsys):
     assert capsys.readouterr().out.strip() == plain  # the streamed text is the same greedy text
 
 
+def test_generate_far_beyond_the_trained_loops_shows_its_progress_per_token(saved, capsys):
+    argv = ["generate", str(saved / "ouro"), "--prompt", "12+3=", "--max-new-tokens", "3"]
+    assert main([*argv, "--num-loops", "3"]) == 0
+    assert "generating at" not in capsys.readouterr().err  # at the config's count: instant, no bar
+    with pytest.warns(UserWarning, match="rarely right that far"):
+        assert main([*argv, "--num-loops", "40"]) == 0  # 13x the config's 3 loops
+    err = capsys.readouterr().err
+    assert "generating at 40 loops" in err and "3/3" in err and "token" in err
+
+
+def test_a_missing_folder_or_one_without_a_config_is_named_in_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    for path, message in (
+        (tmp_path / "nonesuch", "no such folder (and not a Hub id, which reads owner/name)"),
+        (tmp_path / "empty", "a folder without config.json, not one written by save_pretrained"),
+    ):
+        assert main(["train", "--model_name_or_path", str(path), "--output_dir", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"--model_name_or_path {path}: {message}" in err and len(err.splitlines()) == 1, err
+
+
+def test_show_recipe_of_a_task_the_family_does_not_take_is_refused(tmp_path, capsys):
+    assert main(["train", "--family", "ouro", "--task", "maze", "--output_dir", str(tmp_path), "--show_recipe"]) == 2
+    err = capsys.readouterr().err
+    assert "--task maze does not fit --family ouro (it fits ('addition',))" in err and "no recipe" not in err
+
+
+def test_torch_threads_sets_the_threads_and_the_training_bar_shows_them(tmp_path, capsys):
+    threads = torch.get_num_threads()
+    argv = ["train", "--output_dir", str(tmp_path), "--max_steps", "2", "--train_size", "16", "--test_size", "2"]
+    try:
+        assert main([*argv, "--hidden_size", "16", "--torch_threads", "1", "--use_cpu", "--report_to", "none"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert "training (1 torch thread)" in capsys.readouterr().err
+    assert main([*argv, "--torch_threads", "0"]) == 2
+    assert "--torch_threads must be an integer >= 1" in capsys.readouterr().err
+
+
 def test_audit_runs_on_every_family_from_its_folder(saved, capsys):
     for family, extra in (("ouro", []), ("eqr", ["--task", "sudoku"]), ("phdeq", [])):
         assert main(["audit", str(saved / family), "--num-examples", "6", "--batch-size", "3", *extra]) == 0
@@ -334,17 +374,20 @@ def test_train_writes_a_hub_ready_folder(tmp_path, capsys):
     assert "no training question is among them" in card.text
     assert "From `loop_scaling.json`, written by `equilibria train` at the end of training." in card.text
 
-    # eval and audit on the folder never use a training problem: 1-digit addition has 100 problems, 64 trained on
+    # eval and audit on the folder never use a training or validation problem: 1-digit addition has 100 problems, 64
+    # trained on and 8 validated on
 
     from equilibria.evaluation import evaluation_data
     from equilibria.loading import load_saved_model
-    from equilibria.tasks import build_addition_dataset, eval_split
+    from equilibria.tasks import build_addition_dataset, eval_split, fingerprints
 
     trained = set(build_addition_dataset(1, 64, 8, seed=42)["train"]["prompt"])  # TrainingArguments seed 42
     model = load_saved_model(str(out))
-    data = evaluation_data(model, str(out), num_examples=30, seed=0, digits=1)
+    data = evaluation_data(model, str(out), num_examples=20, seed=0, digits=1)
     rows, record = data.rows, data.record
-    assert len(rows) == 30 and not trained & set(rows["prompt"])
+    validated = set(json.loads((out / "training_data.json").read_text())["validation_fingerprints"])
+    assert len(validated) == 8 and not validated & set(fingerprints("addition", rows))
+    assert len(rows) == 20 and not trained & set(rows["prompt"])
     assert record["held_out"] and "64 generated 1-digit addition problems" in record["note"]
     assert trained & set(eval_split(model.config, "addition", 30, 0, digits=1)["prompt"])  # without the record
 

@@ -117,6 +117,25 @@ def test_bad_sections_or_arms_are_one_line(flags, message, tmp_path, capsys):
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_without_a_gpu_or_quick_it_stops_at_once_naming_quick_and_cpu_and_writes_nowhere_by_default(
+    tmp_path, capsys, monkeypatch
+):
+    import time
+
+    gpu_run = load_benchmark("gpu_run")
+    monkeypatch.setattr(gpu_run.torch.cuda, "is_available", lambda: False)
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as exit_:
+        gpu_run.main([])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and time.perf_counter() - start < 5
+    assert "no CUDA GPU is visible to torch: --quick runs every section tiny" in err and "--cpu runs the full-size" in err
+    with pytest.raises(SystemExit) as exit_:
+        gpu_run.main(["--quick"])  # no --output-dir: docs/results/gpu is written only when named
+    assert exit_.value.code == 2 and "--output-dir is required" in capsys.readouterr().err
+    assert gpu_run.parse(["--cpu", "--output-dir", str(tmp_path)]).cpu  # forced: it would run the full size
+
+
 def test_the_page_tables_come_from_the_sections(quick, monkeypatch, tmp_path):
     folder, _ = quick
     (tmp_path / "gpu").mkdir()

@@ -303,6 +303,39 @@ def test_the_cli_refuses_what_grpo_cannot_do_in_one_line(trained, tmp_path, caps
     assert message in err and len(err.splitlines()) == 1, err
 
 
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("def f(completions, **columns)\n    return [0.0]\n", "does not parse (expected ':', line 1)"),
+        ("def f(completions, **columns):\n    return 1.0\n", "returned a float; a reward returns a list of floats"),
+        ("def f(completions, **columns):\n    return [1.0]\n", "returned 1 values; a reward returns a list of floats"),
+        ("def f(completions, **columns):\n    return ['1'] * len(completions)\n", "returned str '1' among its values"),
+    ],
+)
+def test_a_reward_file_that_does_not_parse_or_returns_no_list_of_floats_is_named_in_one_line(
+    trained, tmp_path, capsys, source, message
+):
+    from equilibria.cli import main
+
+    (tmp_path / "bad.py").write_text(source)
+    assert main(rl_argv(trained, tmp_path / "rl", "--reward", f"{tmp_path / 'bad.py'}:f")) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and f"--reward {tmp_path / 'bad.py'}:f" in err and "Traceback" not in err, err
+
+
+def test_grpo_on_the_checkpoints_own_seed_says_how_many_test_problems_it_dropped(tmp_path, capsys):
+    from equilibria.cli import main
+
+    base = tmp_path / "base"  # 30 of the 100 one-digit sums trained on: an RL run's test problems repeat some
+    argv = ["train", "--output_dir", str(base), "--max_steps", "1", "--digits", "1", "--train_size", "30"]
+    assert main([*argv, "--test_size", "8", "--hidden_size", "16", "--eval_loops", "2", *QUIET]) == 0
+    capsys.readouterr()
+    rl = ["--reward", "exact_match", "--digits", "1", "--train_size", "20", "--test_size", "30"]
+    assert main(rl_argv(base, tmp_path / "rl", *rl)) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("loop scaling on"))
+    assert "were dropped: the checkpoint was trained on them; --data_seed_offset N draws" in line, line
+
+
 def test_reward_without_grpo_is_refused_in_one_line(trained, tmp_path, capsys):
     from equilibria.cli import main
 

@@ -350,3 +350,46 @@ def test_the_card_names_the_split_of_rows_held_out_of_training_and_what_card_wro
         "train, held out before training"
     }
     assert "on 1 sequence of 1 held-out row of sums.jsonl" in card.text
+
+
+def test_the_usage_example_runs_the_loop_count_where_the_model_scores():
+    """Not a fixed 8: the count of the best accuracy in the card's own loop scaling (the fewest loops among equals),
+    else the config's count."""
+    model = tiny_models()["ouro"]
+    card = build_model_card(model, loop_scaling={"accuracy": {1: 0.0, 2: 0.4, 4: 0.9, 8: 0.9, 16: 0.01}}).text
+    assert "model.generate(**inputs, num_loops=4, max_new_tokens=8)  # 90.0% at 4 loops in the loop scaling" in card
+    plain = build_model_card(model).text
+    configured = model.config.total_ut_steps
+    assert f"num_loops={configured}, max_new_tokens=8)  # the count saved in its config" in plain
+
+
+def test_eval_into_the_model_folder_updates_its_card_and_elsewhere_says_how(adder, tmp_path, capsys):
+    import shutil
+
+    from matplotlib.figure import Figure
+
+    from equilibria.cli import main
+
+    folder = tmp_path / "model"
+    shutil.copytree(adder, folder)
+    argv = ["eval", str(folder), "--loops", "1,2", "--num-examples", "4"]
+    assert main([*argv, "--output-dir", str(folder)]) == 0
+    assert f"updated the model card {folder / 'README.md'} with these results" in capsys.readouterr().out
+    assert "From `eval_loop_scaling.json`" in (folder / "README.md").read_text()
+    elsewhere = tmp_path / "elsewhere"
+    legends, save = [], Figure.savefig
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Figure, "savefig", lambda fig, *a, **k: legends.append(
+            [t.get_text() for t in fig.axes[0].get_legend().get_texts()]) or save(fig, *a, **k))  # fmt: skip
+        assert main([*argv, "--output-dir", str(elsewhere)]) == 0
+    assert f"`equilibria card {folder} --loop_scaling {elsewhere / 'eval_loop_scaling.json'}`" in capsys.readouterr().out
+    assert legends == [["ouro", "trained at (its config's count): 4 loops"]]  # trained at its config's 4 loops
+
+
+def test_the_plot_of_a_model_trained_at_sampled_counts_shows_the_range_and_the_config_count():
+    from equilibria.scaling import plot_labels
+
+    model = tiny_models()["ouro"]
+    labels = plot_labels(model, "exact match", (2, 8))
+    assert labels["trained"] == [2, 8] and labels["mark_label"] == "its config's count, a plain call's"
+    assert plot_labels(model, "x", None)["mark_label"] == "its config's count"

@@ -105,7 +105,8 @@ def test_show_recipe_prints_the_settings_and_the_flags_given_and_trains_nothing(
     assert main(["train", "--family", "dory", "--output_dir", str(out), "--max_steps", "9", "--show_recipe"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("recipe dory/addition:")
-    assert "--max_steps" in printed and "9 (given; the recipe's 2000)" in printed
+    steps = RECIPES["dory", "addition"].settings["max_steps"]
+    assert "--max_steps" in printed and f"9 (given; the recipe's {steps})" in printed
     assert "--learning_rate" in printed and not out.exists()
 
 
@@ -115,7 +116,7 @@ def test_a_run_logs_ten_points_and_records_its_recipe(tmp_path, capsys):
     out = tmp_path / "out"
     tiny = ["--train_size", "64", "--test_size", "8", "--digits", "1", "--hidden_size", "16", "--eval_loops", "4"]
     argv = ["--family", "ouro", "--output_dir", str(out), "--max_steps", "30", *tiny, "--use_cpu"]
-    trainer, _ = train_and_evaluate([*argv, "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true"])
+    trainer, _ = train_and_evaluate([*argv, "--report_to", "none", "--disable_tqdm", "true"])
     assert "recipe ouro/addition: " in capsys.readouterr().out
     assert len([entry for entry in trainer.state.log_history if "loss" in entry]) == 10  # every 3rd of 30 steps
     stage = json.loads((out / "training_history.json").read_text())[-1]

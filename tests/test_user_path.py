@@ -95,7 +95,7 @@ def test_the_whole_path_eval_audit_and_card_report_these_weights_on_the_held_out
     model = OuroForCausalLM.from_pretrained(tuned)
     assert {str(n): token_accuracy(model, encoded, n, tokenizer) for n in (1, 2)} == evaluated["accuracy"]
     trained_questions = set(record["fingerprints"])
-    assert len(trained_questions) == 108 and not {row_key("prompt_completion", row) for row in held} & trained_questions
+    assert len(trained_questions) == 96 and not {row_key("prompt_completion", row) for row in held} & trained_questions
 
     assert main(["audit", str(tuned), "--output-dir", str(tuned)]) == 0
     audited = json.loads((tuned / "audit.json").read_text())
@@ -108,7 +108,7 @@ def test_the_whole_path_eval_audit_and_card_report_these_weights_on_the_held_out
     assert scores == {f"num_loops={n}": round(evaluated["accuracy"][str(n)], 4) for n in (1, 2)}
     assert {r.dataset_name for r in card.data.eval_results} == {"12 held-out rows of rows.jsonl"}
     assert f"verdict: **{audited['verdict']}**, on 12 sequences of 12 held-out rows of rows.jsonl" in card.text
-    assert "**Data.** 108 prompt/completion rows of rows.jsonl (train split)." in card.text
+    assert "**Data.** 96 prompt/completion rows of rows.jsonl (train split)." in card.text
     assert "Results not shown" not in card.text
     # the card shows eval's result over train's, and says so
     assert "From `eval_loop_scaling.json`, written by `equilibria eval` after training" in card.text
@@ -206,9 +206,10 @@ def test_a_small_file_holds_out_a_tenth_and_says_so_first(base, rows, tmp_path, 
     first = capsys.readouterr().out.splitlines()
     line = next(line for line in first if line.startswith("training on"))
     assert line.startswith(
-        "training on 108 prompt/completion rows of rows.jsonl (train split); held out 12, dropped 0 as repeats of "
+        "training on 96 prompt/completion rows of rows.jsonl (train split); held out 12, dropped 0 as repeats of "
         "training questions, kept 12 for the loop-scaling evaluation"
     )
+    assert line.endswith("; 12 held out for validation during training")  # a tenth more: the recipe validates
 
 
 def test_train_says_how_many_held_out_rows_it_dropped_as_repeats_of_training_questions(base, tmp_path, capsys):
@@ -397,7 +398,7 @@ def test_eval_claims_held_out_only_where_the_training_questions_can_be_compared(
     capsys.readouterr()
     assert main(["eval", str(out), "--task", "addition", "--loops", "1", "--num-examples", "8", "--digits", "1"]) == 0
     assert (
-        "not checked against the training data (54 text rows of texts.jsonl (train split): rows of another kind)"
+        "not checked against the training data (48 text rows of texts.jsonl (train split): rows of another kind)"
         in (capsys.readouterr().out)
     )
     assert main(["eval", str(out), "--dataset_name", path, "--loops", "1"]) == 0

@@ -67,6 +67,14 @@ def test_the_run_ends_with_the_best_validated_checkpoint_names_it_and_removes_th
     assert load_file(again / "model.safetensors").keys() == folder.keys()
 
 
+def test_of_equally_good_checkpoints_the_later_is_kept(tmp_path, monkeypatch):
+    scripted(monkeypatch, [0.5, 0.5, 0.25])
+    out = tmp_path / "out"
+    assert train(out, "--max_steps", "12") == 0
+    kept = last_stage(out)["kept"]
+    assert kept["step"] == 8 and kept["accuracy"] == 0.5  # trained longer; the Trainer alone keeps the first
+
+
 def test_the_run_stops_where_validation_reaches_the_target(tmp_path, monkeypatch, capsys):
     scripted(monkeypatch, [0.2, 0.95, 1.0])
     out = tmp_path / "out"

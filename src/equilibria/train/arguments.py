@@ -396,12 +396,10 @@ def parse_train_args(argv: list[str]):
     if recipe is not None:  # a trainer preset also decides its own options (STARS': filled in where unset)
         own = getattr(arguments_class, "preset_options", ()) if preset is not None else ()
         below = {**file_values, **preset_defaults, **dict.fromkeys(own)}
-        # a run told not to evaluate or not to save (--eval_strategy no, --save_strategy no) keeps no best checkpoint
-        evaluate, save = _flag(argv, file_values, "eval_strategy"), _flag(argv, file_values, "save_strategy")
-        if "no" in (evaluate, save):
-            below["load_best_model_at_end"] = None
-        if evaluate == "no":  # and saves as the Trainer does (save_strategy "best" needs an evaluation)
-            below["save_strategy"] = None
+        # checkpoints: a run that sets any of them (--save_steps, --save_strategy, ...) or does not evaluate
+        # (--eval_strategy no) saves as the flags and the Trainer say, without the recipe's best-checkpoint keeping
+        if _flag(argv, file_values, "eval_strategy") == "no" or any(_flag(argv, file_values, k) for k in SAVING):
+            below.update(dict.fromkeys(SAVING))
         parser.set_defaults(**{k: v for k, v in recipe.settings.items() if k not in below})
     if _flag(argv, file_values, "output_dir") is None and not {"-h", "--help"} & set(argv):
         raise ValueError("--output_dir is required: the folder the trained model, its results and card are written to")
@@ -424,6 +422,7 @@ def parse_train_args(argv: list[str]):
     return model_args, data_args, args
 
 
+SAVING = ("save_strategy", "save_steps", "save_total_limit", "load_best_model_at_end")  # how checkpoints are kept
 LOG_POINTS = 0.1  # logging_steps' default: a log line every tenth of the run (TrainingArguments reads < 1 as a share)
 
 
@@ -490,6 +489,7 @@ def check_validation(model_args: ModelArguments, data_args: TrainDataArguments, 
     if model_args.trainer == "grpo":
         if asked:
             raise ValueError(f"{', '.join(asked)}: the validation of the family trainers, not of --trainer grpo")
+        data_args.validation_size = 0
         return
     if str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no":
         if asked:

@@ -112,7 +112,8 @@ class SteadyProgressCallback(ProgressCallback):
         self.restarted = False  # the bar's clock has not been restarted after a first step yet
         bar = getattr(self, "training_bar", None)
         if bar is not None and args.device.type == "cpu":  # on a busy CPU the thread count sets the rate
-            bar.set_description(f"training ({torch.get_num_threads()} torch threads)")
+            threads = torch.get_num_threads()
+            bar.set_description(f"training ({threads} torch thread{'s' if threads != 1 else ''})")
 
     def on_step_end(self, args, state, control, **kwargs):
         super().on_step_end(args, state, control, **kwargs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 import time
 from collections.abc import Callable
@@ -220,6 +221,9 @@ class ValidationMixin:
         finally:
             model.train(training)
         metrics = {f"{metric_key_prefix}_accuracy": value, f"{metric_key_prefix}_runtime": time.perf_counter() - start}
+        best = self.state.best_metric
+        if best is not None and value == best and self.args.greater_is_better:  # of equal ones the later, trained
+            self.state.best_metric = math.nextafter(best, -math.inf)  # longer, is kept (Trainer keeps the first)
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         if self.validation.target is not None and value >= self.validation.target:
