@@ -99,11 +99,13 @@ def base_model(args) -> dict:
     if not (folder / "model.safetensors").is_file():
         argv = ["train", "--family", "ouro", "--task", "addition", "--output_dir", str(run), "--seed", "0"]
         argv += ["--max_steps", str(args.base_steps), "--eval_loops", "4", *sizes(args), *QUIET[:-2]]
-        cli([*argv, "--save_strategy", "steps", "--save_steps", "5", "--save_only_model", "true"])
+        saving = ["--save_strategy", "steps", "--save_steps", "5", "--save_only_model", "true", "--keep_checkpoints"]
+        cli([*argv, *saving, "true", "--eval_strategy", "no"])  # the stop is chosen below, by bisection
         steps, scores = _stop_early(args, run)
         shutil.copytree(run, folder, ignore=shutil.ignore_patterns("checkpoint-*", "loop_scaling*", "README.md"))
         shutil.copy(run / f"checkpoint-{steps}" / "model.safetensors", folder / "model.safetensors")
         (folder / "stopped.json").write_text(json.dumps({"steps": steps, "validation_at_4": scores}))
+        _name_the_kept_step(folder, steps, scores, args.base_target)
     stopped = json.loads((folder / "stopped.json").read_text())
     result = {"run": "base", "seed": 0, "steps": stopped["steps"], "of_steps": args.base_steps}
     result["validation_at_4"] = stopped["validation_at_4"]  # {checkpoint step: exact match}, the ones bisection read
@@ -115,6 +117,19 @@ def base_model(args) -> dict:
     )
     save_results(args.out / "base.json", result, indent=1)
     return result
+
+
+def _name_the_kept_step(folder: Path, steps: int, scores: dict, target: float) -> None:
+    """The folder's training history says which checkpoint's weights it holds (its card then names that step, not
+    the run's length)."""
+    history = json.loads((folder / "training_history.json").read_text())
+    evaluations = sorted([int(step), value] for step, value in scores.items())
+    history[-1]["kept"] = {
+        "step": steps, "accuracy": scores.get(steps), "how": "first", "stopped_at_target": False, "target": target,
+        "steps_run": history[-1]["steps"], "every": 5, "evaluations": evaluations,
+        "validation": "exact match at 4 loops on the benchmark's validation sums (checkpoints read by bisection)",
+    }  # fmt: skip
+    (folder / "training_history.json").write_text(json.dumps(history, indent=1) + "\n")
 
 
 def _stop_early(args, run: Path) -> tuple[int, dict]:

@@ -129,7 +129,9 @@ def test_without_a_gpu_or_quick_it_stops_at_once_naming_quick_and_cpu_and_writes
         gpu_run.main([])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert exit_.value.code == 2 and time.perf_counter() - start < 5
-    assert "no CUDA GPU is visible to torch: --quick runs every section tiny" in err and "--cpu runs the full-size" in err
+    assert (
+        "no CUDA GPU is visible to torch: --quick runs every section tiny" in err and "--cpu runs the full-size" in err
+    )
     with pytest.raises(SystemExit) as exit_:
         gpu_run.main(["--quick"])  # no --output-dir: docs/results/gpu is written only when named
     assert exit_.value.code == 2 and "--output-dir is required" in capsys.readouterr().err

@@ -382,7 +382,9 @@ def test_eval_into_the_model_folder_updates_its_card_and_elsewhere_says_how(adde
         patch.setattr(Figure, "savefig", lambda fig, *a, **k: legends.append(
             [t.get_text() for t in fig.axes[0].get_legend().get_texts()]) or save(fig, *a, **k))  # fmt: skip
         assert main([*argv, "--output-dir", str(elsewhere)]) == 0
-    assert f"`equilibria card {folder} --loop_scaling {elsewhere / 'eval_loop_scaling.json'}`" in capsys.readouterr().out
+    assert (
+        f"`equilibria card {folder} --loop_scaling {elsewhere / 'eval_loop_scaling.json'}`" in capsys.readouterr().out
+    )
     assert legends == [["ouro", "trained at (its config's count): 4 loops"]]  # trained at its config's 4 loops
 
 

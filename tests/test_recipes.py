@@ -159,12 +159,19 @@ def test_the_recipes_benchmark_trains_a_fine_tunes_base_first_and_runs_torchrun_
     from conftest import load_benchmark
 
     bench = load_benchmark("recipes")
-    results = bench.main(["--quick", "--output", str(tmp_path / "recipes.json"), "--recipes", "readme-fine-tune"])
+    argv = ["--quick", "--output", str(tmp_path / "recipes.json"), "--recipes", "readme-ouro,readme-fine-tune"]
+    results = bench.main(argv)
     (run,) = results["recipes"]["readme-fine-tune"]["runs"]
     assert "test split generated with the training data" in run["base"]["data"] and run["base"]["wall_s"] > 0
+    (ouro,) = results["recipes"]["readme-ouro"]["runs"]
+    assert run["base"]["wall_s"] == ouro["wall_s"]  # the README's Ouro run of this sweep is the base, not trained again
     assert "sum_rows.jsonl" in run["data"] and run["recipe"]["name"] == "fine-tune/lora"
     assert run["recipe"]["overrides"]["learning_rate"] == 3e-3
     command = next(r.command for r in bench.DOCUMENTED if r.name == "cli-eqr")
     assert bench.launcher(command)[:3] == [sys.executable, "-m", "torch.distributed.run"]
     with pytest.raises(ValueError, match="not an equilibria"):
         bench.launcher("python train.py --output_dir x")
+    parser = bench.argparse.ArgumentParser()
+    assert bench.parse_seeds("0-2,100-102", parser) == [0, 1, 2, 100, 101, 102]
+    with pytest.raises(SystemExit):
+        bench.parse_seeds("9-3", parser)

@@ -29,7 +29,14 @@ from .hub_cards.publish import write_model_card
 from .lm_eval_loops import lm_eval_at_loops, lm_eval_table, save_lm_eval
 from .loading import load_saved_model
 from .modeling.looped_lm import FAR_BEYOND
-from .provenance import LOOP_SCALING_FILES, describe_weights, folder_results, read_result, shown_loop_scaling, weights_fingerprint
+from .provenance import (
+    LOOP_SCALING_FILES,
+    describe_weights,
+    folder_results,
+    read_result,
+    shown_loop_scaling,
+    weights_fingerprint,
+)
 from .scaling import (
     Scoring,
     loop_scaling_report,

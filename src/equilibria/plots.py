@@ -32,7 +32,9 @@ def plot_loop_scaling(
     for (label, result), marker in zip(curves.items(), "osx^v"):
         ax.plot(list(result), [100 * v for v in result.values()], marker=marker, label=label)
     if trained is not None:
-        ax.axvspan(trained[0], trained[1], color="gray", alpha=0.12, label=f"trained at {trained[0]}-{trained[1]} loops")
+        ax.axvspan(
+            trained[0], trained[1], color="gray", alpha=0.12, label=f"trained at {trained[0]}-{trained[1]} loops"
+        )
     if mark is not None:
         ax.axvline(mark, color="gray", ls=":", lw=1, label=f"{mark_label}: {mark} loops")
     ax.set_xscale("log", base=2)

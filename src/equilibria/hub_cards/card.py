@@ -637,6 +637,8 @@ def kept_sentence(kept: dict) -> str:
     value = "" if kept.get("accuracy") is None else f" ({kept['accuracy']:.1%})"
     if kept.get("stopped_at_target"):
         why = f"the first to reach the target {kept['target']:.1%}, where training stopped"
+    elif kept.get("how") == "first":  # a checkpoint copied out of a longer run
+        why = f"the first checkpoint to reach {kept['target']:.1%}; the run went on, its later weights are not these"
     elif kept.get("how") == "best":
         why = f"the best of {len(kept['evaluations'])} validations, one every {kept['every']} steps"
     else:

@@ -215,7 +215,9 @@ def validation_split(
     classes = set()
     if split_by == "class":
         classes = set(class_fingerprints(task, raw["train"])) | set(class_fingerprints(task, raw["test"]))
-    rows = fresh_rows(task_record(task), shape, size, seed + VALIDATION_SEED_OFFSET, exclude, classes, split_by, options)
+    rows = fresh_rows(
+        task_record(task), shape, size, seed + VALIDATION_SEED_OFFSET, exclude, classes, split_by, options
+    )
     if not len(rows):
         raise ValueError(
             f"--validation_size {size}: no {task} problem of this size is left apart from the training and test "

@@ -173,7 +173,13 @@ FINE_TUNE_RECIPES: dict[str, Recipe] = {
     "full": Recipe(
         "fine-tune/full",
         "all the weights of a checkpoint: a small learning rate, a cosine decay, validated every 250 steps",
-        {"learning_rate": 1e-4, "lr_scheduler_type": "cosine", "warmup_steps": 0, "weight_decay": 0.01, **_UNTIL_TARGET},
+        {
+            "learning_rate": 1e-4,
+            "lr_scheduler_type": "cosine",
+            "warmup_steps": 0,
+            "weight_decay": 0.01,
+            **_UNTIL_TARGET,
+        },
     ),
 }
 

@@ -615,7 +615,9 @@ def _checked_reward(function, spec: str):
             )
         bad = next((v for v in values if v is not None and not isinstance(v, numbers.Real)), None)
         if bad is not None:
-            raise ValueError(f"--reward {spec}: returned {type(bad).__name__} {bad!r} among its values; each is a float")
+            raise ValueError(
+                f"--reward {spec}: returned {type(bad).__name__} {bad!r} among its values; each is a float"
+            )
         return values
 
     return reward

@@ -71,7 +71,11 @@ def _task_data(task: str, data_args: TrainDataArguments, config, seed: int):
                 "symmetries (held-out rows in a training puzzle's class are dropped)"
             )
         data = build_task_rows(
-            data_args.dataset_name, task, **data_args.split_options(), seed=seed, validation_size=data_args.validation_size
+            data_args.dataset_name,
+            task,
+            **data_args.split_options(),
+            seed=seed,
+            validation_size=data_args.validation_size,
         )
         cells = data.config_fields.get("max_seq_len")
         if config is not None and cells is not None and cells > puzzle_cells(config)[0]:

@@ -101,7 +101,9 @@ def held_out_line(data) -> str:
     if counts:
         if not counts["kept"]:
             return f"{describe_held_out_counts(counts)}: no loop-scaling evaluation{validation}"
-        return f"{describe_held_out_counts(counts)} for the loop-scaling evaluation ({data.test_description}){validation}"
+        return (
+            f"{describe_held_out_counts(counts)} for the loop-scaling evaluation ({data.test_description}){validation}"
+        )
     held = f"{len(data.test)} held out for the loop-scaling evaluation" if len(data.test) else "none held out"
     return held + (f" ({data.test_description})" if data.test_description else "") + validation
 
