@@ -314,7 +314,7 @@ def test_a_model_last_trained_on_rows_of_its_own_is_not_scored_on_the_task_befor
     for command in (["eval", str(out), "--loops", "1"], ["audit", str(out), "--num-examples", "8"]):
         assert main(command) == 2
         err = capsys.readouterr().err.strip().splitlines()[-1]
-        assert "was last trained on rows of your own (60 prompt/completion rows of reverse.jsonl" in err
+        assert "was last trained on rows of your own (54 prompt/completion rows of reverse.jsonl" in err  # 6 validate
         assert "--dataset_name FILE" in err and "--task addition" in err
     assert main(["eval", str(out), "--task", "addition", "--loops", "1", "--num-examples", "4"]) == 0
     assert "4 generated addition problems (seed 1234)" in capsys.readouterr().out

@@ -43,8 +43,9 @@ def split_rows(
 ):
     """``(train, test, the split the test rows come from, validation)``, numbered (:func:`numbered`), the training
     rows shuffled with ``seed``; ``test_size`` ``None``: at most 200 rows of the test split, else
-    :func:`held_out_count` rows of the training split. ``validation_size`` rows (``None``: :func:`held_out_count`) are
-    held out of the training split after the test rows (``validation`` is ``None`` for 0)."""
+    :func:`held_out_count` rows of the training split. ``validation_size`` rows (``None``: :func:`held_out_count`, at
+    most a quarter of the rows the test leaves) are held out of the training split after the test rows
+    (``validation`` is ``None`` for 0)."""
     train = numbered(splits[train_split]).shuffle(seed=seed)
     test = None
     if test_split in splits and test_split != train_split:
@@ -56,7 +57,9 @@ def split_rows(
             f"{test_split!r} split, or --test_size 0 (no held-out evaluation)"
         )
     taken = 0 if test is not None else held_out_count(len(train)) if test_size is None else test_size
-    validation = held_out_count(len(train)) if validation_size is None else validation_size
+    # by default as many as the test rows, but never more than a quarter of those left: a small file keeps its rows
+    default = min(held_out_count(len(train)), max(0, len(train) - taken) // 4)
+    validation = default if validation_size is None else validation_size
     if taken + validation >= len(train):
         flags = [f"--{name} {n}" for name, n in (("test_size", taken), ("validation_size", validation)) if n]
         one = len(flags) == 1
@@ -109,6 +112,7 @@ def hold_out(
         return rows.select([i for i, key in enumerate(keys(rows)) if key not in seen])
 
     validation = unseen(validation) if validation is not None else None
+    validation = validation if validation is not None and len(validation) else None  # each one a training question
     return HeldOut(train, unseen(test), held_split, trained, len(test), validation)
 
 

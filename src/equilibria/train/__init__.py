@@ -82,6 +82,8 @@ def _trainer(model_args: ModelArguments, data_args: TrainDataArguments, args, mo
     from ..trainers import callbacks_for, trainer_for
 
     if model_args.trainer != "grpo":
+        if data.validation is None and str(getattr(args.eval_strategy, "value", args.eval_strategy)) != "no":
+            _no_validation(args)
         return trainer_for(model_args.family)(
             model=model,
             args=args,
@@ -102,6 +104,19 @@ def _trainer(model_args: ModelArguments, data_args: TrainDataArguments, args, mo
     reward = reward_function(model_args.reward)
     return trainer_class(model=model, reward_funcs=reward, args=args, train_dataset=data.prompts,
                          processing_class=data.tokenizer)  # fmt: skip
+
+
+def _no_validation(args) -> None:
+    """A run whose data leaves no validation split (a small file of yours) trains without validation: its settings
+    are turned off, and the run says so."""
+    from transformers.trainer_utils import IntervalStrategy, SaveStrategy
+
+    args.eval_strategy = IntervalStrategy.NO
+    args.load_best_model_at_end = False
+    if args.save_strategy == SaveStrategy.BEST:
+        args.save_strategy = SaveStrategy.NO
+    if args.process_index == 0:
+        print("no validation split: the data leaves no row for one (too few rows, or each repeats a training question)")
 
 
 def _report_kept(trainer, model_args: ModelArguments) -> None:
