@@ -233,13 +233,26 @@ def run_command(
 
 def record(results: dict, recipe: Documented, run: dict, before: bool) -> None:
     """Put ``run`` into ``results`` under ``recipe`` (its ``before`` part when ``before``), replacing a run of the
-    same seed and threads."""
+    same seed and threads. Runs of another command or recipe settings than ``run``'s (the recipe changed since) move
+    to the entry's ``superseded`` list, with their command: kept, and no longer in the page's ranges."""
     entry = results.setdefault("recipes", {}).setdefault(recipe.name, {})
+    earlier_command = entry.get("command")
     entry.update(page=recipe.page, command=recipe.command, loops=recipe.loops, target=recipe.target, what=recipe.what)
     entry["shown"] = recipe.shown
     part = entry.setdefault("before", {"command": recipe.before}) if before else entry
-    runs = [r for r in part.get("runs", []) if (r["seed"], r["threads"]) != (run["seed"], run["threads"])]
-    part["runs"] = sorted([*runs, run], key=lambda r: (r["threads"], r["seed"]))
+    current = part.get("runs", [])
+    if not before:
+        changed = [r for r in current if earlier_command != recipe.command or _settings(r) != _settings(run)]
+        if changed:
+            entry.setdefault("superseded", []).append({"command": earlier_command, "runs": changed})
+            current = [r for r in current if r not in changed]
+    current = [r for r in current if (r["seed"], r["threads"]) != (run["seed"], run["threads"])]
+    part["runs"] = sorted([*current, run], key=lambda r: (r["threads"], r["seed"]))
+
+
+def _settings(run: dict) -> dict | None:
+    """The recipe settings a run applied (``None`` for a command without a recipe)."""
+    return (run.get("recipe") or {}).get("settings")
 
 
 def parse_seeds(text: str, parser: argparse.ArgumentParser) -> list[int]:

@@ -175,3 +175,25 @@ def test_the_recipes_benchmark_trains_a_fine_tunes_base_first_and_runs_torchrun_
     assert bench.parse_seeds("0-2,100-102", parser) == [0, 1, 2, 100, 101, 102]
     with pytest.raises(SystemExit):
         bench.parse_seeds("9-3", parser)
+
+
+def test_runs_of_an_earlier_recipe_are_kept_apart_from_the_ranges():
+    """A recipe changed since some of its runs: they move to ``superseded`` (with their command), out of ``runs``."""
+    from conftest import load_benchmark
+
+    bench = load_benchmark("recipes")
+    recipe = next(r for r in bench.DOCUMENTED if r.name == "readme-ouro")
+
+    def run(seed, steps):
+        return {"seed": seed, "threads": 2, "recipe": {"settings": {"max_steps": steps}}, "accuracy": {"4": 0.9}}
+
+    results = {}
+    bench.record(results, recipe, run(0, 3000), before=False)
+    bench.record(results, recipe, run(1, 3000), before=False)
+    bench.record(results, recipe, run(0, 6000), before=False)
+    entry = results["recipes"]["readme-ouro"]
+    assert [r["seed"] for r in entry["runs"]] == [0] and entry["runs"][0]["recipe"]["settings"]["max_steps"] == 6000
+    (old,) = entry["superseded"]
+    assert old["command"] == recipe.command and [r["seed"] for r in old["runs"]] == [0, 1]  # seed 0's too
+    bench.record(results, recipe, run(0, 6000), before=False)  # the same recipe again: it replaces its own run
+    assert len(entry["runs"]) == 1 and len(entry["superseded"]) == 1
