@@ -97,7 +97,7 @@ def test_a_later_call_adds_its_runs_to_those_read_back(quick, tmp_path, monkeypa
 def test_runs_already_measured_are_not_run_again(quick, tmp_path):
     folder, _ = quick
     gpu_run = load_benchmark("gpu_run")
-    args = gpu_run.parse(["--previous", str(folder), "--output-dir", str(tmp_path), "--arms", "plain,stars"])
+    args = gpu_run.parse(["--previous", str(folder), "--output-dir", str(tmp_path), "--arms", "plain,stars", "--cpu"])
     assert set(gpu_run.previous_runs(args)) == {"plain", "sampling", "stars"}  # read from the earlier section
     args.quick = True  # a quick run never reads earlier runs
     assert gpu_run.previous_runs(args) == {}
