@@ -22,7 +22,8 @@ Results: ``docs/results/recipes.json`` (a top-level ``recipes`` mapping: per rec
 count and target, and ``runs``, each with its ``seed``, ``threads``, ``wall_s``, ``accuracy`` by loop count and,
 for a validated run, ``kept``: the step whose weights it ended with, of how many, and whether it stopped at its target),
 saved after every run, so a stopped sweep keeps what it measured; a run of the same recipe, seed and threads
-replaces the earlier one. Run it alone: a second busy process slows small torch ops many times.
+replaces the earlier one, and the runs of a command or recipe settings the recipe had before move to its
+``superseded`` list (kept, with their command, out of the pages' ranges). Run it alone: a second busy process slows small torch ops many times.
 """
 
 from __future__ import annotations
@@ -103,8 +104,9 @@ DOCUMENTED = (
         "readme-fine-tune",
         "README.md",
         "equilibria train --model_name_or_path out --dataset_name examples/sum_rows.jsonl --output_dir tuned "
-        "--use_peft --learning_rate 3e-3 --per_device_train_batch_size 64 --max_steps 3000 --min_loops 2 "
-        "--max_loops 8 --jsrr_weight 0.1 --exit_loss final --eval_metric exact_match --validation_loops 8 --use_cpu",
+        "--use_peft --lora_target_modules q_proj k_proj v_proj o_proj gate_proj up_proj down_proj --learning_rate 3e-3 "
+        "--per_device_train_batch_size 64 --max_steps 6000 --min_loops 4 --max_loops 8 --jsrr_weight 0.1 "
+        "--exit_loss final --eval_metric exact_match --validation_loops 8 --use_cpu",
         8,
         0.95,
         "exact match at 8 loops on the 200 held-out rows of examples/sum_rows.jsonl (3-digit sums; the base model "

@@ -80,7 +80,8 @@ SIZES = [
     # before the next substitution, whose pattern this command contains
     ("diagnose out --loops 1,2,4,8,16,32,64", "diagnose out --loops 1,2,4,8 --num_examples 8 --power_iters 4"),
     ("--loops 1,2,4,8,16", "--loops 1,4 --num_examples 8"),
-    ("--max_steps 3000 --min_loops 2", "--max_steps 2 --test_size 8 --min_loops 2"),  # the README's fine-tune
+    ("--max_steps 6000 --min_loops 4", "--max_steps 2 --test_size 8 --min_loops 4"),  # the README's fine-tune
+    ("--max_steps 3000 --min_loops 2", "--max_steps 2 --test_size 8 --min_loops 2"),  # ouro_decode.md's earlier one
     ("equilibria audit out --output_dir out", "equilibria audit out --output_dir out --num_examples 16"),
     (  # docs/rl.md's GRPO run of the RL benchmark, on the README's model: 2 steps of 2 prompts x 4 rollouts
         "--model_name_or_path benchmarks/results/rl_runs/base --task addition --reward exact_match --output_dir rl-grpo "

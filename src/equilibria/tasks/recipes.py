@@ -124,7 +124,7 @@ _EQR_SUDOKU = {**_SCRATCH, "weight_decay": 0.1, "max_steps": 2400, **_SUDOKU_DAT
 
 def _scratch(name: str, summary: str, sized: tuple[str, ...] = (), **settings) -> Recipe:
     """A recipe of the generic settings, not tuned for its family and task (docs/cli.md#recipes: what they give)."""
-    return Recipe(name, f"{summary} (generic settings, untuned; what one seed gives: docs/cli.md#recipes)",
+    return Recipe(name, f"{summary} (generic settings, untuned; what they give: docs/cli.md#recipes)",
                   {**_SCRATCH, **settings}, sized)  # fmt: skip
 
 
@@ -139,15 +139,14 @@ RECIPES: dict[tuple[str, str], Recipe] = {
     for recipe in (
         # the last step's loss: what a fixed loop count reads. 6000 steps, the whole cosine schedule, validated every
         # 250 and the best kept: a seed that learns late still gets a decayed learning rate after it has learned
-        # (the fine-tune's base: one stopped at a validation target, at a high learning rate, fine-tuned far worse)
         _looped_lm("ouro/addition", "a 0.33M-parameter Ouro (width 128, 2 layers) at 4 loops on 8000 generated "
                    "2-digit sums, the last step's loss", exit_loss="final", max_steps=6000, **_VALIDATED),
         _looped_lm("dory/addition", "a small DoryForCausalLM (width 128, 2 recurrent layers) at 4 passes on 8000 "
                    "generated 2-digit sums", max_steps=5000, **_UNTIL_TARGET),
         _looped_lm("hrm_text/addition", "a small HrmTextForCausalLM (width 128) at 4 H-cycles on 8000 generated "
-                   "2-digit sums (the Dory recipe; one seed's result in docs/cli.md#recipes)"),
+                   "2-digit sums (the looped-LM addition settings, 2000 steps, no validation; what they give: docs/cli.md#recipes)"),
         _looped_lm("inkling2_loop_text/addition", "a small Inkling2LoopForCausalLM (width 128) at 4 passes on 8000 "
-                   "generated 2-digit sums (the Dory recipe; one seed's result in docs/cli.md#recipes)"),
+                   "generated 2-digit sums (the looped-LM addition settings, 2000 steps, no validation; what they give: docs/cli.md#recipes)"),
         _scratch("attractor_lm/addition", "a small Attractor LM on 8000 generated 2-digit sums", max_steps=1500,
                  train_size=8000),
         _scratch("attractor_lm/sudoku", "a small Attractor puzzle model on the EqR recipe's 6x6 Sudoku puzzles",
