@@ -130,7 +130,10 @@ def test_count_through_hf_overrides(folder):
     ("overrides", "loop_arguments"),
     [
         ({"early_exit_threshold": 0.6}, {"exit_threshold": 0.6}),
-        ({"early_exit_threshold": 0.6, "exit_readout": "reference"}, {"exit_threshold": 0.6, "exit_readout": "reference"}),
+        (
+            {"early_exit_threshold": 0.6, "exit_readout": "reference"},
+            {"exit_threshold": 0.6, "exit_readout": "reference"},
+        ),
         ({"recurrent_kv_cache_mode": "last_loop"}, {"recurrent_kv_cache_mode": "last_loop"}),
     ],
     ids=["early-exit-frozen", "early-exit-reference", "last-loop-cache"],

@@ -23,10 +23,10 @@ REFUSED = ("AttractorForCausalLM",)
 def register() -> None:
     """Register Ouro with transformers' Auto classes and vLLM's model registry (re-entrant: vLLM may call it more
     than once in a process)."""
-    import equilibria  # noqa: F401  (registers the package's configs, models and tokenizer with the Auto classes)
     from vllm import ModelRegistry
-
     from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+
+    import equilibria  # noqa: F401  (registers the package's configs, models and tokenizer with the Auto classes)
 
     from .vllm_ouro import ConfigCheck
 
