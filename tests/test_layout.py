@@ -149,6 +149,7 @@ LAYERS = (
     "commands",
     "train",
     "demo",
+    "serving",
     "command_arguments",
     "evaluation",
     "scaling",

@@ -18,10 +18,11 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache: the fol
 vllm = pytest.importorskip("vllm")
 
 from vllm import LLM, SamplingParams  # noqa: E402
+from vllm.exceptions import VLLMValidationError  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
 
-from equilibria import OuroForCausalLM  # noqa: E402
-from equilibria.families import small_ouro_config  # noqa: E402
+from equilibria import AttractorForCausalLM, OuroForCausalLM  # noqa: E402
+from equilibria.families import small_attractor_config, small_ouro_config  # noqa: E402
 
 VOCAB = 64
 NEW_TOKENS = 12
@@ -76,19 +77,26 @@ def greedy(new_tokens: int = NEW_TOKENS, **extra) -> SamplingParams:
     return SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True, detokenize=False, **extra)
 
 
-def served_tokens(llm: LLM, prompts=PROMPTS, params: SamplingParams | None = None) -> list[list[int]]:
-    """Every prompt in one ``generate`` call: vLLM batches them (continuous batching, shared prefixes)."""
+def served_tokens(llm: LLM, prompts=PROMPTS, params=None) -> list[list[int]]:
+    """Every prompt in one ``generate`` call: vLLM batches them (continuous batching, shared prefixes). ``params``:
+    one ``SamplingParams`` for all, or one per prompt."""
     outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params or greedy(), use_tqdm=False)
     return [list(o.outputs[0].token_ids) for o in outputs]
 
 
-def staggered_tokens(llm: LLM, prompts=PROMPTS) -> list[list[int]]:
+def per_request(counts) -> list[SamplingParams]:
+    """Greedy sampling with ``extra_args={"num_loops": k}`` for each ``k`` (None: no count asked)."""
+    return [greedy(extra_args=None if k is None else {"num_loops": k}) for k in counts]
+
+
+def staggered_tokens(llm: LLM, prompts=PROMPTS, params=None) -> list[list[int]]:
     """Requests that arrive while others decode: one prompt added every two engine steps."""
     engine, pending, done = llm.llm_engine, list(enumerate(prompts)), {}
     for step in range(4 * len(prompts) * NEW_TOKENS):  # a bound, so that a lost request fails instead of hanging
         if pending and step % 2 == 0:
             index, prompt = pending.pop(0)
-            engine.add_request(f"staggered-{index}", TokensPrompt(prompt_token_ids=prompt), greedy())
+            request = params[index] if params else greedy()
+            engine.add_request(f"staggered-{index}", TokensPrompt(prompt_token_ids=prompt), request)
         for output in engine.step():
             if output.finished:
                 done[output.request_id] = list(output.outputs[0].token_ids)
@@ -176,3 +184,43 @@ def test_refusals_in_one_line(tmp_path):
     narrow = save_random_ouro(tmp_path / "narrow", hidden_size=96, head_dim=24)
     with pytest.raises(ValueError, match=r"head sizes \[32, .*head_dim is 24"):
         start(narrow)
+    torch.manual_seed(0)
+    AttractorForCausalLM(small_attractor_config(VOCAB)).save_pretrained(tmp_path / "attractor")
+    with pytest.raises(ValueError, match=r"serves Ouro folders only .*'attractor_lm' \(AttractorForCausalLM\)"):
+        start(str(tmp_path / "attractor"))
+
+
+COUNTS = [1, 2, 3, 4, None]  # one per prompt; None: the server's count
+
+
+def expected_per_request(folder: str, counts, default: int) -> list[list[int]]:
+    return [package_tokens(folder, [p], num_loops=k or default)[0] for p, k in zip(PROMPTS, counts, strict=True)]
+
+
+def test_loop_count_per_request(folder):
+    """``SamplingParams(extra_args={"num_loops": k})``: requests of different counts in one batch (and arriving while
+    others decode) each get the tokens of ``generate(num_loops=k)``; with prefix caching (vLLM's default) every
+    forward runs the server's most loops. A count above it, or not an integer, is refused when the request arrives."""
+    expected = expected_per_request(folder, COUNTS, 4)
+    assert len({tuple(map(tuple, package_tokens(folder, num_loops=k))) for k in (1, 2, 3, 4)}) == 4
+    llm = start(folder)
+    try:
+        assert served_tokens(llm, params=per_request(COUNTS)) == expected
+        assert staggered_tokens(llm, params=per_request(COUNTS)) == expected
+        for bad in (5, 0, "2"):
+            with pytest.raises(VLLMValidationError, match=r"num_loops must be an integer from 1 to 4 .*max_num_loops"):
+                served_tokens(llm, params=per_request([bad] * len(PROMPTS)))
+    finally:
+        stop(llm)
+
+
+def test_loop_count_per_request_beyond_the_folder(folder):
+    """``hf_overrides={"max_num_loops": 6}`` admits counts up to 6; without prefix caching each forward runs the most
+    its requests ask for."""
+    counts = [6, 1, 5, None, 2]
+    expected = expected_per_request(folder, counts, 4)
+    llm = start(folder, hf_overrides={"max_num_loops": 6}, enable_prefix_caching=False)
+    try:
+        assert served_tokens(llm, params=per_request(counts)) == expected
+    finally:
+        stop(llm)

@@ -40,6 +40,7 @@ from vllm.platforms import current_platform
 
 from ..modeling.configuration_ouro import OuroConfig
 from ..modeling.modeling_ouro import OuroEarlyExit, OuroModel, exit_distribution, read_at_exit, warn_if_gate_untrained
+from .vllm_loop_counts import SERVED, LoopCounts, LoopCountsRefusedV2, token_counts
 
 ATTENTION_NAME = "equilibria_vllm"
 #: head sizes vLLM's CPU attention kernel runs (``vllm/v1/attention/backends/cpu_attn.py``)
@@ -90,12 +91,40 @@ def check_servable(config, vllm_config: VllmConfig) -> None:
 
 
 class ConfigCheck(VerifyAndUpdateConfig):
-    """vLLM's per-architecture config hook (``MODELS_CONFIG_MAP``): :func:`check_servable` where vLLM builds its
-    config, so that a folder this model cannot serve is refused in one line before any worker starts."""
+    """vLLM's per-architecture config hook (``MODELS_CONFIG_MAP``), run where vLLM builds its config, before any worker
+    starts: :func:`check_servable`, so that a folder this model cannot serve is refused in one line; and the loop
+    count per request (:mod:`~equilibria.serving.vllm_loop_counts`): what the server allows, recorded for the check of
+    each request, and the logits processor that carries the counts to the model."""
 
     @staticmethod
     def verify_and_update_config(vllm_config: VllmConfig) -> None:
-        check_servable(vllm_config.model_config.hf_config, vllm_config)
+        config = vllm_config.model_config.hf_config
+        check_servable(config, vllm_config)
+        SERVED["max"], SERVED["refused"] = max_num_loops(config), per_request_refusal(config)
+        if vllm_config.speculative_config is not None:
+            raise ValueError("equilibria's Ouro for vLLM does not run speculative decoding (speculative_config).")
+        processor = LoopCountsRefusedV2 if vllm_config.use_v2_model_runner else LoopCounts
+        model_config = vllm_config.model_config
+        model_config.logits_processors = [*(model_config.logits_processors or []), processor]
+
+
+def max_num_loops(config) -> int:
+    """The most loops a request may ask for: ``config.max_num_loops`` (set with ``hf_overrides``), else the folder's
+    count; ``ValueError`` for one below it."""
+    most = getattr(config, "max_num_loops", None) or config.total_ut_steps
+    if isinstance(most, bool) or not isinstance(most, int) or most < config.total_ut_steps:
+        raise ValueError(f"max_num_loops must be an integer >= total_ut_steps ({config.total_ut_steps}), got {most!r}.")
+    return most
+
+
+def per_request_refusal(config) -> str | None:
+    """Why this server takes no loop count per request (None: it does)."""
+    threshold = config.early_exit_threshold
+    if threshold is not None and threshold < 1.0:
+        return f"not taken with the exit gate on (early_exit_threshold={threshold}); its count is total_ut_steps"
+    if config.recurrent_kv_cache_mode != "per_loop":
+        return "not taken with the last_loop cache layout, whose one entry per layer is written by the last step"
+    return None
 
 
 class OuroForCausalLM(nn.Module):
@@ -112,12 +141,19 @@ class OuroForCausalLM(nn.Module):
         self.threshold = config.early_exit_threshold
         if self.threshold is not None and self.threshold >= 1.0:
             self.threshold = None
+        self.max_loops = max_num_loops(config)
+        if self.max_loops > self.num_loops and per_request_refusal(config):
+            raise ValueError(f"max_num_loops is for loop counts per request, which are {per_request_refusal(config)}")
+        self.per_request = per_request_refusal(config) is None
+        #: with prefix caching a block's cache entries may serve a later request of any count: every forward then
+        #: runs max_num_loops steps, so that every entry holds what that many steps compute
+        self.prefix_caching = bool(vllm_config.cache_config.enable_prefix_caching)
         self.model = OuroModel(config)
         config._attn_implementation = ATTENTION_NAME  # the package's attention calls vLLM's (paged_attention)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        entries = config.num_hidden_layers * (self.num_loops if config.recurrent_kv_cache_mode == "per_loop" else 1)
+        entries = config.num_hidden_layers * (self.max_loops if config.recurrent_kv_cache_mode == "per_loop" else 1)
         self.attn = nn.ModuleList(self._attention_layer(vllm_config, prefix, entry) for entry in range(entries))
         if self.threshold is not None:
             warn_if_gate_untrained(self.model, f"vLLM's early exit (early_exit_threshold={self.threshold})")
@@ -160,28 +196,60 @@ class OuroForCausalLM(nn.Module):
         return self._loop(hidden, position_embeddings)[0]
 
     def _loop(self, hidden: torch.Tensor, position_embeddings) -> torch.Tensor:
-        """Run the loop steps on ``hidden`` (``(1, tokens, hidden)``) and read each token out: at the last step, or
-        with an exit threshold at its exit step (``config.exit_readout``: ``"frozen"`` stops computing exited
-        tokens, ``"reference"`` computes every step and reads each token at its exit)."""
-        model, num_loops, threshold = self.model, self.num_loops, self.threshold
-        reference = threshold is not None and self.config.exit_readout == "reference"
-        early = None
-        if threshold is not None and not reference:
-            early = OuroEarlyExit(threshold, 1, hidden.shape[1], num_loops, hidden.device, drop_rows=False)
+        """Run the loop steps on ``hidden`` (``(1, tokens, hidden)``) and read each token out: at its request's loop
+        count (:meth:`_plan`), or with an exit threshold at its exit step (:meth:`_loop_with_exit`)."""
+        if self.threshold is not None:
+            return self._loop_with_exit(hidden, position_embeddings)
+        steps, counts = self._plan(hidden.shape[1])
+        picked = None if counts is None else torch.zeros_like(hidden)
+        for step in range(steps):
+            hidden = self._step(hidden, step, position_embeddings)
+            if counts is not None:
+                picked = torch.where((counts == step + 1)[None, :, None], self.model.readout(hidden), picked)
+        return self.model.readout(hidden) if counts is None else picked
+
+    def _plan(self, tokens: int) -> tuple[int, torch.Tensor | None]:
+        """``(steps to run, each token's count or None)``: the folder's count for every token, unless requests ask
+        for their own (:func:`~equilibria.serving.vllm_loop_counts.token_counts`); the most of those, or with prefix
+        caching always ``max_num_loops`` (see ``prefix_caching``); ``counts`` is None when every token is read at
+        the last step."""
+        counts = token_counts(self.attn[0].layer_name, tokens, self.num_loops) if self.per_request else None
+        if self.prefix_caching:
+            steps = self.max_loops
+        else:
+            steps = self.num_loops if counts is None else int(counts.max())
+        if counts is None and steps != self.num_loops:
+            counts = torch.full((tokens,), self.num_loops)
+        device = self.model.embed_tokens.weight.device
+        return steps, None if counts is None else counts.to(device)
+
+    def _step(self, hidden: torch.Tensor, step: int, position_embeddings, early: OuroEarlyExit | None = None):
+        """One loop step (the package's :meth:`~equilibria.modeling.modeling_ouro.OuroModel.loop_step`) with the
+        vLLM attention layers of ``step``."""
+        self.loop_steps["run"] += 1
+        self.loop_steps["max"] += int(step == 0) * (self.max_loops if self.prefix_caching else self.num_loops)
         masks = {"full_attention": None}
+        new = self.model.loop_step(
+            hidden, step, position_embeddings, masks, early_exit=early, vllm_layers=self._layers(step)
+        )
+        return new if early is None else early.end_step(hidden, new)
+
+    def _loop_with_exit(self, hidden: torch.Tensor, position_embeddings) -> torch.Tensor:
+        """The loop with the exit gate: each token read out at its exit step (``config.exit_readout``: ``"frozen"``
+        stops computing exited tokens and skips the remaining steps once all have exited, ``"reference"`` computes
+        every step)."""
+        model, num_loops, threshold = self.model, self.num_loops, self.threshold
+        reference = self.config.exit_readout == "reference"
+        early = None if reference else OuroEarlyExit(threshold, 1, hidden.shape[1], num_loops, hidden.device, False)
         states, gate_logits = [], []
-        self.loop_steps["max"] += num_loops
         for step in range(num_loops):
             if early is not None and not early.start_step():  # every token has exited
                 self._backfill(early, step)
                 break
-            self.loop_steps["run"] += 1
-            layers = self._layers(step)
-            new = model.loop_step(hidden, step, position_embeddings, masks, early_exit=early, vllm_layers=layers)
-            hidden = new if early is None else early.end_step(hidden, new)
+            hidden = self._step(hidden, step, position_embeddings, early)
             if reference:
                 states.append(model.readout(hidden))
-            if step < num_loops - 1 and threshold is not None:
+            if step < num_loops - 1:
                 gate_logits.append(model.exit_logit(hidden))
                 if early is not None:
                     early.observe_gate(step, gate_logits[-1])

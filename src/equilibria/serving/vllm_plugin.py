@@ -15,7 +15,6 @@ the folders of the package's other families, registered under their architecture
 from __future__ import annotations
 
 ARCHITECTURE = "OuroForCausalLM"
-MODEL_CLASS = "equilibria.serving.vllm_ouro:OuroForCausalLM"
 #: the package's other language models: refused in one line (vLLM would list every architecture it has)
 REFUSED = ("AttractorForCausalLM",)
 
@@ -28,8 +27,8 @@ def register() -> None:
 
     import equilibria  # noqa: F401  (registers the package's configs, models and tokenizer with the Auto classes)
 
-    from .vllm_ouro import ConfigCheck
+    from .vllm_ouro import ConfigCheck, OuroForCausalLM
 
     for architecture in (ARCHITECTURE, *REFUSED):
-        ModelRegistry.register_model(architecture, MODEL_CLASS)
+        ModelRegistry.register_model(architecture, OuroForCausalLM)
         MODELS_CONFIG_MAP[architecture] = ConfigCheck
