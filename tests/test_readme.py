@@ -238,6 +238,11 @@ def recipe_warnings(caplog, caught: list) -> list[str]:
     "page, line, block", code_blocks("python"), ids=[f"{page}:{line}" for page, line, _ in code_blocks("python")]
 )
 def test_the_python_blocks_run(workdir, monkeypatch, caplog, page, line, block):
+    if re.search(r"^from vllm import", block, re.M):
+        pytest.skip(
+            "serving with vLLM needs vLLM's own environment: ./run vllm builds .venv-vllm, where tests_vllm makes "
+            "the same calls (LLM(folder), hf_overrides, extra_args num_loops)"
+        )
     monkeypatch.chdir(workdir)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
