@@ -113,10 +113,8 @@ def token_counts(layer_name: str, num_tokens: int, default: int) -> torch.Tensor
     metadata = metadata.get(layer_name) if isinstance(metadata, dict) else None
     if metadata is None:
         return None
-    starts = metadata.query_start_loc.tolist()
-    rows = len(starts) - 1
-    counts = torch.tensor([ROWS.get(row, default) for row in range(rows)])
-    lengths = torch.tensor([starts[row + 1] - starts[row] for row in range(rows)])
+    lengths = metadata.query_start_loc.diff().cpu()
+    counts = torch.tensor([ROWS.get(row, default) for row in range(lengths.shape[0])])
     per_token = torch.repeat_interleave(counts, lengths)
     if per_token.shape[0] != num_tokens:  # never in vLLM's layout; refuse to guess
         raise RuntimeError(f"{num_tokens} tokens in the forward, {per_token.shape[0]} in its requests' ranges")

@@ -54,9 +54,12 @@ def paged_attention(module: nn.Module, query, key, value, attention_mask, **kwar
     request; ``attention_mask`` is not used). Shapes: query ``(1, heads, tokens, head_dim)``, keys/values
     ``(1, kv_heads, tokens, head_dim)``; returns ``((1, tokens, heads, head_dim), None)``."""
     layer = kwargs["vllm_layers"][module.layer_idx]
-    tokens = query.shape[2]
-    flat = [x[0].transpose(0, 1).reshape(tokens, -1) for x in (query, key, value)]
-    return layer(*flat).view(1, tokens, -1, module.head_dim), None
+    return layer(*map(flat_heads, (query, key, value))).view(1, query.shape[2], -1, module.head_dim), None
+
+
+def flat_heads(x: torch.Tensor) -> torch.Tensor:
+    """``(1, heads, tokens, head_dim)`` -> ``(tokens, heads * head_dim)``, the layout of vLLM's attention layer."""
+    return x[0].transpose(0, 1).reshape(x.shape[2], -1)
 
 
 AttentionInterface.register(ATTENTION_NAME, paged_attention)
@@ -142,9 +145,10 @@ class OuroForCausalLM(nn.Module):
         if self.threshold is not None and self.threshold >= 1.0:
             self.threshold = None
         self.max_loops = max_num_loops(config)
-        if self.max_loops > self.num_loops and per_request_refusal(config):
-            raise ValueError(f"max_num_loops is for loop counts per request, which are {per_request_refusal(config)}")
-        self.per_request = per_request_refusal(config) is None
+        refusal = per_request_refusal(config)
+        if self.max_loops > self.num_loops and refusal:
+            raise ValueError(f"max_num_loops is for loop counts per request, which are {refusal}")
+        self.per_request = refusal is None
         #: with prefix caching a block's cache entries may serve a later request of any count: every forward then
         #: runs max_num_loops steps, so that every entry holds what that many steps compute
         self.prefix_caching = bool(vllm_config.cache_config.enable_prefix_caching)
@@ -157,8 +161,6 @@ class OuroForCausalLM(nn.Module):
         self.attn = nn.ModuleList(self._attention_layer(vllm_config, prefix, entry) for entry in range(entries))
         if self.threshold is not None:
             warn_if_gate_untrained(self.model, f"vLLM's early exit (early_exit_threshold={self.threshold})")
-        #: loop steps run and the most they could have been, over every forward (what the early exit saves)
-        self.loop_steps = {"run": 0, "max": 0}
 
     def _attention_layer(self, vllm_config: VllmConfig, prefix: str, entry: int) -> Attention:
         config = self.config
@@ -226,8 +228,6 @@ class OuroForCausalLM(nn.Module):
     def _step(self, hidden: torch.Tensor, step: int, position_embeddings, early: OuroEarlyExit | None = None):
         """One loop step (the package's :meth:`~equilibria.modeling.modeling_ouro.OuroModel.loop_step`) with the
         vLLM attention layers of ``step``."""
-        self.loop_steps["run"] += 1
-        self.loop_steps["max"] += int(step == 0) * (self.max_loops if self.prefix_caching else self.num_loops)
         masks = {"full_attention": None}
         new = self.model.loop_step(
             hidden, step, position_embeddings, masks, early_exit=early, vllm_layers=self._layers(step)
@@ -265,10 +265,8 @@ class OuroForCausalLM(nn.Module):
             return
         for later in range(step, self.num_loops):
             for layer_idx, layer in enumerate(self._layers(later)):
-                key, value = early.kv[layer_idx]
-                tokens = key.shape[2]
-                key, value = (x[0].transpose(0, 1).reshape(tokens, -1) for x in (key, value))
-                query = key.new_zeros(tokens, self.config.num_attention_heads * self.config.head_dim)
+                key, value = map(flat_heads, early.kv[layer_idx])
+                query = key.new_zeros(key.shape[0], self.config.num_attention_heads * self.config.head_dim)
                 layer(query, key, value)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
