@@ -96,19 +96,31 @@ def ouro_config(width, intermediate, heads, layers, loops, vocab) -> OuroConfig:
     )
 
 
+def llama_of_equal_depth(config: OuroConfig) -> LlamaConfig:
+    """A Llama as deep as ``config``'s unrolled loop (``total_ut_steps x num_hidden_layers`` layers) and as wide
+    (hidden, MLP, heads, key/value heads, head size, positions, vocabulary, RoPE, norm epsilon, tied embeddings)."""
+    return LlamaConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers * config.total_ut_steps,
+        num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+        max_position_embeddings=config.max_position_embeddings,
+        rope_parameters=dict(config.rope_parameters),
+        rms_norm_eps=config.rms_norm_eps,
+        tie_word_embeddings=config.tie_word_embeddings,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+    )
+
+
 def bench_loop_overhead(args) -> dict:
     torch.manual_seed(0)
     ouro = OuroForCausalLM(ouro_config(args.width, args.intermediate, args.heads, args.layers, args.loops, args.vocab))
-    llama = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=args.vocab,
-            hidden_size=args.width,
-            intermediate_size=args.intermediate,
-            num_hidden_layers=args.layers * args.loops,
-            num_attention_heads=args.heads,
-            max_position_embeddings=2048,
-        )
-    )
+    llama = LlamaForCausalLM(llama_of_equal_depth(ouro.config))
     ouro.eval()
     llama.eval()
     ids = torch.randint(3, args.vocab, (1, args.prompt))

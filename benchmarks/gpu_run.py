@@ -256,20 +256,12 @@ def real_size_model(args, device: torch.device, dtype: torch.dtype | None = None
 
 
 def llama_of_equal_depth(args, device: torch.device):
-    """transformers' Llama with 4x the layers of the Ouro (its 4 loops) at the same width, heads and vocabulary."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """transformers' Llama as deep as the Ouro's unrolled loop (its 4 loops x its layers), as wide, with its heads and
+    vocabulary (:func:`bench_ouro_decode.llama_of_equal_depth`), 4096 positions."""
+    from transformers import LlamaForCausalLM
 
-    ouro = real_size_config(args)
-    config = LlamaConfig(
-        vocab_size=ouro.vocab_size,
-        hidden_size=ouro.hidden_size,
-        intermediate_size=ouro.intermediate_size,
-        num_hidden_layers=ouro.num_hidden_layers * ouro.total_ut_steps,
-        num_attention_heads=ouro.num_attention_heads,
-        num_key_value_heads=ouro.num_key_value_heads,
-        head_dim=ouro.head_dim,
-        max_position_embeddings=4096,
-    )
+    config = decode.llama_of_equal_depth(real_size_config(args))
+    config.max_position_embeddings = 4096
     torch.manual_seed(0)
     with torch.device(device):
         model = LlamaForCausalLM(config)

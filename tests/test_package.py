@@ -400,6 +400,40 @@ def test_serving_benchmark_quick_mode_compares_an_engines_answers_with_the_packa
     assert saved["exact_match"]["engine"] == saved["exact_match"]["package"]
 
 
+@pytest.mark.slow
+def test_vllm_serving_benchmark_quick_mode_runs_every_section(tmp_path):
+    """``bench_vllm_serving.py --quick``: every section's plumbing (held-out answers against the package's, speeds at
+    each concurrency, the Llama of equal depth, the ratios, the exit gate and the cache layout), the package answering
+    in vLLM's place; its answers then equal the package's, and the JSON holds what the page's tables read."""
+    bench = load_benchmark("bench_vllm_serving")
+    results = bench.main(["--quick", "--output-dir", str(tmp_path)])
+    saved = read_benchmark_json(tmp_path / "vllm_serving.json", results)
+    assert saved["quick"] is True and saved["data"]["units"] == 8 and saved["loops"] == 4
+    assert saved["depth"] == {"layers": 2, "llama_layers": 8}
+    for section in (saved["held_out"], saved["last_loop"], saved["exit_gate"]):
+        assert section["equal_to_package"] == {"rows": 1.0, "tokens": 1.0}
+    assert saved["held_out"]["exact_match"]["vllm"] == saved["held_out"]["exact_match"]["package"]
+    speed = saved["speed"]["by_concurrency"]
+    assert set(speed) == {"1", "2"} and set(saved["exit_gate"]["speed_up"]) == {"1", "2"}
+    for cell in speed.values():
+        assert set(cell["seconds"]) == {"ouro_vllm", "llama_vllm", "package"}
+        assert all(len(rounds) == 1 for rounds in cell["seconds"].values())
+        for ratio in cell["ratios"].values():
+            assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
+
+
+def test_vllm_serving_benchmark_refuses_bad_flags_in_one_line(capsys):
+    bench = load_benchmark("bench_vllm_serving")
+    for flags, named in (
+        (["--concurrency", "1,x"], "--concurrency"),
+        (["--exit-threshold", "1.5"], "--exit-threshold"),
+        ([], "--model"),
+    ):
+        with pytest.raises(SystemExit):
+            bench.main(flags)
+        assert named in capsys.readouterr().err.strip().splitlines()[-1]
+
+
 def test_the_small_configs_take_a_tokenizer_or_a_vocabulary_size():
     from equilibria.families import small_attractor_config, small_ouro_config
     from equilibria.tasks import addition_tokenizer

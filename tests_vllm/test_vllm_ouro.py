@@ -179,11 +179,14 @@ def test_saved_options(tmp_path, overrides):
 
 
 def test_refusals_in_one_line(tmp_path):
-    """A head size vLLM's CPU attention lacks, and a folder of another family, are refused with one line naming
-    what, before any worker starts."""
+    """A head size vLLM's CPU attention lacks, sliding-window attention, and a folder of another family are refused
+    with one line naming what, before any worker starts."""
     narrow = save_random_ouro(tmp_path / "narrow", hidden_size=96, head_dim=24)
     with pytest.raises(ValueError, match=r"head sizes \[32, .*head_dim is 24"):
         start(narrow)
+    sliding = save_random_ouro(tmp_path / "sliding", use_sliding_window=True, sliding_window=16)
+    with pytest.raises(ValueError, match=r"does not serve sliding-window attention \(config use_sliding_window"):
+        start(sliding)
     torch.manual_seed(0)
     AttractorForCausalLM(small_attractor_config(VOCAB)).save_pretrained(tmp_path / "attractor")
     with pytest.raises(ValueError, match=r"serves Ouro folders only .*'attractor_lm' \(AttractorForCausalLM\)"):
@@ -222,5 +225,44 @@ def test_loop_count_per_request_beyond_the_folder(folder):
     llm = start(folder, hf_overrides={"max_num_loops": 6}, enable_prefix_caching=False)
     try:
         assert served_tokens(llm, params=per_request(counts)) == expected
+    finally:
+        stop(llm)
+
+
+def save_random_hrm_text(folder, **overrides) -> str:
+    """transformers' HRM-text as the package makes it (its small config: head size 32, 4 H-cycles of 2 L-cycles,
+    ``prefix_lm=False``), random weights, saved with ``save_pretrained``."""
+    import transformers
+
+    from equilibria.families import FAMILIES
+
+    config = FAMILIES["hrm_text"].make_config({"vocab_size": VOCAB, "pad_token_id": 0}, 128, 2, 4, 4)
+    config.initializer_range = 0.2
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    torch.manual_seed(0)
+    transformers.HrmTextForCausalLM(config).save_pretrained(folder)
+    return str(folder)
+
+
+def test_hrm_text_on_vllms_own_model(tmp_path):
+    """vLLM serves HRM-text with its own code, which attends over the whole prompt in both directions: the package's
+    HRM-text (causal, ``prefix_lm=False``) is refused in one line; run as a prefix LM anyway
+    (``hf_overrides={"prefix_lm": True}``), its one-token prompts, where the two attentions agree, get the greedy
+    tokens of transformers' ``generate`` at the folder's 4 H-cycles (the cycles, the embedding scale and the initial
+    L state run alike)."""
+    import transformers
+
+    folder = save_random_hrm_text(tmp_path / "hrm_text")
+    with pytest.raises(ValueError, match=r"HRM-text folder attends causally \(prefix_lm=False\)"):
+        start(folder)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    prompts = [[63], [5], [17], [40]]
+    expected = [
+        model.generate(torch.tensor([p]), max_new_tokens=NEW_TOKENS, do_sample=False)[0, 1:].tolist() for p in prompts
+    ]
+    llm = start(folder, hf_overrides={"prefix_lm": True})
+    try:
+        assert served_tokens(llm, prompts) == expected
     finally:
         stop(llm)

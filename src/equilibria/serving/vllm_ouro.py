@@ -28,6 +28,7 @@ has exited (their cache entries then get the exited tokens' frozen keys/values, 
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -65,29 +66,53 @@ def flat_heads(x: torch.Tensor) -> torch.Tensor:
 AttentionInterface.register(ATTENTION_NAME, paged_attention)
 
 
+class NotServable(ValueError):
+    """What of a folder (or of the engine's settings) this model cannot serve, in one line."""
+
+
+def refusals(error: BaseException) -> list[NotServable]:
+    """The :class:`NotServable` errors ``error`` is, or carries: vLLM's config is a pydantic dataclass, whose
+    validation wraps the error of a config hook in a ``ValidationError`` (``errors()[i]["ctx"]["error"]``)."""
+    if isinstance(error, NotServable):
+        return [error]
+    details = error.errors() if callable(getattr(error, "errors", None)) else []
+    return [e["ctx"]["error"] for e in details if isinstance((e.get("ctx") or {}).get("error"), NotServable)]
+
+
+def print_refusals(kind, error, trace, previous=sys.excepthook) -> None:
+    """``sys.excepthook`` of vLLM's processes (installed by the plugin): a folder this model cannot serve ends the
+    process (``vllm serve``, a script) with one line per refusal instead of vLLM's traceback; any other error goes
+    to the hook that was there."""
+    found = refusals(error)
+    if not found:
+        return previous(kind, error, trace)
+    for refusal in found:
+        print(f"error: {refusal}", file=sys.stderr)
+
+
 def check_servable(config, vllm_config: VllmConfig) -> None:
-    """Raise ``ValueError`` in one line naming what of ``config`` (or of the engine's settings) this model cannot
+    """Raise :class:`NotServable` in one line naming what of ``config`` (or of the engine's settings) this model cannot
     serve."""
     if not isinstance(config, OuroConfig):
         architecture = (getattr(config, "architectures", None) or ["?"])[0]
-        raise ValueError(
+        raise NotServable(
             f"equilibria's vLLM plugin serves Ouro folders only (model_type 'ouro'); this folder is "
             f"{getattr(config, 'model_type', '?')!r} ({architecture}), which vLLM cannot serve: run it with the "
             "package (AutoModelForCausalLM.from_pretrained, generate)."
         )
     parallel = vllm_config.parallel_config
     if parallel.tensor_parallel_size > 1 or parallel.pipeline_parallel_size > 1:
-        raise ValueError(
+        raise NotServable(
             "equilibria's Ouro for vLLM runs on one device: tensor_parallel_size and pipeline_parallel_size must be "
             f"1, got {parallel.tensor_parallel_size} and {parallel.pipeline_parallel_size}."
         )
-    if config.use_sliding_window:
-        raise ValueError(
-            "equilibria's Ouro for vLLM does not serve sliding-window attention (config use_sliding_window=True); "
-            "the published Ouro checkpoints use full attention."
+    if config.use_sliding_window or "sliding_attention" in (config.layer_types or ()):
+        raise NotServable(
+            "equilibria's Ouro for vLLM does not serve sliding-window attention (config use_sliding_window / "
+            "layer_types 'sliding_attention'); the published Ouro checkpoints use full attention."
         )
     if current_platform.is_cpu() and config.head_dim not in CPU_HEAD_SIZES:
-        raise ValueError(
+        raise NotServable(
             f"vLLM's CPU attention runs head sizes {list(CPU_HEAD_SIZES)} only; this Ouro's head_dim is "
             f"{config.head_dim} (hidden_size {config.hidden_size} / num_attention_heads {config.num_attention_heads})."
         )
@@ -105,7 +130,7 @@ class ConfigCheck(VerifyAndUpdateConfig):
         check_servable(config, vllm_config)
         SERVED["max"], SERVED["refused"] = max_num_loops(config), per_request_refusal(config)
         if vllm_config.speculative_config is not None:
-            raise ValueError("equilibria's Ouro for vLLM does not run speculative decoding (speculative_config).")
+            raise NotServable("equilibria's Ouro for vLLM does not run speculative decoding (speculative_config).")
         processor = LoopCountsRefusedV2 if vllm_config.use_v2_model_runner else LoopCounts
         model_config = vllm_config.model_config
         model_config.logits_processors = [*(model_config.logits_processors or []), processor]
@@ -113,10 +138,12 @@ class ConfigCheck(VerifyAndUpdateConfig):
 
 def max_num_loops(config) -> int:
     """The most loops a request may ask for: ``config.max_num_loops`` (set with ``hf_overrides``), else the folder's
-    count; ``ValueError`` for one below it."""
+    count; :class:`NotServable` for one below it."""
     most = getattr(config, "max_num_loops", None) or config.total_ut_steps
     if isinstance(most, bool) or not isinstance(most, int) or most < config.total_ut_steps:
-        raise ValueError(f"max_num_loops must be an integer >= total_ut_steps ({config.total_ut_steps}), got {most!r}.")
+        raise NotServable(
+            f"max_num_loops must be an integer >= total_ut_steps ({config.total_ut_steps}), got {most!r}."
+        )
     return most
 
 
@@ -147,7 +174,7 @@ class OuroForCausalLM(nn.Module):
         self.max_loops = max_num_loops(config)
         refusal = per_request_refusal(config)
         if self.max_loops > self.num_loops and refusal:
-            raise ValueError(f"max_num_loops is for loop counts per request, which are {refusal}")
+            raise NotServable(f"max_num_loops is for loop counts per request, which are {refusal}")
         self.per_request = refusal is None
         #: with prefix caching a block's cache entries may serve a later request of any count: every forward then
         #: runs max_num_loops steps, so that every entry holds what that many steps compute
@@ -161,6 +188,8 @@ class OuroForCausalLM(nn.Module):
         self.attn = nn.ModuleList(self._attention_layer(vllm_config, prefix, entry) for entry in range(entries))
         if self.threshold is not None:
             warn_if_gate_untrained(self.model, f"vLLM's early exit (early_exit_threshold={self.threshold})")
+        #: forwards run and loop steps run in them (read with ``LLM.apply_model``: what the exit gate saves)
+        self.forwards_run, self.loop_steps_run = 0, 0
 
     def _attention_layer(self, vllm_config: VllmConfig, prefix: str, entry: int) -> Attention:
         config = self.config
@@ -193,6 +222,7 @@ class OuroForCausalLM(nn.Module):
         **kwargs,
     ) -> torch.Tensor:
         """The readout state of each token (``(tokens, hidden_size)``) after the loop."""
+        self.forwards_run += 1
         hidden = (self.embed_input_ids(input_ids) if inputs_embeds is None else inputs_embeds)[None]
         position_embeddings = self.model.rotary_emb(hidden, positions[None])
         return self._loop(hidden, position_embeddings)[0]
@@ -229,6 +259,7 @@ class OuroForCausalLM(nn.Module):
         """One loop step (the package's :meth:`~equilibria.modeling.modeling_ouro.OuroModel.loop_step`) with the
         vLLM attention layers of ``step``."""
         masks = {"full_attention": None}
+        self.loop_steps_run += 1
         new = self.model.loop_step(
             hidden, step, position_embeddings, masks, early_exit=early, vllm_layers=self._layers(step)
         )

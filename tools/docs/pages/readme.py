@@ -239,6 +239,24 @@ def ouro_serving_row() -> list[str]:
     ]
 
 
+def vllm_serving_row() -> list[str]:
+    """The README's Ouro served by vLLM through the package's plugin (issue #73)."""
+    r = load("vllm_serving.json")
+    held, speed, gate = r["held_out"], r["speed"]["by_concurrency"], r["exit_gate"]["speed"]
+    first, last = list(speed)[0], list(speed)[-1]
+    versus = lambda c: f"{speed[c]['ratios']['ouro_over_llama']['median']:.2f}x"  # noqa: E731
+    return [
+        "a saved Ouro served by vLLM (the package's plugin)",
+        f"{pct(held['equal_to_package']['rows'])} of {r['data']['units']} answers equal to the package's (f32); "
+        f"tokens/s {versus(first)} / {versus(last)} a Llama of equal depth's at {first} / {last} requests; exit gate "
+        f"{gate[first]['loop_steps_per_forward']:.1f} / {gate[last]['loop_steps_per_forward']:.1f} of {r['loops']} "
+        "loop steps per forward (untrained gate)",
+        "",
+        "1 run",
+        "[ouro_serving](docs/benchmarks/ouro_serving.md#vllm-issue-73)",
+    ]
+
+
 def rl_loops_row() -> list[str]:
     """GRPO, RLTT and sampled loops on an Ouro that half-solves addition (issue #64)."""
     summary = load("rl/summary.json")
@@ -497,6 +515,7 @@ README_ROWS: tuple[Callable[[], list[str]], ...] = (  # the README's results tab
     ouro_decode_row,
     ouro_cache_modes_row,
     ouro_serving_row,
+    vllm_serving_row,
     rl_loops_row,
     attractor_memory_row,
     internalization_row,
