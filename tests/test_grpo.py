@@ -196,6 +196,11 @@ def test_what_cannot_work_is_refused_in_one_line(tmp_path):
         grpo_args(tmp_path, min_loops=4, max_loops=2)
     with pytest.raises(ValueError, match="objective must be one of"):
         grpo_args(tmp_path, objective="ppo")
+    with pytest.raises(ValueError, match=r"use_vllm=True is not supported: TRL's vLLM rollouts would run at"):
+        grpo_args(tmp_path, use_vllm=True)
+    with pytest.raises(ValueError, match=r"objective='rltt' takes num_iterations=1.*got num_iterations=2"):
+        grpo_args(tmp_path, objective="rltt", num_iterations=2)
+    assert grpo_args(tmp_path, num_iterations=2).num_iterations == 2  # GRPO's clipped ratio reuses generations
     with pytest.raises(ValueError, match="objective='rltt' reads the state of every loop step"):
         trainer_for(tiny_native("dory", num_loops=2), tmp_path, objective="rltt")
     assert grpo_args(tmp_path).ddp_broadcast_buffers is False  # per-row counts: forwards per process differ
@@ -293,6 +298,8 @@ def test_the_cli_takes_a_reward_of_your_own_from_a_file_with_rltt(trained, tmp_p
         (["--reward", "no_such_module_x:f"], "--reward no_such_module_x:f: cannot import no_such_module_x"),
         (["--reward", "exact"], "--reward must be one of ('exact_match',) or module:function"),
         (["--reward", "json:no_function"], "--reward json:no_function: json has no function 'no_function'"),
+        (["--reward", "exact_match", "--use_vllm", "true"], "use_vllm=True is not supported"),
+        (["--reward", "exact_match", "--objective", "rltt", "--num_iterations", "2"], "takes num_iterations=1"),
     ],
 )
 def test_the_cli_refuses_what_grpo_cannot_do_in_one_line(trained, tmp_path, capsys, extra, message):

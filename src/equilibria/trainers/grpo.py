@@ -85,6 +85,17 @@ class LoopGRPOConfig(GRPOConfig):
     jsrr_power_iters: int = field(default=4, metadata={"help": "Power iterations of the spectral-radius estimate."})
 
     def __post_init__(self):
+        if self.use_vllm:
+            raise ValueError(
+                "LoopGRPOConfig: use_vllm=True is not supported: TRL's vLLM rollouts would run at the vLLM model's own "
+                "loop count, not the step's (TRL passes no count per request); leave use_vllm=False (the model's "
+                "generate at the step's count)"
+            )
+        if self.objective == "rltt" and self.num_iterations != 1:
+            raise ValueError(
+                "LoopGRPOConfig: objective='rltt' takes num_iterations=1: its REINFORCE loss has no importance ratio, "
+                f"so a generation cannot be reused for more updates; got num_iterations={self.num_iterations}"
+            )
         if self.bf16 is None and (self.use_cpu or not torch.cuda.is_available()):
             self.bf16 = False  # TRL's default is bf16 autocast, also on a CPU (slower there, and less exact)
         super().__post_init__()
