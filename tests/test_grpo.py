@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from conftest import QUIET, char_tokenizer, load_benchmark, tiny_native, tiny_ouro, tiny_trained_ouro
@@ -130,6 +132,35 @@ def test_log_probs_are_those_of_the_models_own_forward(tmp_path, family):
     assert not torch.allclose(logits, other)  # the count matters: 3 loops are not 1
 
 
+def test_the_router_loss_passes_through_when_trl_asks_for_it(tmp_path):
+    """TRL asks Mixture-of-Experts models for their load-balancing loss (``compute_aux_loss``): every forward is run
+    with ``output_router_logits=True`` and the mean of their ``aux_loss`` returned, as TRL's own method does."""
+    model = tiny_ouro(seed=0)
+    trainer = trainer_for(model, tmp_path, min_loops=2, max_loops=2)
+    asked = []
+
+    class WithRouter(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, output_router_logits=False, **kwargs):
+            asked.append(output_router_logits)
+            out = self.inner(**kwargs)
+            out.aux_loss = torch.tensor(0.25 * len(asked))
+            return out
+
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
+    with torch.no_grad(), trainer.at_loops(2):
+        logps, _, aux = trainer._get_per_token_logps_and_entropies(
+            WithRouter(model), ids, torch.ones_like(ids), 3, batch_size=1, compute_aux_loss=True
+        )
+        plain = trainer._get_per_token_logps_and_entropies(model, ids, torch.ones_like(ids), 3)
+    assert asked == [True, True] and aux.item() == pytest.approx(0.375)  # the mean of the two forwards' 0.25, 0.5
+    torch.testing.assert_close(logps, plain[0])
+    assert plain[2] is None
+
+
 def test_rltt_weights_are_uniform_progressive_or_the_exit_gates():
     assert torch.allclose(exit_weights("uniform", 4, None), torch.full((4,), 0.25))
     progressive = exit_weights("progressive", 4, None, alpha=2.0)
@@ -187,6 +218,34 @@ def test_both_objectives_train_and_move_the_weights(tmp_path):
         assert any(not torch.equal(p, start[n]) for n, p in model.named_parameters()), objective
 
 
+@pytest.mark.parametrize(
+    "loops, init", [({}, "uniform"), ({"min_loops": 2, "max_loops": 3}, "progressive")], ids=["config-count", "sampled"]
+)
+def test_learned_rltt_weights_move_in_a_group_of_their_own(tmp_path, loops, init):
+    """``rltt_weights="learned"``: logits per loop step (the config's count, or ``max_loops``), started as published
+    (zeros, or the log of the normalised ``t^alpha``), trained at 10x the learning rate without weight decay, logged,
+    and saved beside the model."""
+    trainer = trainer_for(
+        tiny_ouro(seed=0), tmp_path, reward=digit_share, objective="rltt", rltt_weights="learned",
+        rltt_learned_init=init, max_steps=3, **loops,
+    )  # fmt: skip
+    steps = loops.get("max_loops", tiny_ouro(seed=0).config.total_ut_steps)
+    start = trainer.rltt_logits.detach().clone()
+    if init == "uniform":
+        assert torch.equal(start, torch.zeros(steps))
+    else:
+        expected = torch.arange(1, steps + 1.0) / torch.arange(1, steps + 1.0).sum()
+        assert torch.allclose(torch.softmax(start, 0), expected, atol=1e-6)
+    trainer.train()
+    groups = [g for g in trainer.optimizer.param_groups if any(p is trainer.rltt_logits for p in g["params"])]
+    assert len(groups) == 1 and groups[0]["weight_decay"] == 0.0 and groups[0]["initial_lr"] == pytest.approx(1e-2)
+    assert not torch.equal(start, trainer.rltt_logits.detach())
+    assert any("rltt_weight_1" in h for h in trainer.state.log_history)
+    trainer.save_model()
+    saved = json.loads((tmp_path / "grpo" / "rltt_learned_weights.json").read_text())
+    assert saved["weights"] == pytest.approx(trainer.learned_weights()) and len(saved["logits"]) == steps
+
+
 def test_what_cannot_work_is_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match="pass ref_model='a saved folder'"):
         trainer_for(tiny_ouro(seed=0), tmp_path, beta=0.04)
@@ -229,8 +288,9 @@ def test_lora_trains_the_adapters_and_the_adapter_free_base_is_the_reference(tmp
 @pytest.mark.slow
 @pytest.mark.two_process("grpo_ddp")
 def test_two_process_rltt_with_per_prompt_draws_keeps_replicas_identical(two_process_run):
-    """torchrun --nproc_per_node 2 (gloo): both replicas hold the same parameters, moved from the start; a prompt
-    draws the same count on both processes (its group may span them)."""
+    """torchrun --nproc_per_node 2 (gloo): both replicas hold the same parameters, moved from the start, and the same
+    learned exit weights' logits, moved too; a prompt draws the same count on both processes (its group may span
+    them)."""
     r0, r1, _ = two_process_run
     assert r0["world"] == r1["world"] == 2
     start = tiny_ouro(seed=0).state_dict()
@@ -239,6 +299,7 @@ def test_two_process_rltt_with_per_prompt_draws_keeps_replicas_identical(two_pro
     assert any(not torch.equal(p, start[n]) for n, p in r0["params"].items())
     assert len(r0["counts"]) == len(r1["counts"]) == 3
     assert len({c for step in r0["counts"] + r1["counts"] for c in step}) > 1
+    assert torch.equal(r0["logits"], r1["logits"]) and not torch.equal(r0["logits"], torch.zeros(6))
 
 
 @pytest.fixture(scope="module")
@@ -411,3 +472,46 @@ def test_the_jsrr_penalty_adds_its_gradient_and_logs_the_radius(tmp_path, object
         assert ("spectral_radius" in logged) == (weight > 0) and logged.get("jsrr_penalty", 1.0) > 0
         moved[weight] = {n: p.detach().clone() for n, p in model.named_parameters()}
     assert any(not torch.equal(moved[0.0][n], moved[0.5][n]) for n in moved[0.0])
+
+
+#: the TRL methods LoopGRPOTrainer overrides, with the leading parameters it relies on and, where it returns what
+#: TRL's callers unpack, the return annotation it matches (trl 1.16)
+PINNED_TRL = {
+    "_generate_and_score_completions": (["self", "inputs"], None),
+    "_generate_single_turn": (["self", "prompt_ids", "images", "multimodal_fields", "num_generations"], None),
+    "_compute_loss": (["self", "model", "inputs"], None),
+    "_get_per_token_logps_and_entropies": (
+        [
+            "self",
+            "model",
+            "input_ids",
+            "attention_mask",
+            "logits_to_keep",
+            "batch_size",
+            "compute_entropy",
+            "compute_aux_loss",
+        ],
+        "tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]",
+    ),  # fmt: skip
+    "training_step": (["self", "model", "inputs", "num_items_in_batch"], None),
+}
+
+
+def test_the_trl_methods_it_overrides_keep_the_signatures_it_was_written_for():
+    """A TRL release that renames, reorders or reshapes what LoopGRPOTrainer overrides fails here, naming the method,
+    not silently in a user's run."""
+    import inspect
+
+    import trl
+    from trl import GRPOTrainer
+
+    overridden = {n for n in vars(LoopGRPOTrainer) if n in vars(GRPOTrainer) and callable(vars(GRPOTrainer)[n])}
+    assert overridden - {"__init__"} == set(PINNED_TRL), "pin every TRL method LoopGRPOTrainer overrides"
+    for name, (parameters, returns) in PINNED_TRL.items():
+        signature = inspect.signature(getattr(GRPOTrainer, name))
+        found = list(signature.parameters)[: len(parameters)]
+        assert found == parameters, f"trl {trl.__version__}: GRPOTrainer.{name}{signature} (written for {parameters})"
+        if returns is not None:
+            annotation = signature.return_annotation
+            shown = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+            assert shown.replace("typing.", "") == returns, f"trl {trl.__version__}: GRPOTrainer.{name} returns {shown}"

@@ -38,7 +38,8 @@ from .stars import sample_num_loops
 
 LOOP_DRAWS = ("per_step", "per_prompt")
 OBJECTIVES = ("grpo", "rltt")
-RLTT_WEIGHTS = ("uniform", "progressive", "exit_pdf")
+RLTT_WEIGHTS = ("uniform", "progressive", "exit_pdf", "learned")
+LEARNED_INITS = ("uniform", "progressive")
 
 
 @dataclass
@@ -78,6 +79,16 @@ class LoopGRPOConfig(GRPOConfig):
     objective: str = field(default="grpo", metadata={"help": f"The policy objective, one of {OBJECTIVES}."})
     rltt_weights: str = field(default="exit_pdf", metadata={"help": f"RLTT's exit weights, one of {RLTT_WEIGHTS}."})
     rltt_alpha: float = field(default=1.0, metadata={"help": "The exponent of RLTT's progressive weights t^alpha."})
+    rltt_learned_init: str = field(
+        default="uniform",
+        metadata={"help": f"Start of the learned weights, one of {LEARNED_INITS} (t^rltt_alpha, normalised)."},
+    )
+    rltt_learned_temperature: float = field(
+        default=1.0, metadata={"help": "Softmax temperature of the learned weights (higher: nearer uniform)."}
+    )
+    rltt_learned_lr: float | None = field(
+        default=None, metadata={"help": "Learning rate of the learned weights (default: 10x learning_rate)."}
+    )
     jsrr_weight: float = field(
         default=0.0,
         metadata={"help": "STARS' JSRR penalty added to the policy loss: weight x mean(rho^2) (0: off)."},
@@ -116,6 +127,15 @@ class LoopGRPOConfig(GRPOConfig):
             raise ValueError(
                 "LoopGRPOConfig: generation_kwargs={'num_loops': ...} never reaches the model's forward (TRL puts it "
                 "on the GenerationConfig); set LoopGRPOConfig.min_loops = max_loops (a fixed count) or min_loops < max_loops (sampled) instead"
+            )
+        if self.rltt_learned_init not in LEARNED_INITS:
+            raise ValueError(
+                f"LoopGRPOConfig: rltt_learned_init must be one of {LEARNED_INITS}, got {self.rltt_learned_init!r}"
+            )
+        if not self.rltt_learned_temperature > 0 or not (self.rltt_learned_lr is None or self.rltt_learned_lr > 0):
+            raise ValueError(
+                "LoopGRPOConfig: rltt_learned_temperature must be > 0 and rltt_learned_lr > 0 (or None), got "
+                f"{self.rltt_learned_temperature} and {self.rltt_learned_lr}"
             )
         if not (self.jsrr_weight >= 0 and self.jsrr_power_iters >= 1):
             raise ValueError(
@@ -164,10 +184,21 @@ def completion_logps(
     return picked, (-(log_probs.exp() * log_probs).sum(-1) if entropy else None)
 
 
-def exit_weights(kind: str, steps: int, exit_probs: torch.Tensor | None, alpha: float = 1.0) -> torch.Tensor:
+def exit_weights(
+    kind: str,
+    steps: int,
+    exit_probs: torch.Tensor | None,
+    alpha: float = 1.0,
+    logits: torch.Tensor | None = None,
+    temperature: float = 1.0,
+) -> torch.Tensor:
     """RLTT's weights over the exits ``t = 1..steps``: ``(steps,)`` for ``"uniform"`` and ``"progressive"``
     (``t^alpha``, normalised), the exit gate's per-token distribution ``(batch, positions, steps)`` for
-    ``"exit_pdf"`` (kept in the graph: the gate learns from the objective)."""
+    ``"exit_pdf"`` (kept in the graph: the gate learns from the objective), and for ``"learned"``
+    ``softmax(logits[:steps] / temperature)`` (in the graph: the logits learn; a row run at fewer loops than there
+    are logits uses the first ``steps``)."""
+    if kind == "learned":
+        return torch.softmax(logits[:steps] / temperature, dim=0)
     if kind == "exit_pdf":
         if exit_probs is None:
             raise ValueError("rltt_weights='exit_pdf' needs the model's exit gate (exit_probs); this model has none")
@@ -222,6 +253,8 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
                 "LoopGRPOTrainer: objective='rltt' reads the state of every loop step, which OuroForCausalLM returns; "
                 f"{type(head_model(self.model)).__name__} is not served yet: use objective='grpo'"
             )
+        #: RLTT's learned exit weights' logits (``rltt_weights="learned"``), one per loop step up to the most a row runs
+        self.rltt_logits = self._learned_logits() if args.rltt_weights == "learned" else None
 
     def card_stage(self) -> dict:
         """What the model card's training history adds to this stage: the objective, the rewards, the loop count."""
@@ -339,26 +372,89 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
     # -- log-probabilities through the model's own forward -------------------------------------------------------
 
     def _get_per_token_logps_and_entropies(
-        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **extra
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **extra,
     ):
-        extra.pop("compute_aux_loss", None)
+        """TRL's per-token log-probs (and entropies) through the model's own forward, each row at its count; with
+        ``compute_aux_loss`` (TRL asks for it on Mixture-of-Experts models) the router's load-balancing loss, the mean
+        over the forwards, as TRL's own method returns it."""
         if any(value is not None for value in extra.values()):
             raise ValueError(f"LoopGRPOTrainer takes text prompts only, got {sorted(k for k in extra)}")
-        size = batch_size or input_ids.size(0)
+        size, aux_losses = batch_size or input_ids.size(0), []
+        router = {"output_router_logits": True} if compute_aux_loss else {}
 
         def rows_logps(rows):
             parts = []
             for chunk in rows.split(size):
                 ids, mask = input_ids[chunk], attention_mask[chunk]
                 with self.accelerator.autocast():
-                    out = model(input_ids=ids, attention_mask=mask, use_cache=False, **self._jsrr_option())
+                    out = model(input_ids=ids, attention_mask=mask, use_cache=False, **router, **self._jsrr_option())
                 self._keep_radius(out)
+                if compute_aux_loss:
+                    aux_losses.append(out.aux_loss)
                 logps, entropy = completion_logps(out.logits, ids, logits_to_keep, self.temperature, True)
                 parts.append((logps, entropy if compute_entropy else entropy.detach()))
             return tuple(torch.cat(p) for p in zip(*parts))
 
         logps, entropies = self.per_count(self._batch_counts, input_ids.size(0), rows_logps)
-        return logps, (entropies if compute_entropy else None), None
+        aux_loss = torch.stack(aux_losses).mean() if compute_aux_loss else None
+        return logps, (entropies if compute_entropy else None), aux_loss
+
+    # -- RLTT's learned exit weights -----------------------------------------------------------------------------
+
+    def _learned_logits(self) -> torch.nn.Parameter:
+        """The logits of the learned weights, as the published code starts them: zeros (``"uniform"``) or the log of
+        the normalised ``t^rltt_alpha`` (``"progressive"``); one per loop step of the most loops a row runs
+        (``max_loops``, else the model config's count)."""
+        args = self.args
+        steps = args.max_loops or self.loop.default_loops(head_model(self.model).config)
+        if args.rltt_learned_init == "uniform":
+            start = torch.zeros(steps)
+        else:
+            t = torch.arange(1, steps + 1, dtype=torch.float32) ** args.rltt_alpha
+            start = torch.log(t / t.sum() + 1e-8)
+        return torch.nn.Parameter(start.to(self.accelerator.device))
+
+    def create_optimizer(self, model=None):
+        """The Trainer's optimizer, plus the learned weights' logits as a group of their own (``rltt_learned_lr``,
+        default 10x ``learning_rate``; no weight decay), as the published actor adds them."""
+        optimizer = super().create_optimizer(model)
+        logits = self.rltt_logits
+        if logits is not None and all(p is not logits for group in optimizer.param_groups for p in group["params"]):
+            lr = self.args.rltt_learned_lr or 10 * self.args.learning_rate
+            optimizer.add_param_group({"params": [logits], "lr": lr, "weight_decay": 0.0})
+        return optimizer
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """TRL's step; the learned weights' gradient averaged over the processes (they live outside the model, so
+        DDP does not)."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        grad = None if self.rltt_logits is None else self.rltt_logits.grad
+        if grad is not None and self.accelerator.num_processes > 1:
+            grad.copy_(self.accelerator.reduce(grad, reduction="mean"))
+        return loss
+
+    def learned_weights(self) -> list[float] | None:
+        """The learned exit weights now (``softmax(logits / rltt_learned_temperature)``), or None."""
+        if self.rltt_logits is None:
+            return None
+        return torch.softmax(self.rltt_logits.detach() / self.args.rltt_learned_temperature, 0).tolist()
+
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        """The Trainer's save, plus ``rltt_learned_weights.json`` (the logits and the weights) with learned weights."""
+        super()._save(output_dir, state_dict)
+        if self.rltt_logits is not None:
+            folder = Path(output_dir or self.args.output_dir)
+            record = {"logits": self.rltt_logits.detach().tolist(), "weights": self.learned_weights(),
+                      "temperature": self.args.rltt_learned_temperature}  # fmt: skip
+            (folder / "rltt_learned_weights.json").write_text(json.dumps(record, indent=2) + "\n")
 
     def exit_logps(self, model, input_ids, attention_mask, keep: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(RLTT's log-probs sum_t w_t log P^(t), the last exit's log-probs)`` of the last ``keep`` tokens, each row
@@ -378,7 +474,11 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
             ]
             per_exit = torch.stack(per_exit, -1)
             probs = None if out.exit_probs is None else out.exit_probs[:, -keep - 1 : -1]
-            weights = exit_weights(self.args.rltt_weights, per_exit.size(-1), probs, self.args.rltt_alpha)
+            args = self.args
+            weights = exit_weights(
+                args.rltt_weights, per_exit.size(-1), probs, args.rltt_alpha, self.rltt_logits,
+                args.rltt_learned_temperature,
+            )  # fmt: skip
             return (weights.to(per_exit.device, per_exit.dtype) * per_exit).sum(-1), per_exit[..., -1]
 
         return tuple(self.per_count(self._batch_counts, input_ids.size(0), rows_exits))
@@ -399,6 +499,8 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
             kl = delta.exp() - delta - 1
             per_token = per_token + self.beta * kl
             self._metrics[mode]["kl"].append(self.accelerator.gather((kl * mask).sum() / mask.sum()).mean().item())
+        for t, weight in enumerate(self.learned_weights() or ()):
+            self._metrics[mode][f"rltt_weight_{t + 1}"].append(weight)
         loss = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
         return loss / (self.current_gradient_accumulation_steps if mode == "train" else 1.0)
 
