@@ -246,6 +246,30 @@ def test_learned_rltt_weights_move_in_a_group_of_their_own(tmp_path, loops, init
     assert saved["weights"] == pytest.approx(trainer.learned_weights()) and len(saved["logits"]) == steps
 
 
+def test_the_published_rltt_preset_sets_the_launchers_values(tmp_path):
+    """``LoopGRPOConfig.from_preset("rltt_published")``: the published launcher's defaults (run_rltt.slurm), each
+    overridable; ``recipe()`` (the training record's) names the preset and what a run changed of it."""
+    from equilibria.trainers.grpo import GRPO_PRESETS
+
+    common = dict(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    args = LoopGRPOConfig.from_preset("rltt_published", **common)
+    assert (args.objective, args.rltt_weights, args.min_loops, args.max_loops) == ("rltt", "exit_pdf", 4, 4)
+    assert (args.beta, args.num_generations, args.temperature) == (0.001, 8, 1.0)
+    assert (args.learning_rate, args.weight_decay, args.max_grad_norm, args.warmup_steps) == (1e-6, 0.1, 0.1, 0.1)
+    assert getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type) == "constant_with_warmup"
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (
+        256,
+        2,
+    )  # 32 prompts x 8, 2 per update
+    assert args.recipe() == {"preset": "rltt_published", "overrides": {}}
+    assert set(GRPO_PRESETS["rltt_published"]) <= set(vars(args))
+    changed = LoopGRPOConfig.from_preset("rltt_published", learning_rate=1e-5, rltt_weights="learned", **common)
+    assert changed.recipe()["overrides"] == {"learning_rate": 1e-5, "rltt_weights": "learned"}
+    assert LoopGRPOConfig(**common).recipe() == {"preset": None, "overrides": {}}
+    with pytest.raises(ValueError, match=r"--grpo_preset must be one of \('rltt_published',\), got 'rltt'"):
+        LoopGRPOConfig.from_preset("rltt", **common)
+
+
 def test_what_cannot_work_is_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match="pass ref_model='a saved folder'"):
         trainer_for(tiny_ouro(seed=0), tmp_path, beta=0.04)
@@ -349,6 +373,20 @@ def test_the_cli_takes_a_reward_of_your_own_from_a_file_with_rltt(trained, tmp_p
     assert main(rl_argv(trained, out, *extra)) == 0
     stage = json.loads((out / "training_history.json").read_text())[-1]["reinforcement"]
     assert stage["rewards"] == ["short"] and stage["objective"].startswith("RLTT (REINFORCE on the uniform-weighted")
+
+
+def test_the_cli_applies_the_published_rltt_preset_and_the_record_names_it(trained, tmp_path):
+    """``--grpo_preset rltt_published``: the launcher's values as the flags' defaults (the flags given override
+    them); the training history names the preset and what the run changed."""
+    from equilibria.cli import main
+
+    out = tmp_path / "rl"
+    assert main(rl_argv(trained, out, "--reward", "exact_match", "--grpo_preset", "rltt_published")) == 0
+    stage = json.loads((out / "training_history.json").read_text())[-1]
+    assert stage["recipe"]["preset"] == "rltt_published"
+    assert {"per_device_train_batch_size": 8, "num_generations": 4}.items() <= stage["recipe"]["overrides"].items()
+    assert "beta" not in stage["recipe"]["overrides"] and "learning_rate" not in stage["recipe"]["overrides"]
+    assert stage["reinforcement"]["objective"].startswith("RLTT (REINFORCE on the exit_pdf-weighted")
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from ..families import family_record, loop_count
 from ..loops.protocol import head_model
+from .arguments import preset_recipe
 from .common import ModelCardMixin
 from .stars import sample_num_loops
 
@@ -40,6 +41,38 @@ LOOP_DRAWS = ("per_step", "per_prompt")
 OBJECTIVES = ("grpo", "rltt")
 RLTT_WEIGHTS = ("uniform", "progressive", "exit_pdf", "learned")
 LEARNED_INITS = ("uniform", "progressive")
+
+#: LoopGRPOConfig.from_preset's recipes. ``rltt_published``: the defaults of the published RLTT launcher,
+#: jonwill8/RLTT ``rltt_experiments/run_rltt.slurm`` (the variable each value follows in the comment), mapped onto
+#: TRL's batch: the launcher's "32 prompts x 8 generations" per rollout batch and its 2 rollout batches per update
+#: (``GRAD_ACCUM_STEPS``; ``rltt_train.py`` logs "effective prompts per update" = 32 x 2) are, on one process,
+#: micro-batches of 256 completions, 2 per optimizer step; on N processes divide ``per_device_train_batch_size`` by N.
+GRPO_PRESETS: dict[str, dict] = {
+    "rltt_published": {
+        "objective": "rltt",
+        "rltt_weights": "exit_pdf",  # LOOP_WEIGHTING
+        "rltt_alpha": 1.0,  # PROGRESSIVE_ALPHA
+        "rltt_learned_init": "uniform",  # LEARNED_WEIGHTS_INIT
+        "rltt_learned_temperature": 1.0,  # LEARNED_WEIGHTS_TEMP
+        "min_loops": 4,  # TOTAL_UT_STEPS: the loop count is fixed
+        "max_loops": 4,
+        "beta": 0.001,  # BETA; rltt_train.py: kl_loss_type "low_var_kl" (k3), as this package's RLTT loss
+        "num_generations": 8,  # NUM_GENERATIONS
+        "per_device_train_batch_size": 256,  # NUM_PROMPTS_PER_BATCH (32) x NUM_GENERATIONS (8)
+        "gradient_accumulation_steps": 2,  # GRAD_ACCUM_STEPS
+        "temperature": 1.0,  # TEMPERATURE
+        "learning_rate": 1e-6,  # LEARNING_RATE
+        "weight_decay": 0.1,  # WEIGHT_DECAY
+        "max_grad_norm": 0.1,  # MAX_GRAD_NORM
+        "warmup_steps": 0.1,  # WARMUP_RATIO (a float below 1: a share of the steps)
+        "lr_scheduler_type": "constant_with_warmup",  # LR_SCHEDULER_TYPE=constant, "both include warmup"
+        "adam_beta1": 0.9,  # rltt_train.py: betas [0.9, 0.999]
+        "adam_beta2": 0.999,
+        "max_completion_length": 2048,  # MAX_COMPLETION_LENGTH
+        "num_train_epochs": 5,  # NUM_EPOCHS
+        "seed": 42,  # SEED
+    },
+}
 
 
 @dataclass
@@ -63,7 +96,8 @@ class LoopGRPOConfig(GRPOConfig):
 
     ``ddp_broadcast_buffers`` defaults to ``False``: rows of different counts run separate forwards, as many on a
     process as it has counts, and DDP's buffer broadcast at each forward would leave the processes waiting on each
-    other (a language model's buffers, its rotary tables, are the same on every process anyway).
+    other (a language model's buffers, its rotary tables, are the same on every process anyway). ``ddp_find_unused_parameters`` defaults to ``True``
+    unless the objective is RLTT with ``exit_pdf`` weights, the one loss the exit gate's parameters take part in.
     """
 
     min_loops: int | None = field(
@@ -94,6 +128,13 @@ class LoopGRPOConfig(GRPOConfig):
         metadata={"help": "STARS' JSRR penalty added to the policy loss: weight x mean(rho^2) (0: off)."},
     )
     jsrr_power_iters: int = field(default=4, metadata={"help": "Power iterations of the spectral-radius estimate."})
+    grpo_preset: str | None = field(
+        default=None,
+        metadata={
+            "help": f"The recipe these arguments were made from (LoopGRPOConfig.from_preset), one of "
+            f"{tuple(GRPO_PRESETS)}; named in the training record and the card."
+        },
+    )
 
     def __post_init__(self):
         if self.use_vllm:
@@ -128,6 +169,10 @@ class LoopGRPOConfig(GRPOConfig):
                 "LoopGRPOConfig: generation_kwargs={'num_loops': ...} never reaches the model's forward (TRL puts it "
                 "on the GenerationConfig); set LoopGRPOConfig.min_loops = max_loops (a fixed count) or min_loops < max_loops (sampled) instead"
             )
+        if self.grpo_preset is not None and self.grpo_preset not in GRPO_PRESETS:
+            raise ValueError(
+                f"LoopGRPOConfig: grpo_preset must be one of {tuple(GRPO_PRESETS)}, got {self.grpo_preset!r}"
+            )
         if self.rltt_learned_init not in LEARNED_INITS:
             raise ValueError(
                 f"LoopGRPOConfig: rltt_learned_init must be one of {LEARNED_INITS}, got {self.rltt_learned_init!r}"
@@ -144,8 +189,35 @@ class LoopGRPOConfig(GRPOConfig):
             )
         if self.ddp_broadcast_buffers is None:
             self.ddp_broadcast_buffers = False
+        if self.ddp_find_unused_parameters is None and not (
+            self.objective == "rltt" and self.rltt_weights == "exit_pdf"
+        ):
+            # the exit gate's parameters take part in the loss only through RLTT's exit_pdf weights: DDP must allow
+            # parameters without a gradient otherwise (TRL turns gradient checkpointing on, so the Trainer would not)
+            self.ddp_find_unused_parameters = True
         if self.loop_log_mean is None and self.min_loops is not None:
             self.loop_log_mean = float(torch.tensor((self.min_loops + self.max_loops) / 2).log())
+
+    preset_option = "grpo_preset"  # the option naming a recipe whose values a command line makes its defaults
+
+    @classmethod
+    def preset_training_defaults(cls, name: str) -> dict:
+        """The recipe ``name``'s values, which ``equilibria train --trainer grpo --grpo_preset NAME`` makes its flags'
+        defaults (a flag given overrides its value)."""
+        if name not in GRPO_PRESETS:
+            raise ValueError(f"--grpo_preset must be one of {tuple(GRPO_PRESETS)}, got {name!r}")
+        return dict(GRPO_PRESETS[name])
+
+    @classmethod
+    def from_preset(cls, grpo_preset: str, **overrides) -> LoopGRPOConfig:
+        """Arguments with every value of the recipe ``grpo_preset`` (``"rltt_published"``: the published RLTT
+        launcher's defaults, :data:`GRPO_PRESETS`), the keyword arguments (``output_dir`` ...) overriding any."""
+        return cls(grpo_preset=grpo_preset, **{**cls.preset_training_defaults(grpo_preset), **overrides})
+
+    def recipe(self) -> dict:
+        """``{"preset": name or None, "overrides": {option: value}}``: the preset and its values these arguments
+        change (none without a preset)."""
+        return preset_recipe(self, self.grpo_preset, GRPO_PRESETS.get(self.grpo_preset, {}))
 
     # what the model card's training history lists of this stage's arguments (besides the optimiser's)
     card_keys = (
