@@ -122,7 +122,7 @@ def test_log_probs_are_those_of_the_models_own_forward(tmp_path, family):
     trainer = trainer_for(model, tmp_path, min_loops=3, max_loops=3, temperature=0.7)
     ids = torch.tensor([[3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
     mask = torch.ones_like(ids)
-    with torch.no_grad(), trainer.at_loops(3):
+    with torch.no_grad(), trainer.rows_at(torch.full((2,), 3)):
         logps, entropies, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, 3, compute_entropy=True)
         logits = model(input_ids=ids, attention_mask=mask, num_loops=3).logits
         other = model(input_ids=ids, attention_mask=mask, num_loops=1).logits
@@ -130,6 +130,21 @@ def test_log_probs_are_those_of_the_models_own_forward(tmp_path, family):
     torch.testing.assert_close(logps, expected, rtol=1e-5, atol=1e-6)
     assert entropies.shape == (2, 3) and (entropies > 0).all()
     assert not torch.allclose(logits, other)  # the count matters: 3 loops are not 1
+
+
+def test_rows_outside_a_batch_of_known_counts_are_refused(tmp_path):
+    """The loop counts travel with the batch and reach TRL's calls only inside a window (``rows_at``): a call
+    outside one, or with another number of rows (what a TRL release calling its methods in another order would do),
+    stops with a clear error instead of running at some other count."""
+    model = tiny_ouro(seed=0)
+    trainer = trainer_for(model, tmp_path, min_loops=2, max_loops=2)
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match="TRL computed 2 rows while no batch has loop counts"):
+            trainer._get_per_token_logps_and_entropies(model, ids, torch.ones_like(ids), 3)
+        with trainer.rows_at(torch.full((3,), 2)), pytest.raises(RuntimeError, match="a batch of 3 rows"):
+            trainer._get_per_token_logps_and_entropies(model, ids, torch.ones_like(ids), 3)
+    assert trainer._batch_counts is None  # the window closed
 
 
 def test_the_router_loss_passes_through_when_trl_asks_for_it(tmp_path):
@@ -151,7 +166,7 @@ def test_the_router_loss_passes_through_when_trl_asks_for_it(tmp_path):
             return out
 
     ids = torch.tensor([[3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
-    with torch.no_grad(), trainer.at_loops(2):
+    with torch.no_grad(), trainer.rows_at(torch.full((2,), 2)):
         logps, _, aux = trainer._get_per_token_logps_and_entropies(
             WithRouter(model), ids, torch.ones_like(ids), 3, batch_size=1, compute_aux_loss=True
         )
@@ -189,7 +204,7 @@ def test_rltt_reads_every_exit_and_the_exit_gate_learns_from_it(tmp_path):
     model = tiny_ouro(seed=0)
     trainer = trainer_for(model, tmp_path, objective="rltt", rltt_weights="uniform", min_loops=3, max_loops=3)
     ids = torch.tensor([[3, 4, 5, 6, 7, 8]])
-    with torch.no_grad(), trainer.at_loops(3):
+    with torch.no_grad(), trainer.rows_at(torch.full((ids.size(0),), 3)):
         weighted, last = trainer.exit_logps(model, ids, torch.ones_like(ids), 3)
         final, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, torch.ones_like(ids), 3)
         out = model(ids, output_hidden_states=True)

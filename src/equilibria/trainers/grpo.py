@@ -384,11 +384,34 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
         back = torch.cat(order).argsort()
         return [torch.cat(outputs)[back.to(outputs[0].device)] for outputs in zip(*parts)]
 
+    @contextlib.contextmanager
+    def rows_at(self, counts: torch.Tensor):
+        """Within the block, the rows TRL generates or scores are at ``counts`` (one per row). The counts travel with
+        the batch (``inputs["num_loops"]``, set at generation); this window hands them to the methods TRL calls in
+        between, and closes after, so that no stale count can reach a later call."""
+        kept, self._batch_counts = self._batch_counts, counts
+        try:
+            yield
+        finally:
+            self._batch_counts = kept
+
+    def counts_of(self, rows: int) -> torch.Tensor:
+        """The counts of the ``rows`` rows TRL is computing; a clear error when TRL calls outside a window or with
+        another batch (a TRL release that calls its methods in another order than 1.16)."""
+        counts = self._batch_counts
+        if counts is None or len(counts) != rows:
+            known = "no batch" if counts is None else f"a batch of {len(counts)} rows"
+            raise RuntimeError(
+                f"LoopGRPOTrainer: TRL computed {rows} rows while {known} has loop counts (rows_at): this TRL "
+                "release calls GRPOTrainer's methods in an order LoopGRPOTrainer was not written for (trl 1.16)"
+            )
+        return counts
+
     def _generate_and_score_completions(self, inputs):
         counts = self.row_loops(inputs)
-        self._batch_counts = torch.tensor(counts)
-        output = super()._generate_and_score_completions(inputs)
-        output["num_loops"] = self._batch_counts.to(self.accelerator.device)
+        with self.rows_at(torch.tensor(counts)):
+            output = super()._generate_and_score_completions(inputs)
+        output["num_loops"] = torch.tensor(counts, device=self.accelerator.device)
         self._metrics["train" if self.model.training else "eval"]["num_loops"].append(sum(counts) / len(counts))
         return output
 
@@ -397,7 +420,7 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
         if images is not None or multimodal_fields or self.tools:
             raise ValueError("LoopGRPOTrainer takes text prompts without tools")
         completions = [None] * len(prompt_ids)
-        for rows in self.count_groups(self._batch_counts):
+        for rows in self.count_groups(self.counts_of(len(prompt_ids))):
             rows = rows.tolist()
             ids, _ = super()._generate_single_turn([prompt_ids[r] for r in rows], None, {}, num_generations)
             for row, completion in zip(rows, ids):
@@ -405,12 +428,12 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
         return completions, None
 
     def _compute_loss(self, model, inputs):
-        self._batch_counts = inputs["num_loops"].cpu()
         self._radii = []
-        if self.args.objective == "rltt":
-            loss = self._rltt_loss(model, inputs)
-        else:
-            loss = super()._compute_loss(model, inputs)
+        with self.rows_at(inputs["num_loops"].cpu()):
+            if self.args.objective == "rltt":
+                loss = self._rltt_loss(model, inputs)
+            else:
+                loss = super()._compute_loss(model, inputs)
         return self._with_jsrr(loss)
 
     # -- STARS' JSRR penalty on the loss's forwards ------------------------------------------------------------------
@@ -475,7 +498,7 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
                 parts.append((logps, entropy if compute_entropy else entropy.detach()))
             return tuple(torch.cat(p) for p in zip(*parts))
 
-        logps, entropies = self.per_count(self._batch_counts, input_ids.size(0), rows_logps)
+        logps, entropies = self.per_count(self.counts_of(input_ids.size(0)), input_ids.size(0), rows_logps)
         aux_loss = torch.stack(aux_losses).mean() if compute_aux_loss else None
         return logps, (entropies if compute_entropy else None), aux_loss
 
@@ -553,7 +576,7 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
             )  # fmt: skip
             return (weights.to(per_exit.device, per_exit.dtype) * per_exit).sum(-1), per_exit[..., -1]
 
-        return tuple(self.per_count(self._batch_counts, input_ids.size(0), rows_exits))
+        return tuple(self.per_count(self.counts_of(input_ids.size(0)), input_ids.size(0), rows_exits))
 
     def _rltt_loss(self, model, inputs):
         """RLTT: ``-A * sum_t w_t log P^(t)`` per token, plus ``beta`` times the KL (k3) of the final loop to the
