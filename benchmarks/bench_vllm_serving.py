@@ -253,10 +253,9 @@ SETTLE_SECONDS = 2.0
 
 
 def contender(run, prompts: list[str], concurrency: int, new_tokens: int, settle: float = SETTLE_SECONDS):
-    """A callable for :func:`bench_ouro_decode.compare`: each call runs ``run(batch, new_tokens, ignore_eos=True)`` (an
-    engine's ``generate``) on the next
-    ``concurrency`` prompts (so that no round repeats the last one's, which a prefix cache would serve) and returns
-    its seconds, after ``settle`` seconds of rest."""
+    """A callable for :func:`bench_ouro_decode.compare`: each call runs ``run(batch, new_tokens, True)`` (an engine's
+    ``generate``, ``ignore_eos``) on the next ``concurrency`` prompts (so that no round repeats the last one's, which
+    a prefix cache would serve) and returns its seconds, after ``settle`` seconds of rest."""
     calls = iter(range(10**9))
 
     def timed() -> float:
@@ -411,27 +410,18 @@ def layout_section(args, folder, model, tokenizer, rows) -> dict:
 
 def batch_speed(engine, prompts: list[str], concurrency: int, rounds: int, new_tokens: int) -> dict:
     """Rounds of ``concurrency`` prompts in one ``generate`` call, ``new_tokens`` each (``ignore_eos``), after one
-    warm-up: tokens/s of each round, their median, and the loop steps per forward (None without counters)."""
-
-    def one_round(start: int) -> tuple[float, tuple | None, tuple | None]:
-        batch = [prompts[(start + i) % len(prompts)] for i in range(concurrency)]
-        before, began = engine.counters(), time.perf_counter()
-        outs = engine.generate(batch, new_tokens, True)
-        seconds, after = time.perf_counter() - began, engine.counters()
-        assert all(len(o) == new_tokens for o in outs)
-        return concurrency * new_tokens / seconds, before, after
-
-    one_round(0)
-    timed = [one_round((r + 1) * concurrency) for r in range(rounds)]
-    steps = forwards = 0
-    for _, before, after in timed:
-        if before is not None:
-            forwards, steps = forwards + after[0] - before[0], steps + after[1] - before[1]
-    rates = [rate for rate, _, _ in timed]
+    warm-up (:func:`contender`, no rest): tokens/s of each round, their median, and the loop steps per forward over
+    the rounds (None without counters)."""
+    timed = contender(engine.generate, prompts, concurrency, new_tokens, settle=0.0)
+    timed()
+    before = engine.counters()
+    rates = [concurrency * new_tokens / timed() for _ in range(rounds)]
+    after = engine.counters()
+    forwards = after[0] - before[0] if before is not None else 0
     return {
         "tokens_per_second": statistics.median(rates),
         "rounds": rates,
-        "loop_steps_per_forward": steps / forwards if forwards else None,
+        "loop_steps_per_forward": (after[1] - before[1]) / forwards if forwards else None,
     }
 
 

@@ -96,8 +96,9 @@ class LoopGRPOConfig(GRPOConfig):
 
     ``ddp_broadcast_buffers`` defaults to ``False``: rows of different counts run separate forwards, as many on a
     process as it has counts, and DDP's buffer broadcast at each forward would leave the processes waiting on each
-    other (a language model's buffers, its rotary tables, are the same on every process anyway). ``ddp_find_unused_parameters`` defaults to ``True``
-    unless the objective is RLTT with ``exit_pdf`` weights, the one loss the exit gate's parameters take part in.
+    other (a language model's buffers, its rotary tables, are the same on every process anyway).
+    ``ddp_find_unused_parameters`` defaults to ``True`` unless the objective is RLTT with ``exit_pdf`` weights, the
+    one loss the exit gate's parameters take part in.
     """
 
     min_loops: int | None = field(
@@ -151,7 +152,12 @@ class LoopGRPOConfig(GRPOConfig):
         if self.bf16 is None and (self.use_cpu or not torch.cuda.is_available()):
             self.bf16 = False  # TRL's default is bf16 autocast, also on a CPU (slower there, and less exact)
         super().__post_init__()
-        choices = {"loop_draws": LOOP_DRAWS, "objective": OBJECTIVES, "rltt_weights": RLTT_WEIGHTS}
+        choices = {
+            "loop_draws": LOOP_DRAWS,
+            "objective": OBJECTIVES,
+            "rltt_weights": RLTT_WEIGHTS,
+            "rltt_learned_init": LEARNED_INITS,
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"LoopGRPOConfig: {name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -172,10 +178,6 @@ class LoopGRPOConfig(GRPOConfig):
         if self.grpo_preset is not None and self.grpo_preset not in GRPO_PRESETS:
             raise ValueError(
                 f"LoopGRPOConfig: grpo_preset must be one of {tuple(GRPO_PRESETS)}, got {self.grpo_preset!r}"
-            )
-        if self.rltt_learned_init not in LEARNED_INITS:
-            raise ValueError(
-                f"LoopGRPOConfig: rltt_learned_init must be one of {LEARNED_INITS}, got {self.rltt_learned_init!r}"
             )
         if not self.rltt_learned_temperature > 0 or not (self.rltt_learned_lr is None or self.rltt_learned_lr > 0):
             raise ValueError(
@@ -372,13 +374,11 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
             with self.at_loops(int(count)):
                 yield (counts == count).nonzero().squeeze(1)
 
-    def per_count(self, counts: torch.Tensor | None, size: int, compute) -> list[torch.Tensor]:
-        """``compute(rows)`` (a tuple of tensors, rows first) run at each loop count of ``counts`` on the rows of that
-        count, put back in row order (``counts=None``: every one of the ``size`` rows at the config's count)."""
-        if counts is None:
-            counts = torch.full((size,), self.loop.default_loops(head_model(self.model).config))
+    def per_count(self, size: int, compute) -> list[torch.Tensor]:
+        """``compute(rows)`` (a tuple of tensors, rows first) run on the ``size`` rows TRL is computing, the rows of
+        each loop count (:meth:`counts_of`) at that count, put back in row order."""
         order, parts = [], []
-        for rows in self.count_groups(counts):
+        for rows in self.count_groups(self.counts_of(size)):
             parts.append(compute(rows))
             order.append(rows)
         back = torch.cat(order).argsort()
@@ -498,7 +498,7 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
                 parts.append((logps, entropy if compute_entropy else entropy.detach()))
             return tuple(torch.cat(p) for p in zip(*parts))
 
-        logps, entropies = self.per_count(self.counts_of(input_ids.size(0)), input_ids.size(0), rows_logps)
+        logps, entropies = self.per_count(input_ids.size(0), rows_logps)
         aux_loss = torch.stack(aux_losses).mean() if compute_aux_loss else None
         return logps, (entropies if compute_entropy else None), aux_loss
 
@@ -538,9 +538,11 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
 
     def learned_weights(self) -> list[float] | None:
         """The learned exit weights now (``softmax(logits / rltt_learned_temperature)``), or None."""
-        if self.rltt_logits is None:
+        logits = self.rltt_logits
+        if logits is None:
             return None
-        return torch.softmax(self.rltt_logits.detach() / self.args.rltt_learned_temperature, 0).tolist()
+        temperature = self.args.rltt_learned_temperature
+        return exit_weights("learned", len(logits), None, logits=logits.detach(), temperature=temperature).tolist()
 
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
         """The Trainer's save, plus ``rltt_learned_weights.json`` (the logits and the weights) with learned weights."""
@@ -576,7 +578,7 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
             )  # fmt: skip
             return (weights.to(per_exit.device, per_exit.dtype) * per_exit).sum(-1), per_exit[..., -1]
 
-        return tuple(self.per_count(self.counts_of(input_ids.size(0)), input_ids.size(0), rows_exits))
+        return tuple(self.per_count(input_ids.size(0), rows_exits))
 
     def _rltt_loss(self, model, inputs):
         """RLTT: ``-A * sum_t w_t log P^(t)`` per token, plus ``beta`` times the KL (k3) of the final loop to the

@@ -46,8 +46,7 @@ VLLM_COMMAND = "`.venv-vllm/bin/python benchmarks/bench_vllm_serving.py --model 
 
 
 def vllm_loaded() -> dict | None:
-    path = engine.RESULTS / "vllm_serving.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    return engine.load("vllm_serving.json") if (engine.RESULTS / "vllm_serving.json").exists() else None
 
 
 def vllm_serving() -> str:
