@@ -1,18 +1,25 @@
-"""RL on a looped LM that half-solves its task: GRPO, RLTT and GRPO with sampled loop counts, through the CLI.
+"""RL on a looped LM that half-solves its task: GRPO, RLTT and GRPO with sampled loop counts, against SFT continued
+for the same compute, through the CLI.
 
-A user's path, end to end: ``equilibria train`` trains the Ouro addition recipe stopped early (``--max_steps``, so
-that it half-solves the task at its 4 loops), then ``equilibria train --trainer grpo`` fine-tunes that folder with
-each objective for the same number of steps, seeds 0-2, reward ``exact_match``. Every run evaluates on the 200
-held-out problems of the base model's split (drawn with its training data, none trained on; the RL runs use the
-same data seed, so the RL prompts are the base's training problems) at 1 to 16 loops.
+A user's path, end to end: ``equilibria train`` trains the Ouro addition recipe (seed 0) and stops it at the first
+evaluation (every 5 steps, on its validation split) that reaches ``--base_target`` at 4 loops, so that it half-solves
+the task; ``equilibria train --trainer grpo`` then fine-tunes that folder with each objective for the same number of
+steps, seeds 0-2, reward ``exact_match``; and ``equilibria train`` continues the base's SFT (the recipe's loss) from
+the same folder, once for GRPO's training wall time and once for as many completion tokens as GRPO's rollouts. Every
+learning rate is chosen on seed 0 on a validation split. Every run is scored on the 200 held-out problems of the
+base model's split (drawn with its training data, none trained on; every run keeps the base's data seed, so the RL
+prompts and SFT examples are the base's training problems) at 1 to 16 loops, and per problem at 4 loops for the
+paired tests (McNemar's exact test per seed, Holm over the family).
 
-    python benchmarks/bench_rl_loops.py                 # the base model, then 3 objectives x 3 seeds
-    python benchmarks/bench_rl_loops.py --objectives grpo --seeds 0   # one run (skips those already written)
+    python benchmarks/bench_rl_loops.py                 # the base model, the sweeps, then 5 arms x 3 seeds
+    python benchmarks/bench_rl_loops.py --arms grpo --seeds 0   # one run (skips those already written)
     python benchmarks/bench_rl_loops.py --quick         # seconds; a test runs this
 
-Writes one JSON per run into ``docs/results/rl/`` (``base.json``; ``<objective>_seed<N>.json`` with top-level
-``objective`` and ``seed``) and ``docs/results/rl/summary.json`` (mean and standard error per loop count, and each
-objective's difference to GRPO paired by seed), which ``docs/rl.md``'s tables read.
+Writes one JSON per run into ``docs/results/rl/`` (``base.json``; ``<arm>_seed<N>.json`` with top-level
+``objective`` (``sft``, ``grpo`` or ``rltt``), ``arm`` and ``seed``), ``sweep.json``, ``budgets.json`` (the SFT
+controls' step counts and how they were matched) and ``summary.json`` (mean and standard error per loop count, each
+arm's difference to GRPO paired by seed, and the per-problem paired tests), which ``docs/benchmarks/rl_loops.md``'s
+tables read.
 """
 
 from __future__ import annotations
@@ -28,12 +35,35 @@ from results_json import RESULTS, ROOT, save_results
 
 OUT = RESULTS / "rl"
 EVAL_LOOPS = "1,2,3,4,5,6,8,12,16"
-# the objectives compared: the LoopGRPOConfig flags of each (the rest shared, RL_FLAGS)
+# the RL arms: the LoopGRPOConfig flags of each (the rest shared, grpo_argv)
 OBJECTIVES = {
     "grpo": ["--objective", "grpo", "--min_loops", "4", "--max_loops", "4"],
     "rltt": ["--objective", "rltt", "--rltt_weights", "exit_pdf", "--min_loops", "4", "--max_loops", "4"],
     "grpo_sampled": ["--objective", "grpo", "--min_loops", "2", "--max_loops", "8", "--loop_draws", "per_step"],
 }
+# the controls: the base's SFT continued from its folder, for as many steps as match GRPO's runs in ...
+SFT_ARMS = {
+    "sft_wall": "GRPO's training wall time",
+    "sft_tokens": "as many completion tokens trained on as GRPO's rollouts",
+}
+ARMS = (*OBJECTIVES, *SFT_ARMS)
+# the controls' loss is the base recipe's (the last loop's loss at 4 loops, no penalty; a folder's fine-tune recipe
+# would draw 1-16 loops with STARS' penalty), their schedule GRPO's (GRPOConfig's defaults: linear decay, no
+# warm-up), their batch and weight decay the recipe's; the last step is kept, as in the RL runs
+SFT_FLAGS = ["--num_loops", "4", "--min_loops", "4", "--max_loops", "4", "--jsrr_weight", "0", "--exit_loss", "final"]
+SFT_FLAGS += ["--lr_scheduler_type", "linear", "--warmup_steps", "0", "--eval_strategy", "no"]
+SFT_FLAGS += ["--load_best_model_at_end", "false", "--per_device_train_batch_size", "64", "--weight_decay", "0.01"]
+SFT_BATCH = 64
+# the paired tests at 4 loops: every arm against the base, and GRPO and RLTT against both controls
+COMPARED = [(arm, "base") for arm in ARMS] + [(rl, sft) for rl in ("grpo", "rltt") for sft in SFT_ARMS]
+# how the base was chosen before this version (docs/results/rl/base.json of commits 3d1a0fd and fa5ae52)
+EARLIER_BASES = [
+    {"max_steps": 1100, "kept": 1100, "split_read": "test", "test_at_4": 0.86, "commit": "3d1a0fd",
+     "how": "the whole run kept; scored on the test split, then replaced"},
+    {"max_steps": 1075, "kept": 560, "split_read": "validation", "test_at_4": 0.46, "commit": "fa5ae52",
+     "how": "1075 steps set after the 1100-step run's test score (how is not recorded); 8 of its checkpoints "
+     "(540-810) read on a validation split by bisection, the first reaching 50% copied out"},
+]  # fmt: skip
 QUIET = ["--report_to", "none", "--use_cpu", "--disable_tqdm", "true", "--save_strategy", "no"]
 
 
@@ -47,26 +77,31 @@ def parse(argv):
         default=RESULTS.parent.parent / "benchmarks" / "results" / "rl_runs",
         help="where the model folders go",
     )
-    p.add_argument("--objectives", default=",".join(OBJECTIVES), help=f"a subset of {tuple(OBJECTIVES)}")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"a subset of {ARMS}")
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--base_steps", type=int, default=1075, help="the recipe's steps (it is stopped before)")
+    p.add_argument("--base_steps", type=int, default=None, help="the base run's steps (default: the recipe's)")
     p.add_argument("--base_target", type=float, default=0.5, help="stop at this validation exact match at 4 loops")
     p.add_argument("--rl_steps", type=int, default=200)
     p.add_argument(
         "--learning_rates",
-        default="1e-5,5e-5,2e-4",
-        help="the learning rates tried per objective on seed 0, scored on a validation split; the best one trains "
-        "every seed",
+        default="2e-6,1e-5,5e-5,2e-4,1e-3",
+        help="the learning rates tried per RL objective on seed 0, scored on a validation split; the best one "
+        "trains every seed",
+    )
+    p.add_argument(
+        "--sft_learning_rates",
+        default="1e-4,5e-4,2e-3,5e-3",
+        help="the same for the SFT controls (the recipe trains at 2e-3)",
     )
     p.add_argument("--prompts", type=int, default=8, help="prompts per step (each with --generations rollouts)")
     p.add_argument("--generations", type=int, default=8)
     args = p.parse_args(argv)
-    unknown = set(args.objectives.split(",")) - set(OBJECTIVES)
+    unknown = set(args.arms.split(",")) - set(ARMS)
     if unknown:
-        p.error(f"--objectives must be among {tuple(OBJECTIVES)}, got {sorted(unknown)}")
+        p.error(f"--arms must be among {ARMS}, got {sorted(unknown)}")
     if args.quick:
         args.base_steps, args.rl_steps, args.prompts, args.generations = 10, 2, 2, 4
-        args.learning_rates = "1e-4,1e-3"
+        args.learning_rates, args.sft_learning_rates = "1e-4,1e-3", "1e-4,1e-3"
     return args
 
 
@@ -79,7 +114,7 @@ def cli(argv: list[str]) -> None:
 
 
 def split_sizes(args) -> tuple[int, int]:
-    """The base model's training and test problems (its split, which the RL runs keep)."""
+    """The base model's training and test problems (its split, which every later run keeps)."""
     return (64, 8) if args.quick else (8000, 200)
 
 
@@ -90,70 +125,66 @@ def sizes(args) -> list[str]:
 
 
 def base_model(args) -> dict:
-    """The recipe ``ouro/addition`` (seed 0) for ``--base_steps`` with a checkpoint every 5 steps, stopped at the
-    first checkpoint whose exact match at 4 loops on the validation split reaches ``--base_target`` (found by
-    bisection: accuracy rises with the steps, sharply near the end); its loop scaling on the 200 test sums."""
-    import shutil
+    """The recipe ``ouro/addition`` (seed 0, its own schedule unless ``--base_steps``) evaluated every 5 steps at
+    4 loops on the validation split ``equilibria train`` holds out, stopped at the first evaluation reaching
+    ``--base_target`` (``--validation_target``: every evaluation up to it is read, in order, and written to the
+    folder's ``kept.json``); its loop scaling and per-problem answers at 4 loops on the 200 test sums."""
+    from equilibria.train import train_and_evaluate
 
-    run, folder = args.work / "base_run", args.work / "base"
-    if not (folder / "model.safetensors").is_file():
-        argv = ["train", "--family", "ouro", "--task", "addition", "--output_dir", str(run), "--seed", "0"]
-        argv += ["--max_steps", str(args.base_steps), "--eval_loops", "4", *sizes(args), *QUIET[:-2]]
-        saving = ["--save_strategy", "steps", "--save_steps", "5", "--save_only_model", "true", "--keep_checkpoints"]
-        cli([*argv, *saving, "true", "--eval_strategy", "no"])  # the stop is chosen below, by bisection
-        steps, scores = _stop_early(args, run)
-        shutil.copytree(run, folder, ignore=shutil.ignore_patterns("checkpoint-*", "loop_scaling*", "README.md"))
-        shutil.copy(run / f"checkpoint-{steps}" / "model.safetensors", folder / "model.safetensors")
-        (folder / "stopped.json").write_text(json.dumps({"steps": steps, "validation_at_4": scores}))
-        _name_the_kept_step(folder, steps, scores, args.base_target)
-    stopped = json.loads((folder / "stopped.json").read_text())
-    result = {"run": "base", "seed": 0, "steps": stopped["steps"], "of_steps": args.base_steps}
-    result["validation_at_4"] = stopped["validation_at_4"]  # {checkpoint step: exact match}, the ones bisection read
+    folder = args.work / "base"
+    if not (folder / "kept.json").is_file():
+        argv = ["--family", "ouro", "--task", "addition", "--output_dir", str(folder), "--seed", "0", *sizes(args)]
+        argv += ["--validation_target", str(args.base_target), "--validation_loops", "4", "--eval_steps", "5"]
+        argv += ["--eval_loops", "4", *QUIET[:-2], *(["--max_steps", str(args.base_steps)] if args.base_steps else [])]
+        trainer, _ = train_and_evaluate(argv)
+        kept = {**trainer.kept_checkpoint(), "max_steps": trainer.state.max_steps}  # every evaluation, unthinned
+        (folder / "kept.json").write_text(json.dumps(kept, indent=1) + "\n")
+    kept = json.loads((folder / "kept.json").read_text())
+    result = {"run": "base", "seed": 0, "steps": kept["step"], "of_steps": kept["max_steps"]}
+    result["stopped_at_target"], result["target"] = kept["stopped_at_target"], args.base_target
+    result["validation"] = kept["validation"]
+    result["validation_at_4"] = kept["evaluations"]  # [step, exact match]: every evaluation the run made
     result["accuracy"] = test_scaling(args, folder)
+    result["correct_at_4"] = correct_at(folder, test_rows(args))
     result["data"] = f"the {split_sizes(args)[1]}-problem test split generated with the training data (seed 0)"
+    steps = f" --max_steps {args.base_steps}" if args.base_steps else ""
     result["command"] = (
-        f"equilibria train --family ouro --task addition --seed 0 --max_steps {args.base_steps} --save_steps 5, "
-        f"stopped at step {stopped['steps']}"
+        f"equilibria train --family ouro --task addition --seed 0{steps} --validation_target {args.base_target} "
+        "--validation_loops 4 --eval_steps 5"
     )
+    result["earlier_bases"] = EARLIER_BASES
     save_results(args.out / "base.json", result, indent=1)
     return result
 
 
-def _name_the_kept_step(folder: Path, steps: int, scores: dict, target: float) -> None:
-    """The folder's training history says which checkpoint's weights it holds (its card then names that step, not
-    the run's length)."""
-    history = json.loads((folder / "training_history.json").read_text())
-    evaluations = sorted([int(step), value] for step, value in scores.items())
-    history[-1]["kept"] = {
-        "step": steps, "accuracy": scores.get(steps), "how": "first", "stopped_at_target": False, "target": target,
-        "steps_run": history[-1]["steps"], "every": 5, "evaluations": evaluations,
-        "validation": "exact match at 4 loops on the benchmark's validation sums (checkpoints read by bisection)",
-    }  # fmt: skip
-    (folder / "training_history.json").write_text(json.dumps(history, indent=1) + "\n")
+def test_rows(args):
+    """The base split's test sums (what ``equilibria train`` evaluates every run on)."""
+    from equilibria.tasks import build_addition_dataset
+
+    return build_addition_dataset(2, *split_sizes(args), seed=0)["test"]
 
 
-def _stop_early(args, run: Path) -> tuple[int, dict]:
-    """The first checkpoint (bisection over ``checkpoint-N``) reaching ``--base_target`` on the validation split."""
-    steps = sorted(int(p.name.split("-")[1]) for p in run.glob("checkpoint-*"))
-    rows, scores = validation_rows(args), {}
-    low, high = 0, len(steps) - 1
-    while low < high:
-        middle = (low + high) // 2
-        scores[steps[middle]] = round(validation_accuracy(run / f"checkpoint-{steps[middle]}", rows), 4)
-        low, high = (low, middle) if scores[steps[middle]] >= args.base_target else (middle + 1, high)
-    return steps[low], scores
+def _load(folder: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer_folder = folder if (folder / "tokenizer.json").is_file() else folder.parent  # a checkpoint-N folder
+    return AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(tokenizer_folder)
 
 
 def test_scaling(args, folder: Path) -> dict:
-    """Exact match on the base split's test sums (what ``equilibria train`` evaluates) at each loop count."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Exact match on the test sums at each loop count."""
+    from equilibria.tasks import exact_match
 
-    from equilibria.tasks import build_addition_dataset, exact_match
+    model, tokenizer = _load(folder)
+    return {n: round(exact_match(model, tokenizer, test_rows(args), int(n)), 4) for n in EVAL_LOOPS.split(",")}
 
-    train, test = split_sizes(args)
-    rows = build_addition_dataset(2, train, test, seed=0)["test"]
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
-    return {n: round(exact_match(model, tokenizer, rows, int(n)), 4) for n in EVAL_LOOPS.split(",")}
+
+def correct_at(folder: Path, rows, loops: int = 4) -> list[int]:
+    """1 or 0 per row: whether the greedy answer at ``loops`` is the row's (what ``exact_match`` averages)."""
+    from equilibria.tasks.text_scoring import exact_match_reward, greedy_answers
+
+    model, tokenizer = _load(folder)
+    return [int(r) for r in exact_match_reward(greedy_answers(model, tokenizer, rows, loops), rows["answer"])]
 
 
 def validation_rows(args):
@@ -174,31 +205,26 @@ def validation_rows(args):
 
 
 def validation_accuracy(folder: Path, rows) -> float:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from equilibria.tasks import exact_match
-
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
-    tokenizer_folder = folder if (folder / "tokenizer.json").is_file() else folder.parent  # a checkpoint-N folder
-    return exact_match(model, AutoTokenizer.from_pretrained(tokenizer_folder), rows, 4)
+    return sum(correct_at(folder, rows)) / len(rows)
 
 
-def choose_learning_rates(args, objectives: list[str]) -> dict:
-    """Per objective, each of ``--learning_rates`` on seed 0, scored by exact match at 4 loops on
-    :func:`validation_rows`; the best (the smaller on a tie) is the objective's. Written to ``sweep.json``."""
+def choose_learning_rates(args, arms: list[str]) -> dict:
+    """Per arm, each of its learning rates (``--learning_rates``, or ``--sft_learning_rates`` for a control) on
+    seed 0, scored by exact match at 4 loops on :func:`validation_rows`; the best (the smaller on a tie) is the
+    arm's. Written to ``sweep.json``."""
     path = args.out / "sweep.json"
     sweep = json.loads(path.read_text()) if path.is_file() and not args.quick else {}
     rows = validation_rows(args)
-    for objective in objectives:
-        tried = sweep.setdefault(objective, {})
-        for rate in args.learning_rates.split(","):
+    for arm in arms:
+        tried = sweep.setdefault(arm, {})
+        for rate in (args.sft_learning_rates if arm in SFT_ARMS else args.learning_rates).split(","):
             if rate not in tried:
-                folder = args.work / f"sweep_{objective}_{rate}"
-                rl_run(args, objective, 0, float(rate), folder=folder, eval_loops="4")  # its test result is not read
+                folder = args.work / f"sweep_{arm}_{rate}"
+                run_arm(args, arm, 0, float(rate), folder=folder, eval_loops="4")  # its test result is not read
                 tried[rate] = round(validation_accuracy(folder, rows), 4)
                 save_results(path, sweep, indent=1)
-                print(f"{objective} lr {rate}: exact match {tried[rate]} on the validation split at 4 loops")
-    return {o: max(sorted(sweep[o], key=float), key=lambda r: sweep[o][r]) for o in objectives}
+                print(f"{arm} lr {rate}: exact match {tried[rate]} on the validation split at 4 loops")
+    return {arm: max(sorted(sweep[arm], key=float), key=lambda r: sweep[arm][r]) for arm in arms}
 
 
 def grpo_argv(args, folder: Path) -> list[str]:
@@ -210,35 +236,100 @@ def grpo_argv(args, folder: Path) -> list[str]:
     return [*argv, "--num_generations", str(args.generations), "--max_completion_length", "4"]
 
 
-def rl_run(args, objective: str, seed: int, learning_rate: float, folder=None, eval_loops: str = EVAL_LOOPS) -> dict:
-    """``equilibria train --trainer grpo`` on the base folder; its loop scaling and training log."""
-    folder = folder or args.work / f"{objective}_seed{seed}"
-    argv = [*grpo_argv(args, folder), "--seed", str(seed), "--data_seed_offset", str(-seed)]  # the base's data seed
-    argv += [*sizes(args)[:4], "--max_steps", str(args.rl_steps), "--learning_rate", str(learning_rate)]
-    argv += ["--temperature", "1.0", "--logging_steps", "10", *OBJECTIVES[objective]]
+def run_arm(args, arm: str, seed: int, learning_rate: float, folder=None, eval_loops: str = EVAL_LOOPS) -> dict:
+    """One run of ``arm`` from the base folder (``equilibria train``, with the base's data seed), into ``folder``:
+    its loop scaling, training cost and, when scored at every count, its per-problem answers at 4 loops."""
+    folder = folder or args.work / f"{arm}_seed{seed}"
+    argv = ["--seed", str(seed), "--data_seed_offset", str(-seed), *sizes(args)[:4], "--logging_steps", "10"]
+    argv += ["--learning_rate", str(learning_rate), "--eval_loops", eval_loops]
+    if arm in SFT_ARMS:
+        steps = budgets(args)[arm]["steps"]
+        argv += ["--model_name_or_path", str(args.work / "base"), "--task", "addition", "--output_dir", str(folder)]
+        argv += ["--max_steps", str(steps), *SFT_FLAGS]
+    else:
+        steps = args.rl_steps
+        argv = [*grpo_argv(args, folder), *argv, "--max_steps", str(steps), "--temperature", "1.0", *OBJECTIVES[arm]]
     from equilibria.train import train_and_evaluate
 
     start = time.perf_counter()
-    trainer, _ = train_and_evaluate([*argv, "--eval_loops", eval_loops, *QUIET])
-    wall = time.perf_counter() - start
+    trainer, _ = train_and_evaluate([*argv, *QUIET])
+    wall, log = time.perf_counter() - start, trainer.state.log_history
     scaling = json.loads((folder / "loop_scaling.json").read_text())
     state = json.loads((folder / "training_history.json").read_text())[-1]
-    log = trainer.state.log_history
-    return {
-        "objective": objective,
-        "seed": seed,
-        "loops": " ".join(OBJECTIVES[objective]),
-        "steps": args.rl_steps,
-        "learning_rate": learning_rate,
-        "accuracy": scaling["accuracy"],
-        "data": scaling["data"]["name"],
-        "train_reward": [round(h["reward"], 4) for h in log if "reward" in h],
-        "step_time_s": _mean([h["step_time"] for h in log if "step_time" in h]),
-        "wall_s": round(wall, 1),
-        "threads": _threads(),
-        "stage": state.get("reinforcement"),
-        "command": "equilibria train " + " ".join([*argv, "--eval_loops", eval_loops]).replace(f"{ROOT}/", ""),
-    }
+    train_s = next(h["train_runtime"] for h in log if "train_runtime" in h)
+    result = {"objective": "sft" if arm in SFT_ARMS else OBJECTIVES[arm][1], "arm": arm, "seed": seed}
+    result.update(steps=steps, learning_rate=learning_rate, accuracy=scaling["accuracy"])
+    result.update(data=scaling["data"]["name"], train_s=round(train_s, 2), step_s=round(train_s / steps, 4))
+    result.update(wall_s=round(wall, 1), threads=_threads(), stage=state.get("reinforcement"))
+    if arm in SFT_ARMS:
+        result["matched"] = SFT_ARMS[arm]
+        result["completion_tokens"] = steps * sft_tokens_per_step(args)
+    else:
+        result["train_reward"] = [round(h["reward"], 4) for h in log if "reward" in h]
+        result["completion_tokens"] = rollout_tokens(log, args.prompts * args.generations)
+    if eval_loops == EVAL_LOOPS:
+        result["correct_at_4"] = _checked(correct_at(folder, test_rows(args)), scaling["accuracy"]["4"])
+    result["command"] = "equilibria train " + " ".join(argv).replace(f"{ROOT}/", "")
+    return result
+
+
+def _checked(correct: list[int], accuracy: float) -> list[int]:
+    """``correct`` once its mean is the accuracy ``equilibria train`` reported (the same answers, scored twice)."""
+    if round(sum(correct) / len(correct), 4) != round(accuracy, 4):
+        raise RuntimeError(f"per-problem answers give {sum(correct) / len(correct)}, the run reported {accuracy}")
+    return correct
+
+
+def rollout_tokens(log: list[dict], rollouts_per_step: int) -> int:
+    """The completion tokens a GRPO run trained on: TRL's logged mean completion length of each logging interval
+    times its steps and the rollouts per step."""
+    total, last = 0.0, 0
+    for h in log:
+        if "completions/mean_length" in h:
+            total += h["completions/mean_length"] * (h["step"] - last) * rollouts_per_step
+            last = h["step"]
+    return round(total)
+
+
+def sft_tokens_per_step(args) -> float:
+    """The tokens the SFT loss reads per step: the answer and its eos (the prompt is masked), averaged over the
+    base's training sums, times the batch."""
+    from equilibria.tasks import addition_tokenizer, build_addition_dataset
+    from equilibria.tasks.addition import tokenize_for_training
+
+    rows = tokenize_for_training(build_addition_dataset(2, *split_sizes(args), seed=0)["train"], addition_tokenizer())
+    return SFT_BATCH * sum(sum(t != -100 for t in r) for r in rows["labels"]) / len(rows)
+
+
+def budgets(args) -> dict:
+    """The controls' step counts, from GRPO's runs (every seed written): ``sft_wall`` trains for GRPO's mean
+    training time at the SFT step time of a calibration run (50 steps from the base), ``sft_tokens`` on GRPO's
+    mean completion tokens. Written to ``budgets.json``, read from it once there."""
+    path = args.out / "budgets.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    grpo = [json.loads(p.read_text()) for p in sorted(args.out.glob("grpo_seed*.json"))]
+    if not grpo:
+        raise SystemExit("the SFT controls match GRPO's runs: run --arms grpo first")
+    folder, steps = args.work / "sft_calibration", 4 if args.quick else 50
+    argv = ["--model_name_or_path", str(args.work / "base"), "--task", "addition", "--output_dir", str(folder)]
+    argv += [*sizes(args)[:4], "--max_steps", str(steps), "--learning_rate", "1e-4", *SFT_FLAGS, "--eval_loops", "4"]
+    from equilibria.train import train_and_evaluate
+
+    trainer, _ = train_and_evaluate([*argv, *QUIET])
+    step_s = next(h["train_runtime"] for h in trainer.state.log_history if "train_runtime" in h) / steps
+    seconds, tokens = _mean([r["train_s"] for r in grpo]), _mean([r["completion_tokens"] for r in grpo])
+    per_step = sft_tokens_per_step(args)
+    result = {
+        "grpo_seeds": [r["seed"] for r in grpo],
+        "sft_wall": {"steps": max(1, round(seconds / step_s)), "grpo_train_s": seconds, "sft_step_s": round(step_s, 4)},
+        "sft_tokens": {"steps": max(1, round(tokens / per_step)), "grpo_completion_tokens": tokens,
+                       "sft_tokens_per_step": round(per_step, 2)},
+        "how": f"SFT step time from a {steps}-step run from the base (lr 1e-4) in this process; tokens: the answer "
+        "and eos of each example (the prompt is masked) against TRL's logged completion lengths",
+    }  # fmt: skip
+    save_results(path, result, indent=1)
+    return result
 
 
 def step_cost(args, repeats: int = 3, steps: int = 12) -> dict:
@@ -302,12 +393,13 @@ def t_two_sided_p(t: float, df: int) -> float:
 
 
 def paired(differences: list[float]) -> dict:
-    """Mean and standard error of paired differences, and the paired t-test's two-sided p (``n - 1`` df)."""
+    """Mean and standard error of paired differences, and the paired t-test's two-sided p (``n - 1`` df; ``None``
+    when every difference is the same non-zero number, which the t-test cannot judge)."""
     cell = mean_se(differences)
     if cell["se"] is None:
         return cell
-    if cell["se"] == 0:
-        return {**cell, "t": None, "p": 1.0 if cell["mean"] == 0 else 0.0}
+    if cell["se"] == 0:  # every seed the same difference: no spread to test against (1.0 when all are 0)
+        return {**cell, "t": None, "p": 1.0 if cell["mean"] == 0 else None}
     t = cell["mean"] / cell["se"]
     return {**cell, "t": round(t, 3), "p": round(t_two_sided_p(t, cell["n"] - 1), 4)}
 
@@ -323,47 +415,117 @@ def corrected(diffs: dict, primary: str) -> None:
             cell["holm"] = kept
 
 
+def paired_tests(by: dict, base: dict) -> dict:
+    """:data:`COMPARED` per seed on the test sums at 4 loops: problems one side answers and the other does not
+    (``gained`` / ``lost``), McNemar's exact test on them, Holm's correction over every test of the family (all
+    comparisons and seeds, fixed before the runs), and per comparison the difference paired by seed (mean and
+    standard error) and its verdict: how many seeds are significantly better or worse."""
+    from equilibria.diagnostics.statistics import holm, sign_test
+
+    tests = {}
+    for a, b in COMPARED:
+        if a not in by or (b != "base" and b not in by):
+            continue
+        seeds = sorted(set(by[a]) if b == "base" else set(by[a]) & set(by[b]))
+        cells = {}
+        for seed in seeds:
+            x, y = by[a][seed]["correct_at_4"], (base if b == "base" else by[b][seed])["correct_at_4"]
+            gained, lost = sum(i > j for i, j in zip(x, y)), sum(i < j for i, j in zip(x, y))
+            cells[str(seed)] = {"gained": gained, "lost": lost, "difference": round((gained - lost) / len(x), 4),
+                                "p": sign_test(gained, lost)}  # fmt: skip
+        differences = [cell["difference"] for cell in cells.values()]
+        tests[f"{a} vs {b}"] = {"a": a, "b": b, "seeds": cells, "difference": paired(differences)}
+    family = [cell for test in tests.values() for cell in test["seeds"].values()]
+    for cell, kept in zip(family, holm([cell["p"] for cell in family])):
+        cell["holm"] = kept
+    for test in tests.values():
+        cells = test["seeds"].values()
+        test["better"] = sum(c["holm"] and c["difference"] > 0 for c in cells)
+        test["worse"] = sum(c["holm"] and c["difference"] < 0 for c in cells)
+        test["verdict"] = verdict(test["better"], test["worse"], len(cells))
+    return {"tests": tests, "family_size": len(family), "alpha": 0.05, "loops": 4}
+
+
+def verdict(better: int, worse: int, seeds: int) -> str:
+    """The rule, fixed before the runs: a side wins on every seed (Holm-corrected McNemar at 0.05), or k of n."""
+    if better == seeds:
+        return f"better on every seed ({seeds} of {seeds})"
+    if worse == seeds:
+        return f"worse on every seed ({seeds} of {seeds})"
+    if better or worse:
+        return f"better on {better} of {seeds} seeds, worse on {worse}"
+    return f"no significant difference on any of {seeds} seeds"
+
+
 def summarize(out: Path) -> dict:
-    """Mean and standard error per objective and loop count, and each objective minus GRPO paired by seed."""
-    runs = [json.loads(p.read_text()) for p in sorted(out.glob("*_seed*.json"))]
+    """Mean and standard error per arm and loop count, each arm minus GRPO paired by seed, and the paired tests."""
     by = {}
-    for run in runs:
-        by.setdefault(run["objective"], {})[run["seed"]] = run
+    for path in sorted(out.glob("*_seed*.json")):
+        run = json.loads(path.read_text())
+        by.setdefault(run["arm"], {})[run["seed"]] = run
     base = json.loads((out / "base.json").read_text())
     loops = list(base["accuracy"])
-    table = {o: {n: mean_se([r["accuracy"][n] for r in seeds.values()]) for n in loops} for o, seeds in by.items()}
+    table = {a: {n: mean_se([r["accuracy"][n] for r in seeds.values()]) for n in loops} for a, seeds in by.items()}
     diffs = {}
-    for objective, seeds in by.items():
+    for arm, seeds in by.items():
         shared = sorted(set(seeds) & set(by.get("grpo", {})))
-        if objective == "grpo" or len(shared) < 2:
+        if arm == "grpo" or len(shared) < 2:
             continue
-        diffs[objective] = {
+        diffs[arm] = {
             n: paired([seeds[s]["accuracy"][n] - by["grpo"][s]["accuracy"][n] for s in shared]) for n in loops
         }
     corrected(diffs, "4")
-    cost = {o: _mean([r["step_time_s"] for r in seeds.values() if r["step_time_s"]]) for o, seeds in by.items()}
-    rates = {o: sorted({r["learning_rate"] for r in seeds.values()}) for o, seeds in by.items()}
-    rewards = {o: [v for r in seeds.values() for v in r["train_reward"]] for o, seeds in by.items()}
-    return {"base": base["accuracy"], "objectives": table, "minus_grpo": diffs, "step_time_s": cost,
-            "seeds": {o: sorted(seeds) for o, seeds in by.items()}, "learning_rates": rates,
-            "train_reward_range": {o: [min(v), max(v)] if v else None for o, v in rewards.items()}}  # fmt: skip
+    rewards = {a: [v for r in seeds.values() for v in r.get("train_reward", [])] for a, seeds in by.items()}
+    sampled = {s: drawn_counts(run) for s, run in by.get("grpo_sampled", {}).items()}
+    return {
+        "base": base["accuracy"],
+        "arms": table,
+        "minus_grpo": diffs,
+        "paired_tests": paired_tests(by, base),
+        "step_s": {a: _mean([r["step_s"] for r in seeds.values()]) for a, seeds in by.items()},
+        "train_s": {a: _mean([r["train_s"] for r in seeds.values()]) for a, seeds in by.items()},
+        "completion_tokens": {a: _mean([r["completion_tokens"] for r in seeds.values()]) for a, seeds in by.items()},
+        "seeds": {a: sorted(seeds) for a, seeds in by.items()},
+        "learning_rates": {a: sorted({r["learning_rate"] for r in seeds.values()}) for a, seeds in by.items()},
+        "train_reward_range": {a: [min(v), max(v)] if v else None for a, v in rewards.items()},
+        "sampled_counts": {str(n): sum(c.get(n, 0) for c in sampled.values()) for n in range(2, 9)}
+        if sampled
+        else None,
+    }
+
+
+def drawn_counts(run: dict) -> dict[int, int]:
+    """How many of a sampled-loops run's steps drew each count: its sampler (``LoopGRPOConfig.step_loops``, keyed by
+    seed and step) replayed with the run's seed and flags."""
+    import tempfile
+    from collections import Counter
+
+    from equilibria.trainers import LoopGRPOConfig
+
+    flags = OBJECTIVES[run["arm"]]
+    low, high = int(flags[flags.index("--min_loops") + 1]), int(flags[flags.index("--max_loops") + 1])
+    with tempfile.TemporaryDirectory() as folder:
+        config = LoopGRPOConfig(output_dir=folder, min_loops=low, max_loops=high, seed=run["seed"], use_cpu=True)
+    return dict(Counter(config.step_loops(step) for step in range(run["steps"])))
 
 
 def main(argv=None) -> dict:
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     base = base_model(args)
-    print(f"base model: {base['accuracy']}")
-    objectives = args.objectives.split(",")
-    rates = choose_learning_rates(args, objectives)
-    for objective in objectives:
-        for seed in (int(s) for s in args.seeds.split(",")):
-            path = args.out / f"{objective}_seed{seed}.json"
-            if path.is_file() and not args.quick:
-                continue
-            result = rl_run(args, objective, seed, float(rates[objective]))
-            save_results(path, result, indent=1)
-            print(f"{objective} seed {seed}: {result['accuracy']}")
+    print(f"base model: step {base['steps']}, {base['accuracy']}")
+    arms = args.arms.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    for group in ([a for a in arms if a in OBJECTIVES], [a for a in arms if a in SFT_ARMS]):  # SFT matches GRPO's
+        rates = choose_learning_rates(args, group)
+        for arm in group:
+            for seed in seeds:
+                path = args.out / f"{arm}_seed{seed}.json"
+                if path.is_file() and not args.quick:
+                    continue
+                result = run_arm(args, arm, seed, float(rates[arm]))
+                save_results(path, result, indent=1)
+                print(f"{arm} seed {seed}: {result['accuracy']}")
     if args.quick or not (args.out / "cost.json").is_file():
         save_results(args.out / "cost.json", step_cost(args, repeats=1 if args.quick else 3), indent=1)
     summary = summarize(args.out)

@@ -1,7 +1,7 @@
-"""Where the benchmarks write their results, and how: JSON under ``docs/results/``, after which the docs' marked
-tables and numbers are rewritten from it (:mod:`tools.docs.engine`), so that a page never shows other numbers than
-its JSON. The one module every benchmark shares; importing it puts the repository on ``sys.path`` (the docs tool,
-``tools/docs``, for the few benchmarks that print a page's table)."""
+"""Where the benchmarks write their results, and how: JSON under ``docs/results/``. Only ``python -m tools.docs``
+rewrites the docs' marked tables and numbers from it (its ``--check``, run by the suite, fails on a page its JSON has
+moved away from). The one module every benchmark shares; importing it puts the repository on ``sys.path`` (the docs
+tool, ``tools/docs``, for the few benchmarks that print a page's table)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,5 @@ if str(ROOT) not in sys.path:
 
 
 def save_results(path: Path, data, **dumps) -> None:
-    """Write a benchmark's results ``data`` as JSON to ``path``; when that is under ``docs/results/``, rewrite the
-    docs' tables and numbers too."""
-    path = Path(path)
-    path.write_text(json.dumps(data, **dumps) + "\n")
-    if path.resolve().is_relative_to(RESULTS.resolve()):
-        from tools.docs.engine import write_pages
-
-        write_pages()
+    """Write a benchmark's results ``data`` as JSON to ``path`` (the pages are rebuilt by ``python -m tools.docs``)."""
+    Path(path).write_text(json.dumps(data, **dumps) + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -294,8 +295,8 @@ def test_what_cannot_work_is_refused_in_one_line(tmp_path):
         grpo_args(tmp_path, min_loops=4, max_loops=2)
     with pytest.raises(ValueError, match="objective must be one of"):
         grpo_args(tmp_path, objective="ppo")
-    with pytest.raises(ValueError, match=r"use_vllm=True is not supported: TRL's vLLM rollouts would run at"):
-        grpo_args(tmp_path, use_vllm=True)
+    with pytest.raises(ValueError, match=r"use_vllm=True takes vllm_mode='colocate' \(got 'server'\)"):
+        grpo_args(tmp_path, use_vllm=True, vllm_mode="server")
     with pytest.raises(ValueError, match=r"objective='rltt' takes num_iterations=1.*got num_iterations=2"):
         grpo_args(tmp_path, objective="rltt", num_iterations=2)
     assert grpo_args(tmp_path, num_iterations=2).num_iterations == 2  # GRPO's clipped ratio reuses generations
@@ -412,7 +413,7 @@ def test_the_cli_applies_the_published_rltt_preset_and_the_record_names_it(train
         (["--reward", "no_such_module_x:f"], "--reward no_such_module_x:f: cannot import no_such_module_x"),
         (["--reward", "exact"], "--reward must be one of ('exact_match',) or module:function"),
         (["--reward", "json:no_function"], "--reward json:no_function: json has no function 'no_function'"),
-        (["--reward", "exact_match", "--use_vllm", "true"], "use_vllm=True is not supported"),
+        (["--reward", "exact_match", "--use_vllm", "true", "--vllm_mode", "server"], "takes vllm_mode='colocate'"),
         (["--reward", "exact_match", "--objective", "rltt", "--num_iterations", "2"], "takes num_iterations=1"),
     ],
 )
@@ -473,15 +474,48 @@ def test_the_rl_benchmark_quick_mode_writes_a_json_per_run_and_the_paired_summar
     bench = load_benchmark("bench_rl_loops")
     summary = bench.main(["--quick", "--out", str(tmp_path), "--work", str(tmp_path / "runs"), "--seeds", "0,1"])
     runs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*_seed*.json"))]
-    assert sorted((r["objective"], r["seed"]) for r in runs) == [
-        (o, s) for o in sorted(bench.OBJECTIVES) for s in (0, 1)
-    ]
+    assert sorted((r["arm"], r["seed"]) for r in runs) == [(a, s) for a in sorted(bench.ARMS) for s in (0, 1)]
+    assert {r["objective"] for r in runs} == {"sft", "grpo", "rltt"}
     assert all(set(r["accuracy"]) == set(bench.EVAL_LOOPS.split(",")) for r in runs)
-    assert {r["stage"]["loops"] for r in runs if r["objective"] == "grpo_sampled"} == {
+    assert all(sum(r["correct_at_4"]) / len(r["correct_at_4"]) == pytest.approx(r["accuracy"]["4"]) for r in runs)
+    assert {r["stage"]["loops"] for r in runs if r["arm"] == "grpo_sampled"} == {
         "loop count drawn per step from 2-8 (STARS' log-normal sampler)"
     }
-    assert set(summary["minus_grpo"]) == {"rltt", "grpo_sampled"}
-    assert all(cell["n"] == 2 for cell in summary["objectives"]["rltt"].values())
+    # the controls train the base recipe's loss (4 loops, no penalty) for the steps budgets.json matched to GRPO's
+    budgets = json.loads((tmp_path / "budgets.json").read_text())
+    for arm in bench.SFT_ARMS:
+        folder = tmp_path / "runs" / f"{arm}_seed0"
+        stage = json.loads((folder / "training_history.json").read_text())[-1]
+        assert stage["steps"] == budgets[arm]["steps"]
+        assert (stage["arguments"]["min_loops"], stage["arguments"]["max_loops"]) == (4, 4)
+        assert stage["arguments"]["jsrr_weight"] == 0
+    tests = summary["paired_tests"]
+    assert {(t["a"], t["b"]) for t in tests["tests"].values()} == set(bench.COMPARED)
+    assert tests["family_size"] == 2 * len(bench.COMPARED)
+    assert set(summary["minus_grpo"]) == set(bench.ARMS) - {"grpo"}
+    assert all(cell["n"] == 2 for cell in summary["arms"]["rltt"].values())
+
+
+def test_the_rl_benchmarks_paired_tests_count_problems_and_correct_over_the_family():
+    """Per seed, problems one side answers and the other does not; McNemar's exact p; Holm over every test."""
+    bench = load_benchmark("bench_rl_loops")
+    base = {"correct_at_4": [0] * 40 + [1] * 60}
+    by = {arm: {s: {"correct_at_4": [0] * 40 + [1] * 60} for s in (0, 1, 2)} for arm in bench.ARMS}
+    for s in (0, 1, 2):  # GRPO gains 20 problems on every seed and loses none
+        by["grpo"][s]["correct_at_4"] = [0] * 20 + [1] * 80
+    by["rltt"][0]["correct_at_4"] = [1] * 3 + [0] * 37 + [1] * 60  # 3 gained: p = 0.25, not significant
+    tests = bench.paired_tests(by, base)
+    grpo = tests["tests"]["grpo vs base"]
+    assert grpo["seeds"]["0"] == {"gained": 20, "lost": 0, "difference": 0.2, "p": pytest.approx(2 / 2**20),
+                                  "holm": True}  # fmt: skip
+    assert grpo["verdict"] == "better on every seed (3 of 3)" and grpo["difference"]["mean"] == pytest.approx(0.2)
+    assert tests["tests"]["grpo vs sft_wall"]["better"] == 3
+    rltt = tests["tests"]["rltt vs base"]
+    assert (
+        rltt["seeds"]["0"]["p"] == pytest.approx(0.25)
+        and rltt["verdict"] == "no significant difference on any of 3 seeds"
+    )
+    assert tests["family_size"] == 3 * len(bench.COMPARED)
 
 
 @pytest.mark.slow
@@ -509,6 +543,7 @@ def test_the_benchmarks_paired_t_test_gives_students_two_sided_p_values():
     cell = bench.paired([0.05, 0.02, 0.05])  # the RLTT - GRPO differences' shape: 3 seeds
     assert cell["n"] == 3 and cell["t"] == pytest.approx(cell["mean"] / cell["se"], rel=1e-3)
     assert bench.paired([0.0, 0.0, 0.0])["p"] == 1.0
+    assert bench.paired([-0.005, -0.005, -0.005])["p"] is None  # the same difference on every seed: untestable
 
 
 @pytest.mark.parametrize("objective", ["grpo", "rltt"])
@@ -568,3 +603,23 @@ def test_the_trl_methods_it_overrides_keep_the_signatures_it_was_written_for():
             annotation = signature.return_annotation
             shown = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
             assert shown.replace("typing.", "") == returns, f"trl {trl.__version__}: GRPOTrainer.{name} returns {shown}"
+
+    # use_vllm: the requests' loop count rides on VLLMGeneration.generation_kwargs, which its generate() merges into
+    # every SamplingParams
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    assert "generation_kwargs" in inspect.signature(VLLMGeneration.__init__).parameters
+    assert "generation_kwargs.update(self.generation_kwargs)" in inspect.getsource(VLLMGeneration.generate), (
+        f"trl {trl.__version__}: VLLMGeneration.generate no longer merges self.generation_kwargs into its requests"
+    )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_use_vllm_without_vllm_is_refused_in_one_line(trained, tmp_path, capsys):
+    from equilibria.cli import main
+
+    assert main(rl_argv(trained, tmp_path / "rl", "--reward", "exact_match", "--use_vllm", "true")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "use_vllm=True needs vLLM beside the package" in err and len(err.splitlines()) == 1, err
+    with pytest.raises(ValueError, match="use_vllm=True needs vLLM beside the package"):
+        grpo_args(tmp_path, use_vllm=True)

