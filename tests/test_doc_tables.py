@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tools.docs import engine, pages
+from tools.docs import results as docs_results
 from tools.docs.pages import attractor_internalization, attractor_puzzles, common, eqr_halting
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +60,7 @@ def test_a_marked_number_whose_field_is_missing_is_reported_not_guessed():
 
 
 def test_marked_numbers_evaluate_fields_lists_and_seed_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(engine, "RESULTS", tmp_path)
+    monkeypatch.setattr(docs_results, "RESULTS", tmp_path)
     for seed, (a, b) in enumerate([(1.0, 0.5), (2.0, 1.0), (3.0, 1.5)]):
         (tmp_path / "runs").mkdir(exist_ok=True)
         (tmp_path / "runs" / f"a{seed}.json").write_text(json.dumps({"x": a, "rows": [{"y": a}, {"y": b}], "n": "300"}))
@@ -76,7 +77,7 @@ def test_marked_numbers_evaluate_fields_lists_and_seed_files(tmp_path, monkeypat
 
 
 def test_marked_numbers_take_the_items_of_a_list_a_filter_names(tmp_path, monkeypatch):
-    monkeypatch.setattr(engine, "RESULTS", tmp_path)
+    monkeypatch.setattr(docs_results, "RESULTS", tmp_path)
     runs = [{"seed": s, "acc": a} for s, a in ((0, 1.0), (1, 0.99), (100, 0.93), (101, 0.97), (109, 0.96))]
     (tmp_path / "r.json").write_text(json.dumps({"runs": runs}))
     number = engine.number
@@ -101,7 +102,7 @@ def test_a_changed_json_makes_its_table_stale(tmp_path, monkeypatch):
     data = json.loads(path.read_text())
     data["by_loops"]["4"]["vjp@1"] = 9.99
     path.write_text(json.dumps(data))
-    monkeypatch.setattr(engine, "RESULTS", results)
+    monkeypatch.setattr(docs_results, "RESULTS", results)
     assert engine.stale_tables() == [
         "README.md: readme-results",
         "docs/benchmarks/stars_cost.md: stars-cost",
@@ -130,7 +131,7 @@ def test_every_results_table_of_a_benchmark_page_is_generated_or_labelled():
 def test_the_attractor_setting_is_chosen_on_validation_not_test(tmp_path, monkeypatch):
     """The search's choice reads the validation split only (a setting best on test but not on validation is not
     chosen), waits for every setting, and breaks ties towards the smaller budget."""
-    monkeypatch.setattr(engine, "RESULTS", tmp_path)
+    monkeypatch.setattr(docs_results, "RESULTS", tmp_path)
     scores = {  # setting: (validation, test) at depth 64
         "split1-budget16": (0.3, 0.9),
         "split2-budget16": (0.8, 0.5),
@@ -156,7 +157,7 @@ def test_the_attractor_setting_is_chosen_on_validation_not_test(tmp_path, monkey
 
 
 def test_published_runs_pick_exact_choices_at_the_published_rate_and_the_same_machines_baseline(tmp_path, monkeypatch):
-    monkeypatch.setattr(engine, "RESULTS", tmp_path)
+    monkeypatch.setattr(docs_results, "RESULTS", tmp_path)
 
     def write(folder: str, choices: list[str], seed: int, t0: float, lr_given: bool = False, device: str = "cpu"):
         run = {
@@ -198,7 +199,7 @@ def test_published_runs_pick_exact_choices_at_the_published_rate_and_the_same_ma
 
 
 def test_the_depth_breadth_table_reads_each_seeds_grid_and_says_what_is_not_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(engine, "RESULTS", tmp_path)
+    monkeypatch.setattr(docs_results, "RESULTS", tmp_path)
     grid = {"3x1": {"residual": 0.5, "vote": 0.5, "halt": 0.25}, "3x4": {"residual": 0.75, "vote": 1.0, "halt": 0.5}}
     (tmp_path / "runs" / "seed1" / "eqr").mkdir(parents=True)
     (tmp_path / "runs" / "seed1" / "eqr" / "eqr_sudoku.json").write_text(json.dumps({"eqr": {"grid": grid}}))

@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import load_benchmark
 
-from tools.docs import engine
+from tools.docs import results as docs_results
 from tools.docs.pages import gpu
 
 pytestmark = pytest.mark.slow  # every test here runs the GPU run's quick mode (or reads what it wrote)
@@ -141,7 +141,7 @@ def test_without_a_gpu_or_quick_it_stops_at_once_naming_quick_and_cpu_and_writes
 def test_the_page_tables_come_from_the_sections(quick, monkeypatch, tmp_path):
     folder, _ = quick
     (tmp_path / "gpu").mkdir()
-    monkeypatch.setattr(engine, "RESULTS", tmp_path)
+    monkeypatch.setattr(docs_results, "RESULTS", tmp_path)
     assert gpu.gpu_stars_reference() == gpu.GPU_NOT_RUN
     for name in ("stars_reference", "ouro_real_size"):
         (tmp_path / "gpu" / f"{name}.json").write_text((folder / f"{name}.json").read_text())

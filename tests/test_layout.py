@@ -129,6 +129,18 @@ def test_the_benchmarks_import_no_cycle_and_the_docs_table_renderer_imports_no_b
     assert graph["doc_tables"] == set()
 
 
+def test_the_docs_tool_imports_no_cycle_and_its_pages_share_a_leaf_not_the_engine():
+    """tools/ as src/: no import circle; the table builders (tools/docs/pages) and the engine share
+    tools/docs/results.py, which imports nothing of the tool."""
+    graph = import_graph(SRC.parent, "tools")
+    assert "tools.docs.engine" in graph and "tools.docs.pages.readme" in graph
+    assert cycles(graph) == []
+    assert not {
+        m for m, targets in graph.items() if m.startswith("tools.docs.pages") and "tools.docs.engine" in targets
+    }
+    assert graph["tools.docs.results"] == set()
+
+
 def test_the_command_layer_is_imported_by_nothing_below_it():
     graph = import_graph()
     assert COMMAND_LAYER - {"equilibria.__main__"} <= set(graph), "a module of the command layer was renamed"

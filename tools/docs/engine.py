@@ -20,8 +20,9 @@ every item of a list (``min({a.json:rows.*.x})``), a ``*`` in the file every mat
 {b/seed*.json:x})``: the mean per-seed difference). ``fmt`` is Python's format spec (``.1f``, ``+.1f``, ``.1%``: times
 100 with a percent sign, ``d``, ``,``).
 
-The table builders, one module per page, are in :mod:`tools.docs.pages`; this module imports nothing of the
-package nor of the benchmarks.
+The table builders, one module per page, are in :mod:`tools.docs.pages`; what they share with this module (where
+the results are, how a table is written) is in :mod:`tools.docs.results`, which imports neither. This module
+imports nothing of the package nor of the benchmarks.
 """
 
 from __future__ import annotations
@@ -33,40 +34,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "docs" / "results"
+from tools.docs import results
+from tools.docs.results import ROOT, mean_se
+
 MARKED = re.compile(r"(<!-- table: ([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
-
-
-def load(relative: str) -> dict:
-    return json.loads((RESULTS / relative).read_text())
-
-
-def markdown(header: list[str], rows: list[list[str]]) -> str:
-    def line(cells: list[str]) -> str:
-        return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
-
-    return "\n".join([line(header), "|" + " --- |" * len(header), *(line(row) for row in rows)])
-
-
-def pct(value: float, digits: int = 1) -> str:
-    return f"{100 * value:.{digits}f}%"
-
-
-def small(value: float) -> str:
-    """Two decimals from 0.1 up, else one significant digit and a short exponent (``1.5e-2``)."""
-    if value >= 0.1:
-        return f"{value:.2f}"
-    mantissa, exponent = f"{value:.1e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
-def mean_se(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error (n - 1 degrees of freedom; NaN for one value)."""
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, float("nan")
-    return mean, (sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values)) ** 0.5
 
 
 # ---- the pages -------------------------------------------------------------------------------------------------
@@ -149,11 +120,11 @@ def field(file: str, path: str):
     """The value at ``path`` in ``docs/results/<file>``; :class:`NumberError` saying which key is missing. A ``*``
     in ``file`` (``attractor_lm/llama/seed*.json``) gives the list of the value in every matching file, by name."""
     if "*" in file:
-        matches = sorted(RESULTS.glob(file))
+        matches = sorted(results.RESULTS.glob(file))
         if not matches:
             raise NumberError(f"no file matches docs/results/{file}")
-        return [field(str(match.relative_to(RESULTS)), path) for match in matches]
-    path_on_disk = RESULTS / file
+        return [field(str(match.relative_to(results.RESULTS)), path) for match in matches]
+    path_on_disk = results.RESULTS / file
     if not path_on_disk.is_file():
         raise NumberError(f"no file docs/results/{file}")
     stamp = (str(path_on_disk), path_on_disk.stat().st_mtime_ns)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs.engine import markdown, mean_se
 from tools.docs.pages.common import difference_cell, internalization_run, lm_iterations, lm_paired, lm_runs, memory_runs
+from tools.docs.results import markdown, mean_se
 
 FORMS = ("paper", "gated", "deq")  # the columns of the Attractor page's comparison, one per ``residual_form``
 

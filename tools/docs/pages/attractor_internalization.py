@@ -6,8 +6,7 @@ import json
 import statistics
 from collections.abc import Callable
 
-from tools.docs import engine
-from tools.docs.engine import markdown, pct
+from tools.docs import results as docs_results
 from tools.docs.pages.common import (
     PUBLISHED_CHOICES,
     _end_shares,
@@ -16,6 +15,7 @@ from tools.docs.pages.common import (
     published_runs,
     run_set,
 )
+from tools.docs.results import markdown, pct
 
 
 def internalization_cells(run: dict) -> list[str]:
@@ -77,7 +77,7 @@ def paper_baseline(task: str, device: str) -> dict | None:
     """The paper's map with the paper's choices on ``task`` (seed 0) trained on ``device`` (``cpu`` or a GPU's
     name), so that a published choice is compared with a run on the same kind of machine."""
     for path in sorted(
-        (engine.RESULTS / "attractor_internalization").glob(f"{task}-paper-one-step*/internalization.json")
+        (docs_results.RESULTS / "attractor_internalization").glob(f"{task}-paper-one-step*/internalization.json")
     ):
         run = json.loads(path.read_text())
         if run.get("device", "cpu") == device:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs.engine import markdown, mean_se
 from tools.docs.pages.common import LM_KINDS, difference_cell, lm_iterations, lm_paired, lm_runs, seeds_label
+from tools.docs.results import markdown, mean_se
 
 
 def attractor_lm() -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs.engine import markdown
 from tools.docs.pages.common import memory_runs
+from tools.docs.results import markdown
 
 
 def attractor_memory() -> str:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs import engine
-from tools.docs.engine import load, markdown, pct
+from tools.docs import results as docs_results
 from tools.docs.pages.common import (
     ATTRACTOR_SETTINGS,
     attractor_chosen_runs,
@@ -14,6 +13,7 @@ from tools.docs.pages.common import (
     eqr_seeds,
     run_set,
 )
+from tools.docs.results import load, markdown, pct
 
 
 def attractor_puzzles_select() -> str:
@@ -48,7 +48,7 @@ def attractor_puzzles_select() -> str:
 
 def attractor_smoke() -> str:
     """A row per smoke-scale case: its data (held out or not) and the exact-solve share at each loop count."""
-    path = engine.RESULTS / "attractor_smoke.json"
+    path = docs_results.RESULTS / "attractor_smoke.json"
     if not path.exists():
         return markdown(["case", "data", "exact solve at each loop count"], [["not run yet", "", ""]])
     run = load("attractor_smoke.json")

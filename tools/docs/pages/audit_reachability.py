@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs import engine
-from tools.docs.engine import load, markdown
+from tools.docs import results as docs_results
 from tools.docs.pages.common import AUDIT_HEADER, audit_cells
+from tools.docs.results import load, markdown
 
 AUDIT_ROWS = {  # the order of the table, and the summary file each model's runs are in
     "studied": "audit_studied.json",
@@ -39,7 +39,7 @@ def audit_holm(folder: str = "audit_reachability", alpha: float = 0.05) -> str:
     from equilibria.diagnostics.statistics import holm, two_sided_p
     from equilibria.diagnostics.verdict_rules import SCHEMA
 
-    runs = sorted((engine.RESULTS / folder).glob("*-seed*/audit.json"))
+    runs = sorted((docs_results.RESULTS / folder).glob("*-seed*/audit.json"))
     reports = [(path.parent.name, AuditReport.from_json(path)) for path in runs]
     p_values = [two_sided_p(r.substitution["z"]) for _, r in reports]
     survives = holm(p_values, alpha)

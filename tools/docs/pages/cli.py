@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs.engine import load, markdown, pct
 from tools.docs.pages.common import recipe_range, recipe_runs_label
+from tools.docs.results import load, markdown, pct
 
 
 def cli_commands() -> str:

@@ -6,8 +6,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tools.docs import engine
-from tools.docs.engine import load, markdown, mean_se, pct
+from tools.docs import results as docs_results
+from tools.docs.results import load, markdown, mean_se, pct
 
 
 def stars_preset_runs(folder: str) -> str:
@@ -75,7 +75,7 @@ def eqr_seeds(
         runs[seed] = {}
         for k in kinds:
             folder = (kind_folders or {}).get(k, folders).get(seed)  # None: this kind has no run for this row
-            path = engine.RESULTS / str(folder) / k.split()[0] / "eqr_sudoku.json"
+            path = docs_results.RESULTS / str(folder) / k.split()[0] / "eqr_sudoku.json"
             if folder is not None and path.is_file():
                 runs[seed][k] = json.loads(path.read_text())[k.split()[0]]["accuracy_by_depth"]
     rows = []
@@ -142,7 +142,7 @@ AUDIT_HEADER += ["r (Pearson)", "iterations", "at cap", "verdict"]
 def lazy_runs(task: str) -> dict[str, list[dict]]:
     """The lazy-identity regime's run records of ``task``, by model (the benchmark's order), each sorted by seed."""
     by_model: dict[str, list[dict]] = {}
-    for path in sorted((engine.RESULTS / "lazy_identity" / task).glob("*-seed*/run.json")):
+    for path in sorted((docs_results.RESULTS / "lazy_identity" / task).glob("*-seed*/run.json")):
         run = json.loads(path.read_text())
         by_model.setdefault(run["model"], []).append(run)
     order = ["lazy", "lazy_no_anchor", "lazy_noisy", "lazy_no_direct", "lazy_control"]
@@ -151,7 +151,7 @@ def lazy_runs(task: str) -> dict[str, list[dict]]:
 
 def internalization_run(name: str) -> dict | None:
     """The internalization run ``name`` (a folder of the run set ``attractor_internalization``); ``None`` until it is made."""
-    path = engine.RESULTS / "attractor_internalization" / name / "internalization.json"
+    path = docs_results.RESULTS / "attractor_internalization" / name / "internalization.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -160,7 +160,7 @@ PUBLISHED_CHOICES = ("gates", "neumann", "batch_stop", "optimizer")  # bench_att
 
 def _published_files(task: str | None = None) -> list[Path]:
     pattern = f"published-*-{task}-seed*" if task else "published-*"
-    return sorted((engine.RESULTS / "attractor_internalization").glob(f"{pattern}/internalization.json"))
+    return sorted((docs_results.RESULTS / "attractor_internalization").glob(f"{pattern}/internalization.json"))
 
 
 def published_runs(task: str, choice: str) -> dict[int, dict]:
@@ -193,7 +193,7 @@ def attractor_settings() -> dict[str, dict]:
     """The Attractor runs of the settings search that have been made: folder -> its ``attractor`` entry."""
     found = {}
     for name in ATTRACTOR_SETTINGS:
-        path = engine.RESULTS / "attractor_puzzles_select" / name / "attractor" / "eqr_sudoku.json"
+        path = docs_results.RESULTS / "attractor_puzzles_select" / name / "attractor" / "eqr_sudoku.json"
         if path.exists():
             found[name] = json.loads(path.read_text())["attractor"]
     return found
@@ -218,7 +218,7 @@ def attractor_chosen_runs() -> dict[int, str]:
 
 def memory_runs() -> dict[str, dict]:
     """The memory benchmark's runs, ``"<form>/<mode>@<budget>"`` -> its measurement; empty until it is run."""
-    path = engine.RESULTS / "attractor_memory" / "memory.json"
+    path = docs_results.RESULTS / "attractor_memory" / "memory.json"
     return json.loads(path.read_text())["runs"] if path.exists() else {}
 
 
@@ -235,7 +235,7 @@ def lm_runs() -> dict[str, dict[int, dict]]:
     return {
         kind: {
             int(p.stem[4:]): json.loads(p.read_text())
-            for p in sorted((engine.RESULTS / "attractor_lm" / kind).glob("seed*.json"))
+            for p in sorted((docs_results.RESULTS / "attractor_lm" / kind).glob("seed*.json"))
         }
         for kind in LM_KINDS
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs.engine import load, markdown
+from tools.docs.results import load, markdown
 
 
 def compat_matrix() -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs.engine import load
 from tools.docs.pages.common import eqr_seeds, run_set
+from tools.docs.results import load
 
 
 def depth_table(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from tools.docs import engine
-from tools.docs.engine import load, markdown, pct
+from tools.docs import results as docs_results
+from tools.docs.results import load, markdown, pct
 
 
 def eqr_halting(folder: str, seeds: tuple[int, ...]) -> str:
@@ -14,7 +14,7 @@ def eqr_halting(folder: str, seeds: tuple[int, ...]) -> str:
     accuracy, ``benchmarks/comparisons.py``) and how they compare on the test half."""
     rows = []
     for seed in seeds:
-        if not (engine.RESULTS / folder / f"seed{seed}" / "eqr_halting.json").exists():
+        if not (docs_results.RESULTS / folder / f"seed{seed}" / "eqr_halting.json").exists():
             rows.append([f"seed {seed}", "not run yet", *[""] * 6])
             continue
         data = load(f"{folder}/seed{seed}/eqr_halting.json")
@@ -52,7 +52,7 @@ def eqr_depth_breadth(folder: str, seeds: tuple[int, ...]) -> str:
     answer chosen by the lowest residual / by vote / by the halting head (a seed not run yet says so)."""
     rows, breadths = [], None
     for seed in seeds:
-        path = engine.RESULTS / folder / f"seed{seed}" / "eqr" / "eqr_sudoku.json"
+        path = docs_results.RESULTS / folder / f"seed{seed}" / "eqr" / "eqr_sudoku.json"
         if not path.exists():
             rows.append([f"seed {seed}", "not run yet"])
             continue

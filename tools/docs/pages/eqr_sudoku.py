@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs import engine
-from tools.docs.engine import load, markdown
+from tools.docs import results as docs_results
 from tools.docs.pages.common import eqr_seeds, run_set
+from tools.docs.results import load, markdown
 
 
 def eqr_breadth(seeds: tuple[int, ...] = (0, 1, 2)) -> str:
@@ -14,7 +14,7 @@ def eqr_breadth(seeds: tuple[int, ...] = (0, 1, 2)) -> str:
     / halting head, and the correlation of a restart's log residual with its being right."""
     rows, folders = [], run_set("eqr_6x6_seeds")
     for seed in seeds:
-        if not (engine.RESULTS / folders[seed] / "eqr" / "eqr_sudoku.json").exists():
+        if not (docs_results.RESULTS / folders[seed] / "eqr" / "eqr_sudoku.json").exists():
             continue  # not run yet (the seeds table says so)
         run = load(f"{folders[seed]}/eqr/eqr_sudoku.json")["eqr"]
         breadths = sorted({int(key.split("x")[1]) for key in run["grid"]})  # the same options for every seed

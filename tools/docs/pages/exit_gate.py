@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs.engine import load, markdown, pct
+from tools.docs.results import load, markdown, pct
 
 EXIT_LOSSES = {
     "expected_logits": "`expected_logits` (published, default)",

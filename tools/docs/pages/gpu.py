@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from tools.docs import engine
-from tools.docs.engine import markdown
+from tools.docs import results as docs_results
 from tools.docs.pages.common import gib
+from tools.docs.results import markdown
 
 
 def gpu_section(name: str) -> dict | None:
     """The section ``name`` of the prepared GPU run (``docs/results/gpu/NAME.json``, ``gpu_run.py``), or ``None``."""
-    path = engine.RESULTS / "gpu" / f"{name}.json"
+    path = docs_results.RESULTS / "gpu" / f"{name}.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
 

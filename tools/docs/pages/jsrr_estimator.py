@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs.engine import load, markdown, pct
+from tools.docs.results import load, markdown, pct
 
 
 def jsrr_estimator() -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from tools.docs import engine
-from tools.docs.engine import markdown
+from tools.docs import results as docs_results
 from tools.docs.pages.common import AUDIT_HEADER, audit_cells, lazy_runs, per_seed
+from tools.docs.results import markdown
 
 
 def lazy_identity_audit(task: str) -> str:
@@ -64,7 +64,7 @@ def lazy_identity_holm() -> str:
 
     rows = []
     for task in ("reachability", "entailment"):
-        path = engine.RESULTS / "lazy_identity" / task / "summary.json"
+        path = docs_results.RESULTS / "lazy_identity" / task / "summary.json"
         if not path.exists():
             continue
         for row in json.loads(path.read_text())["holm"]["runs"]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs import engine
-from tools.docs.engine import load, markdown, pct
+from tools.docs import results as docs_results
 from tools.docs.pages.common import stars_preset_runs
+from tools.docs.results import load, markdown, pct
 
 NATIVE_CONTROLS = {
     "dory": "Dory",
@@ -21,7 +21,7 @@ def native_audit_controls() -> str:
     at 1 and 4 passes on held-out problems and the audit's verdict, T1 and probe on fresh ones."""
     rows = []
     for label, name in NATIVE_CONTROLS.items():
-        path = engine.RESULTS / f"audit_control_{label}.json"
+        path = docs_results.RESULTS / f"audit_control_{label}.json"
         if not path.is_file():
             continue
         control = load(path.name)

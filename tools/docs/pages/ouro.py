@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs.engine import markdown
+from tools.docs.results import markdown
 
 
 def stars_presets() -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tools.docs.engine import load, markdown, pct
+from tools.docs.results import load, markdown, pct
 
 
 def ouro_decode() -> str:

@@ -6,13 +6,13 @@ import json
 import re
 from collections.abc import Callable
 
-from tools.docs import engine
-from tools.docs.engine import markdown, pct
+from tools.docs import results as docs_results
+from tools.docs.results import markdown, pct
 
 
 def ouro_serving() -> str:
     """A saved Ouro on an existing engine against the package (``bench_ouro_serving.py``), one row per precision."""
-    runs = sorted(engine.RESULTS.glob("ouro_serving*.json"))
+    runs = sorted(docs_results.RESULTS.glob("ouro_serving*.json"))
     if not runs:
         return "(not run yet: `python benchmarks/bench_ouro_serving.py --model out --engine-python ENV/bin/python`)"
     rows = []
@@ -46,7 +46,7 @@ VLLM_COMMAND = "`.venv-vllm/bin/python benchmarks/bench_vllm_serving.py --model 
 
 
 def vllm_loaded() -> dict | None:
-    return engine.load("vllm_serving.json") if (engine.RESULTS / "vllm_serving.json").exists() else None
+    return docs_results.load("vllm_serving.json") if (docs_results.RESULTS / "vllm_serving.json").exists() else None
 
 
 def vllm_serving() -> str:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from tools.docs import engine
-from tools.docs.engine import load, markdown, mean_se, pct
+from tools.docs import results as docs_results
 from tools.docs.pages.common import (
     _end_shares,
     attractor_chosen_runs,
@@ -21,6 +20,7 @@ from tools.docs.pages.common import (
     recipe_runs_label,
     run_set,
 )
+from tools.docs.results import load, markdown, mean_se, pct
 
 
 def demo_loop_scaling() -> str:
@@ -45,7 +45,7 @@ def _sudoku_runs(kind: str) -> dict[int, dict]:
         folders = run_set("eqr_6x6_seeds")
     runs = {}
     for seed, folder in folders.items():
-        path = engine.RESULTS / folder / kind / "eqr_sudoku.json"
+        path = docs_results.RESULTS / folder / kind / "eqr_sudoku.json"
         if path.exists():
             runs[seed] = json.loads(path.read_text())[kind]
     return runs
@@ -387,7 +387,7 @@ def eqr_depth_breadth_row() -> list[str]:
 
 def _halting_chosen(folder: str, seeds: tuple[int, ...]) -> dict[int, dict]:
     """Per seed run, ``<folder>/seed<k>/eqr_halting.json``'s chosen settings and their test comparison."""
-    paths = {s: engine.RESULTS / folder / f"seed{s}" / "eqr_halting.json" for s in seeds}
+    paths = {s: docs_results.RESULTS / folder / f"seed{s}" / "eqr_halting.json" for s in seeds}
     return {s: json.loads(path.read_text())["chosen"] for s, path in paths.items() if path.exists()}
 
 
@@ -448,7 +448,7 @@ def eqr_maze_row() -> list[str]:
 
 
 def lazy_identity_audit_row() -> list[str]:
-    paths = sorted((engine.RESULTS / "audit_reachability").glob("*-seed*/audit.json"))
+    paths = sorted((docs_results.RESULTS / "audit_reachability").glob("*-seed*/audit.json"))
     audits = [json.loads(p.read_text()) for p in paths]
     seeds = {p.parent.name.rsplit("-seed", 1)[1] for p in paths}
     return [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs.engine import RESULTS, load, markdown
+from tools.docs.results import RESULTS, load, markdown
 
 NAMES = {
     "grpo": "GRPO, 4 loops",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from tools.docs.engine import load, markdown
+from tools.docs.results import load, markdown
 
 
 def solvers() -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tools.docs.engine import load, markdown, pct, small
 from tools.docs.pages.common import stars_preset_runs
+from tools.docs.results import load, markdown, pct, small
 
 STARS_KINDS = {
     "plain": "plain, trained at {train_loops}",
