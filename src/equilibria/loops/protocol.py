@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from ..modeling.loop_map import LoopMap
+from ..modeling.looped_lm import as_int
 
 
 class LoopStates(NamedTuple):
@@ -94,12 +95,9 @@ class LoopProtocol:
         return {self.loops_key: num_loops}
 
     def check_count(self, num_loops) -> int:
-        """``num_loops``, or a ``ValueError`` unless it is an integer >= :attr:`min_loops`."""
-        if isinstance(num_loops, bool) or not isinstance(num_loops, int) or num_loops < self.min_loops:
-            raise ValueError(
-                f"num_loops must be an integer >= {self.min_loops} (loops for this call), got {num_loops!r}"
-            )
-        return num_loops
+        """``num_loops`` as an int, or a ``ValueError`` unless it is an integer >= :attr:`min_loops` (the modeling
+        files' one rule, :func:`~equilibria.modeling.looped_lm.as_int`: a one-element integer tensor passes)."""
+        return as_int(num_loops, "num_loops", self.min_loops, "loops for this call")
 
     @contextlib.contextmanager
     def extra_settings(self, base: nn.Module, num_loops: int) -> Iterator[None]:
