@@ -4,7 +4,9 @@ The architecture here is a Llama decoder layer looped ``num_loops`` times betwee
 (transformers' own Llama pieces). Its record names its classes, its heads and its loop protocol; the protocol says
 how the package drives the loop (the defaults: ``num_loops`` in ``forward`` and the base model's ``loop_map``) and
 how the head reads a state (``decode``) and runs a fixed number of steps (``states``). Registered, the model loads
-with ``AutoModelForCausalLM``, trains with the Trainer, is scored at several loop counts and audited.
+with ``AutoModelForCausalLM``, trains with ``StarsTrainer`` at a loop count drawn per step (the record's protocol
+gives it that capability; STARS' Jacobian penalty, which its forward does not compute, stays off), is scored at
+several loop counts and audited.
 
     python examples/register_family.py --output_dir out/looped_llama
 """
@@ -118,13 +120,14 @@ def main(argv: list[str] | None = None) -> dict:
     """Train a small looped Llama on 2-digit addition, save and reload it, score it at 1-8 loops on the 200
     held-out problems and audit its loop on them; returns (and writes to ``results.json`` in the output folder) the
     scores and the verdict."""
-    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+    from transformers import AutoModelForCausalLM
 
     from equilibria.diagnostics import audit
     from equilibria.scaling import loop_scaling
     from equilibria.tasks import build_task, tokenizer_fields
     from equilibria.tasks.addition import tokenize_for_training
     from equilibria.tasks.text_data import training_collator
+    from equilibria.trainers import StarsTrainer, StarsTrainingArguments
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output_dir", required=True)
@@ -134,16 +137,21 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(args.seed)
     task = build_task("addition", 4000, 200, args.seed)  # 2-digit sums; the 200 test problems are held out
     model = LoopedLlamaForCausalLM(small_config(tokenizer_fields(task.tokenizer), 64, 1, 4, 4))
-    train = TrainingArguments(args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=64,
-                              learning_rate=3e-3, report_to=[], save_strategy="no", seed=args.seed, use_cpu=True)  # fmt: skip
-    Trainer(model=model, args=train, train_dataset=task.train, data_collator=training_collator(task.tokenizer)).train()
+    train = StarsTrainingArguments(args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=64,
+                                   learning_rate=3e-3, min_loops=2, max_loops=6, jsrr_weight=0.0, report_to=[],
+                                   save_strategy="no", seed=args.seed, use_cpu=True, logging_steps=10)  # fmt: skip
+    trainer = StarsTrainer(model=model, args=train, train_dataset=task.train,
+                           data_collator=training_collator(task.tokenizer))  # fmt: skip
+    trainer.train()
+    drawn = [round(h["num_loops"], 2) for h in trainer.state.log_history if "num_loops" in h]  # mean per 10 steps
     model.save_pretrained(args.output_dir)
     task.tokenizer.save_pretrained(args.output_dir)
     model = AutoModelForCausalLM.from_pretrained(args.output_dir).eval()
     scores = loop_scaling(model, task.test, [1, 2, 4, 8], model_path=args.output_dir)
     report = audit(model, tokenize_for_training(task.test, task.tokenizer), progress=False)
     print(f"exact match by loops (200 held-out problems): {scores}\naudit: {report.verdict}")
-    result = {"seed": args.seed, "max_steps": args.max_steps, "accuracy": scores, "verdict": report.verdict}
+    result = {"seed": args.seed, "max_steps": args.max_steps, "mean_loops_logged": drawn, "accuracy": scores,
+              "verdict": report.verdict}  # fmt: skip
     Path(args.output_dir, "results.json").write_text(json.dumps(result, indent=1))
     return result
 

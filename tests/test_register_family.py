@@ -19,8 +19,9 @@ EXAMPLE = Path(__file__).parents[1] / "examples" / "register_family.py"
 
 @pytest.mark.slow
 def test_the_example_registers_trains_scores_and_audits_its_own_architecture(tmp_path):
-    """In its own process (registering changes the process's Auto classes): a few steps, then the reload through
-    AutoModelForCausalLM, the loop scaling at 1-8 loops and the audit's verdict, through the protocol."""
+    """In its own process (registering changes the process's Auto classes): a few StarsTrainer steps at sampled
+    loop counts, then the reload through AutoModelForCausalLM, the loop scaling at 1-8 loops and the audit's
+    verdict, through the protocol."""
     run = subprocess.run(
         [sys.executable, str(EXAMPLE), "--output_dir", str(tmp_path), "--max_steps", "20"],
         capture_output=True,
@@ -32,6 +33,8 @@ def test_the_example_registers_trains_scores_and_audits_its_own_architecture(tmp
     assert sorted(int(k) for k in result["accuracy"]) == [1, 2, 4, 8]
     assert all(0.0 <= v <= 1.0 for v in result["accuracy"].values())
     assert result["verdict"] in VERDICTS
+    assert len(set(result["mean_loops_logged"])) > 1  # StarsTrainer drew the loop count per step (2-6)
+    assert all(2 <= n <= 6 for n in result["mean_loops_logged"])
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "looped_llama"
     assert "audit: " in run.stdout
 
@@ -60,3 +63,28 @@ def test_a_record_that_takes_a_known_model_type_or_whose_protocol_does_not_name_
         register_family(Family(model_type="my_loop", loop=OuroLoop(), **fields))
     assert "my_loop" not in FAMILIES
     assert register_family(ouro) is ouro  # the same record again: nothing changes
+
+
+@pytest.mark.slow
+def test_a_registered_family_trains_with_stars_and_is_refused_the_penalty_its_forward_lacks(tmp_path):
+    """In its own process, the example imported as a user would: StarsTrainer serves its model (sampled counts),
+    and jsrr_weight > 0, which needs the stars_penalty capability its record does not declare, is refused in one
+    line naming the capability and the family."""
+    script = f"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("register_family", {str(EXAMPLE)!r})
+example = importlib.util.module_from_spec(spec); spec.loader.exec_module(example)
+from equilibria.trainers import StarsTrainer, StarsTrainingArguments
+model = example.LoopedLlamaForCausalLM(example.small_config({{"vocab_size": 16}}, 32, 1, 2, 2))
+assert "looped_llama" in StarsTrainer.model_types
+args = StarsTrainingArguments({str(tmp_path)!r}, min_loops=1, max_loops=4, jsrr_weight=0.1, use_cpu=True, report_to=[])
+try:
+    StarsTrainer(model=model, args=args)
+except ValueError as error:
+    print(error)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    line = run.stdout.strip().splitlines()[-1]
+    assert line.startswith("StarsTrainer with jsrr_weight > 0 (set it 0 to train without) needs stars_penalty"), line
+    assert "which the looped_llama family lacks" in line

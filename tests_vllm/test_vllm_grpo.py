@@ -109,7 +109,10 @@ def test_what_vllm_cannot_run_at_its_counts_is_refused_in_one_line(tmp_path):
     from equilibria.families import small_attractor_config
 
     AttractorForCausalLM(small_attractor_config(64, hidden_size=64)).save_pretrained(tmp_path / "attractor")
-    with pytest.raises(ValueError, match="use_vllm=True serves OuroForCausalLM through the package's vLLM plugin"):
+    with pytest.raises(
+        ValueError,
+        match=r"use_vllm=True \(rollouts at each one's count through the package's vLLM plugin\) needs vllm .*the attractor_lm family lacks",
+    ):
         train(str(tmp_path / "attractor"), tmp_path / "run", min_loops=None, max_loops=None)
     args = LoopGRPOConfig(output_dir=str(tmp_path / "run"), use_vllm=True, use_cpu=True, report_to=[])
     unsaved = OuroForCausalLM(small_ouro_config(64, hidden_size=128, num_attention_heads=4))

@@ -52,6 +52,16 @@ HEAD_KINDS = {
 }
 
 
+#: what a family may support, which trainers and tools ask instead of its name (:meth:`Family.supports`): name ->
+#: what it means (the refusal of a family without it says so)
+CAPABILITIES = {
+    "sampled_loops": "its forward takes a loop count per call, so StarsTrainer can draw one per step",
+    "stars_penalty": "its forward takes jsrr= and returns spectral_radius (STARS' Jacobian penalty)",
+    "per_loop_readout": "its forward returns the state of every loop step (RLTT's per-loop log-probabilities)",
+    "vllm": "the package's vLLM plugin serves its folders, with a loop count per request",
+}
+
+
 @dataclass(frozen=True)
 class Head:
     """A task head of a family: its class, the transformers Auto class it is registered with, its kind (a key of
@@ -96,6 +106,30 @@ class Family:
         "v_proj",
         "o_proj",
     )  # LoRA's default: the attention projections
+    capabilities: frozenset[str] = frozenset()  # keys of CAPABILITIES; see supports() for the one it derives
+
+    def __post_init__(self):
+        unknown = set(self.capabilities) - set(CAPABILITIES)
+        if unknown:
+            raise ValueError(f"Family capabilities must be among {tuple(CAPABILITIES)}, got {sorted(unknown)}")
+
+    def supports(self, capability: str) -> bool:
+        """Whether the family has ``capability`` (a key of :data:`CAPABILITIES`): declared in ``capabilities``, or,
+        for ``sampled_loops``, a text head whose protocol runs a fixed number of loop steps (``states``: a loop count
+        per call is then all STARS' sampling needs)."""
+        if capability in self.capabilities:
+            return True
+        return capability == "sampled_loops" and self.heads[0].kind == "causal_lm" and self.loop.runs_fixed_steps
+
+    def require(self, capability: str, what: str) -> None:
+        """``ValueError`` in one line unless the family supports ``capability``: ``what`` needs it (named with its
+        meaning, the family and the families that have it)."""
+        if not self.supports(capability):
+            having = families_with(capability)
+            raise ValueError(
+                f"{what} needs {capability} ({CAPABILITIES[capability]}), which the {self.model_type} family "
+                f"lacks; the families with it: {', '.join(having) or 'none'}"
+            )
 
     @property
     def loops_key(self) -> str:
@@ -252,6 +286,7 @@ FAMILIES: dict[str, Family] = {
             base_class=OuroModel,
             heads=(Head(OuroForCausalLM, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),),
             make_config=_ouro_config,
+            capabilities=frozenset({"sampled_loops", "stars_penalty", "per_loop_readout", "vllm"}),
         ),
         Family(
             model_type="attractor_lm",
@@ -392,7 +427,10 @@ def _transformers_families() -> list[Family]:
     for model_type, meaning, protocol, names, make in known:
         if all(hasattr(transformers, name) for name in names):
             config_class, base_class, head_class = (getattr(transformers, name) for name in names)
-            records.append(Family(model_type, meaning, protocol(), config_class, base_class, lm(head_class), make))
+            records.append(
+                Family(model_type, meaning, protocol(), config_class, base_class, lm(head_class), make,
+                       capabilities=frozenset({"sampled_loops", "stars_penalty"}))  # the penalty: through looped()
+            )  # fmt: skip
     return records
 
 
@@ -425,6 +463,22 @@ def serving(classes: Iterable[type], model_type: str, head_kind: str | None = No
         if model_type in getattr(cls, "model_types", ())
         and (head_kind is None or not getattr(cls, "head_kinds", ()) or head_kind in cls.head_kinds)
     ]
+
+
+def families_with(capability: str) -> tuple[str, ...]:
+    """The model types of the families (registered ones included) that support ``capability``."""
+    return tuple(model_type for model_type, family in FAMILIES.items() if family.supports(capability))
+
+
+class ServesFamiliesWith:
+    """A class attribute (``model_types = ServesFamiliesWith("sampled_loops")``) that reads, each time it is read,
+    the model types of the families with a capability: so a trainer serves a family registered after its import."""
+
+    def __init__(self, capability: str):
+        self.capability = capability
+
+    def __get__(self, instance, owner) -> tuple[str, ...]:
+        return families_with(self.capability)
 
 
 def model_task(model_or_config) -> str:
@@ -483,6 +537,7 @@ def loop_count(model, num_loops: int | None):
 
 
 __all__ = [
+    "CAPABILITIES",
     "FAMILIES",
     "Family",
     "HEAD_KINDS",
@@ -492,6 +547,8 @@ __all__ = [
     "model_task",
     "register_auto_classes",
     "register_family",
+    "ServesFamiliesWith",
+    "families_with",
     "serving",
     "small_attractor_config",
     "small_ouro_config",

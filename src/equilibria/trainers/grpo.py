@@ -335,10 +335,9 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
             super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         if self.ref_model is not None:
             self.loop.prepare(head_model(self.accelerator.unwrap_model(self.ref_model)))
-        if args.objective == "rltt" and getattr(head_model(self.model).config, "model_type", None) != "ouro":
-            raise ValueError(
-                "LoopGRPOTrainer: objective='rltt' reads the state of every loop step, which OuroForCausalLM returns; "
-                f"{type(head_model(self.model)).__name__} is not served yet: use objective='grpo'"
+        if args.objective == "rltt":
+            family_record(head_model(self.model)).require(
+                "per_loop_readout", "LoopGRPOTrainer: objective='rltt' reads the state of every loop step, which"
             )
         #: RLTT's learned exit weights' logits (``rltt_weights="learned"``), one per loop step up to the most a row runs
         self.rltt_logits = self._learned_logits() if args.rltt_weights == "learned" else None
@@ -639,11 +638,9 @@ def check_vllm_rollouts(model, args: LoopGRPOConfig) -> None:
     folder the model was loaded from (``model.name_or_path``), which must be an Ouro served by the package's plugin
     and take a count per request up to ``max_loops`` (``config.max_num_loops``)."""
     config = model.config
-    if getattr(config, "model_type", None) != "ouro":
-        raise ValueError(
-            f"LoopGRPOTrainer: use_vllm=True serves OuroForCausalLM through the package's vLLM plugin; "
-            f"{type(model).__name__} would run on vLLM at its config's count: leave use_vllm=False"
-        )
+    family_record(model, "loop protocol").require(
+        "vllm", "LoopGRPOTrainer: use_vllm=True (rollouts at each one's count through the package's vLLM plugin)"
+    )
     if not (Path(str(model.name_or_path)) / "config.json").is_file():
         raise ValueError(
             "LoopGRPOTrainer: use_vllm=True starts vLLM from the folder the model was loaded from (TRL passes "

@@ -24,8 +24,7 @@ from torch import nn
 from transformers import TrainingArguments
 from transformers.utils import logging
 
-from ..families import family_record
-from ..loops import transformers_model_types
+from ..families import ServesFamiliesWith, families_with, family_record
 from ..modeling.regularization import JSRR_ESTIMATORS, JSRR_PROBES, JSRROptions
 from .arguments import FILLED_IN, Interval, LoopTrainingArguments, OneOf, preset_recipe, same_value
 from .common import LoopTrainer, TermScale, find_core
@@ -285,6 +284,14 @@ def exit_entropy(outputs, labels: torch.Tensor | None) -> torch.Tensor:
     return (entropy[:, :-1] * valid).sum() / valid.sum().clamp_min(1)
 
 
+class _LoopedModels:
+    """``StarsTrainer.model_description``, read when an error needs it: the head classes of the families it serves."""
+
+    def __get__(self, instance, owner) -> str:
+        heads = [family_record(t).heads[0].model_class.__name__ for t in families_with("sampled_loops")]
+        return f"a looped model whose forward takes a loop count per call: {', '.join(heads)}, also inside PEFT"
+
+
 class StarsTrainer(LoopTrainer):
     """[`~transformers.Trainer`] with STARS' random loop sampling and Jacobian spectral-radius regularisation.
 
@@ -301,18 +308,18 @@ class StarsTrainer(LoopTrainer):
     the penalty's double backward and is refused).
     """
 
-    model_types = ("ouro", *transformers_model_types())
+    model_types = ServesFamiliesWith("sampled_loops")  # read when used: a family registered later is served
     arguments_class = StarsTrainingArguments
-    model_description = (
-        "a looped model: OuroForCausalLM, or a looped LM that transformers ships (DoryForCausalLM, "
-        "HrmTextForCausalLM, Inkling2LoopForCausalLM), also inside PEFT"
-    )
+    model_description = _LoopedModels()
     log_keys = STARS_LOG_KEYS
     weighted_log_keys = {"spectral_radius": "jsrr_weight", "jsrr_penalty": "jsrr_weight"}
 
     def __init__(self, model=None, args: StarsTrainingArguments | None = None, **kwargs):
         if getattr(getattr(model, "config", None), "model_type", None) in self.model_types:
-            family_record(model).loop.prepare(model)  # num_loops per call (transformers' looped LMs: looped())
+            family = family_record(model)
+            family.loop.prepare(model)  # num_loops per call (transformers' looped LMs: looped())
+            if isinstance(args, StarsTrainingArguments) and args.jsrr_weight > 0:
+                family.require("stars_penalty", "StarsTrainer with jsrr_weight > 0 (set it 0 to train without)")
         if isinstance(args, StarsTrainingArguments) and args.gradient_checkpointing and args.jsrr_weight > 0:
             given = dict(args.gradient_checkpointing_kwargs or {})
             if given.get("use_reentrant") is True:
