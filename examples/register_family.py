@@ -6,7 +6,7 @@ how the package drives the loop (the defaults: ``num_loops`` in ``forward`` and 
 how the head reads a state (``decode``) and runs a fixed number of steps (``states``). Registered, the model loads
 with ``AutoModelForCausalLM``, trains with ``StarsTrainer`` at a loop count drawn per step (the record's protocol
 gives it that capability; STARS' Jacobian penalty, which its forward does not compute, stays off), is scored at
-several loop counts and audited.
+several loop counts and audited, and gets a model card.
 
     python examples/register_family.py --output_dir out/looped_llama
 """
@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import AutoModelForCausalLM
 
     from equilibria.diagnostics import audit
+    from equilibria.hub_cards import build_model_card
     from equilibria.scaling import loop_scaling
     from equilibria.tasks import build_task, tokenizer_fields
     from equilibria.tasks.addition import tokenize_for_training
@@ -150,6 +151,8 @@ def main(argv: list[str] | None = None) -> dict:
     scores = loop_scaling(model, task.test, [1, 2, 4, 8], model_path=args.output_dir)
     report = audit(model, tokenize_for_training(task.test, task.tokenizer), progress=False)
     print(f"exact match by loops (200 held-out problems): {scores}\naudit: {report.verdict}")
+    card = build_model_card(model, loop_scaling=scores, audit=report, task_name="2-digit addition")
+    card.save(Path(args.output_dir, "README.md"))  # the model card its record gives it
     result = {"seed": args.seed, "max_steps": args.max_steps, "mean_loops_logged": drawn, "accuracy": scores,
               "verdict": report.verdict}  # fmt: skip
     Path(args.output_dir, "results.json").write_text(json.dumps(result, indent=1))

@@ -37,6 +37,10 @@ def test_the_example_registers_trains_scores_and_audits_its_own_architecture(tmp
     assert all(2 <= n <= 6 for n in result["mean_loops_logged"])
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "looped_llama"
     assert "audit: " in run.stdout
+    card = (tmp_path / "README.md").read_text()  # the card derived from its record
+    assert "LoopedLlama looped model" in card and "looped_llama" in card and "passes of the looped Llama layer" in card
+    assert "ships in transformers" not in card and "trust_remote_code" not in card
+    assert "register_family" in card and result["verdict"] in card
 
 
 def test_the_development_page_gives_the_examples_line_counts():

@@ -392,6 +392,26 @@ def _loading_without_code(head, family, where: str, config) -> list[str]:
     ]
 
 
+def _loading_registered(head, where: str) -> list[str]:
+    """A family its author registered with ``register_family``, whose classes are neither transformers' nor saved
+    as remote code: the folder loads in a process that has run that registration."""
+    module = head.model_class.__module__
+    place = "the script that defines them" if module == "__main__" else f"`{module}`"
+    return [
+        "## How to load it",
+        "",
+        f"`{head.model_class.__name__}` is its author's own class, not saved with the folder: run the code that defines "
+        f"and registers it ({place}, which calls `equilibria.families.register_family`), then:",
+        "",
+        "```python",
+        f"from transformers import {head.auto_class}",
+        "",
+        f'model = {head.auto_class}.from_pretrained("{where}")',
+        "```",
+        "",
+    ]
+
+
 def _loading(
     head,
     usage: tuple[str, ...],
@@ -415,6 +435,8 @@ def _loading(
         "",
     ]
     if family is not None and not head.remote_code and not adapter:
+        if not head.model_class.__module__.startswith("transformers."):
+            return _loading_registered(head, where) + usage_lines
         return _loading_without_code(head, family, where, config) + usage_lines
     remote = (
         ["Without it, load the base model with `trust_remote_code=True` and apply the adapter with `peft`."]

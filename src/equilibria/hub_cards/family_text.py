@@ -1,7 +1,7 @@
 """The model card's text of each family: its name, the paper(s) it comes from, its Hub tags, a usage snippet for
 each kind of head, its citation and the lines on a config's own choices. One :class:`FamilyText` per ``model_type``
-(the record's modeling facts are in :mod:`equilibria.families`); a card for a family without one is a
-``ValueError``, as it is for a model of no family.
+(the record's modeling facts are in :mod:`equilibria.families`); a family added with ``register_family`` gets
+one derived from its record (:func:`record_text`), and a model of no family a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -230,13 +230,32 @@ FAMILY_TEXTS: dict[str, FamilyText] = {
 }
 
 
+#: the usage line of a head kind no family text gives one for (a registered family's card)
+GENERIC_USAGE = ("out = model(inputs, num_loops={loops})  # {loops_note}",)
+
+
 def family_text(model_or_config) -> FamilyText:
-    """The card text of a model's (or config's) family; ``ValueError`` for a model of no equilibria family or a
-    family with no text here."""
+    """The card text of a model's (or config's) family: its :class:`FamilyText`, or, for a family added with
+    ``register_family``, one derived from its record (:func:`record_text`); ``ValueError`` for a model of no
+    equilibria family."""
     family = family_record(model_or_config, "model card template")
-    if family.model_type not in FAMILY_TEXTS:
-        raise ValueError(f"no model card template for model_type {family.model_type!r}: add its FamilyText")
-    return FAMILY_TEXTS[family.model_type]
+    return FAMILY_TEXTS.get(family.model_type) or record_text(family)
 
 
-__all__ = ["FAMILY_TEXTS", "FamilyText", "LM_USAGE", "family_text"]
+def record_text(family) -> FamilyText:
+    """The card text of a family with no :class:`FamilyText` of its own: named after its config class, its source
+    the module that defines it, the usage of its head kinds (a text head: ``generate`` with ``num_loops``)."""
+    name = family.config_class.__name__.removesuffix("Config") or family.model_type
+    usage = {head.kind: LM_USAGE if head.kind == "causal_lm" else GENERIC_USAGE for head in family.heads}
+    module = family.config_class.__module__
+    where = "its author's own script" if module == "__main__" else f"`{module}`"
+    return FamilyText(
+        name=f"{name} looped model",
+        paper=f"An architecture of its author's, defined in {where} and registered with equilibria's "
+        "`register_family`; no paper is on record",
+        tags=("looped-lm",),
+        usage=usage,
+    )
+
+
+__all__ = ["FAMILY_TEXTS", "FamilyText", "LM_USAGE", "family_text", "record_text"]
