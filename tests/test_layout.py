@@ -141,6 +141,22 @@ def test_the_docs_tool_imports_no_cycle_and_its_pages_share_a_leaf_not_the_engin
     assert graph["tools.docs.results"] == set()
 
 
+def test_a_model_type_is_named_only_by_its_configuration_and_its_record():
+    """Layers ask a family's record (its capabilities, its config class's model_type), not its name: a model type
+    in quotes appears in its configuration file and in families.py, and a transformers model's in neither."""
+    import re
+
+    from equilibria.families import FAMILIES
+
+    sources = {path: path.read_text() for path in (SRC / "equilibria").rglob("*.py")}
+    for model_type, family in FAMILIES.items():
+        pattern = re.compile(rf"([\"']){re.escape(model_type)}\1")
+        named = {path.relative_to(SRC).as_posix() for path, text in sources.items() if pattern.search(text)}
+        config_file = family.config_class.__module__.replace(".", "/") + ".py"
+        allowed = {"equilibria/families.py", config_file} if config_file.startswith("equilibria/") else set()
+        assert named <= allowed, f"{model_type!r} is named in {sorted(named - allowed)}: ask its record instead"
+
+
 def test_the_command_layer_is_imported_by_nothing_below_it():
     graph = import_graph()
     assert COMMAND_LAYER - {"equilibria.__main__"} <= set(graph), "a module of the command layer was renamed"

@@ -8,9 +8,9 @@ Importing the package registers every model family with transformers' Auto class
     model = AutoModelForCausalLM.from_pretrained("path/to/ouro-checkpoint")
     model.generate(input_ids, num_loops=8, max_new_tokens=32)
 
-The families (one record each in :mod:`equilibria.families`): Ouro looped LM (``model_type="ouro"``), the Attractor
-LM (``"attractor_lm"``), the Equilibrium Reasoner (``"eqr"``, ``AutoModelForTokenClassification``: one answer token
-per puzzle cell) and the port-Hamiltonian DEQ (``"phdeq"``, ``AutoModelForSequenceClassification``).
+The families (one record each in :mod:`equilibria.families`, which names their model types): the Ouro looped LM,
+the Attractor LM, the Equilibrium Reasoner (``AutoModelForTokenClassification``: one answer token per puzzle cell),
+the port-Hamiltonian DEQ (``AutoModelForSequenceClassification``) and the looped LMs transformers ships.
 """
 
 from importlib.metadata import PackageNotFoundError, version

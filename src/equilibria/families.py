@@ -413,22 +413,20 @@ def _inkling2_loop_config(fields: dict, hidden_size: int, num_layers: int, num_a
 
 def _transformers_families() -> list[Family]:
     """The records of the looped LMs transformers ships, where the installed release has their classes (Dory and
-    Inkling2-loop from 5.24, HRM-text from 5.9)."""
+    Inkling2-loop from 5.24, HRM-text from 5.9): the class names and model type are their protocols'."""
     lm = lambda cls: (Head(cls, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),)  # noqa: E731
-    known = [  # model type, loop meaning, protocol, (config, base model, head) class names, small config
-        ("dory", "passes of the recurrent section", DoryLoop,
-         ("DoryConfig", "DoryModel", "DoryForCausalLM"), _dory_config),
-        ("hrm_text", "H-cycles (each: L_cycles of the L-stack, then the H-stack)", HrmTextLoop,
-         ("HrmTextConfig", "HrmTextModel", "HrmTextForCausalLM"), _hrm_text_config),
-        ("inkling2_loop_text", "passes of the looped layers", Inkling2Loop,
-         ("Inkling2LoopTextConfig", "Inkling2LoopTextModel", "Inkling2LoopForCausalLM"), _inkling2_loop_config),
+    known = [  # protocol, loop meaning, small config
+        (DoryLoop, "passes of the recurrent section", _dory_config),
+        (HrmTextLoop, "H-cycles (each: L_cycles of the L-stack, then the H-stack)", _hrm_text_config),
+        (Inkling2Loop, "passes of the looped layers", _inkling2_loop_config),
     ]  # fmt: skip
     records = []
-    for model_type, meaning, protocol, names, make in known:
-        if all(hasattr(transformers, name) for name in names):
+    for protocol, meaning, make in known:
+        names = (protocol.config_class, protocol.base_class, protocol.head_class)
+        if protocol.model_types and all(hasattr(transformers, name) for name in names):
             config_class, base_class, head_class = (getattr(transformers, name) for name in names)
             records.append(
-                Family(model_type, meaning, protocol(), config_class, base_class, lm(head_class), make,
+                Family(protocol.model_types[0], meaning, protocol(), config_class, base_class, lm(head_class), make,
                        capabilities=frozenset({"sampled_loops", "stars_penalty"}))  # the penalty: through looped()
             )  # fmt: skip
     return records

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from ..families import family_record, serving
-from ..loops import LoopProtocol, transformers_model_types
+from ..families import ServesFamiliesWith, family_record, serving
+from ..loops import LoopProtocol
+from ..modeling import AttractorConfig, EqRConfig, PHDEQConfig
 from ..modeling.loop_map import LoopMap
 from ..modeling.puzzles import puzzle_solved
 from ..modeling.solvers import residual
@@ -158,7 +159,7 @@ class PHDEQAdapter(LoopAdapter):
     (with the direct context path when the model has one). Dataset columns: ``inputs``, ``labels`` (and
     optionally ``attention_mask``, ``difficulty``)."""
 
-    model_types = ("phdeq",)
+    model_types = (PHDEQConfig.model_type,)
     start_name = "z0 = initialiser(context)"
     solved_name = "h* = z* (the solver's equilibrium)"
 
@@ -203,7 +204,7 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
     depth when it never does). T4 restarts the remaining ``depth - 1`` steps from a displaced ``z0``. Dataset
     columns: ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
 
-    model_types = ("eqr",)
+    model_types = (EqRConfig.model_type,)
     start_name = "z1 (the state after the first step from the model's own start: in the decoder's distribution)"
     solved_name = "h* = z_depth (state after the iterations)"
 
@@ -330,7 +331,7 @@ class AttractorAdapter(_CausalLMAdapter):
     """Attractor LM: ``z0`` is the backbone's proposal ``y0``, ``h*`` the attractor's fixed point (before the
     final norm), the decoder ``lm_head(norm(.))``."""
 
-    model_types, head_kinds = ("attractor_lm",), ("causal_lm",)
+    model_types, head_kinds = (AttractorConfig.model_type,), ("causal_lm",)
     start_name = "y0 (the backbone's proposal)"
     solved_name = "y* (the attractor's fixed point)"
 
@@ -388,7 +389,7 @@ class LoopedLMAdapter(_CausalLMAdapter):
     last step's relative change ``||h_T - h_{T-1}|| / ||h_T||`` (over its real tokens) is below ``tol``. T4 does not
     apply (there is no fixed point to return to), and a one-step loop has no extra steps to test."""
 
-    model_types = ("ouro", *transformers_model_types())
+    model_types = ServesFamiliesWith("sampled_loops")  # read when used: registered families too
     displacement_applies = False
 
     def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
@@ -444,12 +445,10 @@ OuroAdapter = NativeLoopAdapter = LoopedLMAdapter
 
 
 def adapter_class_for(model_type: str, head_kind: str) -> type[LoopAdapter]:
-    """The adapter of :data:`ADAPTERS` that declares the family ``model_type`` and a head of ``head_kind``; for a
-    language model of a family registered later whose protocol runs a fixed number of steps, the looped-LM adapter;
-    ``ValueError`` when none fits."""
+    """The adapter of :data:`ADAPTERS` that declares the family ``model_type`` and a head of ``head_kind`` (the
+    looped-LM adapter serves every family with ``sampled_loops``, one registered later too); ``ValueError`` when none
+    fits."""
     found = serving(ADAPTERS, model_type, head_kind)
-    if not found and head_kind == "causal_lm" and family_record(model_type).loop.runs_fixed_steps:
-        return LoopedLMAdapter
     if not found:
         raise ValueError(f"no audit adapter declares model_type {model_type!r} with a {head_kind} head")
     return found[0]

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..families import family_record
+from ..loops import DoryLoop, HrmTextLoop, Inkling2Loop
+from ..modeling import AttractorConfig, EqRConfig, OuroConfig, PHDEQConfig
 
 LM_USAGE = (
     "from transformers import AutoTokenizer",
@@ -167,7 +169,7 @@ def _transformers_lm_text(name: str, class_name: str, source: str) -> FamilyText
 
 
 FAMILY_TEXTS: dict[str, FamilyText] = {
-    "ouro": FamilyText(
+    OuroConfig.model_type: FamilyText(
         name="Ouro looped language model",
         paper="Zhu et al., 2025, *Scaling Latent Reasoning via Looped Language Models* (Ouro); STARS fine-tuning "
         "(random loop counts + a Jacobian spectral-radius penalty) from Yang et al., 2026, *Stabilizing Recurrent "
@@ -176,7 +178,7 @@ FAMILY_TEXTS: dict[str, FamilyText] = {
         usage={"causal_lm": LM_USAGE},
         citation=OURO_BIBTEX,
     ),
-    "attractor_lm": FamilyText(
+    AttractorConfig.model_type: FamilyText(
         name="Attractor model",
         paper="Fein-Ashley and Rashidinejad, 2026, *Solve the Loop: Attractor Models for Language and Reasoning*",
         tags=("deep-equilibrium", "looped-lm"),
@@ -189,7 +191,7 @@ FAMILY_TEXTS: dict[str, FamilyText] = {
         citation=ATTRACTOR_BIBTEX,
         notes=_attractor_card_notes,
     ),
-    "eqr": FamilyText(
+    EqRConfig.model_type: FamilyText(
         notes=_eqr_card_notes,
         name="Equilibrium Reasoner",
         paper="Huang, Geng and Kolter, 2026, *Equilibrium Reasoners: Learning Attractors Enables Scalable Reasoning*",
@@ -201,7 +203,7 @@ FAMILY_TEXTS: dict[str, FamilyText] = {
         },
         citation=EQR_BIBTEX,
     ),
-    "phdeq": FamilyText(
+    PHDEQConfig.model_type: FamilyText(
         name="Port-Hamiltonian deep equilibrium model",
         paper="a DEQ over phase space with damped, anchored symplectic-Euler dynamics and a learned initialiser, "
         "the model studied in *The Equilibrium Is the Initialization: Lazy Identity Collapse in Physics-Structured "
@@ -212,21 +214,30 @@ FAMILY_TEXTS: dict[str, FamilyText] = {
         },
         citation=PHDEQ_BIBTEX,
     ),
-    "dory": _transformers_lm_text(
-        "Dory looped language model",
-        "DoryForCausalLM",
-        "NVIDIA Nemotron-Labs' Dory: input layers, a recurrent section looped `n_recurrent_loops` times, output layers",
-    ),
-    "hrm_text": _transformers_lm_text(
-        "HRM-text language model",
-        "HrmTextForCausalLM",
-        "the Hierarchical Reasoning Model's text variant (Sapient): an L-stack and an H-stack, `H_cycles` x `L_cycles`",
-    ),
-    "inkling2_loop_text": _transformers_lm_text(
-        "Inkling2-loop language model",
-        "Inkling2LoopForCausalLM",
-        "Thinking Machines' Inkling-2 with looped layers passed `loop_num_passes` times through a gated message path",
-    ),
+    **{
+        loop.model_types[0]: _transformers_lm_text(name, loop.head_class, source)
+        for loop, name, source in (
+            (
+                DoryLoop,
+                "Dory looped language model",
+                "NVIDIA Nemotron-Labs' Dory: input layers, a recurrent section "
+                "looped `n_recurrent_loops` times, output layers",
+            ),
+            (
+                HrmTextLoop,
+                "HRM-text language model",
+                "the Hierarchical Reasoning Model's text variant (Sapient): an "
+                "L-stack and an H-stack, `H_cycles` x `L_cycles`",
+            ),
+            (
+                Inkling2Loop,
+                "Inkling2-loop language model",
+                "Thinking Machines' Inkling-2 with looped layers passed "
+                "`loop_num_passes` times through a gated message path",
+            ),
+        )
+        if loop.model_types  # the installed transformers has the model
+    },  # fmt: skip
 }
 
 

@@ -15,8 +15,7 @@ class DoryLoop(TransformersLoop):
     copies of the recurrent layers' cache layers (appended after the model's layers on a cache's first forward),
     ``last_loop`` one set for every pass."""
 
-    model_types = ("dory",)
-    head_class = "DoryForCausalLM"
+    config_class, base_class, head_class = "DoryConfig", "DoryModel", "DoryForCausalLM"
     loops_key = "n_recurrent_loops"
 
     @staticmethod

@@ -20,8 +20,7 @@ class HrmTextLoop(TransformersLoop):
     training-time gradient routing (``L_bp_cycles``, left-padded with 1s to ``H_cycles`` by the model) follows the
     count."""
 
-    model_types = ("hrm_text",)
-    head_class = "HrmTextForCausalLM"
+    config_class, base_class, head_class = "HrmTextConfig", "HrmTextModel", "HrmTextForCausalLM"
     loops_key = "H_cycles"
 
     def loop_config(self, config, num_loops):

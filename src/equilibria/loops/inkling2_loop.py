@@ -21,8 +21,7 @@ class Inkling2Loop(TransformersLoop):
     messages, so the map starts from the state after it). Cache: each pass after the first writes its own copies of the loop layers' cache layers,
     appended after the model's layers on a cache's first forward."""
 
-    model_types = ("inkling2_loop_text",)
-    head_class = "Inkling2LoopForCausalLM"
+    config_class, base_class, head_class = "Inkling2LoopTextConfig", "Inkling2LoopTextModel", "Inkling2LoopForCausalLM"
     loops_key = "loop_num_passes"
     start_after_passes = 1
 

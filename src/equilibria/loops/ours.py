@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import torch
 
+from ..modeling.configuration_attractor import AttractorConfig
+from ..modeling.configuration_eqr import EqRConfig
+from ..modeling.configuration_ouro import OuroConfig
+from ..modeling.configuration_phdeq import PHDEQConfig
 from ..modeling.loop_map import LoopMap
 from ..modeling.modeling_ouro import exit_distribution
 from ..modeling.solvers import fixed_point, solver_options
@@ -16,7 +20,7 @@ class OuroLoop(LoopProtocol):
     """Ouro: the shared decoder stack looped ``total_ut_steps`` times; a state is read by the final norm (unless
     the steps already norm it) and the LM head, and the exit gate reads every step's state but the last."""
 
-    model_types = ("ouro",)
+    model_types = (OuroConfig.model_type,)
     loops_key = "total_ut_steps"
 
     def decode(self, model, batch, state):
@@ -41,7 +45,7 @@ class AttractorLoop(LoopProtocol):
     """The Attractor: a backbone's proposal refined by a weight-tied module solved to a fixed point; a state is read
     by the final norm and the head (the LM head, or the puzzle head's per-cell answers)."""
 
-    model_types = ("attractor_lm",)
+    model_types = (AttractorConfig.model_type,)
     min_loops = 0
 
     def decode(self, model, batch, state):
@@ -64,7 +68,7 @@ class EqRLoop(LoopProtocol):
     """EqR: a weight-tied block iterated from a random or learned start; a state (per cell) is read by the answer
     head (``answer_state``: the two-level recurrence's high-level part)."""
 
-    model_types = ("eqr",)
+    model_types = (EqRConfig.model_type,)
 
     def loop_map(self, model, batch, generator=None) -> LoopMap:
         return base_model_of(model).loop_map(batch["inputs"], generator=generator)
@@ -90,7 +94,7 @@ class PHDEQLoop(LoopProtocol):
     ``(batch, 2 * hidden_size)``) is read by the classifier, with the encoded context where the model has a
     direct path."""
 
-    model_types = ("phdeq",)
+    model_types = (PHDEQConfig.model_type,)
     min_loops = 0
 
     def loop_map(self, model, batch, generator=None) -> LoopMap:

@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 import torch
+import transformers
 from torch import nn
 
 from ..modeling.loop_map import LoopMap
@@ -84,7 +85,15 @@ class TransformersLoop(LoopProtocol):
     goes through its own modules. ``base`` is the model's base model (``model.model``), ``model`` the causal-LM
     model."""
 
-    head_class = ""  # the causal-LM class in transformers (an older release may lack it)
+    #: the names of its config, base model and causal-LM classes in transformers (an older release may lack them);
+    #: ``model_types`` is read from the config class (empty where the installed release has no such class)
+    config_class, base_class, head_class = "", "", ""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        config = getattr(transformers, cls.config_class, None) if cls.config_class else None
+        cls.model_types = (config.model_type,) if config is not None else ()
+
     step_name = "pass"
     #: the passes before the state the loop map starts from (0: before the first pass)
     start_after_passes = 0

@@ -96,7 +96,7 @@ def check_servable(config, vllm_config: VllmConfig) -> None:
     if not isinstance(config, OuroConfig):
         architecture = (getattr(config, "architectures", None) or ["?"])[0]
         raise NotServable(
-            f"equilibria's vLLM plugin serves Ouro folders only (model_type 'ouro'); this folder is "
+            f"equilibria's vLLM plugin serves Ouro folders only (model_type {OuroConfig.model_type!r}); this folder is "
             f"{getattr(config, 'model_type', '?')!r} ({architecture}), which vLLM cannot serve: run it with the "
             "package (AutoModelForCausalLM.from_pretrained, generate)."
         )

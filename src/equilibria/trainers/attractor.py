@@ -16,6 +16,7 @@ from typing import Annotated
 
 import torch
 
+from ..modeling.configuration_attractor import AttractorConfig
 from ..modeling.solvers import GRADIENT_MODES
 from .arguments import Interval, LoopTrainingArguments, OneOf
 from .common import LoopTrainer, TermScale
@@ -103,7 +104,7 @@ class AttractorTrainer(LoopTrainer):
     PEFT and checkpoint resume work as with the plain Trainer.
     """
 
-    model_types = ("attractor_lm",)
+    model_types = (AttractorConfig.model_type,)
     arguments_class = AttractorTrainingArguments
     model_description = "an Attractor model (one containing an AttractorModel, such as AttractorForCausalLM)"
     log_keys = ATTRACTOR_LOG_KEYS

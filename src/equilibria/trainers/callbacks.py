@@ -15,6 +15,8 @@ from torch import nn
 from torch.nn.utils import get_total_norm
 from transformers import ProgressCallback, TrainerCallback
 
+from ..modeling.configuration_phdeq import PHDEQConfig
+
 GradientGroups = dict[str, Callable[[], list[torch.Tensor | None]]]
 
 
@@ -71,7 +73,9 @@ class GradientNormCallback(TrainerCallback):
         groups: ``model -> {name: () -> [gradient tensors]}``; default [`phdeq_gradient_groups`].
     """
 
-    model_types = ("phdeq",)  # `equilibria train` adds it for these families: the dynamics' gradient vs the direct path
+    model_types = (
+        PHDEQConfig.model_type,
+    )  # `equilibria train` adds it for these families: the dynamics' gradient vs the direct path
 
     def __init__(self, groups: Callable[[nn.Module], GradientGroups] = phdeq_gradient_groups):
         self.make_groups = groups

@@ -28,6 +28,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 from transformers.utils import logging
 
+from ..modeling.configuration_eqr import EqRConfig
 from .arguments import Interval, LoopTrainingArguments, OneOf, preset_recipe
 from .common import LoopTrainer, TermScale
 from .optimizers import AdamAtan2
@@ -314,7 +315,7 @@ class EqRTrainer(LoopTrainer):
     than restarting the average.
     """
 
-    model_types = ("eqr",)
+    model_types = (EqRConfig.model_type,)
     arguments_class = EqRTrainingArguments
     model_description = "an Equilibrium Reasoner (a model containing EqRModel, such as EqRForPuzzleSolving)"
     log_keys = EQR_LOG_KEYS
