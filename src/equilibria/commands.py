@@ -63,7 +63,7 @@ def _model_rows(args, data_args: EvaluationDataArguments, default_count: int):
         model, args.model_path, **data_args.evaluation_options(args.seed), default_count=default_count
     )
     rows = data.rows
-    language_model = family_record(model).head_of_model(model).kind == "causal_lm"
+    language_model = family_record(model).head_of_model(model).reads_text
     if language_model and "input_ids" not in rows.column_names:  # prompt / answer rows
         rows = tokenize_for_training(rows, _tokenizer(args.model_path))
     return model, data, rows
@@ -109,7 +109,7 @@ def run_eval(
     loops = parse_loops(args.loops, "--loops", family_record(model).min_loops)
     threshold, breadth = search.halt_threshold, search.breadth
     scoring = Scoring(args.model_path, args.batch_size, "task", threshold, breadth, search.select)
-    if scoring.searches and family_record(model).head_of_model(model).kind != "puzzle_solver":
+    if scoring.searches and not family_record(model).head_of_model(model).searches:
         raise ValueError(
             f"--halt_threshold and --breadth need an EqR model (a puzzle solver); this is {with_article(model.config.model_type)}"
         )
@@ -211,7 +211,7 @@ def run_generate(args: GenerateArguments) -> str:
     """``equilibria generate``: greedy (or sampled) text from a saved looped LM at ``--num_loops``."""
     model = load_saved_model(args.model_path, args.trust_remote_code)
     if not model.can_generate():
-        lms = [f.model_type for f in FAMILIES.values() if f.heads[0].auto_class == "AutoModelForCausalLM"]
+        lms = [f.model_type for f in FAMILIES.values() if f.heads[0].reads_text]
         raise ValueError(
             f"generate needs a language model (the causal-LM head of {', '.join(lms)}), got "
             f"{type(model).__name__} ({model.config.model_type})"

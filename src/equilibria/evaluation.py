@@ -106,7 +106,7 @@ def evaluation_data(
 
 def _reads_text(model) -> bool:
     """Whether ``model``'s head is a language model's (its record's head kind), which reads rows of text."""
-    return family_record(model).head_of_model(model).kind == "causal_lm"
+    return family_record(model).head_of_model(model).reads_text
 
 
 def question_kind(fmt: str, text_field: str | None = None) -> str:

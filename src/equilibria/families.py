@@ -52,6 +52,9 @@ HEAD_KINDS = {
 }
 
 
+TEXT_KINDS = frozenset({"causal_lm"})  # the head kinds of a language model (Head.reads_text)
+SEARCH_KINDS = frozenset({"puzzle_solver"})  # the head kinds that restart their loop (Head.searches)
+
 #: what a family may support, which trainers and tools ask instead of its name (:meth:`Family.supports`): name ->
 #: what it means (the refusal of a family without it says so)
 CAPABILITIES = {
@@ -73,6 +76,16 @@ class Head:
     kind: str
     tasks: tuple[str, ...]
     pipeline_tag: str
+
+    @property
+    def reads_text(self) -> bool:
+        """Whether the head is a language model's (next-token logits: it generates text)."""
+        return self.kind in TEXT_KINDS
+
+    @property
+    def searches(self) -> bool:
+        """Whether the head answers by restarting its loop (a puzzle solver's depth x breadth, halting)."""
+        return self.kind in SEARCH_KINDS
 
     @property
     def remote_code(self) -> bool:
@@ -119,7 +132,7 @@ class Family:
         per call is then all STARS' sampling needs)."""
         if capability in self.capabilities:
             return True
-        return capability == "sampled_loops" and self.heads[0].kind == "causal_lm" and self.loop.runs_fixed_steps
+        return capability == "sampled_loops" and self.heads[0].reads_text and self.loop.runs_fixed_steps
 
     def require(self, capability: str, what: str) -> None:
         """``ValueError`` in one line unless the family supports ``capability``: ``what`` needs it (named with its
@@ -502,7 +515,7 @@ def _register(family: Family) -> None:
     transformers.AutoModel.register(family.config_class, family.base_class, exist_ok=True)
     for head in family.heads:
         getattr(transformers, head.auto_class).register(family.config_class, head.model_class, exist_ok=True)
-    if family.heads[0].auto_class == "AutoModelForCausalLM":  # so a saved CharTokenizer loads as one
+    if family.heads[0].reads_text:  # so a saved CharTokenizer loads as one
         transformers.AutoTokenizer.register(family.config_class, fast_tokenizer_class=CharTokenizer, exist_ok=True)
 
 

@@ -107,11 +107,11 @@ def loop_scores(model, data, loops: list[int], scoring: Scoring | None = None) -
     puzzle solver's search on a model of another kind."""
     scoring = scoring or Scoring()
     family = family_record(model)
-    kind = family.head_of_model(model).kind
+    head = family.head_of_model(model)
     family.loop.prepare(model)  # num_loops per call (transformers' looped LMs: looped())
-    if scoring.searches and kind != "puzzle_solver":
-        raise ValueError(f"halt_threshold and breadth apply to a puzzle solver's head, not to a {kind} head")
-    return EVALUATORS[kind](model, data, loops, scoring)
+    if scoring.searches and not head.searches:
+        raise ValueError(f"halt_threshold and breadth apply to a puzzle solver's head, not to a {head.kind} head")
+    return EVALUATORS[head.kind](model, data, loops, scoring)
 
 
 def loop_scaling(

@@ -257,7 +257,7 @@ def record_text(family) -> FamilyText:
     """The card text of a family with no :class:`FamilyText` of its own: named after its config class, its source
     the module that defines it, the usage of its head kinds (a text head: ``generate`` with ``num_loops``)."""
     name = family.config_class.__name__.removesuffix("Config") or family.model_type
-    usage = {head.kind: LM_USAGE if head.kind == "causal_lm" else GENERIC_USAGE for head in family.heads}
+    usage = {head.kind: LM_USAGE if head.reads_text else GENERIC_USAGE for head in family.heads}
     module = family.config_class.__module__
     where = "its author's own script" if module == "__main__" else f"`{module}`"
     return FamilyText(

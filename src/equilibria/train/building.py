@@ -33,8 +33,8 @@ def build(model_args: ModelArguments, data_args: TrainDataArguments, seed: int):
         head = family.head_for_task(check_task(data_args.task), what)
     else:
         head = family.head_of_config(config) if config is not None else family.heads[0]
-    puzzle = head.auto_class != "AutoModelForCausalLM"
-    text = family.heads[0].auto_class == "AutoModelForCausalLM" and not puzzle  # --dataset_name holds text rows
+    puzzle = not head.reads_text
+    text = family.heads[0].reads_text and not puzzle  # --dataset_name holds text rows
     if data_args.dataset_name and data_args.task and text:
         raise ValueError("pass either --dataset_name (your rows) or --task (generated problems), not both")
     if data_args.dataset_name and text:
@@ -203,7 +203,7 @@ def with_lora(model, model_args: ModelArguments, family):
         raise ValueError(
             f"--lora_target_modules {missing} are not linear layers of this model; it has {sorted(linear)}"
         )
-    lm = family.head_of_model(model).auto_class == "AutoModelForCausalLM"
+    lm = family.head_of_model(model).reads_text
     lora = LoraConfig(
         r=model_args.lora_r,
         lora_alpha=model_args.lora_alpha,
