@@ -143,7 +143,8 @@ def test_the_docs_tool_imports_no_cycle_and_its_pages_share_a_leaf_not_the_engin
 
 def test_a_model_type_is_named_only_by_its_configuration_and_its_record():
     """Layers ask a family's record (its capabilities, its config class's model_type), not its name: a model type
-    in quotes appears in its configuration file and in families.py, and a transformers model's in neither."""
+    in quotes appears in its configuration file and its record's module in families/, a transformers model's
+    nowhere."""
     import re
 
     from equilibria.families import FAMILIES
@@ -153,8 +154,12 @@ def test_a_model_type_is_named_only_by_its_configuration_and_its_record():
         pattern = re.compile(rf"([\"']){re.escape(model_type)}\1")
         named = {path.relative_to(SRC).as_posix() for path, text in sources.items() if pattern.search(text)}
         config_file = family.config_class.__module__.replace(".", "/") + ".py"
-        allowed = {"equilibria/families.py", config_file} if config_file.startswith("equilibria/") else set()
-        assert named <= allowed, f"{model_type!r} is named in {sorted(named - allowed)}: ask its record instead"
+        others = named - {config_file}
+        if not config_file.startswith("equilibria/"):  # transformers' model: its record reads the type from it
+            assert not named, f"{model_type!r} is named in {sorted(named)}: read it from transformers' config class"
+        assert len(others) <= 1 and all(f.startswith("equilibria/families/") for f in others), (
+            f"{model_type!r} is named in {sorted(others)} besides its configuration: ask its record instead"
+        )
 
 
 def test_the_command_layer_is_imported_by_nothing_below_it():

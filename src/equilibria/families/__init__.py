@@ -1,0 +1,56 @@
+"""The model families of equilibria: one record per ``model_type``, one module each (:mod:`.ouro`, :mod:`.attractor`,
+:mod:`.eqr`, :mod:`.phdeq`, :mod:`.transformers_lms`), the single place that knows which exist (:data:`FAMILIES`).
+
+A record holds what the package knows of a family: its config and model classes, its heads with their Auto
+classes, the kind of head each is and the tasks it is trained on, its loop protocol, a small-config factory and its
+capabilities (:data:`CAPABILITIES`). ``import equilibria`` registers the Auto classes from it, and every layer above
+reads it. Nothing here names a class of a layer above: the trainers (:func:`equilibria.trainers.trainer_for`), the
+audit adapters (:func:`equilibria.diagnostics.adapter_for`), the evaluators (:data:`equilibria.scaling.EVALUATORS`)
+and the card text (:mod:`equilibria.hub_cards.family_text`) each declare the model types, head kinds or capabilities
+they serve, and their own layer chooses among them. :func:`register_family` adds a family of your own.
+
+The small-config factories (:func:`small_ouro_config`, :func:`small_attractor_config` and each record's
+``make_config``) build a config for a task's data: the task fixes the vocabulary or input width, the caller the
+sizes.
+"""
+
+from .attractor import ATTRACTOR, small_attractor_config
+from .eqr import EQR
+from .ouro import OURO, small_ouro_config
+from .phdeq import PHDEQ
+from .record import (
+    CAPABILITIES,
+    FAMILIES,
+    HEAD_KINDS,
+    Family,
+    Head,
+    ServesFamiliesWith,
+    families_with,
+    family_record,
+    loop_count,
+    model_task,
+    register_auto_classes,
+    register_family,
+    serving,
+)
+from .transformers_lms import transformers_families
+
+FAMILIES.update((family.model_type, family) for family in (OURO, ATTRACTOR, EQR, PHDEQ, *transformers_families()))
+
+__all__ = [
+    "CAPABILITIES",
+    "FAMILIES",
+    "Family",
+    "HEAD_KINDS",
+    "Head",
+    "ServesFamiliesWith",
+    "families_with",
+    "family_record",
+    "loop_count",
+    "model_task",
+    "register_auto_classes",
+    "register_family",
+    "serving",
+    "small_attractor_config",
+    "small_ouro_config",
+]

@@ -1,0 +1,279 @@
+"""The family record: what the package knows of one ``model_type`` (its classes and heads, its loop protocol, a
+small-config factory, its capabilities), the registry of every record (:data:`FAMILIES`: the package's, transformers'
+looped LMs', and those added with :func:`register_family`), and the lookups every layer above uses. Nothing here names
+a family: each has its own module beside this one."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import transformers
+from transformers import PreTrainedConfig
+
+from ..loops import LoopProtocol
+from ..tasks.tokenization import CharTokenizer
+from ..wording import with_article
+
+#: the kinds of head, each evaluated and audited its own way (:data:`equilibria.scaling.EVALUATORS`)
+HEAD_KINDS = {
+    "causal_lm": "next-token logits: generates text, scored by exact match or token accuracy",
+    "puzzle_cells": "one answer per puzzle cell from one forward, scored by whole puzzles solved",
+    "puzzle_solver": "one answer per puzzle cell from restarts of the loop (solve: depth x breadth), scored by "
+    "whole puzzles solved",
+    "classifier": "one label per example, scored by accuracy",
+}
+
+
+TEXT_KINDS = frozenset({"causal_lm"})  # the head kinds of a language model (Head.reads_text)
+SEARCH_KINDS = frozenset({"puzzle_solver"})  # the head kinds that restart their loop (Head.searches)
+
+#: what a family may support, which trainers and tools ask instead of its name (:meth:`Family.supports`): name ->
+#: what it means (the refusal of a family without it says so)
+CAPABILITIES = {
+    "sampled_loops": "its forward takes a loop count per call, so StarsTrainer can draw one per step",
+    "stars_penalty": "its forward takes jsrr= and returns spectral_radius (STARS' Jacobian penalty)",
+    "per_loop_readout": "its forward returns the state of every loop step (RLTT's per-loop log-probabilities)",
+    "vllm": "the package's vLLM plugin serves its folders, with a loop count per request",
+}
+
+
+@dataclass(frozen=True)
+class Head:
+    """A task head of a family: its class, the transformers Auto class it is registered with, its kind (a key of
+    :data:`HEAD_KINDS`), the tasks it is trained and evaluated on (the first is its default) and the Hub
+    ``pipeline_tag`` of its task."""
+
+    model_class: type
+    auto_class: str
+    kind: str
+    tasks: tuple[str, ...]
+    pipeline_tag: str
+
+    @property
+    def reads_text(self) -> bool:
+        """Whether the head is a language model's (next-token logits: it generates text)."""
+        return self.kind in TEXT_KINDS
+
+    @property
+    def searches(self) -> bool:
+        """Whether the head answers by restarting its loop (a puzzle solver's depth x breadth, halting)."""
+        return self.kind in SEARCH_KINDS
+
+    @property
+    def remote_code(self) -> bool:
+        """Whether a saved model of this head carries its modeling code (the package's classes, loaded with
+        ``trust_remote_code=True`` without it; transformers' own classes need none)."""
+        return bool(getattr(self.model_class, "_remote_auto_map", None))
+
+    def __post_init__(self):
+        if self.kind not in HEAD_KINDS:
+            raise ValueError(f"Head kind must be one of {tuple(HEAD_KINDS)}, got {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class Family:
+    """The modeling facts of one ``model_type`` that code outside its modeling files needs: its config and model
+    classes, its heads, its loop protocol (the config key of its loop count, the smallest count, the loop map ...), a
+    small-config factory and the default LoRA targets."""
+
+    model_type: str
+    loop_meaning: str
+    loop: LoopProtocol  # how the package drives the loop (:mod:`equilibria.loops`)
+    config_class: type
+    base_class: type
+    heads: tuple[Head, ...]
+    make_config: Callable[
+        ..., PreTrainedConfig
+    ]  # (task fields, hidden_size, num_layers, num_attention_heads, num_loops)
+    lora_targets: tuple[str, ...] = (
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+    )  # LoRA's default: the attention projections
+    capabilities: frozenset[str] = frozenset()  # keys of CAPABILITIES; see supports() for the one it derives
+
+    def __post_init__(self):
+        unknown = set(self.capabilities) - set(CAPABILITIES)
+        if unknown:
+            raise ValueError(f"Family capabilities must be among {tuple(CAPABILITIES)}, got {sorted(unknown)}")
+
+    def supports(self, capability: str) -> bool:
+        """Whether the family has ``capability`` (a key of :data:`CAPABILITIES`): declared in ``capabilities``, or,
+        for ``sampled_loops``, a text head whose protocol runs a fixed number of loop steps (``states``: a loop count
+        per call is then all STARS' sampling needs)."""
+        if capability in self.capabilities:
+            return True
+        return capability == "sampled_loops" and self.heads[0].reads_text and self.loop.runs_fixed_steps
+
+    def require(self, capability: str, what: str) -> None:
+        """``ValueError`` in one line unless the family supports ``capability``: ``what`` needs it (named with its
+        meaning, the family and the families that have it)."""
+        if not self.supports(capability):
+            having = families_with(capability)
+            raise ValueError(
+                f"{what} needs {capability} ({CAPABILITIES[capability]}), which the {self.model_type} family "
+                f"lacks; the families with it: {', '.join(having) or 'none'}"
+            )
+
+    @property
+    def loops_key(self) -> str:
+        """The config key holding the default loop count."""
+        return self.loop.loops_key
+
+    @property
+    def min_loops(self) -> int:
+        """The smallest loop count forward accepts (0: the backbone / initialiser alone)."""
+        return self.loop.min_loops
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(task for head in self.heads for task in head.tasks))
+
+    @property
+    def default_task(self) -> str:
+        return self.heads[0].tasks[0]
+
+    def has_config_key(self, key: str) -> bool:
+        """Whether the family's config has the field ``key`` (e.g. ``exit_loss``: the families with an exit gate)."""
+        return key in {f.name for f in dataclasses.fields(self.config_class)}
+
+    def require_config_key(self, key: str, flag: str) -> None:
+        """``ValueError`` unless the family's config has ``key``: ``flag`` applies only to the families whose config
+        has it (named in the message)."""
+        if not self.has_config_key(key):
+            having = ", ".join(f.model_type for f in FAMILIES.values() if f.has_config_key(key))
+            raise ValueError(f"{flag} applies to the families whose config has {key} ({having}), not {self.model_type}")
+
+    def head_of_model(self, model) -> Head:
+        """The head ``model`` is an instance of (by class name, so that remote-code classes match; a PEFT model's
+        base model), else the first."""
+        if hasattr(model, "get_base_model"):
+            model = model.get_base_model()
+        names = {cls.__name__ for cls in type(model).__mro__}
+        return next((head for head in self.heads if head.model_class.__name__ in names), self.heads[0])
+
+    def head_of_config(self, config) -> Head:
+        """The head a saved config was written by (its ``architectures``, which ``save_pretrained`` records), else
+        the head of the task it was trained on (``equilibria_task``), else the first."""
+        names = set(getattr(config, "architectures", None) or ())
+        for head in self.heads:
+            if head.model_class.__name__ in names:
+                return head
+        task = getattr(config, "equilibria_task", None)
+        return next((head for head in self.heads if task in head.tasks), self.heads[0])
+
+    def head_for_task(self, task: str, what: str | None = None) -> Head:
+        """The head trained on ``task``; ``ValueError`` naming the tasks that fit (``what``: how the message
+        names the model, default "a <model_type> model")."""
+        for head in self.heads:
+            if task in head.tasks:
+                return head
+        what = what or f"{with_article(self.model_type)} model"
+        raise ValueError(f"--task {task} does not fit {what} (it fits {self.tasks})")
+
+
+#: every record, by model type: the package's families in order (Ouro first: ``equilibria train``'s default family),
+#: then transformers' looped LMs, then any added with :func:`register_family`
+FAMILIES: dict[str, Family] = {}
+
+
+def family_record(model_or_config, needed: str | None = None) -> Family:
+    """The record of a model's (or config's, or a ``model_type`` string's) family; ``ValueError`` naming the
+    families otherwise (starting "no <needed> for ..." when the caller says what it was looking for)."""
+    if isinstance(model_or_config, str):
+        model_type = model_or_config
+    else:
+        config = getattr(model_or_config, "config", model_or_config)
+        model_type = getattr(config, "model_type", None)
+    if model_type not in FAMILIES:
+        prefix = f"no {needed} for " if needed else ""
+        raise ValueError(
+            f"{prefix}model_type {model_type!r}: it is not an equilibria family; the families are {sorted(FAMILIES)}"
+        )
+    return FAMILIES[model_type]
+
+
+def serving(classes: Iterable[type], model_type: str, head_kind: str | None = None) -> list[type]:
+    """The classes of ``classes`` that declare they serve ``model_type`` (in their ``model_types``) and, where
+    they name head kinds (``head_kinds``, empty: every head), a head of ``head_kind``: how a layer above picks its
+    trainer, audit adapter or callbacks for a family without the record naming them."""
+    return [
+        cls
+        for cls in classes
+        if model_type in getattr(cls, "model_types", ())
+        and (head_kind is None or not getattr(cls, "head_kinds", ()) or head_kind in cls.head_kinds)
+    ]
+
+
+def families_with(capability: str) -> tuple[str, ...]:
+    """The model types of the families (registered ones included) that support ``capability``."""
+    return tuple(model_type for model_type, family in FAMILIES.items() if family.supports(capability))
+
+
+class ServesFamiliesWith:
+    """A class attribute (``model_types = ServesFamiliesWith("sampled_loops")``) that reads, each time it is read,
+    the model types of the families with a capability: so a trainer serves a family registered after its import."""
+
+    def __init__(self, capability: str):
+        self.capability = capability
+
+    def __get__(self, instance, owner) -> tuple[str, ...]:
+        return families_with(self.capability)
+
+
+def model_task(model_or_config) -> str:
+    """The task a saved model was trained on (``config.equilibria_task``, written by ``equilibria train``), else
+    its family's default task."""
+    config = getattr(model_or_config, "config", model_or_config)
+    return getattr(config, "equilibria_task", None) or family_record(config).default_task
+
+
+def register_auto_classes() -> None:
+    """Register every family's config, base model and heads with transformers' Auto classes (those transformers
+    ships are registered there already)."""
+    for family in FAMILIES.values():
+        _register(family)
+
+
+def _register(family: Family) -> None:
+    if (
+        transformers.CONFIG_MAPPING.get(family.model_type) is family.config_class
+    ):  # registered already (by transformers)
+        return
+    transformers.AutoConfig.register(family.model_type, family.config_class, exist_ok=True)
+    transformers.AutoModel.register(family.config_class, family.base_class, exist_ok=True)
+    for head in family.heads:
+        getattr(transformers, head.auto_class).register(family.config_class, head.model_class, exist_ok=True)
+    if family.heads[0].reads_text:  # so a saved CharTokenizer loads as one
+        transformers.AutoTokenizer.register(family.config_class, fast_tokenizer_class=CharTokenizer, exist_ok=True)
+
+
+def register_family(family: Family) -> Family:
+    """Add a looped architecture of your own: its record (with its :class:`~equilibria.loops.LoopProtocol`) joins
+    :data:`FAMILIES` and its classes the Auto classes, so that loading, ``equilibria eval``, the audit, the card and
+    the trainers that declare its model type serve it. ``ValueError`` when the model type is taken by another
+    record."""
+    taken = FAMILIES.get(family.model_type)
+    if taken is not None and taken is not family:
+        raise ValueError(
+            f"model_type {family.model_type!r} is already a family ({taken.config_class.__name__}); a second record "
+            "under it would change what every folder of that type loads as: give yours another model_type (the same "
+            "record object again is a no-op)"
+        )
+    if family.model_type not in family.loop.model_types:
+        raise ValueError(
+            f"{type(family.loop).__name__}.model_types is {family.loop.model_types}: it must name {family.model_type!r}"
+        )
+    FAMILIES[family.model_type] = family
+    _register(family)
+    return family
+
+
+def loop_count(model, num_loops: int | None):
+    """A context manager: within the block, ``model`` (a model of a family, with or without its head) runs
+    ``num_loops`` loops by default, in ``forward`` and ``generate`` (the config's count, and whatever else its
+    protocol needs: HRM-text's cache slots), put back on leaving; ``None``: the config's. Yields the count."""
+    return family_record(model).loop.count(model, num_loops)

@@ -1,0 +1,96 @@
+"""The records of the looped LMs transformers ships (Dory, HRM-text, Inkling2-loop): their class names and model types
+are their loop protocols' (:mod:`equilibria.loops`); a record exists where the installed release has the classes."""
+
+from __future__ import annotations
+
+import transformers
+
+from ..loops import DoryLoop, HrmTextLoop, Inkling2Loop
+from .record import Family, Head
+
+
+def _dory_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
+    """A small Dory: one input layer, ``num_layers`` recurrent layers looped ``num_loops`` times, one output layer,
+    full attention (a sliding window as long as the positions)."""
+    fields = {"max_position_embeddings": 64, **fields}
+    return transformers.DoryConfig(
+        **fields,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers + 2,
+        n_input_layers=1,
+        n_recurrent_layers=num_layers,
+        n_output_layers=1,
+        n_recurrent_loops=num_loops,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_attention_heads,
+        head_dim=hidden_size // num_attention_heads,
+        sliding_window=fields["max_position_embeddings"],
+    )
+
+
+def _hrm_text_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
+    """A small HRM-text: stacks of ``num_layers`` layers, ``num_loops`` H-cycles of 2 L-cycles, causal attention
+    everywhere (``prefix_lm`` off)."""
+    return transformers.HrmTextConfig(
+        **{"max_position_embeddings": 64, **fields},
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_attention_heads,
+        head_dim=hidden_size // num_attention_heads,
+        H_cycles=num_loops,
+        L_cycles=2,
+        prefix_lm=False,
+    )
+
+
+def _inkling2_loop_config(fields: dict, hidden_size: int, num_layers: int, num_attention_heads: int, num_loops: int):
+    """A small Inkling2-loop: one layer before ``num_layers`` looped layers passed ``num_loops`` times and none after
+    them (the model needs a layer before its loop; with none after, the passes do the rest of the work), 4 experts
+    (2 per token), a residual block per layer."""
+    fields = {"max_position_embeddings": 64, **fields}
+    heads = dict(num_attention_heads=num_attention_heads, head_dim=hidden_size // num_attention_heads)
+    return transformers.Inkling2LoopTextConfig(
+        **fields,
+        unpadded_vocab_size=fields["vocab_size"],
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers + 1,
+        **heads,
+        num_key_value_heads=num_attention_heads,
+        swa_num_attention_heads=num_attention_heads,
+        swa_num_key_value_heads=num_attention_heads,
+        swa_head_dim=heads["head_dim"],
+        sliding_window_size=fields["max_position_embeddings"],
+        rel_extent=fields["max_position_embeddings"],
+        d_rel=8,
+        moe_intermediate_size=hidden_size,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_layers_per_attn_res_block=1,
+        loop_layer_index_start=1,
+        loop_layer_index_end=1 + num_layers,
+        loop_num_passes=num_loops,
+        loop_gate_rank=8,
+    )
+
+
+def transformers_families() -> list[Family]:
+    """The records of the looped LMs transformers ships, where the installed release has their classes (Dory and
+    Inkling2-loop from 5.24, HRM-text from 5.9): the class names and model type are their protocols'."""
+    lm = lambda cls: (Head(cls, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),)  # noqa: E731
+    known = [  # protocol, loop meaning, small config
+        (DoryLoop, "passes of the recurrent section", _dory_config),
+        (HrmTextLoop, "H-cycles (each: L_cycles of the L-stack, then the H-stack)", _hrm_text_config),
+        (Inkling2Loop, "passes of the looped layers", _inkling2_loop_config),
+    ]  # fmt: skip
+    records = []
+    for protocol, meaning, make in known:
+        names = (protocol.config_class, protocol.base_class, protocol.head_class)
+        if protocol.model_types and all(hasattr(transformers, name) for name in names):
+            config_class, base_class, head_class = (getattr(transformers, name) for name in names)
+            records.append(
+                Family(protocol.model_types[0], meaning, protocol(), config_class, base_class, lm(head_class), make,
+                       capabilities=frozenset({"sampled_loops", "stars_penalty"}))  # the penalty: through looped()
+            )  # fmt: skip
+    return records
