@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..loops import EqRLoop
 from ..modeling import EqRConfig, EqRForPuzzleSolving, EqRModel
+from .card_text import FamilyText
 from .record import Family, Head
 
 
@@ -17,6 +18,47 @@ def _eqr_config(fields: dict, hidden_size: int, num_layers: int, num_attention_h
         num_loops=num_loops,
     )
 
+
+EQR_BIBTEX = """@misc{huang2026equilibrium,
+  title = {Equilibrium Reasoners: Learning Attractors Enables Scalable Reasoning},
+  author = {Huang, Benhao and Geng, Zhengyang and Kolter, Zico},
+  year = {2026},
+  eprint = {2605.21488},
+  archivePrefix = {arXiv}
+}"""
+
+
+def _eqr_card_notes(config) -> list[str]:
+    """The EqR card's lines on the update, the recurrence and the preset a config was made from."""
+    keep = float(config.inertia)
+    update = f"`z <- {keep:g} z + {1 - keep:g} f(z; x) + noise`" if keep else "`z <- f(z; x) + noise`"
+    lines = [
+        f"- Update: {update}, noise {config.train_noise:g} in training and {config.test_noise:g} at inference, from a "
+        + (f"random start (std {config.init_std:g})." if config.random_init else "learned start.")
+    ]
+    if config.l_cycles:
+        lines.append(
+            f"- Recurrence: the published code's two levels; an iteration updates `z_L` {config.l_cycles} times from "
+            "`z_H + x`, then `z_H` from `z_L`; the heads read `z_H`."
+        )
+    if config.preset:
+        changed = ", ".join(f"`{k}={v}`" for k, v in config.preset_overrides().items())
+        lines.append(
+            f"- Architecture: preset `{config.preset}`" + (f", with {changed}." if changed else ", unchanged.")
+        )
+    return lines
+
+
+EQR_TEXT = FamilyText(
+    notes=_eqr_card_notes,
+    name="Equilibrium Reasoner",
+    paper="Huang, Geng and Kolter, 2026, *Equilibrium Reasoners: Learning Attractors Enables Scalable Reasoning*",
+    tags=("recurrent-reasoning", "deep-equilibrium"),
+    usage={
+        "puzzle_solver": ('out = model.solve(puzzles, depth={loops}, breadth=16, select="residual")  # {loops_note}',)
+    },
+    citation=EQR_BIBTEX,
+)
 
 EQR = Family(
     model_type="eqr",
@@ -34,4 +76,5 @@ EQR = Family(
         ),
     ),
     make_config=_eqr_config,
+    card=EQR_TEXT,
 )

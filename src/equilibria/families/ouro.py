@@ -6,6 +6,7 @@ from transformers import PreTrainedTokenizerBase
 
 from ..loops import OuroLoop
 from ..modeling import OuroConfig, OuroForCausalLM, OuroModel
+from .card_text import LM_USAGE, FamilyText
 from .record import Family, Head
 from .vocabulary import small_lm_fields
 
@@ -33,6 +34,38 @@ def _ouro_config(fields: dict, hidden_size: int, num_layers: int, num_attention_
     )
 
 
+OURO_BIBTEX = """@misc{zhu2025ouro,
+  title = {Scaling Latent Reasoning via Looped Language Models},
+  author = {Zhu, Rui-Jie and Wang, Zixuan and Hua, Kai and Zhang, Tianyu and Li, Ziniu and Que, Haoran and Wei, Boyi
+    and Wen, Zixin and Yin, Fan and Xing, He and Li, Lu and Shi, Jiajun and Ma, Kaijing and Li, Shanda and Kergan,
+    Taylor and Smith, Andrew and Qu, Xingwei and Hui, Mude and Wu, Bohong and Min, Qiyang and Huang, Hongzhi and Zhou,
+    Xun and Ye, Wei and Liu, Jiaheng and Yang, Jian and Shi, Yunfeng and Lin, Chenghua and Zhao, Enduo and Cai, Tianle
+    and Zhang, Ge and Huang, Wenhao and Bengio, Yoshua and Eshraghian, Jason},
+  year = {2025},
+  eprint = {2510.25741},
+  archivePrefix = {arXiv}
+}
+
+@misc{yang2026stars,
+  title = {Stabilizing Recurrent Dynamics for Test-Time Scalable Latent Reasoning in Looped Language Models},
+  author = {Yang, Xiao-Wen and Han, Zi-Yu and Zhang, Xi-Hua and Wei, Wen-Da and Shao, Jie-Jing and Guo, Lan-Zhe
+    and Li, Yu-Feng},
+  year = {2026},
+  eprint = {2605.26733},
+  archivePrefix = {arXiv}
+}"""
+
+
+OURO_TEXT = FamilyText(
+    name="Ouro looped language model",
+    paper="Zhu et al., 2025, *Scaling Latent Reasoning via Looped Language Models* (Ouro); STARS fine-tuning "
+    "(random loop counts + a Jacobian spectral-radius penalty) from Yang et al., 2026, *Stabilizing Recurrent "
+    "Dynamics for Test-Time Scalable Latent Reasoning in Looped Language Models*",
+    tags=("looped-lm", "recurrent-depth"),
+    usage={"causal_lm": LM_USAGE},
+    citation=OURO_BIBTEX,
+)
+
 OURO = Family(
     model_type="ouro",
     loop_meaning="recurrence steps of the shared decoder stack",
@@ -42,4 +75,5 @@ OURO = Family(
     heads=(Head(OuroForCausalLM, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),),
     make_config=_ouro_config,
     capabilities=frozenset({"sampled_loops", "stars_penalty", "per_loop_readout", "vllm"}),
+    card=OURO_TEXT,
 )

@@ -15,6 +15,7 @@ from transformers import PreTrainedConfig
 from ..loops import LoopProtocol
 from ..tasks.tokenization import CharTokenizer
 from ..wording import with_article
+from .card_text import FamilyText
 
 #: the kinds of head, each evaluated and audited its own way (:data:`equilibria.scaling.EVALUATORS`)
 HEAD_KINDS = {
@@ -94,6 +95,7 @@ class Family:
         "o_proj",
     )  # LoRA's default: the attention projections
     capabilities: frozenset[str] = frozenset()  # keys of CAPABILITIES; see supports() for the one it derives
+    card: FamilyText | None = None  # its model card's text (None: derived from the record, card_text.record_text)
 
     def __post_init__(self):
         unknown = set(self.capabilities) - set(CAPABILITIES)
