@@ -73,9 +73,8 @@ class GradientNormCallback(TrainerCallback):
         groups: ``model -> {name: () -> [gradient tensors]}``; default [`phdeq_gradient_groups`].
     """
 
-    model_types = (
-        PHDEQConfig.model_type,
-    )  # `equilibria train` adds it for these families: the dynamics' gradient vs the direct path
+    # `equilibria train` adds it for these families: the dynamics' gradient vs the direct path
+    model_types = (PHDEQConfig.model_type,)
 
     def __init__(self, groups: Callable[[nn.Module], GradientGroups] = phdeq_gradient_groups):
         self.make_groups = groups

@@ -648,17 +648,17 @@ def check_vllm_rollouts(model, args: LoopGRPOConfig) -> None:
         )
     from ..serving.vllm_ouro import max_num_loops, per_request_refusal
 
-    refusal, most = per_request_refusal(config), args.max_loops or config.total_ut_steps
+    refusal = per_request_refusal(config)
     if refusal is not None:
         raise ValueError(
             f"LoopGRPOTrainer: use_vllm=True sends each rollout's loop count with its vLLM request; this folder's "
             f"engine takes none ({refusal})"
         )
-    if max_num_loops(config) < most:
+    most, served = args.max_loops or config.total_ut_steps, max_num_loops(config)
+    if served < most:
         raise ValueError(
             f"LoopGRPOTrainer: use_vllm=True with max_loops={most}: the folder's vLLM engine takes counts up to "
-            f"config.max_num_loops={max_num_loops(config)}; set model.config.max_num_loops = {most} and save the "
-            "folder again"
+            f"config.max_num_loops={served}; set model.config.max_num_loops = {most} and save the folder again"
         )
 
 
