@@ -252,6 +252,22 @@ def test_a_misspelt_keyword_is_a_type_error_naming_it(misspelt):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_the_keywords_are_checked_once_per_call(family, monkeypatch):
+    """A head passes what it does not take to its base model, whose forward checks it: one check per call."""
+    import sys
+
+    from equilibria.modeling import looped_lm
+
+    seen = []
+    check = looped_lm.check_keywords
+    for module in [m for name, m in sys.modules.items() if name.startswith("equilibria.modeling")]:
+        if getattr(module, "check_keywords", None) is check:  # wherever it was imported into
+            monkeypatch.setattr(module, "check_keywords", lambda model, kwargs: (seen.append(model), check(model, kwargs)))
+    FAMILIES[family]()(PROMPT, labels=PROMPT, num_items_in_batch=PROMPT.numel())
+    assert len(seen) == 1
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_the_keywords_transformers_passes_through_still_work(family):
     model = FAMILIES[family]()
     out = model(PROMPT, labels=PROMPT, num_items_in_batch=PROMPT.numel(), return_dict=True, output_hidden_states=True)

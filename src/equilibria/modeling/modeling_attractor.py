@@ -67,7 +67,6 @@ from .looped_lm import (
     ReadOnlyCache,
     TelemetryCache,
     as_int,
-    check_keywords,
     head_loss,
     keep_positions,
     recorded_calls,
@@ -558,7 +557,6 @@ class AttractorForCausalLM(LoopedLMHead, AttractorPreTrainedModel, GenerationMix
         r"""The backbone and the solve ([`AttractorModel.forward`], whose are the loop arguments), then ``lm_head`` on
         the kept positions and, with ``labels``, the shifted cross-entropy (and ``correction_loss``)."""
         loss_kwargs = {key: kwargs.pop(key) for key in LOSS_KWARGS if key in kwargs}
-        check_keywords(self, kwargs)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -624,7 +622,6 @@ class AttractorForPuzzleSolving(AttractorPreTrainedModel):
         also the loss (and ``correction_loss`` with ``correction_states > 0``). The puzzles come as ``inputs`` or
         ``input_ids`` (the name token-classification pipelines and collators use); there is no cache."""
         loss_kwargs = {key: kwargs.pop(key) for key in LOSS_KWARGS if key in kwargs}
-        check_keywords(self, kwargs)
         limit = self.config.max_position_embeddings
         inputs = puzzle_inputs(inputs, input_ids, self.config.vocab_size, limit, "max_position_embeddings")
         if labels is not None:

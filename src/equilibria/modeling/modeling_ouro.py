@@ -60,7 +60,6 @@ from .looped_lm import (
     ReadOnlyCache,
     TelemetryCache,
     as_int,
-    check_keywords,
     head_loss,
     keep_positions,
     recording_attentions,
@@ -844,7 +843,6 @@ class OuroForCausalLM(LoopedLMHead, OuroPreTrainedModel, GenerationMixin):
         loss_kwargs = {key: kwargs.pop(key) for key in LOSS_KWARGS if key in kwargs}
         if jsrr is not None or any(key.startswith("spectral_radius_") for key in kwargs):
             jsrr = JSRROptions.pop_from(kwargs, jsrr)  # the one place the estimate's options are read
-        check_keywords(self, kwargs)
         weighted = bool(use_weighted_exit)
         if labels is not None and (exit_at_step is not None or weighted):
             raise ValueError(
