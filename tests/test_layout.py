@@ -363,15 +363,14 @@ def test_trainers_and_adapters_take_their_family_from_their_own_declaration():
     from equilibria.trainers.for_family import TRAINERS
 
     for family in FAMILIES.values():
-        for head in family.heads:
-            assert family.model_type in adapter_class_for(family.model_type, head.kind).model_types
+        for head in family.heads:  # the one adapter of its head's kind and its loop's form
+            assert [adapter_class_for(family.model_type, head.kind)] == family.fitting(ADAPTERS, head.kind)
         if issubclass(trainer_for(family.model_type), LoopTrainer):
             assert family in trainer_for(family.model_type).families()
-    for declared in (
-        *ADAPTERS,
-        *TRAINERS,
-    ):  # each declares families with records (one, or with transformers' looped LMs)
+    for declared in TRAINERS:  # each declares families with records (one, or with transformers' looped LMs)
         assert declared.model_types and set(declared.model_types) <= set(FAMILIES)
+    for adapter in ADAPTERS:  # the adapters name no family: a head kind and a loop form
+        assert adapter.head_kinds and not hasattr(adapter, "model_types")
     assert type("MyStars", (StarsTrainer,), {}).families()[0] is FAMILIES["ouro"]  # a subclass keeps its families
     with pytest.raises(ValueError, match="Orphan declares no family"):
         type("Orphan", (LoopTrainer,), {}).families()
@@ -379,7 +378,7 @@ def test_trainers_and_adapters_take_their_family_from_their_own_declaration():
 
 def test_every_head_kind_has_one_adapter_one_evaluator_and_its_card_text():
     from equilibria.diagnostics import ADAPTERS
-    from equilibria.families import FAMILIES, HEAD_KINDS, serving
+    from equilibria.families import FAMILIES, HEAD_KINDS
     from equilibria.hub_cards import FAMILY_TEXTS
     from equilibria.scaling import EVALUATORS
 
@@ -387,7 +386,7 @@ def test_every_head_kind_has_one_adapter_one_evaluator_and_its_card_text():
     assert set(FAMILY_TEXTS) == set(FAMILIES)
     for family in FAMILIES.values():
         for head in family.heads:
-            assert len(serving(ADAPTERS, family.model_type, head.kind)) == 1, (family.model_type, head.kind)
+            assert len(family.fitting(ADAPTERS, head.kind)) == 1, (family.model_type, head.kind)
             assert head.kind in FAMILY_TEXTS[family.model_type].usage
 
 

@@ -92,3 +92,31 @@ except ValueError as error:
     line = run.stdout.strip().splitlines()[-1]
     assert line.startswith("StarsTrainer with jsrr_weight > 0 (set it 0 to train without) needs stars_penalty"), line
     assert "which the looped_llama family lacks" in line
+
+
+def test_the_audit_takes_the_adapter_a_record_names_and_says_so_when_none_fits(monkeypatch):
+    """A head kind and loop form no adapter of the package declares (a classifier over a fixed-step loop) is refused
+    in one line that says how to name one; the record's ``audit_adapter`` is then the one the audit uses."""
+    import dataclasses
+
+    from conftest import tiny_ouro
+
+    from equilibria.diagnostics import LoopAdapter, adapter_for
+
+    model = tiny_ouro()
+    model.config.model_type = "odd_loop"  # a family of its own whose only head is read as a classifier
+    ouro = FAMILIES["ouro"]
+    odd = dataclasses.replace(
+        ouro, model_type="odd_loop", heads=(dataclasses.replace(ouro.heads[0], kind="classifier"),)
+    )
+    monkeypatch.setitem(FAMILIES, "odd_loop", odd)
+    with pytest.raises(ValueError, match="no audit adapter fits the odd_loop family's classifier head with a fixed "
+                       r"number of steps: name one in its record \(Family\(audit_adapter=YourAdapter\)"):  # fmt: skip
+        adapter_for(model)
+
+    class OddAdapter(LoopAdapter):
+        head_kinds = ("classifier",)
+
+    monkeypatch.setitem(FAMILIES, "odd_loop", dataclasses.replace(odd, audit_adapter=OddAdapter))
+    adapter = adapter_for(model, num_loops=2)
+    assert type(adapter) is OddAdapter and adapter.max_iter == 2 and adapter.family == "odd_loop"

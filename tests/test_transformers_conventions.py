@@ -262,7 +262,9 @@ def test_the_keywords_are_checked_once_per_call(family, monkeypatch):
     check = looped_lm.check_keywords
     for module in [m for name, m in sys.modules.items() if name.startswith("equilibria.modeling")]:
         if getattr(module, "check_keywords", None) is check:  # wherever it was imported into
-            monkeypatch.setattr(module, "check_keywords", lambda model, kwargs: (seen.append(model), check(model, kwargs)))
+            monkeypatch.setattr(
+                module, "check_keywords", lambda model, kwargs: (seen.append(model), check(model, kwargs))
+            )
     FAMILIES[family]()(PROMPT, labels=PROMPT, num_items_in_batch=PROMPT.numel())
     assert len(seen) == 1
 

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from ..families import ServesFamiliesWith, family_record, serving
+from ..families import family_record
 from ..loops import LoopProtocol
-from ..modeling import AttractorConfig, EqRConfig, PHDEQConfig
 from ..modeling.loop_map import LoopMap
 from ..modeling.puzzles import puzzle_solved
 from ..modeling.solvers import residual
@@ -39,15 +38,18 @@ class LoopRun:
 
 
 class LoopAdapter:
-    """Base class: one per family (and kind of head, where they differ). Subclasses declare the families they
-    audit (``model_types``) and, where not every head of theirs, the head kinds (``head_kinds``, of
-    :data:`~equilibria.families.HEAD_KINDS`); :func:`adapter_for` picks by them among :data:`ADAPTERS`. They
-    implement :meth:`run`, :meth:`decode` and :meth:`probe_examples`; ``max_iter`` is the loop's cap (for the share
-    of solves that hit it). The loop map and the decoder's logits of a state come from the family's loop protocol
-    (:attr:`protocol`)."""
+    """Base class: one per kind of head and form of loop, named after the family it was written for. Subclasses
+    declare the head kinds they audit (``head_kinds``, of :data:`~equilibria.families.HEAD_KINDS`) and, where it
+    matters, whether the loop runs a fixed number of steps (``fixed_steps``: the protocol's ``states``) or is solved
+    (``solve``); :func:`adapter_for` picks by them among :data:`ADAPTERS` unless the family's record names its own
+    (``Family.audit_adapter``). They implement :meth:`run`, :meth:`decode` and :meth:`probe_examples`; ``max_iter``
+    is the loop's cap (for the share of solves that hit it). The loop map and the decoder's logits of a state come
+    from the family's loop protocol (:attr:`protocol`)."""
 
-    model_types: tuple[str, ...] = ()
     head_kinds: tuple[str, ...] = ()
+    #: True: a loop of a fixed number of steps (its protocol's ``states``); False: a solved loop (``solve``); None:
+    #: either
+    fixed_steps: bool | None = None
 
     start_name = "z0"
     solved_name = "h*"
@@ -76,11 +78,8 @@ class LoopAdapter:
 
     @property
     def family(self) -> str:
-        """The ``model_type`` of the family this adapter (or the one it derives from) declares; for an adapter of
-        your own that declares none, the audited model's."""
-        if self.model_types:
-            return self.model_types[0]
-        return getattr(self.model.config, "model_type", type(self.model).__name__)
+        """The audited model's ``model_type`` (its class name when its config has none)."""
+        return getattr(self.model.config, "model_type", None) or type(self.model).__name__
 
     def describe(self) -> dict:
         """What the start state, solved state and decoder are for this family (goes into the report)."""
@@ -155,16 +154,16 @@ def _require_columns(batch: dict, *names: str, family: str) -> None:
 
 
 class PHDEQAdapter(LoopAdapter):
-    """PH-DEQ: ``z0`` is the initialiser's proposal, ``h*`` the Anderson solution, the decoder the classifier
-    (with the direct context path when the model has one). Dataset columns: ``inputs``, ``labels`` (and
-    optionally ``attention_mask``, ``difficulty``)."""
+    """A classifier whose loop is solved (the PH-DEQ): ``z0`` is the initialiser's proposal, ``h*`` the solver's
+    solution, the decoder the classifier (with the direct context path when the model has one). Dataset columns:
+    ``inputs``, ``labels`` (and optionally ``attention_mask``, ``difficulty``)."""
 
-    model_types = (PHDEQConfig.model_type,)
+    head_kinds, fixed_steps = ("classifier",), False
     start_name = "z0 = initialiser(context)"
     solved_name = "h* = z* (the solver's equilibrium)"
 
     def run(self, batch, start=None):
-        _require_columns(batch, "inputs", "labels", family="PH-DEQ")
+        _require_columns(batch, "inputs", "labels", family=self.family)
         out = self.protocol.solve(self.model, batch, self.max_iter, start=start)
         # the solve's start, solved state, steps, converged and diverged are the run's, in the same order
         return LoopRun(*out[:5], correct=out.logits.argmax(-1) == batch["labels"])
@@ -196,7 +195,7 @@ class _PuzzleCells:
 
 
 class EqRAdapter(_PuzzleCells, LoopAdapter):
-    """EqR: ``z0`` is the state after the first step from the model's own start (random, drawn with a fixed seed,
+    """A puzzle solver that restarts its loop (EqR): ``z0`` is the state after the first step from the model's own start (random, drawn with a fixed seed,
     or learned), as Ouro's audit does: a random start, or a learned one that decodes to nothing, is off the
     decoder's input distribution, and T1 on it would be confounded exactly as zeroing is. ``h*`` is the state after
     ``depth`` iterations without noise (the first step included), the decoder the per-cell answer head; a unit is a
@@ -204,7 +203,7 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
     depth when it never does). T4 restarts the remaining ``depth - 1`` steps from a displaced ``z0``. Dataset
     columns: ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
 
-    model_types = (EqRConfig.model_type,)
+    head_kinds, fixed_steps = ("puzzle_solver",), False
     start_name = "z1 (the state after the first step from the model's own start: in the decoder's distribution)"
     solved_name = "h* = z_depth (state after the iterations)"
 
@@ -222,7 +221,7 @@ class EqRAdapter(_PuzzleCells, LoopAdapter):
         return super().untestable()
 
     def run(self, batch, start=None):
-        _require_columns(batch, "inputs", "labels", family="EqR")
+        _require_columns(batch, "inputs", "labels", family=self.family)
         num, cells = batch["inputs"].shape
         if getattr(self.model.config, "untied_depth", None):  # no step to repeat: `inconclusive` (untestable)
             return self._run_untied_blocks(batch, start)
@@ -328,10 +327,10 @@ class _CausalLMAdapter(LoopAdapter):
 
 
 class AttractorAdapter(_CausalLMAdapter):
-    """Attractor LM: ``z0`` is the backbone's proposal ``y0``, ``h*`` the attractor's fixed point (before the
+    """A language model whose loop is solved from a proposal (the Attractor LM): ``z0`` is the backbone's proposal ``y0``, ``h*`` the attractor's fixed point (before the
     final norm), the decoder ``lm_head(norm(.))``."""
 
-    model_types, head_kinds = (AttractorConfig.model_type,), ("causal_lm",)
+    head_kinds, fixed_steps = ("causal_lm",), False
     start_name = "y0 (the backbone's proposal)"
     solved_name = "y* (the attractor's fixed point)"
 
@@ -389,16 +388,12 @@ class LoopedLMAdapter(_CausalLMAdapter):
     last step's relative change ``||h_T - h_{T-1}|| / ||h_T||`` (over its real tokens) is below ``tol``. T4 does not
     apply (there is no fixed point to return to), and a one-step loop has no extra steps to test."""
 
-    model_types = ServesFamiliesWith("sampled_loops")  # read when used: registered families too
+    head_kinds, fixed_steps = ("causal_lm",), True
     displacement_applies = False
 
     def __init__(self, model, num_loops=None, tol: float = 1e-3, seed: int = 0):
         super().__init__(model, num_loops, seed)
         self.tol = tol
-
-    @property
-    def family(self) -> str:
-        return self.model.config.model_type
 
     def describe(self) -> dict:
         step = self.protocol.step_name
@@ -445,12 +440,19 @@ OuroAdapter = NativeLoopAdapter = LoopedLMAdapter
 
 
 def adapter_class_for(model_type: str, head_kind: str) -> type[LoopAdapter]:
-    """The adapter of :data:`ADAPTERS` that declares the family ``model_type`` and a head of ``head_kind`` (the
-    looped-LM adapter serves every family with ``sampled_loops``, one registered later too); ``ValueError`` when none
-    fits."""
-    found = serving(ADAPTERS, model_type, head_kind)
+    """The adapter of the family ``model_type``'s head of ``head_kind``: the one its record names
+    (``Family.audit_adapter``), else the one of :data:`ADAPTERS` that declares the head kind and the form of the
+    family's loop (fixed steps or solved); ``ValueError`` when none fits."""
+    family = family_record(model_type, "audit adapter")
+    if family.audit_adapter is not None:
+        return family.audit_adapter
+    found = family.fitting(ADAPTERS, head_kind)
     if not found:
-        raise ValueError(f"no audit adapter declares model_type {model_type!r} with a {head_kind} head")
+        form = "a fixed number of steps" if family.loop.runs_fixed_steps else "a solved loop"
+        raise ValueError(
+            f"no audit adapter fits the {model_type} family's {head_kind} head with {form}: name one in its record "
+            "(Family(audit_adapter=YourAdapter), a LoopAdapter subclass) or pass adapter=YourAdapter(model)"
+        )
     return found[0]
 
 

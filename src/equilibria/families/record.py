@@ -96,6 +96,9 @@ class Family:
     )  # LoRA's default: the attention projections
     capabilities: frozenset[str] = frozenset()  # keys of CAPABILITIES; see supports() for the one it derives
     card: FamilyText | None = None  # its model card's text (None: derived from the record, card_text.record_text)
+    #: the audit's adapter (a ``equilibria.diagnostics.LoopAdapter`` subclass) where the package's do not fit; None:
+    #: the one that declares its head's kind and its loop's form (:meth:`fitting`)
+    audit_adapter: type | None = None
 
     def __post_init__(self):
         unknown = set(self.capabilities) - set(CAPABILITIES)
@@ -109,6 +112,14 @@ class Family:
         if capability in self.capabilities:
             return True
         return capability == "sampled_loops" and self.heads[0].reads_text and self.loop.runs_fixed_steps
+
+    def fitting(self, classes: Iterable[type], head_kind: str) -> list[type]:
+        """The classes of ``classes`` (the audit's adapters) that declare ``head_kind`` in their ``head_kinds`` and
+        whose ``fixed_steps`` (None: either) is this family's loop's form (:attr:`LoopProtocol.runs_fixed_steps`)."""
+        fixed = self.loop.runs_fixed_steps
+        return [
+            cls for cls in classes if head_kind in cls.head_kinds and getattr(cls, "fixed_steps", None) in (None, fixed)
+        ]
 
     def require(self, capability: str, what: str) -> None:
         """``ValueError`` in one line unless the family supports ``capability``: ``what`` needs it (named with its
@@ -198,16 +209,10 @@ def family_record(model_or_config, needed: str | None = None) -> Family:
     return FAMILIES[model_type]
 
 
-def serving(classes: Iterable[type], model_type: str, head_kind: str | None = None) -> list[type]:
-    """The classes of ``classes`` that declare they serve ``model_type`` (in their ``model_types``) and, where
-    they name head kinds (``head_kinds``, empty: every head), a head of ``head_kind``: how a layer above picks its
-    trainer, audit adapter or callbacks for a family without the record naming them."""
-    return [
-        cls
-        for cls in classes
-        if model_type in getattr(cls, "model_types", ())
-        and (head_kind is None or not getattr(cls, "head_kinds", ()) or head_kind in cls.head_kinds)
-    ]
+def serving(classes: Iterable[type], model_type: str) -> list[type]:
+    """The classes of ``classes`` that declare they serve ``model_type`` (in their ``model_types``): how a layer
+    above picks its trainer or callbacks for a family without the record naming them."""
+    return [cls for cls in classes if model_type in getattr(cls, "model_types", ())]
 
 
 def families_with(capability: str) -> tuple[str, ...]:
