@@ -143,15 +143,15 @@ def test_the_docs_tool_imports_no_cycle_and_its_pages_share_a_leaf_not_the_engin
 
 def test_a_model_type_is_named_only_by_its_configuration_and_its_record():
     """Layers ask a family's record (its capabilities, its config class's model_type), not its name: a model type
-    in quotes appears in its configuration file and its record's module in families/, a transformers model's
-    nowhere."""
+    in quotes or backquotes (docstrings and comments included; as a recipe's name, "<type>/<task>", too) appears in
+    its configuration file and its record's module in families/, a transformers model's nowhere."""
     import re
 
     from equilibria.families import FAMILIES
 
     sources = {path: path.read_text() for path in (SRC / "equilibria").rglob("*.py")}
     for model_type, family in FAMILIES.items():
-        pattern = re.compile(rf"([\"']){re.escape(model_type)}\1")
+        pattern = re.compile(rf"[\"'`]{re.escape(model_type)}[\"'`/]")  # "ouro", `ouro`, "ouro/addition"
         named = {path.relative_to(SRC).as_posix() for path, text in sources.items() if pattern.search(text)}
         config_file = family.config_class.__module__.replace(".", "/") + ".py"
         others = named - {config_file}

@@ -120,3 +120,24 @@ def test_the_audit_takes_the_adapter_a_record_names_and_says_so_when_none_fits(m
     monkeypatch.setitem(FAMILIES, "odd_loop", dataclasses.replace(odd, audit_adapter=OddAdapter))
     adapter = adapter_for(model, num_loops=2)
     assert type(adapter) is OddAdapter and adapter.max_iter == 2 and adapter.family == "odd_loop"
+
+
+def test_a_registered_record_brings_its_recipes_named_after_its_model_type(monkeypatch):
+    """``register_family`` adds the record's recipes (each named by its task) to ``equilibria train``'s recipes."""
+    import dataclasses
+
+    from equilibria.families import record
+    from equilibria.tasks import recipes
+    from equilibria.tasks.recipes import recipe_for, scratch_recipe
+
+    class MyLoop(OuroLoop):
+        model_types = ("my_loop",)
+
+    monkeypatch.setattr(record, "FAMILIES", dict(FAMILIES))
+    monkeypatch.setattr(recipes, "RECIPES", dict(recipes.RECIPES))
+    monkeypatch.setattr(record, "_register", lambda family: None)  # no Auto classes: this process keeps its own
+    mine = scratch_recipe("addition", "my loop on sums", max_steps=300)
+    register_family(dataclasses.replace(FAMILIES["ouro"], model_type="my_loop", loop=MyLoop(), recipes=(mine,)))
+    got = recipe_for("my_loop", "addition")
+    assert got.name == "my_loop/addition" and got.settings["max_steps"] == 300
+    assert recipe_for("ouro", "addition").name == "ouro/addition"

@@ -25,6 +25,7 @@ from .record import (
     Family,
     Head,
     ServesFamiliesWith,
+    add_family,
     families_with,
     family_record,
     loop_count,
@@ -35,7 +36,8 @@ from .record import (
 )
 from .transformers_lms import transformers_families
 
-FAMILIES.update((family.model_type, family) for family in (OURO, ATTRACTOR, EQR, PHDEQ, *transformers_families()))
+for _family in (OURO, ATTRACTOR, EQR, PHDEQ, *transformers_families()):
+    add_family(_family)
 
 __all__ = [
     "CAPABILITIES",

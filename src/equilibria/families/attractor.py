@@ -6,6 +6,7 @@ from transformers import PreTrainedTokenizerBase
 
 from ..loops import AttractorLoop
 from ..modeling import AttractorConfig, AttractorForCausalLM, AttractorForPuzzleSolving, AttractorModel
+from ..tasks.recipes import SUDOKU_DATA, SUDOKU_SIZED, scratch_recipe
 from .card_text import LM_USAGE, FamilyText
 from .record import Family, Head
 from .vocabulary import small_lm_fields
@@ -132,4 +133,17 @@ ATTRACTOR = Family(
     ),
     make_config=_attractor_config,
     card=ATTRACTOR_TEXT,
+    recipes=(
+        scratch_recipe(
+            "addition", "a small Attractor LM on 8000 generated 2-digit sums", max_steps=1500, train_size=8000
+        ),
+        scratch_recipe(
+            "sudoku",
+            "a small Attractor puzzle model on the EqR recipe's 6x6 Sudoku puzzles",
+            max_steps=2400,
+            sized=SUDOKU_SIZED,
+            **SUDOKU_DATA,
+        ),
+        scratch_recipe("maze", "a small Attractor puzzle model on generated 9x9 mazes", max_steps=1500, size=9),
+    ),  # fmt: skip
 )

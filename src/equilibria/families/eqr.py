@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..loops import EqRLoop
 from ..modeling import EqRConfig, EqRForPuzzleSolving, EqRModel
+from ..tasks.recipes import SCRATCH, SUDOKU_DATA, SUDOKU_SIZED, Recipe, scratch_recipe
 from .card_text import FamilyText
 from .record import Family, Head
 
@@ -60,6 +61,11 @@ EQR_TEXT = FamilyText(
     citation=EQR_BIBTEX,
 )
 
+# 6x6 Sudoku: benchmarks/bench_eqr_sudoku.py's settings (docs/benchmarks/eqr_sudoku.md: 91-96% at depth 8 on seeds
+# 0-2). Puzzles cut down to a unique solution with no floor on their clues are far harder: the generic settings
+# (SCRATCH) on 1500 steps of those solved none.
+EQR_SUDOKU = {**SCRATCH, "weight_decay": 0.1, "max_steps": 2400, **SUDOKU_DATA}
+
 EQR = Family(
     model_type="eqr",
     loop_meaning="iterations of the weight-tied block (depth)",
@@ -77,4 +83,15 @@ EQR = Family(
     ),
     make_config=_eqr_config,
     card=EQR_TEXT,
+    recipes=(
+        Recipe(
+            "sudoku",
+            "a small EqR (width 128, 2 layers, segments of 4 iterations) on 3000 generated 6x6 Sudoku "
+            "puzzles of at least 18 clues, each with 2 symmetric variants: benchmarks/bench_eqr_sudoku.py's "
+            "settings (what they give on seeds 0-2: docs/cli.md#recipes)",
+            EQR_SUDOKU,
+            sized=SUDOKU_SIZED,
+        ),
+        scratch_recipe("maze", "a small EqR on generated 9x9 mazes", max_steps=1500, size=9),
+    ),  # fmt: skip
 )

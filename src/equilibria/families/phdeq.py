@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..loops import PHDEQLoop
 from ..modeling import PHDEQConfig, PHDEQForSequenceClassification, PHDEQModel
+from ..tasks.recipes import scratch_recipe
 from .card_text import FamilyText
 from .record import Family, Head
 
@@ -50,4 +51,8 @@ PHDEQ = Family(
     make_config=_phdeq_config,
     lora_targets=("potential_q", "potential_c", "port"),  # no attention: the dynamics' maps,
     card=PHDEQ_TEXT,
+    recipes=(
+        scratch_recipe("reachability", "a small PH-DEQ on generated reachability graphs", max_steps=1500),
+        scratch_recipe("entailment", "a small PH-DEQ on generated entailment problems", max_steps=1500),
+    ),
 )

@@ -13,6 +13,7 @@ import transformers
 from transformers import PreTrainedConfig
 
 from ..loops import LoopProtocol
+from ..tasks.recipes import Recipe, add_recipes
 from ..tasks.tokenization import CharTokenizer
 from ..wording import with_article
 from .card_text import FamilyText
@@ -99,6 +100,9 @@ class Family:
     #: the audit's adapter (a ``equilibria.diagnostics.LoopAdapter`` subclass) where the package's do not fit; None:
     #: the one that declares its head's kind and its loop's form (:meth:`fitting`)
     audit_adapter: type | None = None
+    #: its recipes, each named by its task (``equilibria train``'s defaults for a new model of the family on that
+    #: task; :mod:`equilibria.tasks.recipes`)
+    recipes: tuple[Recipe, ...] = ()
 
     def __post_init__(self):
         unknown = set(self.capabilities) - set(CAPABILITIES)
@@ -274,9 +278,15 @@ def register_family(family: Family) -> Family:
         raise ValueError(
             f"{type(family.loop).__name__}.model_types is {family.loop.model_types}: it must name {family.model_type!r}"
         )
-    FAMILIES[family.model_type] = family
+    add_family(family)
     _register(family)
     return family
+
+
+def add_family(family: Family) -> None:
+    """Put ``family`` in :data:`FAMILIES` and its recipes in :data:`~equilibria.tasks.recipes.RECIPES`."""
+    FAMILIES[family.model_type] = family
+    add_recipes(family.model_type, family.recipes)
 
 
 def loop_count(model, num_loops: int | None):

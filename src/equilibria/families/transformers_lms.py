@@ -6,6 +6,7 @@ from __future__ import annotations
 import transformers
 
 from ..loops import DoryLoop, HrmTextLoop, Inkling2Loop
+from ..tasks.recipes import UNTIL_TARGET, looped_lm_recipe
 from .card_text import transformers_lm_text
 from .record import Family, Head
 
@@ -80,25 +81,32 @@ def transformers_families() -> list[Family]:
     """The records of the looped LMs transformers ships, where the installed release has their classes (Dory and
     Inkling2-loop from 5.24, HRM-text from 5.9): the class names and model type are their protocols'."""
     lm = lambda cls: (Head(cls, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),)  # noqa: E731
-    known = [  # protocol, loop meaning, small config, the card's name and source
+    untuned = "(the looped-LM addition settings, 2000 steps, no validation; what they give: docs/cli.md#recipes)"
+    known = [  # protocol, loop meaning, small config, the card's name and source, the addition recipe
         (DoryLoop, "passes of the recurrent section", _dory_config, "Dory looped language model",
          "NVIDIA Nemotron-Labs' Dory: input layers, a recurrent section looped `n_recurrent_loops` times, output "
-         "layers"),
+         "layers",
+         looped_lm_recipe("addition", "a small DoryForCausalLM (width 128, 2 recurrent layers) at 4 passes on 8000 "
+                          "generated 2-digit sums", max_steps=5000, **UNTIL_TARGET)),
         (HrmTextLoop, "H-cycles (each: L_cycles of the L-stack, then the H-stack)", _hrm_text_config,
          "HRM-text language model", "the Hierarchical Reasoning Model's text variant (Sapient): an L-stack and an "
-         "H-stack, `H_cycles` x `L_cycles`"),
+         "H-stack, `H_cycles` x `L_cycles`",
+         looped_lm_recipe("addition", "a small HrmTextForCausalLM (width 128) at 4 H-cycles on 8000 generated "
+                          f"2-digit sums {untuned}")),
         (Inkling2Loop, "passes of the looped layers", _inkling2_loop_config, "Inkling2-loop language model",
          "Thinking Machines' Inkling-2 with looped layers passed `loop_num_passes` times through a gated message "
-         "path"),
+         "path",
+         looped_lm_recipe("addition", "a small Inkling2LoopForCausalLM (width 128) at 4 passes on 8000 generated "
+                          f"2-digit sums {untuned}")),
     ]  # fmt: skip
     records = []
-    for protocol, meaning, make, name, source in known:
+    for protocol, meaning, make, name, source, recipe in known:
         names = (protocol.config_class, protocol.base_class, protocol.head_class)
         if protocol.model_types and all(hasattr(transformers, name) for name in names):
             config_class, base_class, head_class = (getattr(transformers, name) for name in names)
             records.append(
                 Family(protocol.model_types[0], meaning, protocol(), config_class, base_class, lm(head_class), make,
                        capabilities=frozenset({"sampled_loops", "stars_penalty"}),  # the penalty: through looped()
-                       card=transformers_lm_text(name, protocol.head_class, source))
+                       card=transformers_lm_text(name, protocol.head_class, source), recipes=(recipe,))
             )  # fmt: skip
     return records

@@ -1,4 +1,4 @@
-"""Inkling2-loop (``Inkling2LoopForCausalLM``, model type ``inkling2_loop_text``): layers ``loop_layer_index_start``
+"""Inkling2-loop (``Inkling2LoopForCausalLM``): layers ``loop_layer_index_start``
 to ``loop_layer_index_end`` passed ``loop_num_passes`` times. Each pass after the first restarts from the pre-loop
 states and reads the previous pass through a gated message path, so the state a pass hands on is what its loop
 layers output (the residual blocks it appended and the hidden states it ends with). Its map takes a pass's state to the next

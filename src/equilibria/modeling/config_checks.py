@@ -23,7 +23,7 @@ from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDa
 
 # A key LoopConfigMixin writes into every family's config.json: ``{"model_type": ""}``. Where the family is unknown and
 # remote code is not trusted, ``AutoTokenizer.from_pretrained(folder, trust_remote_code=False)`` reads the config with
-# ``PreTrainedConfig`` (``model_type`` ""), which warns "You are using a model of type `ouro` to instantiate a model
+# ``PreTrainedConfig`` (``model_type`` ""), which warns "You are using a model of type `<its type>` to instantiate a model
 # of type ``" unless the config holds a dict of that model type (transformers' way to find a composite model's
 # part); it reads this one, and the tokenizer loads from its own files without the warning.
 STANDALONE_KEY = "standalone_tokenizer"

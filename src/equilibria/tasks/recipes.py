@@ -9,13 +9,15 @@ applied, shown (``--show_recipe``) and recorded (training history, model card) t
 given explicitly overrides it. What each documented recipe delivers on seeds 0-2 is measured by
 ``benchmarks/recipes.py`` into ``docs/results/recipes.json``; the pages state that range.
 
-Layers above choose: :func:`recipe_for` takes the family's ``model_type`` (a string: this module names no class of
-the families), the task (or :data:`~equilibria.tasks.named_splits.ROWS_TASK` for rows of your own) and whether a
-checkpoint is fine-tuned (with LoRA or not).
+Each family's record declares its recipes (``Family.recipes``, built from the settings here), and they join
+:data:`RECIPES` with it. Layers above choose: :func:`recipe_for` takes the family's ``model_type`` (a string: this
+module names no family), the task (or :data:`~equilibria.tasks.named_splits.ROWS_TASK` for rows of your own) and
+whether a checkpoint is fine-tuned (with LoRA or not).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,7 +26,8 @@ from types import MappingProxyType
 
 @dataclass(frozen=True)
 class Recipe:
-    """One recipe: its ``name`` (``"ouro/addition"``, ``"fine-tune/lora"``), what it is for (``summary``) and
+    """One recipe: its ``name`` (``"<model type>/<task>"``, ``"fine-tune/lora"``; a family's record names its
+    recipes by their task), what it is for (``summary``) and
     ``settings``, ``{flag name: value}`` of ``equilibria train`` (``TrainingArguments`` fields, the family trainer's
     own options, the new model's sizes and the generated data's sizes)."""
 
@@ -80,7 +83,7 @@ def _plain(value) -> str:
 
 # From scratch: AdamW at 1e-3 with a short warm-up and a cosine decay, batch 64, clipped gradients; each recipe
 # below adds its length, loop settings and data. Logging: ten points per run (train sets logging_steps 0.1).
-_SCRATCH = {
+SCRATCH = {
     "learning_rate": 1e-3,
     "per_device_train_batch_size": 64,
     "lr_scheduler_type": "cosine",
@@ -91,8 +94,8 @@ _SCRATCH = {
 # a looped LM trained at one loop count (STARS' sampling and penalty off): what its loop-scaling table is read against.
 # 2e-3 learns the sums in fewer steps than 1e-3. Each recipe below sets its length; what they give on seeds nobody
 # chose them on is in docs/results/recipes.json (docs/cli.md#recipes).
-_LOOPED_LM_ADDITION = {
-    **_SCRATCH,
+LOOPED_LM_ADDITION = {
+    **SCRATCH,
     "learning_rate": 2e-3,
     "max_steps": 2000,
     "train_size": 8000,
@@ -104,62 +107,47 @@ _LOOPED_LM_ADDITION = {
 # Validation during training: every 250 steps the validation split (200 problems apart from the training and test
 # splits) is scored at the trained loop count and the run ends with the best checkpoint (of equal ones, the later);
 # the test split is read once, after training
-_VALIDATED = {
+VALIDATED = {
     "eval_strategy": "steps",
     "eval_steps": 250,
     "save_strategy": "best",
     "save_total_limit": 1,
     "load_best_model_at_end": True,
 }
-_UNTIL_TARGET = {**_VALIDATED, "validation_target": 0.99}  # and stops once validation reaches 99%
+UNTIL_TARGET = {**VALIDATED, "validation_target": 0.99}  # and stops once validation reaches 99%
 
 
-# EqR on 6x6 Sudoku: benchmarks/bench_eqr_sudoku.py's settings (docs/benchmarks/eqr_sudoku.md: 91-96% at depth 8
-# on seeds 0-2). Puzzles cut down to a unique solution with no floor on their clues are far harder: the generic
-# settings (_SCRATCH) on 1500 steps of those solved none.
-_SUDOKU_DATA = {"size": 6, "train_size": 3000, "min_clues": 18, "augmentations": 2, "eval_loops": "1,2,4,8,16,32"}
-_SUDOKU_SIZED = ("train_size", "min_clues", "augmentations")  # another --size: the defaults (4x4 has 16 cells)
-_EQR_SUDOKU = {**_SCRATCH, "weight_decay": 0.1, "max_steps": 2400, **_SUDOKU_DATA}
+# 6x6 Sudoku puzzles of at least 18 clues, each with 2 symmetric variants (EqR's recipe; the Attractor's puzzle recipe
+# reads the same puzzles)
+SUDOKU_DATA = {"size": 6, "train_size": 3000, "min_clues": 18, "augmentations": 2, "eval_loops": "1,2,4,8,16,32"}
+SUDOKU_SIZED = ("train_size", "min_clues", "augmentations")  # another --size: the defaults (4x4 has 16 cells)
 
 
-def _scratch(name: str, summary: str, sized: tuple[str, ...] = (), **settings) -> Recipe:
-    """A recipe of the generic settings, not tuned for its family and task (docs/cli.md#recipes: what they give)."""
-    return Recipe(name, f"{summary} (generic settings, untuned; what they give: docs/cli.md#recipes)",
-                  {**_SCRATCH, **settings}, sized)  # fmt: skip
+def scratch_recipe(task: str, summary: str, sized: tuple[str, ...] = (), **settings) -> Recipe:
+    """A family's recipe for ``task`` of the generic settings, not tuned for its family and task (docs/cli.md#recipes:
+    what they give)."""
+    return Recipe(task, f"{summary} (generic settings, untuned; what they give: docs/cli.md#recipes)",
+                  {**SCRATCH, **settings}, sized)  # fmt: skip
 
 
-def _looped_lm(name: str, summary: str, **settings) -> Recipe:
-    return Recipe(name, summary, {**_LOOPED_LM_ADDITION, **settings})
+def looped_lm_recipe(task: str, summary: str, **settings) -> Recipe:
+    """A looped LM's recipe for ``task``: the looped-LM addition settings, with ``settings`` on top."""
+    return Recipe(task, summary, {**LOOPED_LM_ADDITION, **settings})
 
 
-# Puzzles: the smallest boards whose generators have classes enough for a test split held out by class (4x4 Sudoku has
-# 36 classes up to symmetry, 7x7 mazes too few: `--size 4 --split_by board` is a memorisation check)
-RECIPES: dict[tuple[str, str], Recipe] = {
-    tuple(recipe.name.split("/")): recipe  # (model type, task)
-    for recipe in (
-        # the last step's loss: what a fixed loop count reads. 6000 steps, the whole cosine schedule, validated every
-        # 250 and the best kept: a seed that learns late still gets a decayed learning rate after it has learned
-        _looped_lm("ouro/addition", "a 0.33M-parameter Ouro (width 128, 2 layers) at 4 loops on 8000 generated "
-                   "2-digit sums, the last step's loss", exit_loss="final", max_steps=6000, **_VALIDATED),
-        _looped_lm("dory/addition", "a small DoryForCausalLM (width 128, 2 recurrent layers) at 4 passes on 8000 "
-                   "generated 2-digit sums", max_steps=5000, **_UNTIL_TARGET),
-        _looped_lm("hrm_text/addition", "a small HrmTextForCausalLM (width 128) at 4 H-cycles on 8000 generated "
-                   "2-digit sums (the looped-LM addition settings, 2000 steps, no validation; what they give: docs/cli.md#recipes)"),
-        _looped_lm("inkling2_loop_text/addition", "a small Inkling2LoopForCausalLM (width 128) at 4 passes on 8000 "
-                   "generated 2-digit sums (the looped-LM addition settings, 2000 steps, no validation; what they give: docs/cli.md#recipes)"),
-        _scratch("attractor_lm/addition", "a small Attractor LM on 8000 generated 2-digit sums", max_steps=1500,
-                 train_size=8000),
-        _scratch("attractor_lm/sudoku", "a small Attractor puzzle model on the EqR recipe's 6x6 Sudoku puzzles",
-                 max_steps=2400, sized=_SUDOKU_SIZED, **_SUDOKU_DATA),
-        _scratch("attractor_lm/maze", "a small Attractor puzzle model on generated 9x9 mazes", max_steps=1500, size=9),
-        Recipe("eqr/sudoku", "a small EqR (width 128, 2 layers, segments of 4 iterations) on 3000 generated 6x6 "
-               "Sudoku puzzles of at least 18 clues, each with 2 symmetric variants: benchmarks/bench_eqr_sudoku.py's "
-               "settings (what they give on seeds 0-2: docs/cli.md#recipes)", _EQR_SUDOKU, sized=_SUDOKU_SIZED),
-        _scratch("eqr/maze", "a small EqR on generated 9x9 mazes", max_steps=1500, size=9),
-        _scratch("phdeq/reachability", "a small PH-DEQ on generated reachability graphs", max_steps=1500),
-        _scratch("phdeq/entailment", "a small PH-DEQ on generated entailment problems", max_steps=1500),
-    )
-}  # fmt: skip
+#: every family's recipes by (model type, task), each named "<model type>/<task>": the recipes a family's record
+#: declares (``Family.recipes``), added with the record (the package's at import, a registered family's by
+#: ``register_family``). Puzzles: the smallest boards whose generators have classes enough for a test split held out
+#: by class (4x4 Sudoku has 36 classes up to symmetry, 7x7 mazes too few: `--size 4 --split_by board` is a
+#: memorisation check)
+RECIPES: dict[tuple[str, str], Recipe] = {}
+
+
+def add_recipes(model_type: str, recipes: tuple[Recipe, ...]) -> None:
+    """Add a family's recipes (each named by its task) to :data:`RECIPES`, named ``"<model_type>/<task>"``."""
+    for recipe in recipes:
+        RECIPES[model_type, recipe.name] = dataclasses.replace(recipe, name=f"{model_type}/{recipe.name}")
+
 
 # Fine-tuning a checkpoint (--model_name_or_path) on your rows or a task: with LoRA or all weights; no warm-up (the
 # weights are trained already, and the first step moves them)
@@ -167,7 +155,7 @@ FINE_TUNE_RECIPES: dict[str, Recipe] = {
     "lora": Recipe(
         "fine-tune/lora",
         "LoRA on a checkpoint: a LoRA-sized learning rate, a cosine decay, validated every 250 steps",
-        {"learning_rate": 1e-3, "lr_scheduler_type": "cosine", "warmup_steps": 0, "weight_decay": 0.0, **_UNTIL_TARGET},
+        {"learning_rate": 1e-3, "lr_scheduler_type": "cosine", "warmup_steps": 0, "weight_decay": 0.0, **UNTIL_TARGET},
     ),
     "full": Recipe(
         "fine-tune/full",
@@ -177,7 +165,7 @@ FINE_TUNE_RECIPES: dict[str, Recipe] = {
             "lr_scheduler_type": "cosine",
             "warmup_steps": 0,
             "weight_decay": 0.01,
-            **_UNTIL_TARGET,
+            **UNTIL_TARGET,
         },
     ),
 }
@@ -192,4 +180,13 @@ def recipe_for(model_type: str, task: str | None, fine_tune: bool = False, lora:
     return RECIPES.get((model_type, task))
 
 
-__all__ = ["FINE_TUNE_RECIPES", "RECIPES", "Recipe", "recipe_for", "same_value"]
+__all__ = [
+    "FINE_TUNE_RECIPES",
+    "RECIPES",
+    "Recipe",
+    "add_recipes",
+    "looped_lm_recipe",
+    "recipe_for",
+    "same_value",
+    "scratch_recipe",
+]
