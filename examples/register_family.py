@@ -110,7 +110,7 @@ FAMILY = register_family(
         loop=LoopedLlamaLoop(),
         config_class=LoopedLlamaConfig,
         base_class=LoopedLlamaModel,
-        heads=(Head(LoopedLlamaForCausalLM, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),),
+        heads=(Head(LoopedLlamaForCausalLM, kind="causal_lm", tasks=("addition",)),),
         make_config=small_config,
     )
 )

@@ -122,14 +122,8 @@ ATTRACTOR = Family(
     config_class=AttractorConfig,
     base_class=AttractorModel,
     heads=(
-        Head(AttractorForCausalLM, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),
-        Head(
-            AttractorForPuzzleSolving,
-            "AutoModelForTokenClassification",
-            "puzzle_cells",
-            ("sudoku", "maze"),
-            "token-classification",
-        ),
+        Head(AttractorForCausalLM, kind="causal_lm", tasks=("addition",)),
+        Head(AttractorForPuzzleSolving, kind="puzzle_cells", tasks=("sudoku", "maze")),
     ),
     make_config=_attractor_config,
     card=ATTRACTOR_TEXT,

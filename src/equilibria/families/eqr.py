@@ -72,15 +72,7 @@ EQR = Family(
     loop=EqRLoop(),
     config_class=EqRConfig,
     base_class=EqRModel,
-    heads=(
-        Head(
-            EqRForPuzzleSolving,
-            "AutoModelForTokenClassification",
-            "puzzle_solver",
-            ("sudoku", "maze"),
-            "token-classification",
-        ),
-    ),
+    heads=(Head(EqRForPuzzleSolving, kind="puzzle_solver", tasks=("sudoku", "maze")),),
     make_config=_eqr_config,
     card=EQR_TEXT,
     recipes=(

@@ -73,7 +73,7 @@ OURO = Family(
     loop=OuroLoop(),
     config_class=OuroConfig,
     base_class=OuroModel,
-    heads=(Head(OuroForCausalLM, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),),
+    heads=(Head(OuroForCausalLM, kind="causal_lm", tasks=("addition",)),),
     make_config=_ouro_config,
     capabilities=frozenset({"sampled_loops", "stars_penalty", "per_loop_readout", "vllm"}),
     card=OURO_TEXT,

@@ -39,15 +39,7 @@ PHDEQ = Family(
     loop=PHDEQLoop(),
     config_class=PHDEQConfig,
     base_class=PHDEQModel,
-    heads=(
-        Head(
-            PHDEQForSequenceClassification,
-            "AutoModelForSequenceClassification",
-            "classifier",
-            ("reachability", "entailment"),
-            "text-classification",
-        ),
-    ),
+    heads=(Head(PHDEQForSequenceClassification, kind="classifier", tasks=("reachability", "entailment")),),
     make_config=_phdeq_config,
     lora_targets=("potential_q", "potential_c", "port"),  # no attention: the dynamics' maps,
     card=PHDEQ_TEXT,

@@ -28,6 +28,15 @@ HEAD_KINDS = {
 }
 
 
+#: per head kind: the transformers Auto class its heads register with and the Hub ``pipeline_tag`` of its task (a
+#: :class:`Head`'s defaults)
+HEAD_AUTO = {
+    "causal_lm": ("AutoModelForCausalLM", "text-generation"),
+    "puzzle_cells": ("AutoModelForTokenClassification", "token-classification"),
+    "puzzle_solver": ("AutoModelForTokenClassification", "token-classification"),
+    "classifier": ("AutoModelForSequenceClassification", "text-classification"),
+}
+
 TEXT_KINDS = frozenset({"causal_lm"})  # the head kinds of a language model (Head.reads_text)
 SEARCH_KINDS = frozenset({"puzzle_solver"})  # the head kinds that restart their loop (Head.searches)
 
@@ -45,13 +54,14 @@ CAPABILITIES = {
 class Head:
     """A task head of a family: its class, the transformers Auto class it is registered with, its kind (a key of
     :data:`HEAD_KINDS`), the tasks it is trained and evaluated on (the first is its default) and the Hub
-    ``pipeline_tag`` of its task."""
+    ``pipeline_tag`` of its task; the Auto class and the tag default to its kind's (:data:`HEAD_AUTO`):
+    ``Head(MyForCausalLM, kind="causal_lm", tasks=("addition",))``."""
 
     model_class: type
-    auto_class: str
-    kind: str
-    tasks: tuple[str, ...]
-    pipeline_tag: str
+    auto_class: str = ""
+    kind: str = "causal_lm"
+    tasks: tuple[str, ...] = ()
+    pipeline_tag: str = ""
 
     @property
     def reads_text(self) -> bool:
@@ -72,6 +82,11 @@ class Head:
     def __post_init__(self):
         if self.kind not in HEAD_KINDS:
             raise ValueError(f"Head kind must be one of {tuple(HEAD_KINDS)}, got {self.kind!r}")
+        if not self.tasks:
+            raise ValueError(f"Head({self.model_class.__name__}) needs tasks: the tasks it is trained on")
+        auto_class, pipeline_tag = HEAD_AUTO[self.kind]
+        object.__setattr__(self, "auto_class", self.auto_class or auto_class)
+        object.__setattr__(self, "pipeline_tag", self.pipeline_tag or pipeline_tag)
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ def _inkling2_loop_config(fields: dict, hidden_size: int, num_layers: int, num_a
 def transformers_families() -> list[Family]:
     """The records of the looped LMs transformers ships, where the installed release has their classes (Dory and
     Inkling2-loop from 5.24, HRM-text from 5.9): the class names and model type are their protocols'."""
-    lm = lambda cls: (Head(cls, "AutoModelForCausalLM", "causal_lm", ("addition",), "text-generation"),)  # noqa: E731
+    lm = lambda cls: (Head(cls, kind="causal_lm", tasks=("addition",)),)  # noqa: E731
     untuned = "(the looped-LM addition settings, 2000 steps, no validation; what they give: docs/cli.md#recipes)"
     known = [  # protocol, loop meaning, small config, the card's name and source, the addition recipe
         (DoryLoop, "passes of the recurrent section", _dory_config, "Dory looped language model",
