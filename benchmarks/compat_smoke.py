@@ -53,7 +53,7 @@ def smoke(family: str, folder: Path, extra: list[str] | None = None) -> None:
         raise RuntimeError(f"equilibria train exited with {code}")
     record = FAMILIES[family]
     head = record.head_of_config(transformers.AutoConfig.from_pretrained(folder))
-    model = record.loop.prepare(getattr(transformers, head.auto_class).from_pretrained(folder).eval())
+    model = record.protocol.prepare(getattr(transformers, head.auto_class).from_pretrained(folder).eval())
     if not isinstance(model, head.model_class):
         raise RuntimeError(f"the folder loaded {type(model).__module__}.{type(model).__name__}, not the package's")
     if not model.can_generate():

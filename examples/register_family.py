@@ -107,7 +107,7 @@ FAMILY = register_family(
     Family(
         model_type="looped_llama",
         loop_meaning="passes of the looped Llama layer",
-        loop=LoopedLlamaLoop(),
+        protocol=LoopedLlamaLoop(),
         config_class=LoopedLlamaConfig,
         base_class=LoopedLlamaModel,
         heads=(Head(LoopedLlamaForCausalLM, kind="causal_lm", tasks=("addition",)),),

@@ -16,7 +16,7 @@ COMMAND_LAYER = {
     "equilibria.__main__",
     "equilibria.commands",
     "equilibria.train",
-    "equilibria.train.arguments",
+    "equilibria.train.train_arguments",
     "equilibria.train.building",
     "equilibria.train.results",
     "equilibria.demo",

@@ -11,7 +11,7 @@ from huggingface_hub import ModelCard
 pytest.importorskip("lm_eval", reason="lm-eval is the optional extra `equilibria[eval]`")
 
 from equilibria.cli import main  # noqa: E402
-from equilibria.families import loop_count  # noqa: E402
+from equilibria.families import running_loops  # noqa: E402
 from equilibria.lm_eval_loops import lm_eval_at_loops  # noqa: E402
 
 TASK = """task: {name}
@@ -136,7 +136,7 @@ def test_loop_count_sets_and_restores_the_default(saved):
 
     model = AutoModelForCausalLM.from_pretrained(saved)
     ids = torch.tensor([[4, 5, 6]])
-    with loop_count(model, 2):
+    with running_loops(model, 2):
         assert model.config.total_ut_steps == 2
         assert torch.equal(model(ids).logits, model(ids, num_loops=2).logits)
         generated = model.generate(ids, max_new_tokens=3, do_sample=False)

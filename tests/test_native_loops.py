@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 
 from equilibria import looped
 from equilibria.diagnostics import audit
-from equilibria.families import FAMILIES, family_record, loop_count
+from equilibria.families import FAMILIES, family_record, running_loops
 from equilibria.loops import TransformersLoop, base_model_of, transformers_model_types
 
 NATIVE = [t for t in ("dory", "hrm_text", "inkling2_loop_text") if t in FAMILIES]
@@ -24,7 +24,7 @@ IDS = torch.randint(3, 20, (2, 7), generator=torch.Generator().manual_seed(0))
 
 def protocol_of(model_or_type):
     """The loop protocol of a model's (or model type's) family."""
-    return family_record(model_or_type).loop
+    return family_record(model_or_type).protocol
 
 
 def reloaded_at(model, folder, num_loops: int):
@@ -39,7 +39,7 @@ def test_every_native_architecture_of_the_installed_transformers_has_a_record_an
 
     assert set(transformers_model_types()) == {"dory", "hrm_text", "inkling2_loop_text"}
     for model_type in NATIVE:
-        assert isinstance(FAMILIES[model_type].loop, TransformersLoop)
+        assert isinstance(FAMILIES[model_type].protocol, TransformersLoop)
         assert protocol_of(model_type).model_types == (model_type,)
     assert ("dory" in FAMILIES) == hasattr(transformers, "DoryForCausalLM")
 
@@ -120,7 +120,7 @@ def test_the_loop_map_iterated_from_its_start_gives_the_forwards_states(model_ty
         for passes in range(protocol.start_after_passes + 1, 5):
             state = f(state)
             torch.testing.assert_close(state, protocol.state_after(base, recorded, passes), rtol=0, atol=1e-6)
-        with loop_count(model, 1), protocol.substitute(base, state):
+        with running_loops(model, 1), protocol.substitute(base, state):
             torch.testing.assert_close(model(IDS).logits, logits, rtol=0, atol=1e-5)
     assert state.shape[-1] == protocol.state_width(model.config)
 

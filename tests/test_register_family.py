@@ -62,9 +62,9 @@ def test_a_record_that_takes_a_known_model_type_or_whose_protocol_does_not_name_
     ouro = FAMILIES["ouro"]
     fields = {k: getattr(ouro, k) for k in ("loop_meaning", "config_class", "base_class", "heads", "make_config")}
     with pytest.raises(ValueError, match="model_type 'ouro' is already a family"):
-        register_family(Family(model_type="ouro", loop=OuroLoop(), **fields))
+        register_family(Family(model_type="ouro", protocol=OuroLoop(), **fields))
     with pytest.raises(ValueError, match=r"OuroLoop.model_types is \('ouro',\): it must name 'my_loop'"):
-        register_family(Family(model_type="my_loop", loop=OuroLoop(), **fields))
+        register_family(Family(model_type="my_loop", protocol=OuroLoop(), **fields))
     assert "my_loop" not in FAMILIES
     assert register_family(ouro) is ouro  # the same record again: nothing changes
 
@@ -137,7 +137,7 @@ def test_a_registered_record_brings_its_recipes_named_after_its_model_type(monke
     monkeypatch.setattr(recipes, "RECIPES", dict(recipes.RECIPES))
     monkeypatch.setattr(record, "_register", lambda family: None)  # no Auto classes: this process keeps its own
     mine = scratch_recipe("addition", "my loop on sums", max_steps=300)
-    register_family(dataclasses.replace(FAMILIES["ouro"], model_type="my_loop", loop=MyLoop(), recipes=(mine,)))
+    register_family(dataclasses.replace(FAMILIES["ouro"], model_type="my_loop", protocol=MyLoop(), recipes=(mine,)))
     got = recipe_for("my_loop", "addition")
     assert got.name == "my_loop/addition" and got.settings["max_steps"] == 300
     assert recipe_for("ouro", "addition").name == "ouro/addition"

@@ -1,5 +1,5 @@
 """The ``equilibria`` command: each subcommand's arguments are dataclasses (:mod:`equilibria.command_arguments`;
-``train``'s in :mod:`equilibria.train.arguments`), its work in :mod:`equilibria.commands`, :mod:`equilibria.train`
+``train``'s in :mod:`equilibria.train.train_arguments`), its work in :mod:`equilibria.commands`, :mod:`equilibria.train`
 or :mod:`equilibria.demo`; this module parses and prints, nothing else."""
 
 from __future__ import annotations

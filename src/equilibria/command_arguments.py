@@ -8,7 +8,7 @@ release with a deprecation warning. ``--config FILE.yaml`` (or a YAML/JSON file 
 keys being the flags' names, and flags on the command line override it (:func:`parse_command`).
 
 :class:`DataArguments` are the data flags ``train``, ``eval`` and ``audit`` share; ``train`` adds its splits and
-sizes (:class:`equilibria.train.arguments.TrainDataArguments`), ``eval`` and ``audit`` a row count
+sizes (:class:`equilibria.train.train_arguments.TrainDataArguments`), ``eval`` and ``audit`` a row count
 (:class:`EvaluationDataArguments`).
 """
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .families import loop_count
+from .families import running_loops
 from .plots import plot_loop_scaling
 from .provenance import replacement_note
 
@@ -58,7 +58,7 @@ def lm_eval_at_loops(
         raise ValueError(f"--lm_eval_tasks {unknown}: no such lm-eval task{where}")
     values, errors = {}, {}
     for n in tqdm(loops, desc="lm-eval at each loop count"):
-        with loop_count(model, n):
+        with running_loops(model, n):
             lm = HFLM(
                 pretrained=model, backend="causal", tokenizer=tokenizer, batch_size=batch_size, device=str(model.device)
             )

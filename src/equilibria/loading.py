@@ -34,7 +34,7 @@ def load_saved_model(path: str, trust_remote_code: bool = False):
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
     model = auto.from_pretrained(path, trust_remote_code=trust_remote_code).eval()
-    return family_record(config).loop.prepare(model)
+    return family_record(config).protocol.prepare(model)
 
 
 __all__ = ["load_saved_model"]

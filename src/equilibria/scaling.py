@@ -108,7 +108,7 @@ def loop_scores(model, data, loops: list[int], scoring: Scoring | None = None) -
     scoring = scoring or Scoring()
     family = family_record(model)
     head = family.head_of_model(model)
-    family.loop.prepare(model)  # num_loops per call (transformers' looped LMs: looped())
+    family.protocol.prepare(model)  # num_loops per call (transformers' looped LMs: looped())
     if scoring.searches and not head.searches:
         raise ValueError(f"halt_threshold and breadth apply to a puzzle solver's head, not to a {head.kind} head")
     return EVALUATORS[head.kind](model, data, loops, scoring)

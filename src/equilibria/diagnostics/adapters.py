@@ -69,7 +69,7 @@ class LoopAdapter:
     @property
     def protocol(self) -> LoopProtocol:
         """The loop protocol of the model's family (:mod:`equilibria.loops`)."""
-        return family_record(self.model).loop
+        return family_record(self.model).protocol
 
     @property
     def max_iter(self) -> int:
@@ -448,7 +448,7 @@ def adapter_class_for(model_type: str, head_kind: str) -> type[LoopAdapter]:
         return family.audit_adapter
     found = family.fitting(ADAPTERS, head_kind)
     if not found:
-        form = "a fixed number of steps" if family.loop.runs_fixed_steps else "a solved loop"
+        form = "a fixed number of steps" if family.protocol.runs_fixed_steps else "a solved loop"
         raise ValueError(
             f"no audit adapter fits the {model_type} family's {head_kind} head with {form}: name one in its record "
             "(Family(audit_adapter=YourAdapter), a LoopAdapter subclass) or pass adapter=YourAdapter(model)"

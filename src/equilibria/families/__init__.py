@@ -32,6 +32,7 @@ from .record import (
     model_task,
     register_auto_classes,
     register_family,
+    running_loops,
     serving,
 )
 from .transformers_lms import transformers_families
@@ -49,6 +50,7 @@ __all__ = [
     "families_with",
     "family_record",
     "loop_count",
+    "running_loops",
     "model_task",
     "register_auto_classes",
     "register_family",

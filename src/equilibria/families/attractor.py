@@ -118,7 +118,7 @@ ATTRACTOR_TEXT = FamilyText(
 ATTRACTOR = Family(
     model_type="attractor_lm",
     loop_meaning="the fixed-point solver's iteration budget (0 = backbone only)",
-    loop=AttractorLoop(),
+    protocol=AttractorLoop(),
     config_class=AttractorConfig,
     base_class=AttractorModel,
     heads=(

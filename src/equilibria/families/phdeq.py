@@ -36,7 +36,7 @@ PHDEQ_TEXT = FamilyText(
 PHDEQ = Family(
     model_type="phdeq",
     loop_meaning="the fixed-point solver's iteration cap (Anderson or Picard: config.solver)",
-    loop=PHDEQLoop(),
+    protocol=PHDEQLoop(),
     config_class=PHDEQConfig,
     base_class=PHDEQModel,
     heads=(Head(PHDEQForSequenceClassification, kind="classifier", tasks=("reachability", "entailment")),),

@@ -97,7 +97,7 @@ class Family:
 
     model_type: str
     loop_meaning: str
-    loop: LoopProtocol  # how the package drives the loop (:mod:`equilibria.loops`)
+    protocol: LoopProtocol  # how the package drives the loop (:mod:`equilibria.loops`)
     config_class: type
     base_class: type
     heads: tuple[Head, ...]
@@ -130,15 +130,20 @@ class Family:
         per call is then all STARS' sampling needs)."""
         if capability in self.capabilities:
             return True
-        return capability == "sampled_loops" and self.heads[0].reads_text and self.loop.runs_fixed_steps
+        return capability == "sampled_loops" and self.heads[0].reads_text and self.protocol.runs_fixed_steps
 
     def fitting(self, classes: Iterable[type], head_kind: str) -> list[type]:
         """The classes of ``classes`` (the audit's adapters) that declare ``head_kind`` in their ``head_kinds`` and
         whose ``fixed_steps`` (None: either) is this family's loop's form (:attr:`LoopProtocol.runs_fixed_steps`)."""
-        fixed = self.loop.runs_fixed_steps
+        fixed = self.protocol.runs_fixed_steps
         return [
             cls for cls in classes if head_kind in cls.head_kinds and getattr(cls, "fixed_steps", None) in (None, fixed)
         ]
+
+    @property
+    def loop(self) -> LoopProtocol:
+        """:attr:`protocol`'s name before 0.3."""
+        return self.protocol
 
     def require(self, capability: str, what: str) -> None:
         """``ValueError`` in one line unless the family supports ``capability``: ``what`` needs it (named with its
@@ -153,12 +158,12 @@ class Family:
     @property
     def loops_key(self) -> str:
         """The config key holding the default loop count."""
-        return self.loop.loops_key
+        return self.protocol.loops_key
 
     @property
     def min_loops(self) -> int:
         """The smallest loop count forward accepts (0: the backbone / initialiser alone)."""
-        return self.loop.min_loops
+        return self.protocol.min_loops
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -289,9 +294,9 @@ def register_family(family: Family) -> Family:
             "under it would change what every folder of that type loads as: give yours another model_type (the same "
             "record object again is a no-op)"
         )
-    if family.model_type not in family.loop.model_types:
+    if family.model_type not in family.protocol.model_types:
         raise ValueError(
-            f"{type(family.loop).__name__}.model_types is {family.loop.model_types}: it must name {family.model_type!r}"
+            f"{type(family.protocol).__name__}.model_types is {family.protocol.model_types}: it must name {family.model_type!r}"
         )
     add_family(family)
     _register(family)
@@ -304,8 +309,12 @@ def add_family(family: Family) -> None:
     add_recipes(family.model_type, family.recipes)
 
 
-def loop_count(model, num_loops: int | None):
+def running_loops(model, num_loops: int | None):
     """A context manager: within the block, ``model`` (a model of a family, with or without its head) runs
     ``num_loops`` loops by default, in ``forward`` and ``generate`` (the config's count, and whatever else its
-    protocol needs: HRM-text's cache slots), put back on leaving; ``None``: the config's. Yields the count."""
-    return family_record(model).loop.count(model, num_loops)
+    protocol needs: HRM-text's cache slots), put back on leaving; ``None``: the config's. Yields the count:
+    ``with running_loops(model, 8): model.generate(...)``."""
+    return family_record(model).protocol.running(model, num_loops)
+
+
+loop_count = running_loops  # its name before 0.3 (it is a context manager, not a count)

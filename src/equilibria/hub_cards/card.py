@@ -373,7 +373,7 @@ def _loading_without_code(head, family, where: str, config) -> list[str]:
     """A looped LM transformers ships: it loads without the package (no remote code), at another loop count with
     the config keys that count needs (HRM-text: its cache slots too); the package gives it a loop count per call."""
     load = f'model = {head.auto_class}.from_pretrained("{where}")'
-    other = ", ".join(f"{key}={value}" for key, value in family.loop.loop_config(config, 8).items())
+    other = ", ".join(f"{key}={value}" for key, value in family.protocol.loop_config(config, 8).items())
     return [
         "## How to load it",
         "",

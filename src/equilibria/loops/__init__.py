@@ -1,6 +1,6 @@
 """The loop protocols: how the package drives the loop of every looped architecture it serves, its own families'
 (:mod:`equilibria.loops.ours`) and the looped LMs transformers ships (Dory, HRM-text, Inkling2-loop), each with one
-:class:`~equilibria.loops.protocol.LoopProtocol` reached from its family record (``family_record(model).loop``).
+:class:`~equilibria.loops.protocol.LoopProtocol` reached from its family record (``family_record(model).protocol``).
 
 Transformers' looped LMs read their loop count from their config inside ``forward`` (``n_recurrent_loops``,
 ``H_cycles``, ``loop_num_passes``). :func:`looped` gives a loaded one the loop arguments of this package's families,
@@ -21,10 +21,10 @@ from __future__ import annotations
 import torch
 import transformers
 
+from .count_per_call import LoopedCausalLMOutput
 from .dory import DoryLoop
 from .hrm_text import HrmTextLoop
 from .inkling2_loop import Inkling2Loop
-from .looped_forward import LoopedCausalLMOutput
 from .ours import AttractorLoop, EqRLoop, OuroLoop, PHDEQLoop
 from .protocol import LoopProtocol, LoopStates, base_model_of, head_model
 from .transformers_base import TransformersLoop
@@ -49,7 +49,7 @@ def looped(model):
       ``spectral_radius_*`` keywords: the STARS penalty, computed inside ``forward`` so that DDP sees it) and returns
       the radius in ``spectral_radius``.
 
-    The loop map, the state's width and decoding a state are its protocol's (``family_record(model).loop``). The
+    The loop map, the state's width and decoding a state are its protocol's (``family_record(model).protocol``). The
     weights, the class and the config are untouched: ``save_pretrained`` writes the transformers model as before,
     loadable without this package. Calling it again does nothing. ``ValueError`` for any other model, naming the
     supported model types; ``TypeError`` for anything but a model."""

@@ -65,7 +65,7 @@ class Inkling2Loop(TransformersLoop):
         kwargs = {**kwargs, "cache": None, "use_cache": False}
 
         def next_pass(state: torch.Tensor) -> torch.Tensor:
-            with self.count(base, 2), self.substitute(base, state, call=0), self.recorder(base) as inner:
+            with self.running(base, 2), self.substitute(base, state, call=0), self.recorder(base) as inner:
                 base(*args, **kwargs)
             return self.state_after(base, inner, 2)
 

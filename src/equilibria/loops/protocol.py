@@ -105,7 +105,7 @@ class LoopProtocol:
         yield
 
     @contextlib.contextmanager
-    def count(self, model: nn.Module, num_loops: int | None) -> Iterator[int]:
+    def running(self, model: nn.Module, num_loops: int | None) -> Iterator[int]:
         """Within the block, ``model`` (head or base model: they share the config) runs ``num_loops`` loops by
         default, in ``forward`` and ``generate`` (``None``: the config's count); the config is restored on leaving.
         Yields the count."""

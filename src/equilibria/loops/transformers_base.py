@@ -17,7 +17,7 @@ import transformers
 from torch import nn
 
 from ..modeling.loop_map import LoopMap
-from .looped_forward import make_looped
+from .count_per_call import make_looped
 from .protocol import LoopProtocol, LoopStates, base_model_of
 
 
@@ -136,21 +136,21 @@ class TransformersLoop(LoopProtocol):
         from a forward of one pass without a cache, with the masks and position embeddings it builds;
         Inkling2-loop's map starts after that pass)."""
         base = base_model_of(model)
-        with self.count(base, 1), self.recorder(base) as recorded:
+        with self.running(base, 1), self.recorder(base) as recorded:
             base(input_ids=batch.get("input_ids"), attention_mask=batch.get("attention_mask"), use_cache=False)
         return self.recorded_map(base, recorded)
 
     def decode(self, model, batch, state):
         """A forward of one pass that continues from ``state``: the model's own layers after the loop and its head."""
         base = base_model_of(model)
-        with self.count(model, 1), self.substitute(base, state):
+        with self.running(model, 1), self.substitute(base, state):
             return model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask")).logits
 
     def states(self, model, batch, num_loops):
         """The states after the first, next-to-last and last pass of one forward of ``num_loops`` passes (read by
         hooks), with that forward's logits; no pass exits early."""
         base = base_model_of(model)
-        with self.count(model, num_loops), self.recorder(base) as recorded:
+        with self.running(model, num_loops), self.recorder(base) as recorded:
             logits = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask")).logits
         first, previous, last = (self.state_after(base, recorded, p) for p in (1, max(num_loops - 1, 1), None))
         return LoopStates(first, previous, last, logits=logits)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 
 from ..scaling import parse_loops
-from .arguments import (
+from .building import LORA_SAVES, build, save_lora, with_lora
+from .results import held_out_line, write_results
+from .train_arguments import (
     ModelArguments,
     TrainDataArguments,
     UnusedFlags,
@@ -26,8 +28,6 @@ from .arguments import (
     resume_checkpoint,
     reward_function,
 )
-from .building import LORA_SAVES, build, save_lora, with_lora
-from .results import held_out_line, write_results
 from .validation import remove_checkpoints, validation_for
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..families import FAMILIES
 from ..tasks.registry import puzzle_cells
-from .arguments import DTYPES, NEW_MODEL_SIZES, ModelArguments, TrainDataArguments, checkpoint_config
+from .train_arguments import DTYPES, NEW_MODEL_SIZES, ModelArguments, TrainDataArguments, checkpoint_config
 
 
 def build(model_args: ModelArguments, data_args: TrainDataArguments, seed: int):
@@ -49,7 +49,7 @@ def build(model_args: ModelArguments, data_args: TrainDataArguments, seed: int):
         if checkpoint is not None and not data_args.dataset_name:
             _without_earlier_training(checkpoint, data)
     model = _model(model_args, family, head, data, config)
-    family.loop.prepare(model)  # num_loops per call (transformers' looped LMs: looped())
+    family.protocol.prepare(model)  # num_loops per call (transformers' looped LMs: looped())
     # the last stage's task: a generated task, or rows of your own (no generated task is then the model's)
     model.config.equilibria_task = task if task is not None else ROWS_TASK
     if model_args.use_peft:
@@ -273,7 +273,7 @@ def _model(model_args: ModelArguments, family, head, data, config):
             "the checkpoint was trained with"
         )
     if model_args.num_loops is not None:  # the config values of the count (HRM-text: its cache slots too)
-        overrides.update(family.loop.loop_config(config, model_args.num_loops))
+        overrides.update(family.protocol.loop_config(config, model_args.num_loops))
     for key, value in overrides.items():
         setattr(config, key, value)
     config.validate_architecture()

@@ -8,8 +8,8 @@ from pathlib import Path
 from ..families import family_record, model_task
 from ..scaling import loop_scaling, loop_scaling_report, metric_label, plot_labels, trained_loops
 from ..wording import counted
-from .arguments import ModelArguments, TrainDataArguments
 from .building import save_lora
+from .train_arguments import ModelArguments, TrainDataArguments
 
 
 def write_results(trainer, model_args: ModelArguments, data_args: TrainDataArguments, data, loops: list[int]) -> dict:

@@ -1,13 +1,13 @@
 """Trainer subclasses that add each family's objective to ``transformers.Trainer``."""
 
 from ..modeling.regularization import spectral_radius
-from .arguments import LoopTrainingArguments
 from .attractor import AttractorTrainer, AttractorTrainingArguments
 from .callbacks import GradientNormCallback, group_norm, phdeq_gradient_groups
 from .common import EquilibriaTrainer, LoopTrainer, ModelCardMixin, finish_distributed
 from .eqr import EqRTrainer, EqRTrainingArguments
 from .for_family import callbacks_for, trainer_for
 from .stars import StarsTrainer, StarsTrainingArguments, find_looped_core, sample_num_loops
+from .training_args import LoopTrainingArguments
 
 #: defined in .grpo, which needs the ``rl`` extra (TRL): imported on first use
 OPTIONAL = {"LoopGRPOConfig": "grpo", "LoopGRPOTrainer": "grpo"}

@@ -18,9 +18,9 @@ import torch
 
 from ..modeling.configuration_attractor import AttractorConfig
 from ..modeling.solvers import GRADIENT_MODES
-from .arguments import Interval, LoopTrainingArguments, OneOf
 from .common import LoopTrainer, TermScale
 from .optimizers import published_attractor_optimizer
+from .training_args import Interval, LoopTrainingArguments, OneOf
 
 OPTIMIZERS = ("trainer", "muon_adamw")
 

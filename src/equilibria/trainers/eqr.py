@@ -29,9 +29,9 @@ from transformers.trainer_utils import get_last_checkpoint
 from transformers.utils import logging
 
 from ..modeling.configuration_eqr import EqRConfig
-from .arguments import Interval, LoopTrainingArguments, OneOf, preset_recipe
 from .common import LoopTrainer, TermScale
 from .optimizers import AdamAtan2
+from .training_args import Interval, LoopTrainingArguments, OneOf, preset_recipe
 
 logger = logging.get_logger(__name__)
 

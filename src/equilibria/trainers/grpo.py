@@ -11,7 +11,7 @@ overriding its methods:
 
 - a loop count per call never reaches the model: ``generation_kwargs={"num_loops": k}`` lands on the
   ``GenerationConfig``. Here ``_generate_and_score_completions`` (rollouts, old and reference log-probs) and
-  ``_compute_loss`` run inside the model's loop protocol's ``count`` block, which sets the count of every forward
+  ``_compute_loss`` run inside the model's loop protocol's ``running`` block, which sets the count of every forward
   and ``generate`` call; the count travels with the batch (``num_loops``, one per row) from the rollouts to the loss.
 - its log-probs go through a fused LM head (``add_fused_lm_head`` in ``trl/trainer/utils.py``) that calls
   ``model.base_model`` and applies ``lm_head.weight`` itself, so a looped head's readout is skipped.
@@ -37,11 +37,11 @@ from pathlib import Path
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from ..families import family_record, loop_count
+from ..families import family_record, running_loops
 from ..loops.protocol import head_model
-from .arguments import preset_recipe
 from .common import ModelCardMixin
 from .stars import sample_num_loops
+from .training_args import preset_recipe
 
 LOOP_DRAWS = ("per_step", "per_prompt")
 OBJECTIVES = ("grpo", "rltt")
@@ -324,17 +324,17 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
                 "loop_curriculum): processes run different numbers of forwards and would wait on each other's "
                 "broadcasts; leave ddp_broadcast_buffers unset (False)"
             )
-        self.loop = family_record(model, "loop protocol").loop
+        self.loop_protocol = family_record(model, "loop protocol").protocol
         self.loop_curriculum = loop_curriculum
         self._batch_counts: torch.Tensor | None = None  # the loop count of each row of the batch being computed
         self._radii: list[torch.Tensor] | None = None  # the loss's forwards' spectral-radius estimates (jsrr_weight)
-        self.loop.prepare(head_model(model))
+        self.loop_protocol.prepare(head_model(model))
         if args.use_vllm:
             check_vllm_rollouts(head_model(model), args)
         with _reference_source(model, args, ref_model, kwargs.get("peft_config")):
             super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         if self.ref_model is not None:
-            self.loop.prepare(head_model(self.accelerator.unwrap_model(self.ref_model)))
+            self.loop_protocol.prepare(head_model(self.accelerator.unwrap_model(self.ref_model)))
         if args.objective == "rltt":
             family_record(head_model(self.model)).require(
                 "per_loop_readout", "LoopGRPOTrainer: objective='rltt' reads the state of every loop step, which"
@@ -361,7 +361,7 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
         with contextlib.ExitStack() as stack:
             for model in (self.model, self.ref_model):
                 if model is not None:
-                    stack.enter_context(loop_count(head_model(self.accelerator.unwrap_model(model)), num_loops))
+                    stack.enter_context(running_loops(head_model(self.accelerator.unwrap_model(model)), num_loops))
             yield
 
     def row_loops(self, rows: list[dict]) -> list[int]:
@@ -369,7 +369,7 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
         step's draw (``per_step``) or its prompt's (``per_prompt``: keyed by the step and the prompt's text, so a
         group shares its count on every process); in evaluation the config's count."""
         if self.loop_curriculum is not None:
-            return [self.loop.check_count(self.loop_curriculum(row)) for row in rows]
+            return [self.loop_protocol.check_count(self.loop_curriculum(row)) for row in rows]
         args, step = self.args, self.state.global_step
         if not self.model.training:
             counts = [None] * len(rows)
@@ -377,7 +377,7 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
             counts = [args.step_loops(step, prompt_key(row.get("prompt"))) for row in rows]
         else:
             counts = [args.step_loops(step)] * len(rows)
-        default = self.loop.default_loops(head_model(self.model).config)
+        default = self.loop_protocol.default_loops(head_model(self.model).config)
         return [default if count is None else count for count in counts]
 
     def count_groups(self, counts: torch.Tensor):
@@ -540,7 +540,7 @@ class LoopGRPOTrainer(ModelCardMixin, GRPOTrainer):
         the normalised ``t^rltt_alpha`` (``"progressive"``); one per loop step of the most loops a row runs
         (``max_loops``, else the model config's count)."""
         args = self.args
-        steps = args.max_loops or self.loop.default_loops(head_model(self.model).config)
+        steps = args.max_loops or self.loop_protocol.default_loops(head_model(self.model).config)
         if args.rltt_learned_init == "uniform":
             start = torch.zeros(steps)
         else:

@@ -26,9 +26,9 @@ from transformers.utils import logging
 
 from ..families import ServesFamiliesWith, families_with, family_record
 from ..modeling.regularization import JSRR_ESTIMATORS, JSRR_PROBES, JSRROptions
-from .arguments import FILLED_IN, Interval, LoopTrainingArguments, OneOf, preset_recipe, same_value
 from .common import LoopTrainer, TermScale, find_core
 from .stars_presets import STARS_OPTIONS, STARS_PRESETS, preset_values
+from .training_args import FILLED_IN, Interval, LoopTrainingArguments, OneOf, preset_recipe, same_value
 
 logger = logging.get_logger(__name__)
 
@@ -317,7 +317,7 @@ class StarsTrainer(LoopTrainer):
     def __init__(self, model=None, args: StarsTrainingArguments | None = None, **kwargs):
         if getattr(getattr(model, "config", None), "model_type", None) in self.model_types:
             family = family_record(model)
-            family.loop.prepare(model)  # num_loops per call (transformers' looped LMs: looped())
+            family.protocol.prepare(model)  # num_loops per call (transformers' looped LMs: looped())
             if isinstance(args, StarsTrainingArguments) and args.jsrr_weight > 0:
                 family.require("stars_penalty", "StarsTrainer with jsrr_weight > 0 (set it 0 to train without)")
         if isinstance(args, StarsTrainingArguments) and args.gradient_checkpointing and args.jsrr_weight > 0:
@@ -375,7 +375,7 @@ class StarsTrainer(LoopTrainer):
     @property
     def state_width(self) -> int:
         """The width of the loop state per position (the hidden size; HRM-text's ``(z_H, z_L)``: twice it)."""
-        return family_record(self.core).loop.state_width(self.core.config)
+        return family_record(self.core).protocol.state_width(self.core.config)
 
     # -- the loss ---------------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """``num_loops`` per call for a looped LM that transformers ships: its ``forward`` and ``generate`` wrapped in place
 (:func:`make_looped`, what :func:`equilibria.looped` does with the model's protocol), the class and config untouched.
 
-Within a call the protocol's ``count`` sets the config keys that make the model's own ``forward`` run the count, and
+Within a call the protocol's ``running`` block sets the config keys that make the model's own ``forward`` run the count, and
 puts them back; the STARS penalty's spectral radius is computed inside the wrapped ``forward`` (so that DDP sees it),
 on the protocol's recorded loop map.
 """
@@ -66,7 +66,7 @@ def _looped_forward(original, protocol):
     @functools.wraps(original)
     def forward(self, *args, num_loops: int | None = None, jsrr: JSRROptions | None = None, **kwargs):
         jsrr = JSRROptions.pop_from(kwargs, jsrr)
-        with protocol.count(self, num_loops) as count:
+        with protocol.running(self, num_loops) as count:
             cache = kwargs.get("cache", kwargs.get("past_key_values"))
             check_cache(protocol, self.config, cache, count)
             if jsrr is not None and cache is not None and cache.get_seq_length():
@@ -110,7 +110,9 @@ def _looped_generate(original, protocol):
     def generate(self, *args, num_loops: int | None = None, **kwargs):
         if num_loops is not None:
             warn_far_beyond(self, num_loops, protocol.default_loops(self.config), protocol.loops_key)
-        with protocol.count(self, num_loops):  # the cache generate builds is sized for the count, every forward runs it
+        with protocol.running(
+            self, num_loops
+        ):  # the cache generate builds is sized for the count, every forward runs it
             return original(self, *args, **kwargs)
 
     return generate
