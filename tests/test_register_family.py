@@ -141,3 +141,21 @@ def test_a_registered_record_brings_its_recipes_named_after_its_model_type(monke
     got = recipe_for("my_loop", "addition")
     assert got.name == "my_loop/addition" and got.settings["max_steps"] == 300
     assert recipe_for("ouro", "addition").name == "ouro/addition"
+
+
+def test_the_development_page_gives_the_records_line_counts():
+    """docs/development.md's counts of two family records' modules (all lines, and their BibTeX's)."""
+    families = Path(__file__).parents[1] / "src" / "equilibria" / "families"
+
+    def counts(name):
+        lines = (families / f"{name}.py").read_text().splitlines()
+        start = next(i for i, line in enumerate(lines) if 'BIBTEX = """' in line)
+        end = next(i for i in range(start, len(lines)) if lines[i].startswith('}"""'))
+        return len(lines), end - start + 1
+
+    (phdeq, phdeq_bib), (ouro, ouro_bib) = counts("phdeq"), counts("ouro")
+    page = " ".join((Path(__file__).parents[1] / "docs" / "development.md").read_text().split())
+    assert (
+        f"`families/phdeq.py`, the PH-DEQ's record, is {phdeq} lines (its BibTeX {phdeq_bib} of them), and "
+        f"`families/ouro.py`, Ouro's, {ouro} (its BibTeX {ouro_bib})" in page
+    )
