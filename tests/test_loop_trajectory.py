@@ -102,8 +102,6 @@ class _LinearModel(nn.Module):
 class _LinearAdapter(LoopAdapter):
     """z_{t+1} = A z_t from the rows' ``x``: every quantity of the trajectory is known in closed form."""
 
-    model_types = ("linear",)
-
     def loop(self, batch):
         matrix = self.model.matrix
         return LoopMap(lambda z: z @ matrix.T, batch["x"].double()), None

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from equilibria.diagnostics.verdict_rules import VERDICTS
-from equilibria.families import FAMILIES, Family, register_family
+from equilibria.families import FAMILIES, Family, Head, register_family
 from equilibria.loops import OuroLoop
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "register_family.py"
@@ -107,7 +107,7 @@ def test_the_audit_takes_the_adapter_a_record_names_and_says_so_when_none_fits(m
     model.config.model_type = "odd_loop"  # a family of its own whose only head is read as a classifier
     ouro = FAMILIES["ouro"]
     odd = dataclasses.replace(
-        ouro, model_type="odd_loop", heads=(dataclasses.replace(ouro.heads[0], kind="classifier"),)
+        ouro, model_type="odd_loop", heads=(Head(type(model), kind="classifier", tasks=("addition",)),)
     )
     monkeypatch.setitem(FAMILIES, "odd_loop", odd)
     with pytest.raises(ValueError, match="no audit adapter fits the odd_loop family's classifier head with a fixed "
@@ -120,6 +120,13 @@ def test_the_audit_takes_the_adapter_a_record_names_and_says_so_when_none_fits(m
     monkeypatch.setitem(FAMILIES, "odd_loop", dataclasses.replace(odd, audit_adapter=OddAdapter))
     adapter = adapter_for(model, num_loops=2)
     assert type(adapter) is OddAdapter and adapter.max_iter == 2 and adapter.family == "odd_loop"
+
+    class OtherHeadsAdapter(LoopAdapter):  # declares another head kind: not this head's
+        head_kinds = ("puzzle_cells",)
+
+    monkeypatch.setitem(FAMILIES, "odd_loop", dataclasses.replace(odd, audit_adapter=OtherHeadsAdapter))
+    with pytest.raises(ValueError, match="no audit adapter fits the odd_loop family's classifier head"):
+        adapter_for(model)
 
 
 def test_a_registered_record_brings_its_recipes_named_after_its_model_type(monkeypatch):
@@ -159,3 +166,23 @@ def test_the_development_page_gives_the_records_line_counts():
         f"`families/phdeq.py`, the PH-DEQ's record, is {phdeq} lines (its BibTeX {phdeq_bib} of them), and "
         f"`families/ouro.py`, Ouro's, {ouro} (its BibTeX {ouro_bib})" in page
     )
+
+
+def test_a_head_or_recipe_that_contradicts_its_record_is_refused():
+    """A head's Auto class and pipeline tag are its kind's (a positional kind in the Auto class's place is caught);
+    a recipe is named by one of the family's tasks."""
+    import dataclasses
+
+    from equilibria.modeling import OuroForCausalLM
+    from equilibria.tasks.recipes import scratch_recipe
+
+    head = Head(OuroForCausalLM, kind="causal_lm", tasks=("addition",))
+    assert (head.auto_class, head.pipeline_tag) == ("AutoModelForCausalLM", "text-generation")
+    with pytest.raises(ValueError, match="a causal_lm head's auto_class is 'AutoModelForCausalLM', not 'causal_lm'"):
+        Head(OuroForCausalLM, "causal_lm", tasks=("addition",))
+    with pytest.raises(ValueError, match="a classifier head's auto_class is 'AutoModelForSequenceClassification'"):
+        dataclasses.replace(head, kind="classifier")  # the Auto class is not left behind silently
+    with pytest.raises(
+        ValueError, match=r"recipes are named by the task they train, one of its heads' \('addition',\)"
+    ):
+        dataclasses.replace(FAMILIES["ouro"], recipes=(scratch_recipe("ouro/addition", "named the old way"),))

@@ -441,11 +441,12 @@ OuroAdapter = NativeLoopAdapter = LoopedLMAdapter
 
 def adapter_class_for(model_type: str, head_kind: str) -> type[LoopAdapter]:
     """The adapter of the family ``model_type``'s head of ``head_kind``: the one its record names
-    (``Family.audit_adapter``), else the one of :data:`ADAPTERS` that declares the head kind and the form of the
+    (``Family.audit_adapter``, where it declares that head kind or none), else the one of :data:`ADAPTERS` that declares the head kind and the form of the
     family's loop (fixed steps or solved); ``ValueError`` when none fits."""
     family = family_record(model_type, "audit adapter")
-    if family.audit_adapter is not None:
-        return family.audit_adapter
+    own = family.audit_adapter
+    if own is not None and (not own.head_kinds or head_kind in own.head_kinds):
+        return own
     found = family.fitting(ADAPTERS, head_kind)
     if not found:
         form = "a fixed number of steps" if family.protocol.runs_fixed_steps else "a solved loop"

@@ -2,12 +2,13 @@
 :mod:`.eqr`, :mod:`.phdeq`, :mod:`.transformers_lms`), the single place that knows which exist (:data:`FAMILIES`).
 
 A record holds what the package knows of a family: its config and model classes, its heads with their Auto
-classes, the kind of head each is and the tasks it is trained on, its loop protocol, a small-config factory and its
-capabilities (:data:`CAPABILITIES`). ``import equilibria`` registers the Auto classes from it, and every layer above
-reads it. Nothing here names a class of a layer above: the trainers (:func:`equilibria.trainers.trainer_for`), the
-audit adapters (:func:`equilibria.diagnostics.adapter_for`), the evaluators (:data:`equilibria.scaling.EVALUATORS`)
-and the card text (:mod:`equilibria.hub_cards.family_text`) each declare the model types, head kinds or capabilities
-they serve, and their own layer chooses among them. :func:`register_family` adds a family of your own.
+classes, the kind of head each is and the tasks it is trained on, its loop protocol, a small-config factory, its
+capabilities (:data:`CAPABILITIES`), its card text, its recipes and, where the audit's adapters do not fit, its own
+adapter. ``import equilibria`` registers the Auto classes from it, and every layer above reads it. Nothing here
+imports a layer above: the trainers (:func:`equilibria.trainers.trainer_for`) declare the model types or
+capabilities they serve, the audit adapters (:func:`equilibria.diagnostics.adapter_for`) the head kinds and loop
+forms, the evaluators (:data:`equilibria.scaling.EVALUATORS`) the head kinds, and their own layer chooses among
+them. :func:`register_family` adds a family of your own.
 
 The small-config factories (:func:`small_ouro_config`, :func:`small_attractor_config` and each record's
 ``make_config``) build a config for a task's data: the task fixes the vocabulary or input width, the caller the
@@ -21,6 +22,7 @@ from .phdeq import PHDEQ
 from .record import (
     CAPABILITIES,
     FAMILIES,
+    HEAD_AUTO,
     HEAD_KINDS,
     Family,
     Head,
@@ -44,6 +46,7 @@ __all__ = [
     "CAPABILITIES",
     "FAMILIES",
     "Family",
+    "HEAD_AUTO",
     "HEAD_KINDS",
     "Head",
     "ServesFamiliesWith",

@@ -28,8 +28,8 @@ HEAD_KINDS = {
 }
 
 
-#: per head kind: the transformers Auto class its heads register with and the Hub ``pipeline_tag`` of its task (a
-#: :class:`Head`'s defaults)
+#: per head kind (the keys of :data:`HEAD_KINDS`): the transformers Auto class its heads register with and the Hub
+#: ``pipeline_tag`` of its task (what a :class:`Head` of the kind takes)
 HEAD_AUTO = {
     "causal_lm": ("AutoModelForCausalLM", "text-generation"),
     "puzzle_cells": ("AutoModelForTokenClassification", "token-classification"),
@@ -54,8 +54,8 @@ CAPABILITIES = {
 class Head:
     """A task head of a family: its class, the transformers Auto class it is registered with, its kind (a key of
     :data:`HEAD_KINDS`), the tasks it is trained and evaluated on (the first is its default) and the Hub
-    ``pipeline_tag`` of its task; the Auto class and the tag default to its kind's (:data:`HEAD_AUTO`):
-    ``Head(MyForCausalLM, kind="causal_lm", tasks=("addition",))``."""
+    ``pipeline_tag`` of its task, both its kind's (:data:`HEAD_AUTO`; left out, they are filled in, and one that
+    differs is refused): ``Head(MyForCausalLM, kind="causal_lm", tasks=("addition",))``."""
 
     model_class: type
     auto_class: str = ""
@@ -84,16 +84,22 @@ class Head:
             raise ValueError(f"Head kind must be one of {tuple(HEAD_KINDS)}, got {self.kind!r}")
         if not self.tasks:
             raise ValueError(f"Head({self.model_class.__name__}) needs tasks: the tasks it is trained on")
-        auto_class, pipeline_tag = HEAD_AUTO[self.kind]
-        object.__setattr__(self, "auto_class", self.auto_class or auto_class)
-        object.__setattr__(self, "pipeline_tag", self.pipeline_tag or pipeline_tag)
+        for name, value in zip(("auto_class", "pipeline_tag"), HEAD_AUTO[self.kind]):
+            given = getattr(self, name)
+            if given and given != value:
+                raise ValueError(
+                    f"Head({self.model_class.__name__}): a {self.kind} head's {name} is {value!r}, not {given!r} "
+                    "(leave it out: the kind sets it)"
+                )
+            object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True)
 class Family:
-    """The modeling facts of one ``model_type`` that code outside its modeling files needs: its config and model
-    classes, its heads, its loop protocol (the config key of its loop count, the smallest count, the loop map ...), a
-    small-config factory and the default LoRA targets."""
+    """What the package knows of one ``model_type`` beyond its modeling files: its config and model classes, its
+    heads, its loop protocol (the config key of its loop count, the smallest count, the loop map ...), a small-config
+    factory, the default LoRA targets, its capabilities, its card text, the audit adapter where the package's do not
+    fit, and its recipes."""
 
     model_type: str
     loop_meaning: str
@@ -123,6 +129,12 @@ class Family:
         unknown = set(self.capabilities) - set(CAPABILITIES)
         if unknown:
             raise ValueError(f"Family capabilities must be among {tuple(CAPABILITIES)}, got {sorted(unknown)}")
+        stray = [recipe.name for recipe in self.recipes if recipe.name not in self.tasks]
+        if stray:
+            raise ValueError(
+                f"the {self.model_type} family's recipes are named by the task they train, one of its heads' "
+                f"{self.tasks}; got {stray}"
+            )
 
     def supports(self, capability: str) -> bool:
         """Whether the family has ``capability`` (a key of :data:`CAPABILITIES`): declared in ``capabilities``, or,

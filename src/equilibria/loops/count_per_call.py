@@ -110,9 +110,8 @@ def _looped_generate(original, protocol):
     def generate(self, *args, num_loops: int | None = None, **kwargs):
         if num_loops is not None:
             warn_far_beyond(self, num_loops, protocol.default_loops(self.config), protocol.loops_key)
-        with protocol.running(
-            self, num_loops
-        ):  # the cache generate builds is sized for the count, every forward runs it
+        # the cache generate builds is sized for the count, every forward runs it
+        with protocol.running(self, num_loops):
             return original(self, *args, **kwargs)
 
     return generate

@@ -56,8 +56,9 @@ def check_keywords(model, kwargs: dict) -> None:
     if unknown:
         own = [name for name in inspect.signature(type(model).forward).parameters if name not in ("self", "kwargs")]
         raise TypeError(
-            f"{type(model).__name__}.forward() got unexpected keyword argument(s) {unknown}; it takes {own}, plus "
-            f"the keywords transformers passes through ({sorted(PASSED_THROUGH)})."
+            f"{type(model).__name__}.forward() got unexpected keyword argument(s) {unknown}; it takes {own} (a head "
+            "passes it every keyword the head's own forward does not take), plus the keywords transformers passes "
+            f"through ({sorted(PASSED_THROUGH)})."
         )
 
 

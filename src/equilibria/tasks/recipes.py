@@ -26,8 +26,8 @@ from types import MappingProxyType
 
 @dataclass(frozen=True)
 class Recipe:
-    """One recipe: its ``name`` (``"<model type>/<task>"``, ``"fine-tune/lora"``; a family's record names its
-    recipes by their task), what it is for (``summary``) and
+    """One recipe: its ``name`` (in a family's record, the task it trains, ``"addition"``; in :data:`RECIPES`,
+    ``"<model type>/<task>"``; ``"fine-tune/lora"``), what it is for (``summary``) and
     ``settings``, ``{flag name: value}`` of ``equilibria train`` (``TrainingArguments`` fields, the family trainer's
     own options, the new model's sizes and the generated data's sizes)."""
 
