@@ -105,6 +105,30 @@ def parse(argv):
         help=f"comma-separated, from {', '.join(KINDS)} (the ablation: all of them)",
     )
     p.add_argument("--untied-depth", type=int, default=8, help="blocks of the untied (depth-matched) baseline")
+    _add_attractor_flags(p)
+    p.add_argument(
+        "--preset",
+        default=None,
+        choices=["published"],
+        help="EqR (and its ablations): the published code's architecture and training (EqRConfig.from_preset, "
+        "EqRTrainingArguments.from_preset), cut to the CPU by --width, --block-intermediate, --batch-size, --steps "
+        "(its warm-up and EMA window kept at the same share of the run), --max-segments and --lr where given; the rest "
+        "is the preset's",
+    )
+    p.add_argument("--output-dir", type=Path, default=Path("docs/results/eqr_sudoku_4x4"))
+    p.add_argument(
+        "--from-saved",
+        type=Path,
+        default=None,
+        help="evaluate the models a previous run saved (its --output-dir) instead of training; its training log, "
+        "time and steps are kept (give it the same data and model options)",
+    )
+    args = p.parse_args(argv)
+    return _settle(args, p)
+
+
+def _add_attractor_flags(p):
+    """The flags of the attractor kind (its backbone, budget, width, tolerance and map)."""
     p.add_argument(
         "--attractor-backbone-layers",
         type=int,
@@ -126,24 +150,10 @@ def parse(argv):
         choices=("paper", "gated"),
         help="attractor: the map (paper: the paper's; gated: this package's earlier form)",
     )
-    p.add_argument(
-        "--preset",
-        default=None,
-        choices=["published"],
-        help="EqR (and its ablations): the published code's architecture and training (EqRConfig.from_preset, "
-        "EqRTrainingArguments.from_preset), cut to the CPU by --width, --block-intermediate, --batch-size, --steps "
-        "(its warm-up and EMA window kept at the same share of the run), --max-segments and --lr where given; the rest "
-        "is the preset's",
-    )
-    p.add_argument("--output-dir", type=Path, default=Path("docs/results/eqr_sudoku_4x4"))
-    p.add_argument(
-        "--from-saved",
-        type=Path,
-        default=None,
-        help="evaluate the models a previous run saved (its --output-dir) instead of training; its training log, "
-        "time and steps are kept (give it the same data and model options)",
-    )
-    args = p.parse_args(argv)
+
+
+def _settle(args, p):
+    """The parsed flags with the preset's or the plain defaults filled in, checked, and cut down for --quick."""
     preset = PRESET_DEFAULTS if args.preset else PLAIN_DEFAULTS
     for key, value in preset.items():
         if getattr(args, key) is None:

@@ -147,6 +147,11 @@ def parse(argv):
     )
     p.add_argument("--output-dir", type=Path, default=Path("docs/results/stars_addition"))
     args = p.parse_args(argv)
+    return _settle(args, p)
+
+
+def _settle(args, p):
+    """The parsed flags with the preset's defaults filled in, cut down for --quick, and the lists split."""
     reference = args.preset.startswith("reference")
     defaults = dict(
         digits=4 if reference else 2,
