@@ -500,3 +500,16 @@ def test_no_test_file_imports_another():
             if isinstance(node, ast.Import):
                 found += [f"{path.name} imports {a.name}" for a in node.names if a.name.startswith("test_")]
     assert found == []
+
+
+def test_no_function_is_over_90_lines():
+    """The package, the docs tool, the benchmarks and the examples: a function a reader takes in whole."""
+    root = SRC.parent
+    long = [
+        f"{path.relative_to(root)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for folder in ("src", "tools", "benchmarks", "examples")
+        for path in sorted((root / folder).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 90
+    ]
+    assert long == []
