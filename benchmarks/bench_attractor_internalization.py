@@ -311,7 +311,7 @@ def main(argv=None) -> dict:
         "published": dict(zip(("config", "training"), published_settings(args)), choices=args.choices),
         "train_log": [row for row in trainer.state.log_history if "loss" in row],  # the logged training loss
     }
-    try:  # the plot first: saving the JSON also rewrites the docs' tables
+    try:  # the plot first, then the JSON (python -m tools.docs rewrites the docs' tables from it)
         plot(probe.rows, args.budget, title, args.output_dir / "internalization.png")
         print(f"wrote {args.output_dir / 'internalization.png'}")
     except ImportError:

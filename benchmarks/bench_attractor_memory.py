@@ -130,7 +130,7 @@ def main(argv=None) -> dict:
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     saved = {"args": vars(args), "runs": {f"{f}/{m}@{b}": v for (f, m, b), v in results.items()}}
-    try:  # the plot first: saving the JSON also rewrites the docs' tables
+    try:  # the plot first, then the JSON (python -m tools.docs rewrites the docs' tables from it)
         plot(results, forms, modes, budgets, out_dir / "memory.png")
         print(f"wrote {out_dir / 'memory.png'}")
     except ImportError:

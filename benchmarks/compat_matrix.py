@@ -22,8 +22,8 @@ without it (:data:`SWITCHES`: ``USE_HUB_KERNELS=NO``), and the cells carry an ``
 ``package_bound_lifted``: the smoke test with the package's wheel installed ``--no-deps`` beside that release and its
 other dependencies (does it work there, were the bound raised?).
 
-Results: ``docs/results/compat_matrix.json`` (``--output-dir`` to change; the default also rewrites the table in
-``docs/compatibility.md``, through ``results_json.save_results``), one row per release and family: ``status`` (``ok``, ``different`` with the largest
+Results: ``docs/results/compat_matrix.json`` (``--output-dir`` to change; ``python -m tools.docs`` then rewrites
+the table in ``docs/compatibility.md``), one row per release and family: ``status`` (``ok``, ``different`` with the largest
 logit difference and the greedy runs that differ, or the error that stopped it) and ``package`` (``ok`` or the
 error). ``--newest`` writes ``compat_newest.json`` instead, leaving the admitted range's matrix as it is.
 """
