@@ -464,6 +464,11 @@ def test_train_errors_are_one_line(tmp_path, capsys):
     assert "--family must be one of" in capsys.readouterr().err
     assert main(["train", "--family", "eqr", "--task", "addition", "--output_dir", str(tmp_path)]) == 2
     assert "--task addition does not fit --family eqr" in capsys.readouterr().err
+    assert main(["train", "--family", "attractor_lm", "--exit_loss", "final", "--output_dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # the family's record lacks the capability: one line
+    assert (
+        "--exit_loss needs early_exit (an exit gate" in err and "attractor_lm family lacks" in err and ": ouro" in err
+    )
 
 
 @pytest.mark.parametrize(

@@ -226,7 +226,7 @@ def run_generate(args: GenerateArguments) -> str:
     if args.num_loops is not None:
         kwargs["num_loops"] = args.num_loops
     if args.exit_threshold is not None:
-        family_record(model).require_config_key("early_exit_threshold", "--exit_threshold")
+        family_record(model).require("early_exit", "--exit_threshold")
         if not 0 < args.exit_threshold <= 1:
             raise ValueError(f"--exit_threshold must be in (0, 1] (1: no early exit), got {args.exit_threshold}")
         kwargs["exit_threshold"] = args.exit_threshold

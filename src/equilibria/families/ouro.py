@@ -75,7 +75,7 @@ OURO = Family(
     base_class=OuroModel,
     heads=(Head(OuroForCausalLM, kind="causal_lm", tasks=("addition",)),),
     make_config=_ouro_config,
-    capabilities=frozenset({"sampled_loops", "stars_penalty", "per_loop_readout", "vllm"}),
+    capabilities=frozenset({"sampled_loops", "stars_penalty", "per_loop_readout", "vllm", "early_exit"}),
     card=OURO_TEXT,
     # the last step's loss: what a fixed loop count reads. 6000 steps, the whole cosine schedule, validated every 250
     # and the best kept: a seed that learns late still gets a decayed learning rate after it has learned

@@ -5,7 +5,6 @@ a family: each has its own module beside this one."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -47,6 +46,8 @@ CAPABILITIES = {
     "stars_penalty": "its forward takes jsrr= and returns spectral_radius (STARS' Jacobian penalty)",
     "per_loop_readout": "its forward returns the state of every loop step (RLTT's per-loop log-probabilities)",
     "vllm": "the package's vLLM plugin serves its folders, with a loop count per request",
+    "early_exit": "an exit gate that lets a token leave the loop early: forward takes exit_threshold, and the "
+    "config's exit_loss trains the gate",
 }
 
 
@@ -184,17 +185,6 @@ class Family:
     @property
     def default_task(self) -> str:
         return self.heads[0].tasks[0]
-
-    def has_config_key(self, key: str) -> bool:
-        """Whether the family's config has the field ``key`` (e.g. ``exit_loss``: the families with an exit gate)."""
-        return key in {f.name for f in dataclasses.fields(self.config_class)}
-
-    def require_config_key(self, key: str, flag: str) -> None:
-        """``ValueError`` unless the family's config has ``key``: ``flag`` applies only to the families whose config
-        has it (named in the message)."""
-        if not self.has_config_key(key):
-            having = ", ".join(f.model_type for f in FAMILIES.values() if f.has_config_key(key))
-            raise ValueError(f"{flag} applies to the families whose config has {key} ({having}), not {self.model_type}")
 
     def head_of_model(self, model) -> Head:
         """The head ``model`` is an instance of (by class name, so that remote-code classes match; a PEFT model's

@@ -233,7 +233,7 @@ def _overrides(model_args: ModelArguments, family) -> dict:
 
     overrides = {}  # --num_loops: set by the family's protocol once the config is known (_model)
     if model_args.exit_loss is not None:
-        family.require_config_key("exit_loss", "--exit_loss")
+        family.require("early_exit", "--exit_loss")
         if model_args.exit_loss not in EXIT_LOSSES:
             raise ValueError(f"--exit_loss must be one of {EXIT_LOSSES}, got {model_args.exit_loss!r}")
         overrides["exit_loss"] = model_args.exit_loss
