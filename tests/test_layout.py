@@ -378,11 +378,11 @@ def test_trainers_and_adapters_take_their_family_from_their_own_declaration():
 
 def test_every_head_kind_has_one_adapter_one_evaluator_and_its_card_text():
     from equilibria.diagnostics import ADAPTERS
-    from equilibria.families import FAMILIES, HEAD_AUTO, HEAD_KINDS
+    from equilibria.families import FAMILIES, HEAD_KINDS
     from equilibria.hub_cards import FAMILY_TEXTS
     from equilibria.scaling import EVALUATORS
 
-    assert set(EVALUATORS) == set(HEAD_KINDS) == set(HEAD_AUTO)
+    assert set(EVALUATORS) == set(HEAD_KINDS)
     assert set(FAMILY_TEXTS) == set(FAMILIES)
     for family in FAMILIES.values():
         for head in family.heads:

@@ -195,8 +195,8 @@ class _PuzzleCells:
 
 
 class EqRAdapter(_PuzzleCells, LoopAdapter):
-    """A puzzle solver that restarts its loop (EqR): ``z0`` is the state after the first step from the model's own start (random, drawn with a fixed seed,
-    or learned), as Ouro's audit does: a random start, or a learned one that decodes to nothing, is off the
+    """A puzzle solver that restarts its loop (EqR): ``z0`` is the state after the first step from the model's own
+    start (random, drawn with a fixed seed, or learned), as Ouro's audit does: a random start, or a learned one that decodes to nothing, is off the
     decoder's input distribution, and T1 on it would be confounded exactly as zeroing is. ``h*`` is the state after
     ``depth`` iterations without noise (the first step included), the decoder the per-cell answer head; a unit is a
     puzzle, right when every cell is. "Iterations" are the steps until the residual first falls below ``tol`` (the
@@ -327,8 +327,8 @@ class _CausalLMAdapter(LoopAdapter):
 
 
 class AttractorAdapter(_CausalLMAdapter):
-    """A language model whose loop is solved from a proposal (the Attractor LM): ``z0`` is the backbone's proposal ``y0``, ``h*`` the attractor's fixed point (before the
-    final norm), the decoder ``lm_head(norm(.))``."""
+    """A language model whose loop is solved from a proposal (the Attractor LM): ``z0`` is the backbone's proposal
+    ``y0``, ``h*`` the attractor's fixed point (before the final norm), the decoder ``lm_head(norm(.))``."""
 
     head_kinds, fixed_steps = ("causal_lm",), False
     start_name = "y0 (the backbone's proposal)"
@@ -441,8 +441,9 @@ OuroAdapter = NativeLoopAdapter = LoopedLMAdapter
 
 def adapter_class_for(model_type: str, head_kind: str) -> type[LoopAdapter]:
     """The adapter of the family ``model_type``'s head of ``head_kind``: the one its record names
-    (``Family.audit_adapter``, where it declares that head kind or none), else the one of :data:`ADAPTERS` that declares the head kind and the form of the
-    family's loop (fixed steps or solved); ``ValueError`` when none fits."""
+    (``Family.audit_adapter``, where it declares that head kind or none), else the one of :data:`ADAPTERS` that
+    declares the head kind and the form of the family's loop (fixed steps or solved); ``ValueError`` when none
+    fits."""
     family = family_record(model_type, "audit adapter")
     own = family.audit_adapter
     if own is not None and (not own.head_kinds or head_kind in own.head_kinds):

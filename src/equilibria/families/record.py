@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import transformers
 from transformers import PreTrainedConfig
@@ -17,23 +18,36 @@ from ..tasks.tokenization import CharTokenizer
 from ..wording import with_article
 from .card_text import FamilyText
 
+
+class HeadKind(NamedTuple):
+    """One kind of head: what it answers and how it is scored, the transformers Auto class its heads register with
+    and the Hub ``pipeline_tag`` of its task."""
+
+    description: str
+    auto_class: str
+    pipeline_tag: str
+
+
 #: the kinds of head, each evaluated and audited its own way (:data:`equilibria.scaling.EVALUATORS`)
 HEAD_KINDS = {
-    "causal_lm": "next-token logits: generates text, scored by exact match or token accuracy",
-    "puzzle_cells": "one answer per puzzle cell from one forward, scored by whole puzzles solved",
-    "puzzle_solver": "one answer per puzzle cell from restarts of the loop (solve: depth x breadth), scored by "
-    "whole puzzles solved",
-    "classifier": "one label per example, scored by accuracy",
-}
-
-
-#: per head kind (the keys of :data:`HEAD_KINDS`): the transformers Auto class its heads register with and the Hub
-#: ``pipeline_tag`` of its task (what a :class:`Head` of the kind takes)
-HEAD_AUTO = {
-    "causal_lm": ("AutoModelForCausalLM", "text-generation"),
-    "puzzle_cells": ("AutoModelForTokenClassification", "token-classification"),
-    "puzzle_solver": ("AutoModelForTokenClassification", "token-classification"),
-    "classifier": ("AutoModelForSequenceClassification", "text-classification"),
+    "causal_lm": HeadKind(
+        "next-token logits: generates text, scored by exact match or token accuracy",
+        "AutoModelForCausalLM",
+        "text-generation",
+    ),
+    "puzzle_cells": HeadKind(
+        "one answer per puzzle cell from one forward, scored by whole puzzles solved",
+        "AutoModelForTokenClassification",
+        "token-classification",
+    ),
+    "puzzle_solver": HeadKind(
+        "one answer per puzzle cell from restarts of the loop (solve: depth x breadth), scored by whole puzzles solved",
+        "AutoModelForTokenClassification",
+        "token-classification",
+    ),
+    "classifier": HeadKind(
+        "one label per example, scored by accuracy", "AutoModelForSequenceClassification", "text-classification"
+    ),
 }
 
 TEXT_KINDS = frozenset({"causal_lm"})  # the head kinds of a language model (Head.reads_text)
@@ -55,7 +69,7 @@ CAPABILITIES = {
 class Head:
     """A task head of a family: its class, the transformers Auto class it is registered with, its kind (a key of
     :data:`HEAD_KINDS`), the tasks it is trained and evaluated on (the first is its default) and the Hub
-    ``pipeline_tag`` of its task, both its kind's (:data:`HEAD_AUTO`; left out, they are filled in, and one that
+    ``pipeline_tag`` of its task, both its kind's (:class:`HeadKind`; left out, they are filled in, and one that
     differs is refused): ``Head(MyForCausalLM, kind="causal_lm", tasks=("addition",))``."""
 
     model_class: type
@@ -85,8 +99,8 @@ class Head:
             raise ValueError(f"Head kind must be one of {tuple(HEAD_KINDS)}, got {self.kind!r}")
         if not self.tasks:
             raise ValueError(f"Head({self.model_class.__name__}) needs tasks: the tasks it is trained on")
-        for name, value in zip(("auto_class", "pipeline_tag"), HEAD_AUTO[self.kind]):
-            given = getattr(self, name)
+        for name in ("auto_class", "pipeline_tag"):
+            given, value = getattr(self, name), getattr(HEAD_KINDS[self.kind], name)
             if given and given != value:
                 raise ValueError(
                     f"Head({self.model_class.__name__}): a {self.kind} head's {name} is {value!r}, not {given!r} "
@@ -149,9 +163,7 @@ class Family:
         """The classes of ``classes`` (the audit's adapters) that declare ``head_kind`` in their ``head_kinds`` and
         whose ``fixed_steps`` (None: either) is this family's loop's form (:attr:`LoopProtocol.runs_fixed_steps`)."""
         fixed = self.protocol.runs_fixed_steps
-        return [
-            cls for cls in classes if head_kind in cls.head_kinds and getattr(cls, "fixed_steps", None) in (None, fixed)
-        ]
+        return [cls for cls in classes if head_kind in cls.head_kinds and cls.fixed_steps in (None, fixed)]
 
     @property
     def loop(self) -> LoopProtocol:
@@ -298,7 +310,8 @@ def register_family(family: Family) -> Family:
         )
     if family.model_type not in family.protocol.model_types:
         raise ValueError(
-            f"{type(family.protocol).__name__}.model_types is {family.protocol.model_types}: it must name {family.model_type!r}"
+            f"{type(family.protocol).__name__}.model_types is {family.protocol.model_types}: it must name "
+            f"{family.model_type!r}"
         )
     add_family(family)
     _register(family)

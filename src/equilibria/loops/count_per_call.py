@@ -1,9 +1,9 @@
 """``num_loops`` per call for a looped LM that transformers ships: its ``forward`` and ``generate`` wrapped in place
 (:func:`make_looped`, what :func:`equilibria.looped` does with the model's protocol), the class and config untouched.
 
-Within a call the protocol's ``running`` block sets the config keys that make the model's own ``forward`` run the count, and
-puts them back; the STARS penalty's spectral radius is computed inside the wrapped ``forward`` (so that DDP sees it),
-on the protocol's recorded loop map.
+Within a call the protocol's ``running`` block sets the config keys that make the model's own ``forward`` run the
+count, and puts them back; the STARS penalty's spectral radius is computed inside the wrapped ``forward`` (so that
+DDP sees it), on the protocol's recorded loop map.
 """
 
 from __future__ import annotations
