@@ -105,10 +105,8 @@ def small_config(fields: dict, hidden_size: int, num_layers: int, num_attention_
 
 FAMILY = register_family(
     Family(
-        model_type="looped_llama",
         loop_meaning="passes of the looped Llama layer",
         protocol=LoopedLlamaLoop(),
-        config_class=LoopedLlamaConfig,
         base_class=LoopedLlamaModel,
         heads=(Head(LoopedLlamaForCausalLM, kind="causal_lm", tasks=("addition",)),),
         make_config=small_config,

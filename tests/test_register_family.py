@@ -17,6 +17,15 @@ from equilibria.loops import OuroLoop
 EXAMPLE = Path(__file__).parents[1] / "examples" / "register_family.py"
 
 
+def ouro_under(model_type: str) -> type:
+    """Ouro's base model under another model type (a config and base class of its own): a record's model type is
+    its config's."""
+    from equilibria.modeling import OuroConfig, OuroModel
+
+    config_class = type(f"{model_type}Config", (OuroConfig,), {"model_type": model_type})
+    return type(f"{model_type}Model", (OuroModel,), {"config_class": config_class})
+
+
 @pytest.mark.slow
 def test_the_example_registers_trains_scores_and_audits_its_own_architecture(tmp_path):
     """In its own process (registering changes the process's Auto classes): a few StarsTrainer steps at sampled
@@ -58,13 +67,35 @@ def test_the_development_page_gives_the_examples_line_counts():
     assert f"the record's small-config factory ({parts[1]}) and the `register_family` call ({parts[2]})" in page
 
 
+def test_a_records_config_class_and_model_type_are_its_base_models_and_one_that_differs_is_refused():
+    ouro = FAMILIES["ouro"]
+    assert ouro.config_class is ouro.base_class.config_class
+    assert ouro.model_type == ouro.config_class.model_type
+    fields = {k: getattr(ouro, k) for k in ("loop_meaning", "protocol", "heads", "make_config")}
+    base = ouro_under("my_loop")
+    mine = Family(base_class=base, **fields)
+    assert mine.config_class is base.config_class and mine.model_type == "my_loop"
+    assert Family(base_class=base, config_class=base.config_class, model_type="my_loop", **fields) == mine
+    with pytest.raises(ValueError, match=r"^Family\(model_type='other'\) differs from config_class.model_type "
+                       r"\('my_loop'\): leave it out$"):  # fmt: skip
+        Family(base_class=base, model_type="other", **fields)
+    with pytest.raises(
+        ValueError, match=r"^Family\(config_class=.*OuroConfig'>\) differs from base_class.config_class"
+    ):
+        Family(base_class=base, config_class=ouro.config_class, **fields)
+    with pytest.raises(ValueError, match=r"^Family needs config_class: base_class \(<class 'object'>\) has none"):
+        Family(base_class=object, **fields)
+    with pytest.raises(TypeError):  # keywords only
+        Family(ouro.loop_meaning, ouro.protocol, base, ouro.heads, ouro.make_config)
+
+
 def test_a_record_that_takes_a_known_model_type_or_whose_protocol_does_not_name_it_is_refused():
     ouro = FAMILIES["ouro"]
-    fields = {k: getattr(ouro, k) for k in ("loop_meaning", "config_class", "base_class", "heads", "make_config")}
+    fields = {k: getattr(ouro, k) for k in ("loop_meaning", "heads", "make_config")}
     with pytest.raises(ValueError, match="model_type 'ouro' is already a family"):
-        register_family(Family(model_type="ouro", protocol=OuroLoop(), **fields))
+        register_family(Family(protocol=OuroLoop(), base_class=ouro.base_class, **fields))
     with pytest.raises(ValueError, match=r"OuroLoop.model_types is \('ouro',\): it must name 'my_loop'"):
-        register_family(Family(model_type="my_loop", protocol=OuroLoop(), **fields))
+        register_family(Family(protocol=OuroLoop(), base_class=ouro_under("my_loop"), **fields))
     assert "my_loop" not in FAMILIES
     assert register_family(ouro) is ouro  # the same record again: nothing changes
 
@@ -107,7 +138,11 @@ def test_the_audit_takes_the_adapter_a_record_names_and_says_so_when_none_fits(m
     model.config.model_type = "odd_loop"  # a family of its own whose only head is read as a classifier
     ouro = FAMILIES["ouro"]
     odd = dataclasses.replace(
-        ouro, model_type="odd_loop", heads=(Head(type(model), kind="classifier", tasks=("addition",)),)
+        ouro,
+        base_class=ouro_under("odd_loop"),
+        config_class=None,
+        model_type="",
+        heads=(Head(type(model), kind="classifier", tasks=("addition",)),),
     )
     monkeypatch.setitem(FAMILIES, "odd_loop", odd)
     with pytest.raises(ValueError, match="no audit adapter fits the odd_loop family's classifier head with a fixed "
@@ -144,7 +179,12 @@ def test_a_registered_record_brings_its_recipes_named_after_its_model_type(monke
     monkeypatch.setattr(recipes, "RECIPES", dict(recipes.RECIPES))
     monkeypatch.setattr(record, "_register", lambda family: None)  # no Auto classes: this process keeps its own
     mine = scratch_recipe("addition", "my loop on sums", max_steps=300)
-    register_family(dataclasses.replace(FAMILIES["ouro"], model_type="my_loop", protocol=MyLoop(), recipes=(mine,)))
+    base = ouro_under("my_loop")
+    register_family(
+        dataclasses.replace(
+            FAMILIES["ouro"], base_class=base, config_class=None, model_type="", protocol=MyLoop(), recipes=(mine,)
+        )
+    )
     got = recipe_for("my_loop", "addition")
     assert got.name == "my_loop/addition" and got.settings["max_steps"] == 300
     assert recipe_for("ouro", "addition").name == "ouro/addition"

@@ -116,10 +116,8 @@ ATTRACTOR_TEXT = FamilyText(
 )
 
 ATTRACTOR = Family(
-    model_type="attractor_lm",
     loop_meaning="the fixed-point solver's iteration budget (0 = backbone only)",
     protocol=AttractorLoop(),
-    config_class=AttractorConfig,
     base_class=AttractorModel,
     heads=(
         Head(AttractorForCausalLM, kind="causal_lm", tasks=("addition",)),

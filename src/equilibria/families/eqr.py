@@ -67,10 +67,8 @@ EQR_TEXT = FamilyText(
 EQR_SUDOKU = {**SCRATCH, "weight_decay": 0.1, "max_steps": 2400, **SUDOKU_DATA}
 
 EQR = Family(
-    model_type="eqr",
     loop_meaning="iterations of the weight-tied block (depth)",
     protocol=EqRLoop(),
-    config_class=EqRConfig,
     base_class=EqRModel,
     heads=(Head(EqRForPuzzleSolving, kind="puzzle_solver", tasks=("sudoku", "maze")),),
     make_config=_eqr_config,

@@ -68,10 +68,8 @@ OURO_TEXT = FamilyText(
 )
 
 OURO = Family(
-    model_type="ouro",
     loop_meaning="recurrence steps of the shared decoder stack",
     protocol=OuroLoop(),
-    config_class=OuroConfig,
     base_class=OuroModel,
     heads=(Head(OuroForCausalLM, kind="causal_lm", tasks=("addition",)),),
     make_config=_ouro_config,

@@ -34,10 +34,8 @@ PHDEQ_TEXT = FamilyText(
 )
 
 PHDEQ = Family(
-    model_type="phdeq",
     loop_meaning="the fixed-point solver's iteration cap (Anderson or Picard: config.solver)",
     protocol=PHDEQLoop(),
-    config_class=PHDEQConfig,
     base_class=PHDEQModel,
     heads=(Head(PHDEQForSequenceClassification, kind="classifier", tasks=("reachability", "entailment")),),
     make_config=_phdeq_config,

@@ -109,28 +109,23 @@ class Head:
             object.__setattr__(self, name, value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Family:
-    """What the package knows of one ``model_type`` beyond its modeling files: its config and model classes, its
-    heads, its loop protocol (the config key of its loop count, the smallest count, the loop map ...), a small-config
-    factory, the default LoRA targets, its capabilities, its card text, the audit adapter where the package's do not
-    fit, and its recipes."""
+    """What the package knows of one ``model_type`` beyond its modeling files: its base model and heads, its loop
+    protocol (the config key of its loop count, the smallest count, the loop map ...), a small-config factory, the
+    default LoRA targets, its capabilities, its card text, the audit adapter where the package's do not fit, and its
+    recipes. Its config class and model type are its base model's (``base_class.config_class`` and that class's
+    ``model_type``); given, they must agree. Keywords only."""
 
-    model_type: str
     loop_meaning: str
     protocol: LoopProtocol  # how the package drives the loop (:mod:`equilibria.loops`)
-    config_class: type
     base_class: type
     heads: tuple[Head, ...]
-    make_config: Callable[
-        ..., PreTrainedConfig
-    ]  # (task fields, hidden_size, num_layers, num_attention_heads, num_loops)
-    lora_targets: tuple[str, ...] = (
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-    )  # LoRA's default: the attention projections
+    #: (task fields, hidden_size, num_layers, num_attention_heads, num_loops) -> a small config for the task
+    make_config: Callable[..., PreTrainedConfig]
+    config_class: type | None = None  # base_class.config_class unless given
+    model_type: str = ""  # config_class.model_type unless given
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")  # LoRA's default: attention projections
     capabilities: frozenset[str] = frozenset()  # keys of CAPABILITIES; see supports() for the one it derives
     card: FamilyText | None = None  # its model card's text (None: derived from the record, card_text.record_text)
     #: the audit's adapter (a ``equilibria.diagnostics.LoopAdapter`` subclass) where the package's do not fit; None:
@@ -141,6 +136,8 @@ class Family:
     recipes: tuple[Recipe, ...] = ()
 
     def __post_init__(self):
+        self._derive("config_class", self.base_class, "base_class")
+        self._derive("model_type", self.config_class, "config_class")
         unknown = set(self.capabilities) - set(CAPABILITIES)
         if unknown:
             raise ValueError(f"Family capabilities must be among {tuple(CAPABILITIES)}, got {sorted(unknown)}")
@@ -150,6 +147,16 @@ class Family:
                 f"the {self.model_type} family's recipes are named by the task they train, one of its heads' "
                 f"{self.tasks}; got {stray}"
             )
+
+    def _derive(self, name: str, source: type | None, source_name: str) -> None:
+        """Fill ``name`` from ``source``'s attribute of that name; ``ValueError`` in one line when neither says it
+        or the two differ."""
+        given, derived = getattr(self, name), getattr(source, name, None)
+        if given and derived and given != derived:
+            raise ValueError(f"Family({name}={given!r}) differs from {source_name}.{name} ({derived!r}): leave it out")
+        if not (given or derived):
+            raise ValueError(f"Family needs {name}: {source_name} ({source!r}) has none; pass {name}=...")
+        object.__setattr__(self, name, given or derived)
 
     def supports(self, capability: str) -> bool:
         """Whether the family has ``capability`` (a key of :data:`CAPABILITIES`): declared in ``capabilities``, or,

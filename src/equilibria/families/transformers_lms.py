@@ -105,7 +105,8 @@ def transformers_families() -> list[Family]:
         if protocol.model_types and all(hasattr(transformers, name) for name in names):
             config_class, base_class, head_class = (getattr(transformers, name) for name in names)
             records.append(
-                Family(protocol.model_types[0], meaning, protocol(), config_class, base_class, lm(head_class), make,
+                Family(loop_meaning=meaning, protocol=protocol(), base_class=base_class, heads=lm(head_class),
+                       make_config=make, config_class=config_class, model_type=protocol.model_types[0],
                        capabilities=frozenset({"sampled_loops", "stars_penalty"}),  # the penalty: through looped()
                        card=transformers_lm_text(name, protocol.head_class, source), recipes=(recipe,))
             )  # fmt: skip
