@@ -77,7 +77,7 @@ def test_a_records_config_class_and_model_type_are_its_base_models_and_one_that_
     assert mine.config_class is base.config_class and mine.model_type == "my_loop"
     assert Family(base_class=base, config_class=base.config_class, model_type="my_loop", **fields) == mine
     with pytest.raises(ValueError, match=r"^Family\(model_type='other'\) differs from config_class.model_type "
-                       r"\('my_loop'\): leave it out$"):  # fmt: skip
+                       r"\('my_loop'\): leave it out \(or None\)$"):  # fmt: skip
         Family(base_class=base, model_type="other", **fields)
     with pytest.raises(
         ValueError, match=r"^Family\(config_class=.*OuroConfig'>\) differs from base_class.config_class"

@@ -1,8 +1,8 @@
 """The model families of equilibria: one record per ``model_type``, one module each (:mod:`.ouro`, :mod:`.attractor`,
 :mod:`.eqr`, :mod:`.phdeq`, :mod:`.transformers_lms`), the single place that knows which exist (:data:`FAMILIES`).
 
-A record holds what the package knows of a family: its config and model classes, its heads with their Auto
-classes, the kind of head each is and the tasks it is trained on, its loop protocol, a small-config factory, its
+A record holds what the package knows of a family: its base model class (whose config class and model type are the
+family's), its heads with their Auto classes, the kind of head each is and the tasks it is trained on, its loop protocol, a small-config factory, its
 capabilities (:data:`CAPABILITIES`), its card text, its recipes and, where the audit's adapters do not fit, its own
 adapter. ``import equilibria`` registers the Auto classes from it, and every layer above reads it. Nothing here
 imports a layer above: the trainers (:func:`equilibria.trainers.trainer_for`) declare the model types or

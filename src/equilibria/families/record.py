@@ -153,7 +153,9 @@ class Family:
         or the two differ."""
         given, derived = getattr(self, name), getattr(source, name, None)
         if given and derived and given != derived:
-            raise ValueError(f"Family({name}={given!r}) differs from {source_name}.{name} ({derived!r}): leave it out")
+            raise ValueError(
+                f"Family({name}={given!r}) differs from {source_name}.{name} ({derived!r}): leave it out (or None)"
+            )
         if not (given or derived):
             raise ValueError(f"Family needs {name}: {source_name} ({source!r}) has none; pass {name}=...")
         object.__setattr__(self, name, given or derived)
