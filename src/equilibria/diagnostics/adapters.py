@@ -196,12 +196,12 @@ class _PuzzleCells:
 
 class EqRAdapter(_PuzzleCells, LoopAdapter):
     """A puzzle solver that restarts its loop (EqR): ``z0`` is the state after the first step from the model's own
-    start (random, drawn with a fixed seed, or learned), as Ouro's audit does: a random start, or a learned one that decodes to nothing, is off the
-    decoder's input distribution, and T1 on it would be confounded exactly as zeroing is. ``h*`` is the state after
-    ``depth`` iterations without noise (the first step included), the decoder the per-cell answer head; a unit is a
-    puzzle, right when every cell is. "Iterations" are the steps until the residual first falls below ``tol`` (the
-    depth when it never does). T4 restarts the remaining ``depth - 1`` steps from a displaced ``z0``. Dataset
-    columns: ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
+    start (random, drawn with a fixed seed, or learned), as Ouro's audit does: a random start, or a learned one that
+    decodes to nothing, is off the decoder's input distribution, and T1 on it would be confounded exactly as zeroing
+    is. ``h*`` is the state after ``depth`` iterations without noise (the first step included), the decoder the
+    per-cell answer head; a unit is a puzzle, right when every cell is. "Iterations" are the steps until the residual
+    first falls below ``tol`` (the depth when it never does). T4 restarts the remaining ``depth - 1`` steps from a
+    displaced ``z0``. Dataset columns: ``inputs``, ``labels`` (and optionally ``difficulty``, else ``rating``)."""
 
     head_kinds, fixed_steps = ("puzzle_solver",), False
     start_name = "z1 (the state after the first step from the model's own start: in the decoder's distribution)"

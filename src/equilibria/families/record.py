@@ -293,9 +293,7 @@ def register_auto_classes() -> None:
 
 
 def _register(family: Family) -> None:
-    if (
-        transformers.CONFIG_MAPPING.get(family.model_type) is family.config_class
-    ):  # registered already (by transformers)
+    if transformers.CONFIG_MAPPING.get(family.model_type) is family.config_class:  # transformers registered it
         return
     transformers.AutoConfig.register(family.model_type, family.config_class, exist_ok=True)
     transformers.AutoModel.register(family.config_class, family.base_class, exist_ok=True)

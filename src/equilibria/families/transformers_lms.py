@@ -103,10 +103,9 @@ def transformers_families() -> list[Family]:
     for protocol, meaning, make, name, source, recipe in known:
         names = (protocol.config_class, protocol.base_class, protocol.head_class)
         if protocol.model_types and all(hasattr(transformers, name) for name in names):
-            config_class, base_class, head_class = (getattr(transformers, name) for name in names)
-            records.append(
-                Family(loop_meaning=meaning, protocol=protocol(), base_class=base_class, heads=lm(head_class),
-                       make_config=make, config_class=config_class, model_type=protocol.model_types[0],
+            records.append(  # the model type the protocol names must be the config's (Family checks)
+                Family(loop_meaning=meaning, protocol=protocol(), base_class=getattr(transformers, names[1]),
+                       heads=lm(getattr(transformers, names[2])), make_config=make, model_type=protocol.model_types[0],
                        capabilities=frozenset({"sampled_loops", "stars_penalty"}),  # the penalty: through looped()
                        card=transformers_lm_text(name, protocol.head_class, source), recipes=(recipe,))
             )  # fmt: skip
